@@ -1,0 +1,82 @@
+"""The metric names a threshold may bound.
+
+Each family is a pattern with named groups; a group named after a profile list (``op``, ``size``)
+must take a value that list holds, so ``collectives.all_reduce.busbw_gbps@2G`` is rejected when the
+profile does not sweep 2G. This is checked when the profile loads: a threshold key that no probe can
+ever produce is a typo, and a typo must never silently turn a gate off.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from acceptance.schema import ProfileModel
+from acceptance.units import SizeError, canonical_size
+
+
+@dataclass(frozen=True)
+class Family:
+    pattern: re.Pattern[str]
+    doc: str
+
+
+def _family(regex: str, doc: str) -> Family:
+    return Family(re.compile(rf"^{regex}$"), doc)
+
+
+_COLL_FIELDS = "busbw_gbps|algbw_gbps|time_us|wrong"
+FAMILIES: list[Family] = [
+    _family(
+        r"connectivity\.(world_size|hosts|duplicate_uuids|missing_ranks|allreduce_wrong|p2p_wrong"
+        r"|rendezvous_s|barrier_latency_us|p2p_min_gbps)",
+        "connectivity.<figure>",
+    ),
+    _family(rf"collectives\.(?P<op>\w+)\.({_COLL_FIELDS})@(?P<size>\w+)", "collectives.<op>.<field>@<size>"),
+]
+
+_DOMAINS: dict[str, Callable[[ProfileModel], tuple[str, ...]]] = {
+    "op": lambda p: tuple(p.collectives.ops),
+    "size": lambda p: tuple(p.collectives.sizes),
+}
+
+
+def register(regex: str, doc: str, **domains: Callable[[ProfileModel], tuple[str, ...]]) -> None:
+    """Let a probe family declare the metric names it produces."""
+    FAMILIES.append(_family(regex, doc))
+    _DOMAINS.update(domains)
+
+
+def metric_problem(name: str, profile: ProfileModel) -> str | None:
+    """Why ``name`` cannot be a metric of ``profile``, or None when it can."""
+    for family in FAMILIES:
+        match = family.pattern.match(name)
+        if not match:
+            continue
+        for group, value in match.groupdict().items():
+            domain = _DOMAINS.get(group)
+            if domain is None or value is None:
+                continue
+            allowed = domain(profile)
+            if group == "size":
+                try:
+                    value = canonical_size(value)
+                except SizeError as exc:
+                    return str(exc)
+            if value not in allowed:
+                return f"{group} {value!r} is not in this profile's list {list(allowed)}"
+        return None
+    shapes = ", ".join(f.doc for f in FAMILIES)
+    return f"no probe measures a metric of this name (known shapes: {shapes})"
+
+
+def canonical_metric(name: str) -> str:
+    """Spell the size part of a metric key canonically: ``...@1024M`` -> ``...@1G``."""
+    head, sep, size = name.rpartition("@")
+    if not sep:
+        return name
+    try:
+        return f"{head}@{canonical_size(size)}"
+    except SizeError:
+        return name

@@ -1,0 +1,1 @@
+"""Programs run under torchrun. They import torch, never pytest or yaml; ``rank`` is their contract."""

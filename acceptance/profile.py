@@ -1,0 +1,235 @@
+"""Profiles: find a YAML by name or path, resolve ``extends:``, validate strictly, evaluate thresholds."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from acceptance.metrics import canonical_metric, metric_problem
+from acceptance.schema import ProfileModel, Threshold
+
+LOCAL_DIR = Path("thresholds")
+
+
+class ProfileError(Exception):
+    """A profile that cannot be used; the message names the file, the key and what was expected."""
+
+
+@dataclass(frozen=True)
+class Profile:
+    model: ProfileModel
+    path: Path
+    resolved: dict[str, Any]
+    sha256: str
+    chain: tuple[Path, ...]
+
+    @property
+    def name(self) -> str:
+        return self.model.name
+
+    def threshold(self, metric: str) -> Threshold | None:
+        return self.model.thresholds.get(canonical_metric(metric))
+
+
+def shipped_dir() -> Path:
+    """Installed: the ``acceptance.thresholds`` package; a source checkout: ``thresholds/`` beside the package."""
+    try:
+        return Path(str(resources.files("acceptance.thresholds")))
+    except ModuleNotFoundError:
+        return Path(__file__).resolve().parent.parent / "thresholds"
+
+
+def available() -> dict[str, Path]:
+    """Profile name -> file, local ``./thresholds`` first, then the ones shipped with the package."""
+    found: dict[str, Path] = {}
+    for folder in (LOCAL_DIR, shipped_dir()):
+        if folder.is_dir():
+            for path in sorted(folder.glob("*.yaml")):
+                found.setdefault(path.stem, path)
+    return found
+
+
+def find(name_or_path: str, relative_to: Path | None = None) -> Path:
+    for candidate in _candidates(name_or_path, relative_to):
+        if candidate.is_file():
+            return candidate
+    names = ", ".join(sorted(available())) or "(none)"
+    raise ProfileError(f"unknown profile {name_or_path!r}: no such file, and no profile of that name. Profiles: {names}")
+
+
+def _candidates(name_or_path: str, relative_to: Path | None) -> list[Path]:
+    out = [Path(name_or_path)]
+    if relative_to is not None:
+        out += [relative_to / name_or_path, relative_to / f"{name_or_path}.yaml"]
+    out += [LOCAL_DIR / f"{name_or_path}.yaml", shipped_dir() / f"{name_or_path}.yaml"]
+    return out
+
+
+def load(name_or_path: str) -> Profile:
+    path = find(name_or_path)
+    raw, chain, lines = _resolve(path, ())
+    try:
+        model = ProfileModel.model_validate(raw)
+    except ValidationError as exc:
+        raise ProfileError(_explain(exc, chain, lines)) from None
+    model = _canonical_thresholds(model, path)
+    _check_metric_names(model, path, lines)
+    resolved = model.model_dump(mode="json")
+    digest = hashlib.sha256(json.dumps(resolved, sort_keys=True).encode()).hexdigest()
+    return Profile(model=model, path=path.resolve(), resolved=resolved, sha256=digest, chain=chain)
+
+
+LineMap = dict[tuple[str, ...], tuple[Path, int]]
+
+
+def _resolve(path: Path, seen: tuple[Path, ...]) -> tuple[dict[str, Any], tuple[Path, ...], LineMap]:
+    real = path.resolve()
+    if real in seen:
+        cycle = " -> ".join(str(p) for p in (*seen, real))
+        raise ProfileError(f"{path}: extends: cycle {cycle}")
+    data, lines = _read_yaml(path)
+    parent_name = data.get("extends")
+    if parent_name is None:
+        return data, (*seen, real), lines
+    if not isinstance(parent_name, str):
+        raise ProfileError(f"{path}: extends: expected a profile name or path, got {parent_name!r}")
+    try:
+        parent_path = find(parent_name, relative_to=path.parent)
+    except ProfileError as exc:
+        raise ProfileError(f"{path}: extends: {exc}") from None
+    parent, chain, parent_lines = _resolve(parent_path, (*seen, real))
+    return _merge(parent, data), chain, {**parent_lines, **lines}
+
+
+def _read_yaml(path: Path) -> tuple[dict[str, Any], LineMap]:
+    try:
+        text = path.read_text()
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        data = yaml.safe_load(text)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark
+        where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
+        raise ProfileError(f"{where}: YAML syntax error: {exc.problem}") from None
+    except (OSError, yaml.YAMLError) as exc:
+        raise ProfileError(f"{path}: cannot read profile: {exc}") from None
+    if not isinstance(data, dict):
+        raise ProfileError(f"{path}: expected a mapping of profile keys at the top level, got {type(data).__name__}")
+    lines: LineMap = {}
+    _map_lines(node, (), path, lines)
+    return data, lines
+
+
+def _map_lines(node: yaml.Node | None, prefix: tuple[str, ...], path: Path, out: LineMap) -> None:
+    if isinstance(node, yaml.MappingNode):
+        for key, value in node.value:
+            at = (*prefix, str(key.value))
+            out[at] = (path, key.start_mark.line + 1)
+            _map_lines(value, at, path, out)
+    elif isinstance(node, yaml.SequenceNode):
+        for index, item in enumerate(node.value):
+            out[(*prefix, str(index))] = (path, item.start_mark.line + 1)
+            _map_lines(item, (*prefix, str(index)), path, out)
+
+
+def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    """Deep merge: mappings merge key by key, anything else (lists too) is replaced; ``null`` deletes."""
+    out = dict(base)
+    for key, value in over.items():
+        if key == "extends":
+            continue
+        if value is None and key in out:
+            del out[key]
+        elif isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def _where(loc: tuple[str, ...], chain: tuple[Path, ...], lines: LineMap) -> str:
+    for cut in range(len(loc), 0, -1):
+        hit = lines.get(loc[:cut])
+        if hit is not None:
+            return f"{hit[0]}:{hit[1]}"
+    return str(chain[0])
+
+
+def _explain(exc: ValidationError, chain: tuple[Path, ...], lines: LineMap) -> str:
+    problems = []
+    for err in exc.errors():
+        loc = tuple(str(part) for part in err["loc"])
+        key = ".".join(loc) or "(top level)"
+        problems.append(f"{_where(loc, chain, lines)}: {key}: {_expected(err, loc)}")
+    return "invalid profile:\n  " + "\n  ".join(problems)
+
+
+def _expected(err: Any, loc: tuple[str, ...]) -> str:
+    kind = err["type"]
+    if kind == "extra_forbidden":
+        model = _model_at(loc[:-1])
+        known = ", ".join(model.model_fields) if model is not None else "see the README"
+        return f"unknown key (expected one of: {known})"
+    if kind == "literal_error":
+        return f"got {err['input']!r}, {err['msg'][0].lower()}{err['msg'][1:]}"
+    if kind == "missing":
+        return "required key is missing"
+    msg = str(err["msg"]).removeprefix("Value error, ")
+    return f"{msg} (got {err['input']!r})" if not isinstance(err.get("input"), dict) else msg
+
+
+def _model_at(loc: tuple[str, ...]) -> type | None:
+    model: Any = ProfileModel
+    for part in loc:
+        field = getattr(model, "model_fields", {}).get(part)
+        if field is None:
+            return None
+        model = field.annotation
+    return model if hasattr(model, "model_fields") else None
+
+
+def _canonical_thresholds(model: ProfileModel, path: Path) -> ProfileModel:
+    renamed: dict[str, Threshold] = {}
+    for key, value in model.thresholds.items():
+        name = canonical_metric(key)
+        if name in renamed:
+            raise ProfileError(f"{path}: thresholds.{key}: the same metric as thresholds.{name}")
+        renamed[name] = value
+    return model.model_copy(update={"thresholds": renamed})
+
+
+def _check_metric_names(model: ProfileModel, path: Path, lines: LineMap) -> None:
+    problems = []
+    for key in model.thresholds:
+        why = metric_problem(key, model)
+        if why is not None:
+            where = _where(("thresholds", key), (path,), lines)
+            problems.append(f"{where}: thresholds.{key}: {why}")
+    if problems:
+        raise ProfileError("invalid profile:\n  " + "\n  ".join(problems))
+
+
+def evaluate(threshold: Threshold, value: float) -> tuple[bool, str]:
+    """Whether ``value`` meets ``threshold``, and the bound in words (``>= 350``)."""
+    parts: list[str] = []
+    ok = not (isinstance(value, float) and math.isnan(value))
+    if threshold.min is not None:
+        parts.append(f">= {threshold.min:g}")
+        ok = ok and value >= threshold.min
+    if threshold.max is not None:
+        parts.append(f"<= {threshold.max:g}")
+        ok = ok and value <= threshold.max
+    if threshold.eq is not None:
+        parts.append(f"== {threshold.eq:g}")
+        ok = ok and value == threshold.eq
+    if threshold.ref is not None and threshold.tol is not None:
+        parts.append(f"{threshold.ref:g} ± {threshold.tol:.0%}")
+        ok = ok and abs(value - threshold.ref) <= threshold.tol * abs(threshold.ref)
+    return ok, " and ".join(parts)

@@ -1,0 +1,116 @@
+"""The profile schema: one strict pydantic model per YAML section.
+
+Strict on purpose: an unknown key or a wrong type is an error, because a typo in a profile must never
+turn a gate off. Sizes are validated here and stored in their canonical spelling (see ``units``).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+
+from acceptance.units import canonical_size
+
+COLLECTIVE_OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "reduce", "sendrecv")
+
+Size = Annotated[str, BeforeValidator(canonical_size)]
+PositiveInt = Annotated[int, Field(gt=0)]
+Seconds = Annotated[float, Field(gt=0)]
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+class Topology(Strict):
+    nodes: PositiveInt = 1
+    ranks_per_node: PositiveInt | None = Field(
+        None, description="processes per node; defaults to gpus_per_node on cuda, 2 on cpu"
+    )
+    gpus_per_node: Annotated[int, Field(ge=0)] = 0
+    gpu_model: str | None = None
+    device: Literal["cuda", "cpu"] = "cuda"
+    backend: Literal["nccl", "gloo"] = "nccl"
+    launcher: Literal["torchrun", "srun"] = "torchrun"
+    rdzv_port: Annotated[int, Field(gt=0, lt=65536)] = 29400
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Topology:
+        if self.device == "cpu" and self.backend != "gloo":
+            raise ValueError("device cpu needs backend gloo (NCCL runs on GPUs only)")
+        if self.device == "cuda" and self.gpus_per_node < 1:
+            raise ValueError("device cuda needs gpus_per_node >= 1")
+        return self
+
+    @property
+    def nproc_per_node(self) -> int:
+        if self.ranks_per_node is not None:
+            return self.ranks_per_node
+        return self.gpus_per_node if self.device == "cuda" else 2
+
+    @property
+    def world_size(self) -> int:
+        return self.nodes * self.nproc_per_node
+
+
+class Timeouts(Strict):
+    """Wall-clock limit per probe run, in seconds (start-up included)."""
+
+    default: Seconds = 300
+    connectivity: Seconds | None = None
+    collectives: Seconds | None = None
+
+    def for_probe(self, probe: str) -> float:
+        value = getattr(self, probe, None)
+        return float(value if value is not None else self.default)
+
+
+class Connectivity(Strict):
+    p2p_size: Size = "16M"
+    p2p_iters: PositiveInt = 5
+    barrier_iters: PositiveInt = 20
+
+
+class Collectives(Strict):
+    ops: list[Literal[COLLECTIVE_OPS]] = ["all_reduce", "all_gather", "reduce_scatter", "all_to_all"]  # type: ignore[valid-type]
+    sizes: list[Size] = ["1M", "16M", "256M", "1G"]
+    dtype: Literal["bfloat16", "float16", "float32"] = "bfloat16"
+    warmup_iters: Annotated[int, Field(ge=0)] = 5
+    iters: PositiveInt = 20
+    timing: Literal["auto", "cuda_graph", "eager"] = Field(
+        "auto", description="auto: CUDA graph on GPUs (takes launch cost out), host clock on CPU"
+    )
+    check_data: bool = True
+
+
+class Threshold(Strict):
+    min: float | None = None
+    max: float | None = None
+    eq: float | None = None
+    ref: float | None = None
+    tol: Annotated[float, Field(ge=0)] | None = None
+    xfail: str | None = None
+    source: str | None = Field(None, description="where the bound comes from")
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> Threshold:
+        if self.min is None and self.max is None and self.eq is None and self.ref is None:
+            raise ValueError("a threshold needs at least one of min, max, eq, ref")
+        if (self.ref is None) != (self.tol is None):
+            raise ValueError("ref and tol go together (tol is relative: 0.05 = 5%)")
+        if self.eq is not None and (self.min is not None or self.max is not None):
+            raise ValueError("eq cannot be combined with min or max")
+        return self
+
+
+class ProfileModel(Strict):
+    name: str
+    description: str = ""
+    extends: str | None = None
+    topology: Topology = Topology(device="cpu", backend="gloo")
+    env: dict[str, str] = {}
+    timeouts: Timeouts = Timeouts()
+    connectivity: Connectivity = Connectivity()
+    collectives: Collectives = Collectives()
+    thresholds: dict[str, Threshold] = {}

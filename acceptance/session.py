@@ -1,0 +1,141 @@
+"""One acceptance run on this node: the profile, where we stand, the probes run so far, the evidence.
+
+Kept free of pytest so that the console script can drive the same probes; ``plugin`` adapts it.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from acceptance import launch
+from acceptance.evidence import Evidence
+from acceptance.profile import Profile, evaluate
+from acceptance.schema import Threshold
+from acceptance.topology import Placement
+
+
+@dataclass
+class Check:
+    metric: str
+    value: float
+    unit: str
+    verdict: str
+    bound: str
+    message: str
+    xfail_reason: str | None = None
+
+
+@dataclass
+class ClusterRun:
+    profile: Profile
+    placement: Placement
+    evidence_dir: Path
+    timeout_override: float | None = None
+    run_tag: str = ""
+    evidence: Evidence = field(init=False)
+    checked: set[str] = field(default_factory=set)
+    _probes: dict[str, dict[str, Any] | launch.ProbeError] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.evidence_dir.mkdir(parents=True, exist_ok=True)
+        profile = {"name": self.profile.name, "path": str(self.profile.path), "sha256": self.profile.sha256,
+                   "extends": [str(p) for p in self.profile.chain[1:]], "resolved": self.profile.resolved}
+        topo = {"nodes": self.placement.nodes, "node_rank": self.placement.node_rank, "head": self.placement.endpoint,
+                "source": self.placement.source, "ranks_per_node": self.topology.nproc_per_node,
+                "world_size": self.world_size, "host": socket.gethostname()}
+        self.evidence = Evidence(self.evidence_dir, profile, topo, {**os.environ, **self.profile.model.env})
+        self.evidence.write()
+
+    @property
+    def topology(self) -> Any:
+        return self.profile.model.topology
+
+    @property
+    def world_size(self) -> int:
+        return self.placement.nodes * self.topology.nproc_per_node
+
+    def spec(self, probe: str) -> dict[str, Any]:
+        section = self.profile.resolved.get(probe, {})
+        return {probe: section, "expected_world_size": self.world_size, "ranks_per_node": self.topology.nproc_per_node,
+                "nodes": self.placement.nodes}
+
+    def timeout(self, probe: str) -> float:
+        return self.timeout_override or self.profile.model.timeouts.for_probe(probe)
+
+    def probe(self, name: str, spec: dict[str, Any] | None = None, key: str | None = None) -> dict[str, Any]:
+        """Run a probe once per session (per ``key``); later callers get the same result or the same error."""
+        key = key or name
+        if key not in self._probes:
+            self._probes[key] = self._run(name, spec if spec is not None else self.spec(name), key)
+        found = self._probes[key]
+        if isinstance(found, launch.ProbeError):
+            raise found
+        return found
+
+    def _run(self, name: str, spec: dict[str, Any], key: str) -> dict[str, Any] | launch.ProbeError:
+        seq = len(self._probes) + 1
+        out_dir = self.evidence_dir / "probes" / f"{seq:02d}-{key}"
+        run_id = f"{self.run_tag or self.profile.sha256[:12]}-{seq}-{key}"
+        record: dict[str, Any] = {"name": name, "key": key}
+        self.evidence.data["probes"].append(record)
+        try:
+            outcome = launch.run(name, spec, out_dir=out_dir, topo=self.topology, placement=self.placement,
+                                 run_id=run_id, timeout_s=self.timeout(name),
+                                 env=launch.child_env(self.profile.model.env))
+        except launch.ProbeError as exc:
+            record.update(status="failed", error=str(exc), out_dir=str(out_dir.relative_to(self.evidence_dir)))
+            self.evidence.write()
+            return exc
+        record.update(status="ok", wall_s=round(outcome.wall_s, 3), out_dir=str(out_dir.relative_to(self.evidence_dir)),
+                      argv=outcome.argv, result=outcome.result)
+        if name == "connectivity" and outcome.result:
+            self._record_nodes(outcome.result)
+        self.evidence.write()
+        return outcome.result or {}
+
+    def _record_nodes(self, result: dict[str, Any]) -> None:
+        nodes: dict[str, dict[str, Any]] = {}
+        for r in result.get("ranks", []):
+            node = nodes.setdefault(f"{r['node_rank']}", {"host": r["host"], "node_rank": r["node_rank"], "devices": []})
+            node["devices"].append({k: r.get(k) for k in ("rank", "local_rank", "device", "device_name", "uuid",
+                                                          "pci_bus_id", "memory_gib") if k in r})
+        self.evidence.data["cluster"]["nodes"] = list(nodes.values())
+        self.evidence.data["cluster"]["software"].update(
+            {f"probe_{k}": v for k, v in (result.get("software") or {}).items()})
+
+    def check(self, nodeid: str, metric: str, value: float, unit: str, detail: str = "",
+              default: Threshold | None = None) -> Check:
+        """Bound ``value`` by the profile's threshold, else by ``default`` (for correctness figures,
+        which are never mere information), else record it as information."""
+        threshold = self.profile.threshold(metric) or default
+        self.checked.add(metric)
+        if threshold is None:
+            result = Check(metric, value, unit, "info", "", "")
+        else:
+            ok, bound = evaluate(threshold, value)
+            verdict = "pass" if ok else ("xfail" if threshold.xfail else "fail")
+            message = "" if ok else (f"{metric} = {fmt(value)} {unit}, expected {bound} "
+                                     f"(profile {self.profile.name})" + (f"\n{detail}" if detail else ""))
+            result = Check(metric, value, unit, verdict, bound, message, threshold.xfail)
+        entry = {"metric": metric, "value": value, "unit": unit, "bound": result.bound, "verdict": result.verdict,
+                 "threshold": threshold.model_dump(exclude_none=True) if threshold else None}
+        if detail:
+            entry["detail"] = detail
+        self.evidence.test(nodeid)["checks"].append(entry)
+        return result
+
+    def unchecked(self) -> list[str]:
+        return sorted(set(self.profile.model.thresholds) - self.checked)
+
+
+def fmt(value: float) -> str:
+    """Figures the way people read them: 312.4, 191,900, 0.93."""
+    if isinstance(value, int) or (abs(value) >= 1000 and float(value).is_integer()):
+        return f"{value:,.0f}"
+    if abs(value) >= 1000:
+        return f"{value:,.0f}"
+    return f"{value:.4g}"

@@ -1,0 +1,30 @@
+"""Parametrizes the acceptance tests from the profile, so each figure is its own JUnit case."""
+
+from __future__ import annotations
+
+import pytest
+
+from acceptance.plugin import NO_PROFILE, current
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "coll_case" in metafunc.fixturenames:
+        run = current(metafunc.config)
+        if run is None:
+            metafunc.parametrize("coll_case", [pytest.param(None, marks=pytest.mark.skip(reason=NO_PROFILE))])
+            return
+        cfg = run.profile.model.collectives
+        cases = [(op, size) for op in cfg.ops for size in cfg.sizes]
+        metafunc.parametrize("coll_case", cases, ids=[f"{op}-{size}" for op, size in cases])
+
+
+# Cheap and diagnostic first: a missing rank or a sick GPU should be named before a long sweep starts.
+MODULE_ORDER = ("test_connectivity", "test_health", "test_compute", "test_collectives", "test_training")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    def rank(item: pytest.Item) -> int:
+        name = item.module.__name__.rpartition(".")[2] if item.module else ""
+        return MODULE_ORDER.index(name) if name in MODULE_ORDER else len(MODULE_ORDER)
+
+    items.sort(key=rank)

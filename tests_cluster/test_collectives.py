@@ -1,0 +1,51 @@
+"""Collective bandwidth sweep: busbw per op and size against the profile, data checked like nccl-tests."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from acceptance.plugin import MUST_BE_ZERO, Checker, probe_result, require_ranks
+from acceptance.session import ClusterRun
+
+
+@pytest.fixture(scope="module")
+def sweep(cluster: ClusterRun) -> dict[str, Any]:
+    require_ranks(cluster, 2, "a collective sweep")
+    return probe_result(cluster, "collectives")
+
+
+def _row(sweep: dict[str, Any], case: tuple[str, str]) -> dict[str, Any]:
+    op, size = case
+    for row in sweep["rows"]:
+        if row["op"] == op and row["size"] == size:
+            return row
+    raise AssertionError(f"the sweep has no row for {op} at {size}")
+
+
+def test_sweep_complete(cluster: ClusterRun, sweep: dict[str, Any], check: Checker) -> None:
+    check.measurements("sweep", sweep)
+    cfg = cluster.profile.model.collectives
+    missing = [f"{op}@{size}" for op in cfg.ops for size in cfg.sizes
+               if not any(r["op"] == op and r["size"] == size for r in sweep["rows"])]
+    assert not missing, f"the sweep did not measure {', '.join(missing)}"
+
+
+def test_busbw(sweep: dict[str, Any], coll_case: tuple[str, str], check: Checker) -> None:
+    row = _row(sweep, coll_case)
+    op, size = coll_case
+    detail = (f"{op} {size}: {row['time_us']:.1f} us mean over ranks, slowest rank {row['slowest_rank']} "
+              f"{row['time_us_max']:.1f} us; algbw {row['algbw_gbps']:.2f} GB/s; timing {row['timing']}")
+    check.measurements("row", row)
+    check(f"collectives.{op}.busbw_gbps@{size}", row["busbw_gbps"], "GB/s", detail)
+
+
+def test_latency(sweep: dict[str, Any], coll_case: tuple[str, str], check: Checker) -> None:
+    op, size = coll_case
+    check(f"collectives.{op}.time_us@{size}", _row(sweep, coll_case)["time_us"], "us")
+
+
+def test_data_correct(sweep: dict[str, Any], coll_case: tuple[str, str], check: Checker) -> None:
+    op, size = coll_case
+    check(f"collectives.{op}.wrong@{size}", _row(sweep, coll_case)["wrong"], "elements", default=MUST_BE_ZERO)

@@ -1,0 +1,1 @@
+"""Profiles shipped with the package (this folder is installed as ``acceptance.thresholds``)."""
