@@ -19,9 +19,21 @@ from typing import Any
 SCHEMA_ID = "cluster-acceptance/evidence/1"
 # Only these variables reach the evidence: the environment also holds credentials.
 ENV_PREFIXES = ("NCCL_", "CUDA_", "TORCH_", "NVIDIA_", "UCX_", "FI_", "OMPI_MCA_", "DS_", "PYTORCH_")
-ENV_NAMES = ("OMP_NUM_THREADS", "CLUSTER_PROFILE", "NNODES", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT",
-             "JOB_COMPLETION_INDEX", "CLUSTER_HEAD", "SLURM_JOB_ID", "SLURM_NNODES", "SLURM_NODEID",
-             "SLURM_JOB_NODELIST", "KUBERNETES_SERVICE_HOST")
+ENV_NAMES = (
+    "OMP_NUM_THREADS",
+    "CLUSTER_PROFILE",
+    "NNODES",
+    "NODE_RANK",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "JOB_COMPLETION_INDEX",
+    "CLUSTER_HEAD",
+    "SLURM_JOB_ID",
+    "SLURM_NNODES",
+    "SLURM_NODEID",
+    "SLURM_JOB_NODELIST",
+    "KUBERNETES_SERVICE_HOST",
+)
 SECRET_WORDS = ("TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "_KEY", "AUTH")
 PACKAGES = ("torch", "pytest", "transformers", "deepspeed", "nvidia-ml-py", "cluster-acceptance")
 
@@ -67,14 +79,24 @@ def schema() -> dict[str, Any]:
 class Evidence:
     """The evidence of one pytest session on one node."""
 
-    def __init__(self, directory: Path, profile: dict[str, Any], topology: dict[str, Any],
-                 env: Mapping[str, str]) -> None:
+    def __init__(
+        self, directory: Path, profile: dict[str, Any], topology: dict[str, Any], env: Mapping[str, str]
+    ) -> None:
         self.dir = directory
         self.data: dict[str, Any] = {
-            "schema": SCHEMA_ID, "complete": False, "verdict": "FAIL", "started": now(), "finished": None,
-            "command": sys.argv, "profile": profile, "topology": topology,
+            "schema": SCHEMA_ID,
+            "complete": False,
+            "verdict": "FAIL",
+            "started": now(),
+            "finished": None,
+            "command": sys.argv,
+            "profile": profile,
+            "topology": topology,
             "cluster": {"nodes": [], "software": software(), "env": allowed_env(env)},
-            "probes": [], "tests": [], "unchecked_thresholds": [], "errors": [],
+            "probes": [],
+            "tests": [],
+            "unchecked_thresholds": [],
+            "errors": [],
         }
         self._tests: dict[str, dict[str, Any]] = {}
 
@@ -108,10 +130,16 @@ def junit_xml(data: Mapping[str, Any], suite_name: str | None = None) -> str:
     cases = []
     for test in data.get("tests", []):
         classname, _, name = test["nodeid"].rpartition("::")
-        lines = [f"{c['metric']} = {c['value']} {c.get('unit', '')} [{c.get('bound') or 'no bound'}] {c['verdict']}"
-                 for c in test.get("checks", [])]
-        case = TestCase(name or test["nodeid"], classname=classname.replace("/", ".").removesuffix(".py"),
-                        elapsed_sec=test.get("duration_s", 0.0), stdout="\n".join(lines) or None)
+        lines = [
+            f"{c['metric']} = {c['value']} {c.get('unit', '')} [{c.get('bound') or 'no bound'}] {c['verdict']}"
+            for c in test.get("checks", [])
+        ]
+        case = TestCase(
+            name or test["nodeid"],
+            classname=classname.replace("/", ".").removesuffix(".py"),
+            elapsed_sec=test.get("duration_s", 0.0),
+            stdout="\n".join(lines) or None,
+        )
         outcome = test.get("outcome")
         if outcome == "failed":
             case.add_failure_info(message=test.get("message", "failed"), output=test.get("longrepr"))
@@ -121,11 +149,20 @@ def junit_xml(data: Mapping[str, Any], suite_name: str | None = None) -> str:
             case.add_skipped_info(message=test.get("message", outcome))
         cases.append(case)
     profile = data.get("profile", {})
-    props = {"profile": profile.get("name"), "profile_sha256": profile.get("sha256"), "verdict": data.get("verdict"),
-             "complete": data.get("complete")}
+    props = {
+        "profile": profile.get("name"),
+        "profile_sha256": profile.get("sha256"),
+        "verdict": data.get("verdict"),
+        "complete": data.get("complete"),
+    }
     host = (data.get("topology") or {}).get("host", "")
-    suite = TestSuite(suite_name or f"cluster-acceptance[{profile.get('name')}]", cases, hostname=host,
-                      properties=props, timestamp=data.get("started"))
+    suite = TestSuite(
+        suite_name or f"cluster-acceptance[{profile.get('name')}]",
+        cases,
+        hostname=host,
+        properties=props,
+        timestamp=data.get("started"),
+    )
     return to_xml_report_string([suite])
 
 
@@ -138,8 +175,14 @@ def merge(documents: list[dict[str, Any]]) -> dict[str, Any]:
     merged["tests"], merged["probes"], merged["merged_from"] = [], [], []
     for doc in documents:
         host = (doc.get("topology") or {}).get("host", "?")
-        merged["merged_from"].append({"host": host, "verdict": doc.get("verdict"), "complete": doc.get("complete"),
-                                      "profile_sha256": doc.get("profile", {}).get("sha256")})
+        merged["merged_from"].append(
+            {
+                "host": host,
+                "verdict": doc.get("verdict"),
+                "complete": doc.get("complete"),
+                "profile_sha256": doc.get("profile", {}).get("sha256"),
+            }
+        )
         merged["tests"] += [{**t, "nodeid": f"{host}::{t['nodeid']}"} for t in doc.get("tests", [])]
         merged["probes"] += doc.get("probes", [])
     merged["complete"] = all(d.get("complete") for d in documents)

@@ -7,6 +7,7 @@ interrupt we signal torchrun's group, then every rank's group by the pid each ra
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -43,20 +44,42 @@ class ProbeRun:
     ranks: list[dict[str, Any]] = field(default_factory=list)
 
     def summary(self) -> dict[str, Any]:
-        return {"probe": self.probe, "argv": self.argv, "out_dir": str(self.out_dir), "returncode": self.returncode,
-                "wall_s": round(self.wall_s, 3), "timed_out": self.timed_out, "error": self.error, "ranks": self.ranks}
+        return {
+            "probe": self.probe,
+            "argv": self.argv,
+            "out_dir": str(self.out_dir),
+            "returncode": self.returncode,
+            "wall_s": round(self.wall_s, 3),
+            "timed_out": self.timed_out,
+            "error": self.error,
+            "ranks": self.ranks,
+        }
 
 
-def torchrun_argv(probe: str, out_dir: Path, topo: Topology, placement: Placement, run_id: str,
-                  join_timeout_s: float) -> list[str]:
-    argv = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={topo.nproc_per_node}",
-            "--max-restarts=0", f"--log-dir={out_dir / 'logs'}", "--redirects=3", "--tee=3"]
+def torchrun_argv(
+    probe: str, out_dir: Path, topo: Topology, placement: Placement, run_id: str, join_timeout_s: float
+) -> list[str]:
+    argv = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        f"--nproc-per-node={topo.nproc_per_node}",
+        "--max-restarts=0",
+        f"--log-dir={out_dir / 'logs'}",
+        "--redirects=3",
+        "--tee=3",
+    ]
     if placement.nodes == 1:
         argv.append("--standalone")
     else:
-        argv += [f"--nnodes={placement.nodes}", f"--node-rank={placement.node_rank}", "--rdzv-backend=c10d",
-                 f"--rdzv-endpoint={placement.endpoint}", f"--rdzv-id={run_id}",
-                 f"--rdzv-conf=join_timeout={int(join_timeout_s)}"]
+        argv += [
+            f"--nnodes={placement.nodes}",
+            f"--node-rank={placement.node_rank}",
+            "--rdzv-backend=c10d",
+            f"--rdzv-endpoint={placement.endpoint}",
+            f"--rdzv-id={run_id}",
+            f"--rdzv-conf=join_timeout={int(join_timeout_s)}",
+        ]
     argv += ["-m", f"acceptance.probes.{probe}", "--spec", str(out_dir / "spec.json"), "--out", str(out_dir)]
     return argv
 
@@ -72,8 +95,17 @@ def child_env(profile_env: Mapping[str, str], extra: Mapping[str, str] | None = 
     return env
 
 
-def run(probe: str, spec: dict[str, Any], *, out_dir: Path, topo: Topology, placement: Placement, run_id: str,
-        timeout_s: float, env: Mapping[str, str]) -> ProbeRun:
+def run(
+    probe: str,
+    spec: dict[str, Any],
+    *,
+    out_dir: Path,
+    topo: Topology,
+    placement: Placement,
+    run_id: str,
+    timeout_s: float,
+    env: Mapping[str, str],
+) -> ProbeRun:
     """Run one probe to completion or to its timeout; raise :class:`ProbeError` unless it produced a result."""
     out_dir.mkdir(parents=True, exist_ok=True)
     full_spec = {"backend": topo.backend, "device": topo.device, "pg_timeout_s": timeout_s, **spec}
@@ -82,8 +114,9 @@ def run(probe: str, spec: dict[str, Any], *, out_dir: Path, topo: Topology, plac
     outcome = ProbeRun(probe=probe, argv=argv, out_dir=out_dir)
     start = time.monotonic()
     with open(out_dir / "torchrun.log", "wb") as log:
-        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                env=dict(env), start_new_session=True)
+        proc = subprocess.Popen(
+            argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=dict(env), start_new_session=True
+        )
         try:
             outcome.returncode = proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
@@ -118,10 +151,8 @@ def _kill(proc: subprocess.Popen[bytes], out_dir: Path) -> int | None:
 def _signal_group(pid: int, sig: signal.Signals) -> None:
     if pid <= 0:
         return
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def _rank_states(out_dir: Path) -> list[dict[str, Any]]:
@@ -144,10 +175,14 @@ def _diagnose(run: ProbeRun, timeout_s: float) -> str:
     if run.timed_out:
         stuck = "; ".join(f"{_rank_label(run.ranks, int(s['rank']))} in phase {s.get('phase')!r}" for s in unfinished)
         first = int(unfinished[0]["rank"]) if unfinished else 0
-        return (f"probe {run.probe} timed out after {timeout_s:g} s and was killed; unfinished: {stuck or 'no rank started'}"
-                f"\n{_tail(run.out_dir, first)}")
-    return (f"probe {run.probe} exited with status {run.returncode} and left no result"
-            f"\n{_tail_file(run.out_dir / 'torchrun.log')}")
+        return (
+            f"probe {run.probe} timed out after {timeout_s:g} s and was killed; "
+            f"unfinished: {stuck or 'no rank started'}\n{_tail(run.out_dir, first)}"
+        )
+    return (
+        f"probe {run.probe} exited with status {run.returncode} and left no result"
+        f"\n{_tail_file(run.out_dir / 'torchrun.log')}"
+    )
 
 
 def _rank_label(states: list[dict[str, Any]], rank: int) -> str:

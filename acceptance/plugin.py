@@ -9,7 +9,7 @@ from __future__ import annotations
 import datetime
 import os
 import socket
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator
 from pathlib import Path
 from typing import Any
 
@@ -23,25 +23,57 @@ from acceptance.session import ClusterRun, fmt
 from acceptance.topology import TopologyError, resolve
 
 RUN_KEY = pytest.StashKey[ClusterRun]()
-NO_PROFILE = ("no cluster profile selected: pass --cluster-profile NAME (or set CLUSTER_PROFILE); "
-              "`cluster-acceptance list` shows the profiles, local-cpu runs on any machine")
+NO_PROFILE = (
+    "no cluster profile selected: pass --cluster-profile NAME (or set CLUSTER_PROFILE); "
+    "`cluster-acceptance list` shows the profiles, local-cpu runs on any machine"
+)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("cluster", "cluster acceptance")
-    group.addoption("--cluster-profile", default=os.environ.get("CLUSTER_PROFILE"),
-                    help="profile name or YAML path (default: $CLUSTER_PROFILE; none: the plugin stays inert)")
-    group.addoption("--cluster-evidence", type=Path, default=None,
-                    help="evidence folder (default: a new folder under ./acceptance-results/)")
-    group.addoption("--cluster-timeout", type=float, default=None,
-                    help="seconds per probe run, overriding the profile's timeouts (default: the profile's)")
-    group.addoption("--cluster-nodes", type=int, default=None,
-                    help="number of nodes (default: from Slurm, Kubernetes, NNODES, or the profile)")
-    group.addoption("--cluster-node-rank", type=int, default=None,
-                    help="this node's rank (default: from SLURM_NODEID, JOB_COMPLETION_INDEX, NODE_RANK, or 0)")
-    group.addoption("--cluster-head", default=None,
-                    help="rendezvous head HOST[:PORT] (default: first Slurm node, CLUSTER_HEAD, MASTER_ADDR, "
-                         "or 127.0.0.1; port: MASTER_PORT or the profile's rdzv_port)")
+    group.addoption(
+        "--cluster-profile",
+        default=os.environ.get("CLUSTER_PROFILE"),
+        help="profile name or YAML path (default: $CLUSTER_PROFILE; none: the plugin stays inert)",
+    )
+    group.addoption(
+        "--cluster-evidence",
+        type=Path,
+        default=None,
+        help="evidence folder (default: a new folder under ./acceptance-results/)",
+    )
+    group.addoption(
+        "--cluster-set",
+        action="append",
+        default=[],
+        metavar="KEY.PATH=VALUE",
+        help="override one profile key for this run, e.g. training.micro_batch=8 (repeatable; "
+        "validated like the file; default: none)",
+    )
+    group.addoption(
+        "--cluster-timeout",
+        type=float,
+        default=None,
+        help="seconds per probe run, overriding the profile's timeouts (default: the profile's)",
+    )
+    group.addoption(
+        "--cluster-nodes",
+        type=int,
+        default=None,
+        help="number of nodes (default: from Slurm, Kubernetes, NNODES, or the profile)",
+    )
+    group.addoption(
+        "--cluster-node-rank",
+        type=int,
+        default=None,
+        help="this node's rank (default: from SLURM_NODEID, JOB_COMPLETION_INDEX, NODE_RANK, or 0)",
+    )
+    group.addoption(
+        "--cluster-head",
+        default=None,
+        help="rendezvous head HOST[:PORT] (default: first Slurm node, CLUSTER_HEAD, MASTER_ADDR, "
+        "or 127.0.0.1; port: MASTER_PORT or the profile's rdzv_port)",
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -50,19 +82,31 @@ def pytest_configure(config: pytest.Config) -> None:
     if not name:
         return
     if (config.getoption("numprocesses", None) or 0) not in (0, "0") and not hasattr(config, "workerinput"):
-        raise pytest.UsageError("cluster tests own every GPU of the node: run them without -n (pytest-xdist); "
-                                "xdist is for the plugin's own tests")
+        raise pytest.UsageError(
+            "cluster tests own every GPU of the node: run them without -n (pytest-xdist); "
+            "xdist is for the plugin's own tests"
+        )
     try:
-        profile = profiles.load(name)
+        profile = profiles.load(name, config.getoption("cluster_set"))
         topo = profile.model.topology
-        placement = resolve(os.environ, topo.nodes, nodes=config.getoption("cluster_nodes"),
-                            node_rank=config.getoption("cluster_node_rank"), head=config.getoption("cluster_head"),
-                            default_port=topo.rdzv_port)
+        placement = resolve(
+            os.environ,
+            topo.nodes,
+            nodes=config.getoption("cluster_nodes"),
+            node_rank=config.getoption("cluster_node_rank"),
+            head=config.getoption("cluster_head"),
+            default_port=topo.rdzv_port,
+        )
     except (profiles.ProfileError, TopologyError) as exc:
         raise pytest.UsageError(str(exc)) from None
     folder = config.getoption("cluster_evidence") or _default_folder(profile.name, placement.node_rank)
-    config.stash[RUN_KEY] = ClusterRun(profile, placement, Path(folder), config.getoption("cluster_timeout"),
-                                       run_tag=os.environ.get("CLUSTER_RUN_ID", ""))
+    config.stash[RUN_KEY] = ClusterRun(
+        profile,
+        placement,
+        Path(folder),
+        config.getoption("cluster_timeout"),
+        run_tag=os.environ.get("CLUSTER_RUN_ID", ""),
+    )
 
 
 def _default_folder(profile: str, node_rank: int) -> Path:
@@ -79,10 +123,12 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     if run is None:
         return []
     p, place, topo = run.profile, run.placement, run.topology
-    return [f"cluster profile: {p.name} ({p.path}) sha256 {p.sha256[:16]}",
-            f"cluster topology: {place.nodes} node(s) x {topo.nproc_per_node} rank(s), {topo.device}/{topo.backend}, "
-            f"node rank {place.node_rank}, head {place.endpoint} (from {place.source})",
-            f"cluster evidence: {run.evidence_dir}"]
+    return [
+        f"cluster profile: {p.name} ({p.path}) sha256 {p.sha256[:16]}",
+        f"cluster topology: {place.nodes} node(s) x {topo.nproc_per_node} rank(s), {topo.device}/{topo.backend}, "
+        f"node rank {place.node_rank}, head {place.endpoint} (from {place.source})",
+        f"cluster evidence: {run.evidence_dir}",
+    ]
 
 
 @pytest.fixture(scope="session")
@@ -93,7 +139,9 @@ def cluster(request: pytest.FixtureRequest) -> ClusterRun:
     return run
 
 
-def probe_result(run: ClusterRun, name: str, spec: dict[str, Any] | None = None, key: str | None = None) -> dict[str, Any]:
+def probe_result(
+    run: ClusterRun, name: str, spec: dict[str, Any] | None = None, key: str | None = None
+) -> dict[str, Any]:
     """A probe's result for a fixture, its failure as the test's error (with the failing rank's log tail)."""
     try:
         return run.probe(name, spec, key)
@@ -103,8 +151,10 @@ def probe_result(run: ClusterRun, name: str, spec: dict[str, Any] | None = None,
 
 def require_ranks(run: ClusterRun, at_least: int, what: str) -> None:
     if run.world_size < at_least:
-        pytest.skip(f"{what} needs at least {at_least} ranks; profile {run.profile.name} has {run.world_size} "
-                    f"({run.placement.nodes} node(s) x {run.topology.nproc_per_node})")
+        pytest.skip(
+            f"{what} needs at least {at_least} ranks; profile {run.profile.name} has {run.world_size} "
+            f"({run.placement.nodes} node(s) x {run.topology.nproc_per_node})"
+        )
 
 
 class Checker:
@@ -113,7 +163,9 @@ class Checker:
     def __init__(self, run: ClusterRun, item: pytest.Item, record: Callable[[str, object], None]) -> None:
         self.run, self.item, self.record_property = run, item, record
 
-    def __call__(self, metric: str, value: float, unit: str, detail: str = "", default: Threshold | None = None) -> None:
+    def __call__(
+        self, metric: str, value: float, unit: str, detail: str = "", default: Threshold | None = None
+    ) -> None:
         self.all([(metric, value, unit, detail)], default=default)
 
     def all(self, figures: list[tuple[str, float, str, str]], default: Threshold | None = None) -> None:
@@ -138,7 +190,9 @@ class Checker:
 
 
 @pytest.fixture
-def check(cluster: ClusterRun, request: pytest.FixtureRequest, record_property: Callable[[str, object], None]) -> Checker:
+def check(
+    cluster: ClusterRun, request: pytest.FixtureRequest, record_property: Callable[[str, object], None]
+) -> Checker:
     return Checker(cluster, request.node, record_property)
 
 
@@ -159,8 +213,10 @@ def pytest_deselected(items: list[pytest.Item]) -> None:
 
 
 @pytest.hookimpl(wrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
-    report: pytest.TestReport = yield
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    report = yield
     run = current(item.config)
     if run is None or not _in_evidence(report, run):
         return report
@@ -225,17 +281,29 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     if run is None:
         return
     tr, data = terminalreporter, run.evidence.data
-    rows = [(c["metric"], fmt(c["value"]), c["unit"], c["bound"] or "-", c["verdict"].upper())
-            for c in run.evidence.checks()]
+    rows = [
+        (c["metric"], fmt(c["value"]), c["unit"], c["bound"] or "-", c["verdict"].upper())
+        for c in run.evidence.checks()
+    ]
     tr.section(f"cluster acceptance: profile {run.profile.name}")
     if rows:
-        widths = [max(len(str(r[i])) for r in [("metric", "value", "unit", "bound", "verdict"), *rows]) for i in range(5)]
+        widths = [
+            max(len(str(r[i])) for r in [("metric", "value", "unit", "bound", "verdict"), *rows]) for i in range(5)
+        ]
         for row in [("metric", "value", "unit", "bound", "verdict"), *rows]:
-            tr.write_line("  ".join(str(cell).rjust(w) if i == 1 else str(cell).ljust(w)
-                                    for i, (cell, w) in enumerate(zip(row, widths))).rstrip())
+            tr.write_line(
+                "  ".join(
+                    str(cell).rjust(w) if i == 1 else str(cell).ljust(w)
+                    for i, (cell, w) in enumerate(zip(row, widths, strict=True))
+                ).rstrip()
+            )
     if data["unchecked_thresholds"]:
         kind = "ERROR" if data["errors"] else "not checked (tests deselected or interrupted)"
-        tr.write_line(f"thresholds no test checked [{kind}]: {', '.join(data['unchecked_thresholds'])}",
-                      red=bool(data["errors"]))
-    tr.write_line(f"verdict: {data['verdict']}{'' if data['complete'] else ' (incomplete)'}; evidence: {run.evidence.path}",
-                  green=data["verdict"] == "PASS", red=data["verdict"] != "PASS")
+        tr.write_line(
+            f"thresholds no test checked [{kind}]: {', '.join(data['unchecked_thresholds'])}", red=bool(data["errors"])
+        )
+    tr.write_line(
+        f"verdict: {data['verdict']}{'' if data['complete'] else ' (incomplete)'}; evidence: {run.evidence.path}",
+        green=data["verdict"] == "PASS",
+        red=data["verdict"] != "PASS",
+    )

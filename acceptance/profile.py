@@ -62,7 +62,9 @@ def find(name_or_path: str, relative_to: Path | None = None) -> Path:
         if candidate.is_file():
             return candidate
     names = ", ".join(sorted(available())) or "(none)"
-    raise ProfileError(f"unknown profile {name_or_path!r}: no such file, and no profile of that name. Profiles: {names}")
+    raise ProfileError(
+        f"unknown profile {name_or_path!r}: no such file, and no profile of that name. Profiles: {names}"
+    )
 
 
 def _candidates(name_or_path: str, relative_to: Path | None) -> list[Path]:
@@ -73,9 +75,12 @@ def _candidates(name_or_path: str, relative_to: Path | None) -> list[Path]:
     return out
 
 
-def load(name_or_path: str) -> Profile:
+def load(name_or_path: str, overrides: list[str] | None = None) -> Profile:
+    """Load, merge ``extends:``, apply ``KEY.PATH=VALUE`` overrides (``--cluster-set``), validate."""
     path = find(name_or_path)
     raw, chain, lines = _resolve(path, ())
+    for item in overrides or []:
+        raw = _override(raw, item)
     try:
         model = ProfileModel.model_validate(raw)
     except ValidationError as exc:
@@ -93,7 +98,7 @@ LineMap = dict[tuple[str, ...], tuple[Path, int]]
 def _resolve(path: Path, seen: tuple[Path, ...]) -> tuple[dict[str, Any], tuple[Path, ...], LineMap]:
     real = path.resolve()
     if real in seen:
-        cycle = " -> ".join(str(p) for p in (*seen, real))
+        cycle = " -> ".join(str(p) for p in [*seen, real])
         raise ProfileError(f"{path}: extends: cycle {cycle}")
     data, lines = _read_yaml(path)
     parent_name = data.get("extends")
@@ -107,6 +112,22 @@ def _resolve(path: Path, seen: tuple[Path, ...]) -> tuple[dict[str, Any], tuple[
         raise ProfileError(f"{path}: extends: {exc}") from None
     parent, chain, parent_lines = _resolve(parent_path, (*seen, real))
     return _merge(parent, data), chain, {**parent_lines, **lines}
+
+
+def _override(raw: dict[str, Any], item: str) -> dict[str, Any]:
+    """``training.micro_batch=8`` -> raw["training"]["micro_batch"] = 8; the value is read as YAML."""
+    key, sep, text = item.partition("=")
+    parts = key.strip().split(".")
+    if not sep or not all(parts):
+        raise ProfileError(f"--cluster-set {item!r}: expected KEY.PATH=VALUE, e.g. training.micro_batch=8")
+    try:
+        value = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ProfileError(f"--cluster-set {item!r}: the value is not valid YAML: {exc}") from None
+    patch: dict[str, Any] = {parts[-1]: value}
+    for part in reversed(parts[:-1]):
+        patch = {part: patch}
+    return _merge(raw, patch)
 
 
 def _read_yaml(path: Path) -> tuple[dict[str, Any], LineMap]:
@@ -135,8 +156,9 @@ def _map_lines(node: yaml.Node | None, prefix: tuple[str, ...], path: Path, out:
             _map_lines(value, at, path, out)
     elif isinstance(node, yaml.SequenceNode):
         for index, item in enumerate(node.value):
-            out[(*prefix, str(index))] = (path, item.start_mark.line + 1)
-            _map_lines(item, (*prefix, str(index)), path, out)
+            at = (*prefix, str(index))
+            out[at] = (path, item.start_mark.line + 1)
+            _map_lines(item, at, path, out)
 
 
 def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
@@ -185,14 +207,14 @@ def _expected(err: Any, loc: tuple[str, ...]) -> str:
     return f"{msg} (got {err['input']!r})" if not isinstance(err.get("input"), dict) else msg
 
 
-def _model_at(loc: tuple[str, ...]) -> type | None:
+def _model_at(loc: tuple[str, ...]) -> Any:
     model: Any = ProfileModel
     for part in loc:
         field = getattr(model, "model_fields", {}).get(part)
         if field is None:
             return None
         model = field.annotation
-    return model if hasattr(model, "model_fields") else None
+    return model if hasattr(model, "model_fields") else None  # type: ignore[no-any-return]
 
 
 def _canonical_thresholds(model: ProfileModel, path: Path) -> ProfileModel:

@@ -25,9 +25,7 @@ class Strict(BaseModel):
 
 class Topology(Strict):
     nodes: PositiveInt = 1
-    ranks_per_node: PositiveInt | None = Field(
-        None, description="processes per node; defaults to gpus_per_node on cuda, 2 on cpu"
-    )
+    ranks_per_node: PositiveInt | None = None  # processes per node; default: gpus_per_node on cuda, 2 on cpu
     gpus_per_node: Annotated[int, Field(ge=0)] = 0
     gpu_model: str | None = None
     device: Literal["cuda", "cpu"] = "cuda"
@@ -78,9 +76,8 @@ class Collectives(Strict):
     dtype: Literal["bfloat16", "float16", "float32"] = "bfloat16"
     warmup_iters: Annotated[int, Field(ge=0)] = 5
     iters: PositiveInt = 20
-    timing: Literal["auto", "cuda_graph", "eager"] = Field(
-        "auto", description="auto: CUDA graph on GPUs (takes launch cost out), host clock on CPU"
-    )
+    # auto: a CUDA graph on GPUs (takes Python's launch cost out of the figure), a host clock on the CPU
+    timing: Literal["auto", "cuda_graph", "eager"] = "auto"
     check_data: bool = True
 
 
@@ -91,7 +88,7 @@ class Threshold(Strict):
     ref: float | None = None
     tol: Annotated[float, Field(ge=0)] | None = None
     xfail: str | None = None
-    source: str | None = Field(None, description="where the bound comes from")
+    source: str | None = None  # where the bound comes from
 
     @model_validator(mode="after")
     def _one_kind(self) -> Threshold:
@@ -108,7 +105,7 @@ class ProfileModel(Strict):
     name: str
     description: str = ""
     extends: str | None = None
-    topology: Topology = Topology(device="cpu", backend="gloo")
+    topology: Topology = Topology(device="cpu", backend="gloo", ranks_per_node=2)
     env: dict[str, str] = {}
     timeouts: Timeouts = Timeouts()
     connectivity: Connectivity = Connectivity()

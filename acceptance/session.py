@@ -42,11 +42,22 @@ class ClusterRun:
 
     def __post_init__(self) -> None:
         self.evidence_dir.mkdir(parents=True, exist_ok=True)
-        profile = {"name": self.profile.name, "path": str(self.profile.path), "sha256": self.profile.sha256,
-                   "extends": [str(p) for p in self.profile.chain[1:]], "resolved": self.profile.resolved}
-        topo = {"nodes": self.placement.nodes, "node_rank": self.placement.node_rank, "head": self.placement.endpoint,
-                "source": self.placement.source, "ranks_per_node": self.topology.nproc_per_node,
-                "world_size": self.world_size, "host": socket.gethostname()}
+        profile = {
+            "name": self.profile.name,
+            "path": str(self.profile.path),
+            "sha256": self.profile.sha256,
+            "extends": [str(p) for p in self.profile.chain[1:]],
+            "resolved": self.profile.resolved,
+        }
+        topo = {
+            "nodes": self.placement.nodes,
+            "node_rank": self.placement.node_rank,
+            "head": self.placement.endpoint,
+            "source": self.placement.source,
+            "ranks_per_node": self.topology.nproc_per_node,
+            "world_size": self.world_size,
+            "host": socket.gethostname(),
+        }
         self.evidence = Evidence(self.evidence_dir, profile, topo, {**os.environ, **self.profile.model.env})
         self.evidence.write()
 
@@ -60,8 +71,12 @@ class ClusterRun:
 
     def spec(self, probe: str) -> dict[str, Any]:
         section = self.profile.resolved.get(probe, {})
-        return {probe: section, "expected_world_size": self.world_size, "ranks_per_node": self.topology.nproc_per_node,
-                "nodes": self.placement.nodes}
+        return {
+            probe: section,
+            "expected_world_size": self.world_size,
+            "ranks_per_node": self.topology.nproc_per_node,
+            "nodes": self.placement.nodes,
+        }
 
     def timeout(self, probe: str) -> float:
         return self.timeout_override or self.profile.model.timeouts.for_probe(probe)
@@ -83,15 +98,27 @@ class ClusterRun:
         record: dict[str, Any] = {"name": name, "key": key}
         self.evidence.data["probes"].append(record)
         try:
-            outcome = launch.run(name, spec, out_dir=out_dir, topo=self.topology, placement=self.placement,
-                                 run_id=run_id, timeout_s=self.timeout(name),
-                                 env=launch.child_env(self.profile.model.env))
+            outcome = launch.run(
+                name,
+                spec,
+                out_dir=out_dir,
+                topo=self.topology,
+                placement=self.placement,
+                run_id=run_id,
+                timeout_s=self.timeout(name),
+                env=launch.child_env(self.profile.model.env),
+            )
         except launch.ProbeError as exc:
             record.update(status="failed", error=str(exc), out_dir=str(out_dir.relative_to(self.evidence_dir)))
             self.evidence.write()
             return exc
-        record.update(status="ok", wall_s=round(outcome.wall_s, 3), out_dir=str(out_dir.relative_to(self.evidence_dir)),
-                      argv=outcome.argv, result=outcome.result)
+        record.update(
+            status="ok",
+            wall_s=round(outcome.wall_s, 3),
+            out_dir=str(out_dir.relative_to(self.evidence_dir)),
+            argv=outcome.argv,
+            result=outcome.result,
+        )
         if name == "connectivity" and outcome.result:
             self._record_nodes(outcome.result)
         self.evidence.write()
@@ -100,15 +127,24 @@ class ClusterRun:
     def _record_nodes(self, result: dict[str, Any]) -> None:
         nodes: dict[str, dict[str, Any]] = {}
         for r in result.get("ranks", []):
-            node = nodes.setdefault(f"{r['node_rank']}", {"host": r["host"], "node_rank": r["node_rank"], "devices": []})
-            node["devices"].append({k: r.get(k) for k in ("rank", "local_rank", "device", "device_name", "uuid",
-                                                          "pci_bus_id", "memory_gib") if k in r})
+            node = nodes.setdefault(
+                f"{r['node_rank']}", {"host": r["host"], "node_rank": r["node_rank"], "devices": []}
+            )
+            node["devices"].append(
+                {
+                    k: r.get(k)
+                    for k in ("rank", "local_rank", "device", "device_name", "uuid", "pci_bus_id", "memory_gib")
+                    if k in r
+                }
+            )
         self.evidence.data["cluster"]["nodes"] = list(nodes.values())
         self.evidence.data["cluster"]["software"].update(
-            {f"probe_{k}": v for k, v in (result.get("software") or {}).items()})
+            {f"probe_{k}": v for k, v in (result.get("software") or {}).items()}
+        )
 
-    def check(self, nodeid: str, metric: str, value: float, unit: str, detail: str = "",
-              default: Threshold | None = None) -> Check:
+    def check(
+        self, nodeid: str, metric: str, value: float, unit: str, detail: str = "", default: Threshold | None = None
+    ) -> Check:
         """Bound ``value`` by the profile's threshold, else by ``default`` (for correctness figures,
         which are never mere information), else record it as information."""
         threshold = self.profile.threshold(metric) or default
@@ -118,11 +154,23 @@ class ClusterRun:
         else:
             ok, bound = evaluate(threshold, value)
             verdict = "pass" if ok else ("xfail" if threshold.xfail else "fail")
-            message = "" if ok else (f"{metric} = {fmt(value)} {unit}, expected {bound} "
-                                     f"(profile {self.profile.name})" + (f"\n{detail}" if detail else ""))
+            message = (
+                ""
+                if ok
+                else (
+                    f"{metric} = {fmt(value)} {unit}, expected {bound} "
+                    f"(profile {self.profile.name})" + (f"\n{detail}" if detail else "")
+                )
+            )
             result = Check(metric, value, unit, verdict, bound, message, threshold.xfail)
-        entry = {"metric": metric, "value": value, "unit": unit, "bound": result.bound, "verdict": result.verdict,
-                 "threshold": threshold.model_dump(exclude_none=True) if threshold else None}
+        entry = {
+            "metric": metric,
+            "value": value,
+            "unit": unit,
+            "bound": result.bound,
+            "verdict": result.verdict,
+            "threshold": threshold.model_dump(exclude_none=True) if threshold else None,
+        }
         if detail:
             entry["detail"] = detail
         self.evidence.test(nodeid)["checks"].append(entry)

@@ -100,20 +100,29 @@ def resolve(
         found = Placement(nodes or profile_nodes, node_rank or 0, host, port, "command line")
     elif "SLURM_NNODES" in env and "SLURM_NODEID" in env:
         first = expand_nodelist(env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST", "127.0.0.1"))[0]
-        host, port = split_head(env.get("MASTER_ADDR", first), _int(env, "MASTER_PORT") if "MASTER_PORT" in env else default_port)
+        host, port = split_head(
+            env.get("MASTER_ADDR", first), _int(env, "MASTER_PORT") if "MASTER_PORT" in env else default_port
+        )
         found = Placement(_int(env, "SLURM_NNODES"), _int(env, "SLURM_NODEID"), host, port, "slurm")
     elif "JOB_COMPLETION_INDEX" in env:
         head_var = env.get("CLUSTER_HEAD") or env.get("MASTER_ADDR")
         if not head_var:
-            raise TopologyError("JOB_COMPLETION_INDEX is set but neither CLUSTER_HEAD nor MASTER_ADDR names the head pod")
+            raise TopologyError(
+                "JOB_COMPLETION_INDEX is set but neither CLUSTER_HEAD nor MASTER_ADDR names the head pod"
+            )
         host, port = split_head(head_var, _int(env, "MASTER_PORT") if "MASTER_PORT" in env else default_port)
         count = _int(env, "NNODES") if "NNODES" in env else profile_nodes
         found = Placement(count, _int(env, "JOB_COMPLETION_INDEX"), host, port, "kubernetes indexed job")
     elif "NNODES" in env or "NODE_RANK" in env:
         port = _int(env, "MASTER_PORT") if "MASTER_PORT" in env else default_port
         count = _int(env, "NNODES") if "NNODES" in env else profile_nodes
-        found = Placement(count, _int(env, "NODE_RANK") if "NODE_RANK" in env else 0,
-                          env.get("MASTER_ADDR", "127.0.0.1"), port, "environment")
+        found = Placement(
+            count,
+            _int(env, "NODE_RANK") if "NODE_RANK" in env else 0,
+            env.get("MASTER_ADDR", "127.0.0.1"),
+            port,
+            "environment",
+        )
     else:
         if profile_nodes > 1:
             raise TopologyError(

@@ -24,7 +24,7 @@ MODULE_ORDER = ("test_connectivity", "test_health", "test_compute", "test_collec
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     def rank(item: pytest.Item) -> int:
-        name = item.module.__name__.rpartition(".")[2] if item.module else ""
+        name = item.path.stem
         return MODULE_ORDER.index(name) if name in MODULE_ORDER else len(MODULE_ORDER)
 
     items.sort(key=rank)

@@ -27,16 +27,22 @@ def _row(sweep: dict[str, Any], case: tuple[str, str]) -> dict[str, Any]:
 def test_sweep_complete(cluster: ClusterRun, sweep: dict[str, Any], check: Checker) -> None:
     check.measurements("sweep", sweep)
     cfg = cluster.profile.model.collectives
-    missing = [f"{op}@{size}" for op in cfg.ops for size in cfg.sizes
-               if not any(r["op"] == op and r["size"] == size for r in sweep["rows"])]
+    missing = [
+        f"{op}@{size}"
+        for op in cfg.ops
+        for size in cfg.sizes
+        if not any(r["op"] == op and r["size"] == size for r in sweep["rows"])
+    ]
     assert not missing, f"the sweep did not measure {', '.join(missing)}"
 
 
 def test_busbw(sweep: dict[str, Any], coll_case: tuple[str, str], check: Checker) -> None:
     row = _row(sweep, coll_case)
     op, size = coll_case
-    detail = (f"{op} {size}: {row['time_us']:.1f} us mean over ranks, slowest rank {row['slowest_rank']} "
-              f"{row['time_us_max']:.1f} us; algbw {row['algbw_gbps']:.2f} GB/s; timing {row['timing']}")
+    detail = (
+        f"{op} {size}: {row['time_us']:.1f} us mean over ranks, slowest rank {row['slowest_rank']} "
+        f"{row['time_us_max']:.1f} us; algbw {row['algbw_gbps']:.2f} GB/s; timing {row['timing']}"
+    )
     check.measurements("row", row)
     check(f"collectives.{op}.busbw_gbps@{size}", row["busbw_gbps"], "GB/s", detail)
 

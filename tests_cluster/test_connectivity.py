@@ -18,8 +18,12 @@ def conn(cluster: ClusterRun) -> dict[str, Any]:
 
 def test_world_size(conn: dict[str, Any], check: Checker) -> None:
     expected = conn["expected_world_size"]
-    check("connectivity.world_size", conn["world_size"], "ranks",
-          default=Threshold(eq=expected, source="nodes x ranks per node"))
+    check(
+        "connectivity.world_size",
+        conn["world_size"],
+        "ranks",
+        default=Threshold(eq=expected, source="nodes x ranks per node"),
+    )
 
 
 def test_every_node_has_its_ranks(conn: dict[str, Any], check: Checker) -> None:
@@ -42,7 +46,11 @@ def test_allreduce_correct(conn: dict[str, Any], check: Checker) -> None:
 
 def test_p2p_ring_correct(cluster: ClusterRun, conn: dict[str, Any], check: Checker) -> None:
     require_ranks(cluster, 2, "the point-to-point ring")
-    bad = [f"{p['src']}({p['src_host']})->{p['dst']}({p['dst_host']}): {p['wrong']} wrong" for p in conn["p2p"] if p["wrong"]]
+    bad = [
+        f"{p['src']}({p['src_host']})->{p['dst']}({p['dst_host']}): {p['wrong']} wrong"
+        for p in conn["p2p"]
+        if p["wrong"]
+    ]
     check("connectivity.p2p_wrong", conn["p2p_wrong"], "elements", "; ".join(bad), default=MUST_BE_ZERO)
 
 
@@ -50,8 +58,10 @@ def test_p2p_slowest_link(cluster: ClusterRun, conn: dict[str, Any], check: Chec
     require_ranks(cluster, 2, "the point-to-point ring")
     check.measurements("p2p", conn["p2p"])
     slow = conn["p2p_slowest"]
-    detail = (f"slowest link: rank {slow['src']} ({slow['src_host']}) -> rank {slow['dst']} ({slow['dst_host']}), "
-              f"{slow['gbps']:.2f} GB/s for {conn['p2p_size']}")
+    detail = (
+        f"slowest link: rank {slow['src']} ({slow['src_host']}) -> rank {slow['dst']} ({slow['dst_host']}), "
+        f"{slow['gbps']:.2f} GB/s for {conn['p2p_size']}"
+    )
     check("connectivity.p2p_min_gbps", slow["gbps"], "GB/s", detail)
 
 

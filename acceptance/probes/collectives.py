@@ -20,7 +20,6 @@ import torch.distributed as dist
 from acceptance.probes.rank import Ctx, main
 from acceptance.units import format_size, parse_size
 
-
 # Bus-bandwidth factors from nccl-tests (src/*.cu, GetBw in NVIDIA/nccl-tests; doc/PERFORMANCE.md):
 # busbw = algbw * factor, the fraction of the data each rank must move over its slowest link.
 BUSBW_FACTOR: dict[str, Callable[[int], float]] = {
@@ -178,8 +177,14 @@ def measure(ctx: Ctx, name: str, nbytes: int, cfg: dict[str, Any]) -> dict[str, 
     else:
         seconds = time_eager(op, ctx, cfg["warmup_iters"], cfg["iters"])
     del op
-    return {"op": name, "size": format_size(nbytes), "size_bytes": nbytes, "seconds": seconds, "wrong": wrong,
-            "timing": mode}
+    return {
+        "op": name,
+        "size": format_size(nbytes),
+        "size_bytes": nbytes,
+        "seconds": seconds,
+        "wrong": wrong,
+        "timing": mode,
+    }
 
 
 def reduce_rows(ctx: Ctx, mine: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -189,11 +194,17 @@ def reduce_rows(ctx: Ctx, mine: list[dict[str, Any]]) -> list[dict[str, Any]]:
         times = [ranks[i]["seconds"] for ranks in every]
         mean, worst = sum(times) / len(times), max(times)
         algbw = row["size_bytes"] / mean / 1e9
-        rows.append({**{k: v for k, v in row.items() if k != "seconds"}, "time_us": mean * 1e6,
-                     "time_us_max": worst * 1e6, "algbw_gbps": algbw,
-                     "busbw_gbps": algbw * BUSBW_FACTOR[row["op"]](ctx.world_size),
-                     "wrong": sum(ranks[i]["wrong"] for ranks in every),
-                     "slowest_rank": max(range(len(times)), key=times.__getitem__)})
+        rows.append(
+            {
+                **{k: v for k, v in row.items() if k != "seconds"},
+                "time_us": mean * 1e6,
+                "time_us_max": worst * 1e6,
+                "algbw_gbps": algbw,
+                "busbw_gbps": algbw * BUSBW_FACTOR[row["op"]](ctx.world_size),
+                "wrong": sum(ranks[i]["wrong"] for ranks in every),
+                "slowest_rank": max(range(len(times)), key=times.__getitem__),
+            }
+        )
     return rows
 
 
@@ -208,10 +219,15 @@ def run(ctx: Ctx) -> dict[str, Any]:
     cfg = ctx.spec["collectives"]
     mine = [measure(ctx, op, parse_size(size), cfg) for op in cfg["ops"] for size in cfg["sizes"]]
     rows = reduce_rows(ctx, mine)
-    return {"world_size": ctx.world_size, "dtype": cfg["dtype"], "backend": ctx.backend, "rows": rows,
-            "nccl_version": nccl_version() if ctx.backend == "nccl" else None,
-            "nccl_algo": os.environ.get("NCCL_ALGO", "auto (chosen by NCCL per size)"),
-            "nccl_env": {k: v for k, v in sorted(os.environ.items()) if k.startswith("NCCL_")}}
+    return {
+        "world_size": ctx.world_size,
+        "dtype": cfg["dtype"],
+        "backend": ctx.backend,
+        "rows": rows,
+        "nccl_version": nccl_version() if ctx.backend == "nccl" else None,
+        "nccl_algo": os.environ.get("NCCL_ALGO", "auto (chosen by NCCL per size)"),
+        "nccl_env": {k: v for k, v in sorted(os.environ.items()) if k.startswith("NCCL_")},
+    }
 
 
 if __name__ == "__main__":

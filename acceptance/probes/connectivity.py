@@ -21,13 +21,24 @@ from acceptance.units import format_size, parse_size
 
 
 def identity(ctx: Ctx) -> dict[str, Any]:
-    ident: dict[str, Any] = {"rank": ctx.rank, "node_rank": ctx.node_rank, "local_rank": ctx.local_rank,
-                             "host": ctx.host, "ip": _ip(), "device": str(ctx.device), "init_s": round(ctx.init_s, 3)}
+    ident: dict[str, Any] = {
+        "rank": ctx.rank,
+        "node_rank": ctx.node_rank,
+        "local_rank": ctx.local_rank,
+        "host": ctx.host,
+        "ip": _ip(),
+        "device": str(ctx.device),
+        "init_s": round(ctx.init_s, 3),
+    }
     if ctx.is_cuda:
         props = torch.cuda.get_device_properties(ctx.device)
-        ident.update(device_name=props.name, uuid=f"GPU-{props.uuid}",
-                     pci_bus_id=f"{props.pci_domain_id:04x}:{props.pci_bus_id:02x}:{props.pci_device_id:02x}.0",
-                     memory_gib=round(props.total_memory / 2**30, 1))
+        pci = [getattr(props, f"pci_{part}_id", None) for part in ("domain", "bus", "device")]
+        ident.update(
+            device_name=props.name,
+            uuid=f"GPU-{props.uuid}",
+            memory_gib=round(props.total_memory / 2**30, 1),
+            pci_bus_id=f"{pci[0]:04x}:{pci[1]:02x}:{pci[2]:02x}.0" if None not in pci else None,
+        )
     return ident
 
 
@@ -69,8 +80,16 @@ def p2p_ring(ctx: Ctx, nbytes: int, iters: int) -> list[dict[str, Any]]:
         if ctx.rank == dst:
             seconds = statistics.median(times[1:])
             wrong = int((recv != float(src)).sum().item())
-            mine.append({"src": src, "dst": dst, "bytes": nbytes, "time_us": seconds * 1e6,
-                         "gbps": nbytes / seconds / 1e9, "wrong": wrong})
+            mine.append(
+                {
+                    "src": src,
+                    "dst": dst,
+                    "bytes": nbytes,
+                    "time_us": seconds * 1e6,
+                    "gbps": nbytes / seconds / 1e9,
+                    "wrong": wrong,
+                }
+            )
     return mine
 
 
@@ -100,17 +119,26 @@ def run(ctx: Ctx) -> dict[str, Any]:
     uuids = Counter(r["uuid"] for r in ranks if "uuid" in r)
     slowest = min(pairs, key=lambda p: p["gbps"]) if pairs else None
     return {
-        "world_size": ctx.world_size, "expected_world_size": expected_world, "ranks": ranks,
-        "nodes": nodes, "expected_ranks_per_node": int(ctx.spec["ranks_per_node"]),
+        "world_size": ctx.world_size,
+        "expected_world_size": expected_world,
+        "ranks": ranks,
+        "nodes": nodes,
+        "expected_ranks_per_node": int(ctx.spec["ranks_per_node"]),
         "short_nodes": {k: len(v) for k, v in nodes.items() if len(v) != int(ctx.spec["ranks_per_node"])},
         "missing_ranks": sorted(set(range(expected_world)) - set(by_rank)),
         "duplicate_uuids": sorted(u for u, c in uuids.items() if c > 1),
-        "allreduce_wrong": wrong, "p2p": pairs, "p2p_size": format_size(parse_size(cfg["p2p_size"])),
-        "p2p_slowest": slowest, "p2p_wrong": sum(p["wrong"] for p in pairs),
+        "allreduce_wrong": wrong,
+        "p2p": pairs,
+        "p2p_size": format_size(parse_size(cfg["p2p_size"])),
+        "p2p_slowest": slowest,
+        "p2p_wrong": sum(p["wrong"] for p in pairs),
         "barrier_latency_us": sum(ctx.gather(latency)) / ctx.world_size,
         "rendezvous_s": max(r["init_s"] for r in ranks),
-        "software": {"torch": torch.__version__, "cuda": torch.version.cuda,
-                     "nccl": ".".join(map(str, torch.cuda.nccl.version())) if ctx.backend == "nccl" else None},
+        "software": {
+            "torch": torch.__version__,
+            "cuda": torch.version.cuda,
+            "nccl": ".".join(map(str, torch.cuda.nccl.version())) if ctx.backend == "nccl" else None,
+        },
     }
 
 

@@ -72,8 +72,16 @@ class Ctx:
         _maybe_fault(self.rank, name)
 
     def _status(self, phase: str, status: str) -> dict[str, Any]:
-        return {"rank": self.rank, "node_rank": self.node_rank, "local_rank": self.local_rank, "host": self.host,
-                "pid": os.getpid(), "phase": phase, "status": status, "elapsed_s": round(time.time() - self.started, 3)}
+        return {
+            "rank": self.rank,
+            "node_rank": self.node_rank,
+            "local_rank": self.local_rank,
+            "host": self.host,
+            "pid": os.getpid(),
+            "phase": phase,
+            "status": status,
+            "elapsed_s": round(time.time() - self.started, 3),
+        }
 
 
 def _maybe_fault(rank: int, phase: str) -> None:
@@ -104,9 +112,19 @@ def _init(spec: dict[str, Any], out: Path) -> Ctx:
     else:
         dist.init_process_group(backend, timeout=timeout)
     init_s = time.perf_counter() - t0
-    return Ctx(init_s=init_s, rank=rank, world_size=dist.get_world_size(), local_rank=local_rank,
-               local_world_size=int(os.environ["LOCAL_WORLD_SIZE"]), node_rank=int(os.environ["GROUP_RANK"]),
-               host=socket.gethostname(), device=device, backend=backend, spec=spec, out=out)
+    return Ctx(
+        init_s=init_s,
+        rank=rank,
+        world_size=dist.get_world_size(),
+        local_rank=local_rank,
+        local_world_size=int(os.environ["LOCAL_WORLD_SIZE"]),
+        node_rank=int(os.environ["GROUP_RANK"]),
+        host=socket.gethostname(),
+        device=device,
+        backend=backend,
+        spec=spec,
+        out=out,
+    )
 
 
 def parse_args(argv: list[str] | None = None) -> tuple[dict[str, Any], Path]:
