@@ -11,6 +11,7 @@ import contextlib
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -57,12 +58,23 @@ class ProbeRun:
 
 
 def torchrun_argv(
-    probe: str, out_dir: Path, topo: Topology, placement: Placement, run_id: str, join_timeout_s: float
+    probe: str,
+    out_dir: Path,
+    topo: Topology,
+    placement: Placement,
+    run_id: str,
+    join_timeout_s: float,
+    env: Mapping[str, str] | None = None,
 ) -> list[str]:
+    """The command that runs ``probe`` on every node: torchrun on this node, or ``srun`` starting one
+    torchrun on each node of the Slurm allocation (``topology.launcher: srun``)."""
+    srun = topo.launcher == "srun"
+    # under srun, acceptance.slurm_task adds the node rank from SLURM_NODEID and then becomes torchrun
+    runner = "acceptance.slurm_task" if srun else "torch.distributed.run"
     argv = [
         sys.executable,
         "-m",
-        "torch.distributed.run",
+        runner,
         f"--nproc-per-node={topo.nproc_per_node}",
         "--max-restarts=0",
         f"--log-dir={out_dir / 'logs'}",
@@ -74,14 +86,41 @@ def torchrun_argv(
     else:
         argv += [
             f"--nnodes={placement.nodes}",
-            f"--node-rank={placement.node_rank}",
             "--rdzv-backend=c10d",
             f"--rdzv-endpoint={placement.endpoint}",
             f"--rdzv-id={run_id}",
-            f"--rdzv-conf=join_timeout={int(join_timeout_s)}",
+            f"--rdzv-conf={_rdzv_conf(topo, placement, join_timeout_s)}",
         ]
     argv += ["-m", f"acceptance.probes.{probe}", "--spec", str(out_dir / "spec.json"), "--out", str(out_dir)]
-    return argv
+    return [*srun_prefix(topo, placement, probe, env or {}), *argv] if srun else argv
+
+
+def _rdzv_conf(topo: Topology, placement: Placement, join_timeout_s: float) -> str:
+    conf = f"join_timeout={int(join_timeout_s)}"
+    if topo.launcher == "torchrun":
+        # torchrun guesses whether it hosts the rendezvous store by matching the endpoint against this
+        # machine's names and addresses; a Kubernetes service name or a loopback head shared by several
+        # "nodes" on one machine defeats the guess, and we know the answer: node 0 hosts it.
+        conf += f",is_host={'true' if placement.node_rank == 0 else 'false'}"
+    return conf
+
+
+def srun_prefix(topo: Topology, placement: Placement, probe: str, env: Mapping[str, str]) -> list[str]:
+    """One task per node across the whole allocation, so one pytest on the login node (or in the batch
+    script) measures every node; each task becomes that node's torchrun agent."""
+    prefix = [
+        "srun",
+        f"--nodes={placement.nodes}",
+        f"--ntasks={placement.nodes}",
+        "--ntasks-per-node=1",
+        "--kill-on-bad-exit=1",
+        f"--job-name=acceptance-{probe}",
+    ]
+    # srun no longer inherits the batch script's --cpus-per-task (Slurm 22.05); without it the agent and
+    # all its ranks would share one CPU
+    if env.get("SLURM_CPUS_ON_NODE", "").isdigit():
+        prefix.append(f"--cpus-per-task={env['SLURM_CPUS_ON_NODE']}")
+    return [*prefix, *topo.srun_args]
 
 
 def child_env(profile_env: Mapping[str, str], extra: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -110,7 +149,7 @@ def run(
     out_dir.mkdir(parents=True, exist_ok=True)
     full_spec = {"backend": topo.backend, "device": topo.device, "pg_timeout_s": timeout_s, **spec}
     (out_dir / "spec.json").write_text(json.dumps(full_spec, indent=1, sort_keys=True))
-    argv = torchrun_argv(probe, out_dir, topo, placement, run_id, join_timeout_s=timeout_s)
+    argv = torchrun_argv(probe, out_dir, topo, placement, run_id, join_timeout_s=timeout_s, env=env)
     outcome = ProbeRun(probe=probe, argv=argv, out_dir=out_dir)
     start = time.monotonic()
     with open(out_dir / "torchrun.log", "wb") as log:
@@ -143,8 +182,12 @@ def _kill(proc: subprocess.Popen[bytes], out_dir: Path) -> int | None:
     except subprocess.TimeoutExpired:
         _signal_group(proc.pid, signal.SIGKILL)
         proc.wait()
+    # ranks on other nodes (srun, or a shared evidence folder) are not ours to signal: a pid means
+    # nothing on another host, and their own torchrun or srun ends them
+    here = socket.gethostname()
     for state in _rank_states(out_dir):
-        _signal_group(int(state.get("pid", 0)), signal.SIGKILL)
+        if state.get("host") == here:
+            _signal_group(int(state.get("pid", 0)), signal.SIGKILL)
     return proc.returncode
 
 

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from acceptance import plan
 from acceptance import profile as profiles
 from acceptance.evidence import junit_xml, write_atomic
 from acceptance.launch import ProbeError
@@ -96,10 +97,14 @@ def pytest_configure(config: pytest.Config) -> None:
             node_rank=config.getoption("cluster_node_rank"),
             head=config.getoption("cluster_head"),
             default_port=topo.rdzv_port,
+            launcher=topo.launcher,
         )
     except (profiles.ProfileError, TopologyError) as exc:
         raise pytest.UsageError(str(exc)) from None
     folder = config.getoption("cluster_evidence") or _default_folder(profile.name, placement.node_rank)
+    if _meets(placement.nodes, topo.launcher) and config.getoption("cluster_evidence"):
+        # one pytest per node may share the folder (a shared filesystem, one volume): one subfolder each
+        folder = Path(folder) / f"node{placement.node_rank}-{socket.gethostname()}"
     config.stash[RUN_KEY] = ClusterRun(
         profile,
         placement,
@@ -107,6 +112,11 @@ def pytest_configure(config: pytest.Config) -> None:
         config.getoption("cluster_timeout"),
         run_tag=os.environ.get("CLUSTER_RUN_ID", ""),
     )
+
+
+def _meets(nodes: int, launcher: str) -> bool:
+    """One pytest per node: the nodes must agree on the plan (the srun controller is a single pytest)."""
+    return nodes > 1 and launcher == "torchrun"
 
 
 def _default_folder(profile: str, node_rank: int) -> Path:
@@ -128,7 +138,11 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
         f"cluster topology: {place.nodes} node(s) x {topo.nproc_per_node} rank(s), {topo.device}/{topo.backend}, "
         f"node rank {place.node_rank}, head {place.endpoint} (from {place.source})",
         f"cluster evidence: {run.evidence_dir}",
-    ]
+    ] + (
+        [f"cluster plan: the nodes meet at {place.head}:{place.port + plan.STORE_PORT_OFFSET} after collection"]
+        if _meets(place.nodes, topo.launcher)
+        else []
+    )
 
 
 @pytest.fixture(scope="session")
@@ -206,6 +220,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.cluster)
 
 
+def pytest_collection_finish(session: pytest.Session) -> None:
+    run = current(session.config)
+    if run is None or session.config.option.collectonly or not _meets(run.placement.nodes, run.topology.launcher):
+        return
+    try:
+        plan.meet(run, [item.nodeid for item in session.items])
+    except plan.PlanError as exc:
+        run.evidence.data["errors"].append(str(exc))
+        raise pytest.UsageError(str(exc)) from None
+
+
 def pytest_deselected(items: list[pytest.Item]) -> None:
     if items:
         config = items[0].config
@@ -260,7 +285,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     run = current(session.config)
     if run is None:
         return
-    interrupted = exitstatus in (pytest.ExitCode.INTERRUPTED, pytest.ExitCode.INTERNAL_ERROR)
+    stopped = (pytest.ExitCode.INTERRUPTED, pytest.ExitCode.INTERNAL_ERROR, pytest.ExitCode.USAGE_ERROR)
+    interrupted = exitstatus in stopped
     unchecked = run.unchecked()
     deselected = session.config.stash.get(_DESELECTED, 0)
     data = run.evidence.data
@@ -272,6 +298,9 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     failed = any(t["outcome"] in ("failed", "error") for t in data["tests"]) or gate_off
     failed = failed or any(c["verdict"] == "fail" for c in run.evidence.checks())
     run.evidence.finish(complete=not interrupted, verdict="FAIL" if failed or interrupted else "PASS")
+    plan.share_verdict(run)
+    if run.evidence.data["verdict"] != "PASS" and session.exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
     run.evidence.write()
     write_atomic(run.evidence_dir / f"junit-{socket.gethostname()}.xml", junit_xml(data))
 

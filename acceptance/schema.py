@@ -31,7 +31,8 @@ class Topology(Strict):
     device: Literal["cuda", "cpu"] = "cuda"
     backend: Literal["nccl", "gloo"] = "nccl"
     launcher: Literal["torchrun", "srun"] = "torchrun"
-    rdzv_port: Annotated[int, Field(gt=0, lt=65536)] = 29400
+    rdzv_port: Annotated[int, Field(gt=0, lt=65535)] = 29400  # multi-node: the nodes' store uses rdzv_port + 1
+    srun_args: list[str] = []  # launcher srun: extra srun options, e.g. --gpus-per-node=8 or --container-image=...
 
     @model_validator(mode="after")
     def _consistent(self) -> Topology:
@@ -58,6 +59,7 @@ class Timeouts(Strict):
     default: Seconds = 300
     connectivity: Seconds | None = None
     collectives: Seconds | None = None
+    rendezvous: Seconds = 300  # multi-node: how long the nodes wait for each other at the start and before a probe
 
     def for_probe(self, probe: str) -> float:
         value = getattr(self, probe, None)

@@ -13,6 +13,7 @@ from typing import Any
 
 from acceptance import launch
 from acceptance.evidence import Evidence
+from acceptance.plan import Meeting, PlanError
 from acceptance.profile import Profile, evaluate
 from acceptance.schema import Threshold
 from acceptance.topology import Placement
@@ -36,6 +37,7 @@ class ClusterRun:
     evidence_dir: Path
     timeout_override: float | None = None
     run_tag: str = ""
+    meeting: Meeting | None = None  # multi-node, one pytest per node: the nodes' shared store
     evidence: Evidence = field(init=False)
     checked: set[str] = field(default_factory=set)
     _probes: dict[str, dict[str, Any] | launch.ProbeError] = field(default_factory=dict)
@@ -98,6 +100,7 @@ class ClusterRun:
         record: dict[str, Any] = {"name": name, "key": key}
         self.evidence.data["probes"].append(record)
         try:
+            self._meet_before(name, seq, key)
             outcome = launch.run(
                 name,
                 spec,
@@ -123,6 +126,18 @@ class ClusterRun:
             self._record_nodes(outcome.result)
         self.evidence.write()
         return outcome.result or {}
+
+    def _meet_before(self, name: str, seq: int, key: str) -> None:
+        """Start a probe only once every node is ready for it: a node still inside the previous probe
+        would otherwise find the previous rendezvous, and a node that is gone is named, not waited for."""
+        if self.meeting is None:
+            return
+        try:
+            # the other nodes may still be finishing the previous probe, as long as a probe may take
+            wait = max(self.profile.model.timeouts.rendezvous, self.timeout(name))
+            self.meeting.barrier(f"probe-{seq}-{key}", wait)
+        except PlanError as exc:
+            raise launch.ProbeError(f"probe {name} not started: {exc}") from None
 
     def _record_nodes(self, result: dict[str, Any]) -> None:
         nodes: dict[str, dict[str, Any]] = {}
