@@ -113,8 +113,10 @@ def _test_difference(reference: list[str], other: list[str]) -> str:
     for label, tests in (("selects", extra), ("lacks", missing)):
         if tests:
             more = f" and {len(tests) - SHOWN} more" if len(tests) > SHOWN else ""
-            parts.append(f"{label} {len(tests)} test(s) node 0 {'does not' if label == 'selects' else 'has'}: "
-                         f"{', '.join(tests[:SHOWN])}{more}")
+            parts.append(
+                f"{label} {len(tests)} test(s) node 0 {'does not' if label == 'selects' else 'has'}: "
+                f"{', '.join(tests[:SHOWN])}{more}"
+            )
     return "; ".join(parts) or "selects the same tests in another order"
 
 
@@ -122,9 +124,7 @@ def disagreement(plans: list[Plan]) -> str | None:
     """One message naming every node whose plan differs from node 0's, or None when all agree."""
     reference = plans[0]
     lines = [
-        f"node {p.node_rank} ({p.host}): " + "; ".join(diff)
-        for p in plans[1:]
-        if (diff := differences(reference, p))
+        f"node {p.node_rank} ({p.host}): " + "; ".join(diff) for p in plans[1:] if (diff := differences(reference, p))
     ]
     if not lines:
         return None

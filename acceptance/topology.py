@@ -184,7 +184,11 @@ def resolve(
         host, port = split_head(head, base.port) if head is not None else (base.head, base.port)
         source = "command line" + (f" over {found.source}" if found else "")
         found = Placement(
-            base.nodes if nodes is None else nodes, base.node_rank if node_rank is None else node_rank, host, port, source
+            base.nodes if nodes is None else nodes,
+            base.node_rank if node_rank is None else node_rank,
+            host,
+            port,
+            source,
         )
     elif found is None:
         if profile_nodes > 1:
