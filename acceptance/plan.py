@@ -25,8 +25,6 @@ import acceptance
 from acceptance.topology import Placement
 
 if TYPE_CHECKING:
-    from torch.distributed import TCPStore
-
     from acceptance.session import ClusterRun
 
 STORE_PORT_OFFSET = 1
@@ -88,7 +86,7 @@ def differences(reference: Plan, other: Plan) -> list[str]:
 
 
 def _flat(data: Any, prefix: str = "") -> dict[str, Any]:
-    if not isinstance(data, dict):
+    if not isinstance(data, dict) or not data:  # an empty section is a value of its own
         return {prefix: data}
     out: dict[str, Any] = {}
     for key, value in data.items():
@@ -148,8 +146,8 @@ class Meeting:
     def where(self) -> str:
         return f"{self.placement.head}:{self.port}"
 
-    def _open(self) -> TCPStore:
-        from torch.distributed import TCPStore
+    def _open(self) -> Any:
+        from torch.distributed import TCPStore  # type: ignore[attr-defined]  # bound from C++, not re-exported
 
         timeout = datetime.timedelta(seconds=self.timeout_s)
         if self.rank == 0:

@@ -1,0 +1,137 @@
+"""Two pytest processes as two nodes on loopback, placed only by the variables a cluster sets.
+
+Each run is the real thing: both plugins meet, agree on the plan, and run the connectivity probe
+through two torchrun agents that rendezvous over c10d. One rank per node keeps it quick.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+HARNESS_TIMEOUT_S = 300  # only so that a broken run cannot hang CI; nothing here measures time
+PLACEMENT_VARS = ("SLURM_", "NNODES", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT", "JOB_COMPLETION_INDEX", "CLUSTER_")
+SUITE = ["tests_cluster/", "-k", "connectivity", "--cluster-set", "topology.ranks_per_node=1"]
+
+
+@dataclass
+class Node:
+    rank: int
+    returncode: int
+    output: str
+    evidence_dir: Path
+
+    def evidence(self) -> dict[str, Any]:
+        found = list(self.evidence_dir.glob(f"node{self.rank}-*/evidence.json"))
+        assert len(found) == 1, f"node {self.rank}: evidence files {found}\n{self.output}"
+        return json.loads(found[0].read_text())
+
+
+def free_port() -> int:
+    """A rendezvous port whose successor (the nodes' store) is free too."""
+    for _ in range(50):
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = int(sock.getsockname()[1])
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", port + 1))
+            except OSError:
+                continue
+        return port
+    raise RuntimeError("no free pair of ports")
+
+
+def base_env() -> dict[str, str]:
+    """This machine's environment without anything that would place it in a cluster already."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(PLACEMENT_VARS)}
+    env.pop("CLUSTER_PROFILE", None)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
+    return env
+
+
+def run_nodes(tmp_path: Path, envs: list[dict[str, str]], extra: list[list[str]] | None = None) -> list[Node]:
+    """Start one pytest per environment at once; wait for all of them."""
+    procs = []
+    for rank, env in enumerate(envs):
+        argv = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--cluster-profile", "local-cpu"]
+        argv += [*SUITE, "--cluster-evidence", str(tmp_path), *(extra[rank] if extra else [])]
+        procs.append(
+            subprocess.Popen(
+                argv,
+                cwd=ROOT,
+                env={**base_env(), **env},
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+                start_new_session=True,
+            )
+        )
+    nodes = []
+    for rank, proc in enumerate(procs):
+        try:
+            out, _ = proc.communicate(timeout=HARNESS_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            for other in procs:
+                os.killpg(other.pid, signal.SIGKILL)
+            out, _ = proc.communicate()
+            pytest.fail(f"node {rank} did not finish within the harness limit\n{out[-4000:]}")
+        nodes.append(Node(rank, proc.returncode, out, tmp_path))
+    return nodes
+
+
+def assert_cluster_passed(nodes: list[Node], source: str) -> None:
+    for node in nodes:
+        assert node.returncode == 0, node.output[-6000:]
+        assert f"(from {source})" in node.output
+        assert node.evidence()["verdict"] == "PASS"
+        assert list(node.evidence_dir.glob(f"node{node.rank}-*/junit-*.xml"))
+    cluster = nodes[0].evidence()["cluster"]
+    assert sorted(n["node_rank"] for n in cluster["nodes"]) == [0, 1]
+    assert [(v["node_rank"], v["verdict"]) for v in cluster["node_verdicts"]] == [(0, "PASS"), (1, "PASS")]
+    assert cluster["plan"]["digest"] == nodes[1].evidence()["cluster"]["plan"]["digest"]
+
+
+def test_two_slurm_nodes_reach_the_same_verdict(tmp_path: Path) -> None:
+    port = str(free_port())
+    common = {"SLURM_JOB_ID": "4242", "SLURM_NNODES": "2", "SLURM_JOB_NODELIST": "127.0.0.[1-2]", "MASTER_PORT": port}
+    nodes = run_nodes(tmp_path, [{**common, "SLURM_NODEID": str(r)} for r in range(2)])
+    assert_cluster_passed(nodes, "slurm")
+
+
+def test_two_kubernetes_pods_reach_the_same_verdict(tmp_path: Path) -> None:
+    port = str(free_port())
+    common = {"NNODES": "2", "CLUSTER_HEAD": "localhost", "MASTER_PORT": port}
+    nodes = run_nodes(tmp_path, [{**common, "JOB_COMPLETION_INDEX": str(r)} for r in range(2)])
+    assert_cluster_passed(nodes, "kubernetes indexed job")
+
+
+def test_a_plan_mismatch_stops_every_node_naming_the_node_and_the_difference(tmp_path: Path) -> None:
+    common = {"NNODES": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}
+    envs = [{**common, "NODE_RANK": str(r)} for r in range(2)]
+    nodes = run_nodes(tmp_path, envs, extra=[[], ["--cluster-set", "connectivity.p2p_iters=2"]])
+    for node in nodes:
+        assert node.returncode == pytest.ExitCode.USAGE_ERROR, node.output[-6000:]
+        assert "the nodes disagree on the plan" in node.output
+        assert "node 1 (" in node.output and "connectivity.p2p_iters: 2 vs 3" in node.output
+        evidence = node.evidence()
+        assert evidence["verdict"] == "FAIL" and not evidence["complete"]
+        assert not evidence["probes"], "no probe may start before the nodes agree"
+
+
+def test_a_missing_node_is_named_after_the_rendezvous_timeout(tmp_path: Path) -> None:
+    env = {"NNODES": "2", "NODE_RANK": "0", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}
+    (node,) = run_nodes(tmp_path, [env], extra=[["--cluster-set", "timeouts.rendezvous=3"]])
+    assert node.returncode == pytest.ExitCode.USAGE_ERROR, node.output[-6000:]
+    assert "missing node ranks: [1]" in node.output
+    assert "missing node ranks: [1]" in node.evidence()["errors"][0]

@@ -1,0 +1,154 @@
+"""The plan the nodes compare: what counts as a difference, the message, and the store on loopback."""
+
+from __future__ import annotations
+
+import dataclasses
+import socket
+import threading
+from typing import Any
+
+import pytest
+
+from acceptance.plan import Meeting, Plan, PlanError, differences, disagreement
+from acceptance.topology import Placement
+
+
+def plan(rank: int = 0, **changes: Any) -> Plan:
+    base = Plan(
+        node_rank=rank,
+        host=f"node-{rank}",
+        nodes=2,
+        head="head:29400",
+        profile_sha256="a" * 64,
+        profile={"name": "p", "topology": {"nodes": 2, "ranks_per_node": 8}, "thresholds": {}},
+        tests=["t.py::a", "t.py::b"],
+        versions={"cluster-acceptance": "0.1.0", "torch": "2.6.0"},
+    )
+    return dataclasses.replace(base, **changes)
+
+
+def test_same_plan_on_another_node_agrees() -> None:
+    assert differences(plan(0), plan(1)) == []
+    assert disagreement([plan(0), plan(1)]) is None
+    assert plan(0).digest == plan(1).digest
+
+
+def test_profile_difference_names_the_keys() -> None:
+    other = plan(1, profile_sha256="b" * 64, profile={"name": "p", "topology": {"nodes": 2, "ranks_per_node": 4}})
+    (diff,) = differences(plan(0), other)
+    assert "profile sha256 bbbbbbbbbbbb vs aaaaaaaaaaaa" in diff
+    assert "topology.ranks_per_node: 4 vs 8" in diff
+    assert "thresholds: '(absent)' vs {}" in diff
+
+
+def test_test_selection_difference_lists_tests_both_ways() -> None:
+    (diff,) = differences(plan(0), plan(1, tests=["t.py::a", "t.py::c"]))
+    assert "selects 1 test(s) node 0 does not: t.py::c" in diff
+    assert "lacks 1 test(s) node 0 has: t.py::b" in diff
+
+
+def test_long_test_lists_are_cut() -> None:
+    (diff,) = differences(plan(0), plan(1, tests=[f"x::{i}" for i in range(9)]))
+    assert "and 4 more" in diff
+
+
+def test_order_alone_is_a_difference() -> None:
+    assert differences(plan(0), plan(1, tests=["t.py::b", "t.py::a"])) == ["selects the same tests in another order"]
+
+
+def test_versions_node_count_and_head_are_compared() -> None:
+    other = plan(1, nodes=3, head="elsewhere:1", versions={"cluster-acceptance": "0.2.0", "torch": "2.6.0"})
+    assert differences(plan(0), other) == [
+        "expects 3 nodes, node 0 expects 2",
+        "meets at elsewhere:1, node 0 at head:29400",
+        "cluster-acceptance 0.2.0, node 0 has 0.1.0",
+    ]
+
+
+def test_disagreement_names_every_differing_node_and_only_those() -> None:
+    text = disagreement([plan(0), plan(1), plan(2, nodes=3)])
+    assert text is not None
+    assert "node 2 (node-2): expects 3 nodes" in text
+    assert "node 1" not in text
+    assert "every node stops here" in text
+
+
+def test_plan_round_trips_through_json() -> None:
+    assert Plan.from_json(plan(1).to_json()) == plan(1)
+
+
+def free_port() -> int:
+    """A port with its successor free too: the store listens on rendezvous port + 1."""
+    for _ in range(50):
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = int(sock.getsockname()[1])
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", port + 1))
+            except OSError:
+                continue
+        return port
+    raise RuntimeError("no free pair of ports")
+
+
+def placements(nodes: int) -> list[Placement]:
+    port = free_port()
+    return [Placement(nodes, r, "127.0.0.1", port, "test") for r in range(nodes)]
+
+
+def run_nodes(plans: list[Plan], timeout_s: float) -> list[str | BaseException]:
+    """Each plan on its own thread as one node; node 0's meeting is opened first (it hosts the store)."""
+    places = placements(len(plans))
+    outcomes: list[str | BaseException] = [RuntimeError("did not run")] * len(plans)
+    meetings = [Meeting(places[0], timeout_s)]
+
+    def node(rank: int) -> None:
+        try:
+            meeting = meetings[0] if rank == 0 else Meeting(places[rank], timeout_s)
+            outcomes[rank] = meeting.agree(plans[rank])
+        except PlanError as exc:
+            outcomes[rank] = exc
+
+    threads = [threading.Thread(target=node, args=(r,)) for r in range(len(plans))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=timeout_s * 4)
+    return outcomes
+
+
+def test_nodes_that_agree_share_node_0s_session_id() -> None:
+    outcomes = run_nodes([plan(0), plan(1)], timeout_s=30)
+    assert all(isinstance(o, str) for o in outcomes), outcomes
+    assert outcomes[0] == outcomes[1]
+
+
+def test_a_mismatch_fails_every_node_with_the_same_message() -> None:
+    outcomes = run_nodes([plan(0), plan(1, tests=["t.py::a"])], timeout_s=30)
+    messages = [str(o) for o in outcomes]
+    assert all(isinstance(o, PlanError) for o in outcomes), outcomes
+    assert messages[0] == messages[1]
+    assert "node 1 (node-1): lacks 1 test(s) node 0 has: t.py::b" in messages[0]
+
+
+def test_a_missing_node_is_named_by_the_nodes_that_came() -> None:
+    meeting = Meeting(placements(3)[0], timeout_s=0.5)
+    with pytest.raises(PlanError, match=r"missing node ranks: \[1, 2\]"):
+        meeting.agree(plan(0, nodes=3))
+
+
+def test_a_missing_head_is_named_by_the_others() -> None:
+    head = r"node 0 \(the head, 127.0.0.1:\d+\) did not arrive"
+    with pytest.raises(PlanError, match=rf"{head}.*missing node ranks: \[0\]"):
+        Meeting(placements(2)[1], timeout_s=0.5)
+
+
+def test_after_a_missing_node_later_barriers_fail_at_once_with_the_same_news() -> None:
+    meeting = Meeting(placements(2)[0], timeout_s=0.3)
+    with pytest.raises(PlanError) as first:
+        meeting.barrier("probe-1-connectivity", 0.3)
+    with pytest.raises(PlanError) as second:
+        meeting.barrier("probe-2-collectives", 3600)
+    assert "missing node ranks: [1]" in str(first.value)
+    assert str(second.value) == str(first.value)
