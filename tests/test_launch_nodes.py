@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -95,7 +96,7 @@ def test_slurm_task_sets_the_store_role_from_the_node_id(args: list[str], node: 
 
 def test_slurm_task_becomes_torchrun(monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[tuple[str, list[str]]] = []
-    monkeypatch.setattr(slurm_task.os, "execv", lambda path, full: calls.append((path, full)))
+    monkeypatch.setattr(os, "execv", lambda path, full: calls.append((path, full)))
     monkeypatch.setenv("SLURM_NODEID", "0")
     slurm_task.main(["--nnodes=2", "-m", "acceptance.probes.connectivity"])
     torchrun = [sys.executable, "-m", "torch.distributed.run"]
