@@ -34,11 +34,22 @@ FAMILIES: list[Family] = [
         "connectivity.<figure>",
     ),
     _family(rf"collectives\.(?P<op>\w+)\.({_COLL_FIELDS})@(?P<size>\w+)", "collectives.<op>.<field>@<size>"),
+    _family(
+        rf"collectives\.internode\.(all|intranode|one_gpu_per_node|ring)\.(?P<inter_op>\w+)\.({_COLL_FIELDS})"
+        r"@(?P<inter_size>\w+)",
+        "collectives.internode.<all|intranode|one_gpu_per_node|ring>.<op>.<field>@<size>",
+    ),
+    _family(
+        r"collectives\.(?P<inter_op>\w+)\.internode_efficiency@(?P<inter_size>\w+)",
+        "collectives.<op>.internode_efficiency@<size>",
+    ),
 ]
 
 _DOMAINS: dict[str, Callable[[ProfileModel], tuple[str, ...]]] = {
     "op": lambda p: tuple(p.collectives.ops),
     "size": lambda p: tuple(p.collectives.sizes),
+    "inter_op": lambda p: tuple(p.collectives.internode.ops),
+    "inter_size": lambda p: tuple(p.collectives.internode.sizes),
 }
 
 
@@ -59,7 +70,7 @@ def metric_problem(name: str, profile: ProfileModel) -> str | None:
             if domain is None or value is None:
                 continue
             allowed = domain(profile)
-            if group == "size":
+            if group == "size" or group.endswith("_size"):
                 try:
                     value = canonical_size(value)
                 except SizeError as exc:

@@ -154,11 +154,15 @@ def cluster(request: pytest.FixtureRequest) -> ClusterRun:
 
 
 def probe_result(
-    run: ClusterRun, name: str, spec: dict[str, Any] | None = None, key: str | None = None
+    run: ClusterRun,
+    name: str,
+    spec: dict[str, Any] | None = None,
+    key: str | None = None,
+    env: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """A probe's result for a fixture, its failure as the test's error (with the failing rank's log tail)."""
     try:
-        return run.probe(name, spec, key)
+        return run.probe(name, spec, key, env)
     except ProbeError as exc:
         pytest.fail(str(exc), pytrace=False)
 

@@ -59,6 +59,7 @@ class Timeouts(Strict):
     default: Seconds = 300
     connectivity: Seconds | None = None
     collectives: Seconds | None = None
+    internode: Seconds | None = None
     rendezvous: Seconds = 300  # multi-node: how long the nodes wait for each other at the start and before a probe
 
     def for_probe(self, probe: str) -> float:
@@ -72,6 +73,15 @@ class Connectivity(Strict):
     barrier_iters: PositiveInt = 20
 
 
+class Internode(Strict):
+    """Collectives across nodes next to the same inside each node; measured when there are 2+ nodes."""
+
+    ops: list[Literal[COLLECTIVE_OPS]] = ["all_reduce"]  # type: ignore[valid-type]
+    sizes: list[Size] = ["256M", "1G"]
+    ring: bool = False  # also across nodes with NCCL_ALGO=Ring
+    one_gpu_per_node: bool = False  # also with local rank 0 of each node only: the network alone
+
+
 class Collectives(Strict):
     ops: list[Literal[COLLECTIVE_OPS]] = ["all_reduce", "all_gather", "reduce_scatter", "all_to_all"]  # type: ignore[valid-type]
     sizes: list[Size] = ["1M", "16M", "256M", "1G"]
@@ -81,6 +91,7 @@ class Collectives(Strict):
     # auto: a CUDA graph on GPUs (takes Python's launch cost out of the figure), a host clock on the CPU
     timing: Literal["auto", "cuda_graph", "eager"] = "auto"
     check_data: bool = True
+    internode: Internode = Internode()
 
 
 class Threshold(Strict):

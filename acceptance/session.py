@@ -83,21 +83,26 @@ class ClusterRun:
     def timeout(self, probe: str) -> float:
         return self.timeout_override or self.profile.model.timeouts.for_probe(probe)
 
-    def probe(self, name: str, spec: dict[str, Any] | None = None, key: str | None = None) -> dict[str, Any]:
-        """Run a probe once per session (per ``key``); later callers get the same result or the same error."""
+    def probe(
+        self, name: str, spec: dict[str, Any] | None = None, key: str | None = None, env: dict[str, str] | None = None
+    ) -> dict[str, Any]:
+        """Run a probe once per session (per ``key``); later callers get the same result or the same error.
+        ``env`` adds variables for this run only (e.g. NCCL_ALGO, read when NCCL creates a communicator)."""
         key = key or name
         if key not in self._probes:
-            self._probes[key] = self._run(name, spec if spec is not None else self.spec(name), key)
+            self._probes[key] = self._run(name, spec if spec is not None else self.spec(name), key, env or {})
         found = self._probes[key]
         if isinstance(found, launch.ProbeError):
             raise found
         return found
 
-    def _run(self, name: str, spec: dict[str, Any], key: str) -> dict[str, Any] | launch.ProbeError:
+    def _run(
+        self, name: str, spec: dict[str, Any], key: str, env: dict[str, str]
+    ) -> dict[str, Any] | launch.ProbeError:
         seq = len(self._probes) + 1
         out_dir = self.evidence_dir / "probes" / f"{seq:02d}-{key}"
         run_id = f"{self.run_tag or self.profile.sha256[:12]}-{seq}-{key}"
-        record: dict[str, Any] = {"name": name, "key": key}
+        record: dict[str, Any] = {"name": name, "key": key, **({"env": env} if env else {})}
         self.evidence.data["probes"].append(record)
         try:
             self._meet_before(name, seq, key)
@@ -109,7 +114,7 @@ class ClusterRun:
                 placement=self.placement,
                 run_id=run_id,
                 timeout_s=self.timeout(name),
-                env=launch.child_env(self.profile.model.env),
+                env=launch.child_env(self.profile.model.env, env),
             )
         except launch.ProbeError as exc:
             record.update(status="failed", error=str(exc), out_dir=str(out_dir.relative_to(self.evidence_dir)))

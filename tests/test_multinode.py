@@ -21,7 +21,9 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 HARNESS_TIMEOUT_S = 300  # only so that a broken run cannot hang CI; nothing here measures time
 PLACEMENT_VARS = ("SLURM_", "NNODES", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT", "JOB_COMPLETION_INDEX", "CLUSTER_")
-SUITE = ["tests_cluster/", "-k", "connectivity", "--cluster-set", "topology.ranks_per_node=1"]
+QUICK = ["tests_cluster/", "-k", "connectivity", "--cluster-set", "topology.ranks_per_node=1"]
+# two ranks per node, so that the intra-node figure and the internode efficiency exist
+ACROSS = ["tests_cluster/", "-k", "connectivity or internode"]
 
 
 @dataclass
@@ -60,12 +62,14 @@ def base_env() -> dict[str, str]:
     return env
 
 
-def run_nodes(tmp_path: Path, envs: list[dict[str, str]], extra: list[list[str]] | None = None) -> list[Node]:
+def run_nodes(
+    tmp_path: Path, envs: list[dict[str, str]], extra: list[list[str]] | None = None, suite: list[str] = QUICK
+) -> list[Node]:
     """Start one pytest per environment at once; wait for all of them."""
     procs = []
     for rank, env in enumerate(envs):
         argv = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--cluster-profile", "local-cpu"]
-        argv += [*SUITE, "--cluster-evidence", str(tmp_path), *(extra[rank] if extra else [])]
+        argv += [*suite, "--cluster-evidence", str(tmp_path), *(extra[rank] if extra else [])]
         procs.append(
             subprocess.Popen(
                 argv,
@@ -102,11 +106,18 @@ def assert_cluster_passed(nodes: list[Node], source: str) -> None:
     assert cluster["plan"]["digest"] == nodes[1].evidence()["cluster"]["plan"]["digest"]
 
 
-def test_two_slurm_nodes_reach_the_same_verdict(tmp_path: Path) -> None:
+def test_two_slurm_nodes_reach_the_same_verdict_across_nodes(tmp_path: Path) -> None:
     port = str(free_port())
     common = {"SLURM_JOB_ID": "4242", "SLURM_NNODES": "2", "SLURM_JOB_NODELIST": "127.0.0.[1-2]", "MASTER_PORT": port}
-    nodes = run_nodes(tmp_path, [{**common, "SLURM_NODEID": str(r)} for r in range(2)])
+    nodes = run_nodes(tmp_path, [{**common, "SLURM_NODEID": str(r)} for r in range(2)], suite=ACROSS)
     assert_cluster_passed(nodes, "slurm")
+    checks = {c["metric"]: c for t in nodes[0].evidence()["tests"] for c in t["checks"]}
+    efficiency = checks["collectives.all_reduce.internode_efficiency@1M"]
+    assert efficiency["value"] > 0 and "inside one node" in efficiency["detail"]
+    assert checks["collectives.internode.one_gpu_per_node.all_reduce.wrong@1M"]["verdict"] == "pass"
+    # both nodes recorded the same figures: the probe's result is cluster-wide
+    other = {c["metric"]: c["value"] for t in nodes[1].evidence()["tests"] for c in t["checks"]}
+    assert other == {name: c["value"] for name, c in checks.items()}
 
 
 def test_two_kubernetes_pods_reach_the_same_verdict(tmp_path: Path) -> None:

@@ -19,7 +19,14 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 
 # Cheap and diagnostic first: a missing rank or a sick GPU should be named before a long sweep starts.
-MODULE_ORDER = ("test_connectivity", "test_health", "test_compute", "test_collectives", "test_training")
+MODULE_ORDER = (
+    "test_connectivity",
+    "test_health",
+    "test_compute",
+    "test_collectives",
+    "test_internode",
+    "test_training",
+)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -44,11 +44,15 @@ def pattern(rank: int, start: int, count: int, device: torch.device) -> torch.Te
 
 
 class Op:
-    """Buffers and one call of a collective; ``expected`` is what this rank must hold afterwards."""
+    """Buffers and one call of a collective; ``expected`` is what this rank must hold afterwards.
 
-    def __init__(self, name: str, nbytes: int, dtype: torch.dtype, ctx: Ctx) -> None:
-        self.name, self.ctx, self.dtype = name, ctx, dtype
-        n, elem = ctx.world_size, torch.tensor([], dtype=dtype).element_size()
+    ``group`` (default: every rank) lets a probe measure inside a subset, e.g. one node; ranks and
+    sizes are then the group's, and only its members may build the op."""
+
+    def __init__(self, name: str, nbytes: int, dtype: torch.dtype, ctx: Ctx, group: Any = None) -> None:
+        self.name, self.ctx, self.dtype, self.group = name, ctx, dtype, group
+        self.n, self.r = dist.get_world_size(group), dist.get_rank(group)
+        n, elem = self.n, torch.tensor([], dtype=dtype).element_size()
         chunk = max(1, nbytes // elem // n) if name in ("all_gather", "reduce_scatter", "all_to_all") else 0
         self.count = chunk * n if chunk else max(1, nbytes // elem)
         self.chunk = chunk
@@ -60,36 +64,42 @@ class Op:
     def nbytes(self) -> int:
         return self.count * self.inp.element_size()
 
+    def global_rank(self, group_rank: int) -> int:
+        return group_rank if self.group is None else dist.get_global_rank(self.group, group_rank)
+
     def fill(self) -> None:
-        r, dev = self.ctx.rank, self.ctx.device
+        r, dev = self.r, self.ctx.device
         start = r * self.chunk if self.name == "all_gather" else 0
         self.inp.copy_(pattern(r, start, self.inp.numel(), dev))
         if self.name in ("all_reduce", "broadcast", "reduce"):
             self.out = self.inp
 
     def __call__(self) -> None:
-        n, r, name = self.ctx.world_size, self.ctx.rank, self.name
+        n, r, name, group = self.n, self.r, self.name, self.group
         if name == "all_reduce":
-            dist.all_reduce(self.inp)
+            dist.all_reduce(self.inp, group=group)
         elif name == "all_gather":
-            dist.all_gather_into_tensor(self.out, self.inp)
+            dist.all_gather_into_tensor(self.out, self.inp, group=group)
         elif name == "reduce_scatter":
-            dist.reduce_scatter_tensor(self.out, self.inp)
+            dist.reduce_scatter_tensor(self.out, self.inp, group=group)
         elif name == "all_to_all":
-            dist.all_to_all_single(self.out, self.inp)
+            dist.all_to_all_single(self.out, self.inp, group=group)
         elif name == "broadcast":
-            dist.broadcast(self.inp, src=0)
+            dist.broadcast(self.inp, src=self.global_rank(0), group=group)
         elif name == "reduce":
-            dist.reduce(self.inp, dst=0)
+            dist.reduce(self.inp, dst=self.global_rank(0), group=group)
         elif name == "sendrecv":
-            ops = [dist.P2POp(dist.isend, self.inp, (r + 1) % n), dist.P2POp(dist.irecv, self.out, (r - 1) % n)]
+            ops = [
+                dist.P2POp(dist.isend, self.inp, self.global_rank((r + 1) % n), group),
+                dist.P2POp(dist.irecv, self.out, self.global_rank((r - 1) % n), group),
+            ]
             for work in dist.batch_isend_irecv(ops):
                 work.wait()
         else:
             raise ValueError(f"unknown collective {name!r}")
 
     def expected(self, start: int, count: int) -> torch.Tensor | None:
-        n, r, dev, name = self.ctx.world_size, self.ctx.rank, self.ctx.device, self.name
+        n, r, dev, name = self.n, self.r, self.ctx.device, self.name
         if name == "all_reduce" or (name == "reduce" and r == 0):
             return sum(pattern(k, start, count, dev) for k in range(n))  # type: ignore[return-value]
         if name == "reduce_scatter":
@@ -124,7 +134,7 @@ def time_eager(op: Op, ctx: Ctx, warmup: int, iters: int) -> float:
     for _ in range(warmup):
         op()
     ctx.sync()
-    dist.barrier()
+    dist.barrier(group=op.group)
     start = time.perf_counter()
     for _ in range(iters):
         op()
@@ -147,7 +157,7 @@ def time_graph(op: Op, ctx: Ctx, warmup: int, iters: int) -> float:
     graph.replay()
     ctx.sync()
     begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    dist.barrier()
+    dist.barrier(group=op.group)
     begin.record()
     graph.replay()
     end.record()
@@ -155,10 +165,10 @@ def time_graph(op: Op, ctx: Ctx, warmup: int, iters: int) -> float:
     return begin.elapsed_time(end) / 1e3 / iters
 
 
-def measure(ctx: Ctx, name: str, nbytes: int, cfg: dict[str, Any]) -> dict[str, Any]:
+def measure(ctx: Ctx, name: str, nbytes: int, cfg: dict[str, Any], group: Any = None) -> dict[str, Any]:
     dtype = DTYPES[cfg["dtype"]]
     ctx.phase(f"{name} {format_size(nbytes)}")
-    op = Op(name, nbytes, dtype, ctx)
+    op = Op(name, nbytes, dtype, ctx, group)
     wrong = 0
     if cfg.get("check_data", True):
         op.fill()

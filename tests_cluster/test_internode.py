@@ -1,0 +1,141 @@
+"""Across nodes: busbw over every node next to busbw inside one node (their ratio is the internode
+efficiency), optionally with NCCL_ALGO=Ring and with one GPU per node (the network alone).
+
+On one node these tests skip and say so; they need one pytest per node or the srun controller.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from acceptance.plugin import MUST_BE_ZERO, NO_PROFILE, Checker, current, probe_result
+from acceptance.session import ClusterRun
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "inter_case" not in metafunc.fixturenames:
+        return
+    run = current(metafunc.config)
+    if run is None:
+        metafunc.parametrize("inter_case", [pytest.param(None, marks=pytest.mark.skip(reason=NO_PROFILE))])
+        return
+    cfg = run.profile.model.collectives.internode
+    cases = [(op, size) for op in cfg.ops for size in cfg.sizes]
+    metafunc.parametrize("inter_case", cases, ids=[f"{op}-{size}" for op, size in cases])
+
+
+def require_nodes(run: ClusterRun, what: str) -> None:
+    if run.placement.nodes < 2:
+        pytest.skip(
+            f"{what} needs at least 2 nodes; this run has {run.placement.nodes} (placement from {run.placement.source})"
+        )
+
+
+def require_node_peers(run: ClusterRun, what: str) -> None:
+    if run.topology.nproc_per_node < 2:
+        pytest.skip(f"{what} needs at least 2 ranks per node; profile {run.profile.name} runs 1")
+
+
+def internode_spec(run: ClusterRun, scopes: list[str]) -> dict[str, Any]:
+    spec = run.spec("collectives")
+    section = dict(spec.pop("collectives"))
+    chosen = section.pop("internode")
+    spec["collectives"] = {**section, "ops": chosen["ops"], "sizes": chosen["sizes"]}
+    spec["scopes"] = scopes
+    return spec
+
+
+@pytest.fixture(scope="module")
+def internode(cluster: ClusterRun) -> dict[str, Any]:
+    require_nodes(cluster, "the across-nodes comparison")
+    cfg = cluster.profile.model.collectives.internode
+    scopes = ["all"] + (["intranode"] if cluster.topology.nproc_per_node > 1 else [])
+    scopes += ["one_gpu_per_node"] if cfg.one_gpu_per_node else []
+    return probe_result(cluster, "internode", internode_spec(cluster, scopes))
+
+
+@pytest.fixture(scope="module")
+def ring(cluster: ClusterRun) -> dict[str, Any]:
+    require_nodes(cluster, "the NCCL_ALGO=Ring variant")
+    if not cluster.profile.model.collectives.internode.ring:
+        pytest.skip(f"collectives.internode.ring is off in profile {cluster.profile.name}")
+    if cluster.topology.backend != "nccl":
+        pytest.skip(f"NCCL_ALGO applies to NCCL; profile {cluster.profile.name} uses {cluster.topology.backend}")
+    spec = internode_spec(cluster, ["all"])
+    return probe_result(cluster, "internode", spec, key="internode-ring", env={"NCCL_ALGO": "Ring"})
+
+
+def _row(result: dict[str, Any], scope: str, case: tuple[str, str]) -> dict[str, Any]:
+    op, size = case
+    for row in result["rows"]:
+        if row["scope"] == scope and row["op"] == op and row["size"] == size:
+            return row
+    raise AssertionError(f"the internode probe has no {scope} row for {op} at {size}")
+
+
+def _detail(row: dict[str, Any]) -> str:
+    groups = "; ".join(f"ranks {g['ranks_of_group']}: {g['busbw_gbps']:.2f} GB/s" for g in row["groups"])
+    return f"{row['op']} {row['size']} over {row['ranks']} ranks, timing {row['timing']}; {groups}"
+
+
+def test_internode_busbw(internode: dict[str, Any], inter_case: tuple[str, str], check: Checker) -> None:
+    row = _row(internode, "all", inter_case)
+    check.measurements("row", row)
+    check(f"collectives.internode.all.{row['op']}.busbw_gbps@{row['size']}", row["busbw_gbps"], "GB/s", _detail(row))
+
+
+def test_intranode_busbw(
+    cluster: ClusterRun, internode: dict[str, Any], inter_case: tuple[str, str], check: Checker
+) -> None:
+    require_node_peers(cluster, "an intra-node figure")
+    row = _row(internode, "intranode", inter_case)
+    check.measurements("row", row)
+    # the slowest node's figure: a gate on it names a node that is slow inside itself
+    check(
+        f"collectives.internode.intranode.{row['op']}.busbw_gbps@{row['size']}", row["busbw_gbps"], "GB/s", _detail(row)
+    )
+
+
+def test_internode_efficiency(
+    cluster: ClusterRun, internode: dict[str, Any], inter_case: tuple[str, str], check: Checker
+) -> None:
+    require_node_peers(cluster, "the internode efficiency")
+    across, inside = _row(internode, "all", inter_case), _row(internode, "intranode", inter_case)
+    value = across["busbw_gbps"] / inside["busbw_gbps_mean"]
+    detail = (
+        f"busbw {across['busbw_gbps']:.2f} GB/s over {across['ranks']} ranks / "
+        f"{inside['busbw_gbps_mean']:.2f} GB/s inside one node (mean of {len(inside['groups'])} nodes)"
+    )
+    check(f"collectives.{across['op']}.internode_efficiency@{across['size']}", value, "ratio", detail)
+
+
+def test_internode_data_correct(internode: dict[str, Any], inter_case: tuple[str, str], check: Checker) -> None:
+    op, size = inter_case
+    rows = [r for r in internode["rows"] if r["op"] == op and r["size"] == size]
+    figures = [(f"collectives.internode.{r['scope']}.{op}.wrong@{size}", r["wrong"], "elements", "") for r in rows]
+    check.all(figures, default=MUST_BE_ZERO)
+
+
+def test_one_gpu_per_node_busbw(
+    cluster: ClusterRun, internode: dict[str, Any], inter_case: tuple[str, str], check: Checker
+) -> None:
+    if not cluster.profile.model.collectives.internode.one_gpu_per_node:
+        pytest.skip(f"collectives.internode.one_gpu_per_node is off in profile {cluster.profile.name}")
+    row = _row(internode, "one_gpu_per_node", inter_case)
+    check.measurements("row", row)
+    metric = f"collectives.internode.one_gpu_per_node.{row['op']}.busbw_gbps@{row['size']}"
+    check(metric, row["busbw_gbps"], "GB/s", _detail(row))
+
+
+def test_ring_busbw(ring: dict[str, Any], inter_case: tuple[str, str], check: Checker) -> None:
+    row = _row(ring, "all", inter_case)
+    check.measurements("row", {**row, "nccl_algo": ring["nccl_algo"]})
+    check(f"collectives.internode.ring.{row['op']}.busbw_gbps@{row['size']}", row["busbw_gbps"], "GB/s", _detail(row))
+
+
+def test_ring_data_correct(ring: dict[str, Any], inter_case: tuple[str, str], check: Checker) -> None:
+    row = _row(ring, "all", inter_case)
+    metric = f"collectives.internode.ring.{row['op']}.wrong@{row['size']}"
+    check(metric, row["wrong"], "elements", default=MUST_BE_ZERO)
