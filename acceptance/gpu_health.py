@@ -133,24 +133,28 @@ def _version(text: str) -> tuple[int, ...]:
     return tuple(int(part) for part in text.split(".") if part.isdigit())
 
 
+def _per_node(nodes: list[dict[str, Any]], fig: Figure, key: str) -> Iterator[tuple[str, Any]]:
+    """(host, answer) for a node-wide answer; a node that could not give it is noted on ``fig``."""
+    for node in nodes:
+        answer = node["nvml"].get(key) if is_measured(node["nvml"]) else node["nvml"]
+        if is_measured(answer):
+            yield node["host"], answer
+        else:
+            fig.not_measured.append(f"{node['host']}: {answer[NOT_MEASURED]}")
+
+
 def _node_figures(nodes: list[dict[str, Any]], expect: Expect) -> list[Figure]:
     unavailable = Figure("health.nvml_unavailable", "nodes", bound=ZERO)
     unavailable.findings = [f"{n['host']}: {n['nvml'][NOT_MEASURED]}" for n in nodes if not is_measured(n["nvml"])]
     unavailable.value = len(unavailable.findings)
+    want = expect.gpus_per_node
     count = Figure("health.gpu_count", "GPUs")
-    if expect.gpus_per_node:
-        count.bound = Threshold(eq=expect.gpus_per_node, source="topology.gpus_per_node")
-    worst: tuple[int, int] | None = None
-    for node in nodes:
-        n = node["nvml"].get("gpu_count") if is_measured(node["nvml"]) else node["nvml"]
-        if not is_measured(n):
-            count.not_measured.append(f"{node['host']}: {n[NOT_MEASURED]}")
-            continue
-        off = abs(n - expect.gpus_per_node)
-        worst = (n, off) if worst is None or off > worst[1] else worst
-        if expect.gpus_per_node and off:
-            count.findings.append(f"{node['host']}: {n} GPUs, expected {expect.gpus_per_node}")
-    count.value = worst[0] if worst else None
+    if want:
+        count.bound = Threshold(eq=want, source="topology.gpus_per_node")
+    counts = list(_per_node(nodes, count, "gpu_count"))
+    count.findings = [f"{host}: {n} GPUs, expected {want}" for host, n in counts if want and n != want]
+    # the figure is the node furthest from the profile, so one number can fail the gate
+    count.value = max((n for _, n in counts), key=lambda n: abs(n - want), default=None)
     return [unavailable, count, _driver(nodes, expect)]
 
 
@@ -159,16 +163,13 @@ def _driver(nodes: list[dict[str, Any]], expect: Expect) -> Figure:
     if expect.min_driver is None:
         fig.skip = "the profile sets no health.min_driver"
         return fig
-    measured = 0
-    for node in nodes:
-        found = node["nvml"].get("driver_version") if is_measured(node["nvml"]) else node["nvml"]
-        if not is_measured(found):
-            fig.not_measured.append(f"{node['host']}: {found[NOT_MEASURED]}")
-            continue
-        measured += 1
-        if _version(found) < _version(expect.min_driver):
-            fig.findings.append(f"{node['host']}: driver {found}, expected >= {expect.min_driver}")
-    fig.value = len(fig.findings) if measured else None
+    found = list(_per_node(nodes, fig, "driver_version"))
+    fig.findings = [
+        f"{host}: driver {version}, expected >= {expect.min_driver}"
+        for host, version in found
+        if _version(version) < _version(expect.min_driver)
+    ]
+    fig.value = len(fig.findings) if found else None
     return fig
 
 
@@ -289,18 +290,8 @@ def evaluate(nodes: list[dict[str, Any]], expect: Expect) -> list[Figure]:
 
 METRICS = tuple(f.metric for f in evaluate([], Expect(gpu_model="any", min_driver="1")))
 
-INVENTORY_FIELDS = (
-    "index",
-    "uuid",
-    "serial",
-    "pci_bus_id",
-    "name",
-    "memory_total_bytes",
-    "vbios",
-    "persistence_mode",
-    "mig_mode",
-    "ecc_mode",
-)
+INVENTORY_FIELDS = ("index", "uuid", "serial", "pci_bus_id", "name", "memory_total_bytes", "vbios")
+MODE_FIELDS = ("persistence_mode", "mig_mode", "ecc_mode")
 
 
 def inventory(nodes: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -309,7 +300,7 @@ def inventory(nodes: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for host, node, gpu in _gpus(nodes, Figure("", "")):
         row: dict[str, Any] = {"host": host}
         row.update({k: node.get(k) for k in ("driver_version", "cuda_driver_version")})
-        row.update({k: gpu.get(k) for k in INVENTORY_FIELDS})
+        row.update({k: gpu.get(k) for k in INVENTORY_FIELDS + MODE_FIELDS})
         row["pcie"], row["nvlink_active"] = gpu.get("pcie"), gpu.get("nvlink_active")
         rows.append(row)
     return rows
