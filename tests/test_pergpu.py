@@ -153,3 +153,29 @@ def test_compute_probe_cpu_path_on_local_cpu(suite: pytest.Pytester) -> None:
     assert all(r["matmul_tflops"] > 0 and r["copy_gbps"] > 0 and r["burnin"]["calls"] > 0 for r in rows["per_gpu"])
     assert rows["summary"]["h2d_gbps"] is None
     assert [p["status"] for p in data["probes"]] == ["ok"]
+
+
+def test_profile_sections_and_metric_names(tmp_path: Path) -> None:
+    from acceptance.profile import ProfileError, load
+
+    good = tmp_path / "gpu.yaml"
+    good.write_text(
+        "name: gpu\ntopology: {gpus_per_node: 8, gpu_model: NVIDIA H200}\n"
+        "health: {min_driver: '580.159.04', nvlink_links: 18, pcie_gen: 5, pcie_width: 16}\n"
+        "compute: {tolerance: 0.05, median_of: node, duration_s: 30, copy_size: 4096M}\n"
+        "timeouts: {health: 120, compute: 180}\n"
+        "thresholds:\n  compute.matmul_tflops_min: {min: 730}\n  compute.h2d_gbps_below_median: {max: 0.1}\n"
+        "  health.temperature_c_max: {max: 80}\n  compute.burnin_disagreeing_gpus: {eq: 0}\n"
+    )
+    model = load(str(good)).model
+    assert model.compute.copy_size == "4G" and model.timeouts.for_probe("compute") == 180
+    for bad, why in (
+        ("health: {min_driver: r580}", "health.min_driver: expected a dotted driver version like 550.54.15"),
+        ("compute: {median_of: rack}", "compute.median_of: got 'rack'"),
+        ("thresholds: {compute.matmul_tflop_min: {min: 1}}", "no probe measures a metric of this name"),
+        ("thresholds: {health.ecc_errors: {eq: 0}}", "no probe measures a metric of this name"),
+    ):
+        path = tmp_path / "bad.yaml"
+        path.write_text(f"name: bad\n{bad}\n")
+        with pytest.raises(ProfileError, match=why.replace("(", r"\(")):
+            load(str(path))
