@@ -149,6 +149,14 @@ def probe_result(
         pytest.fail(str(exc), pytrace=False)
 
 
+def probe_wall_s(run: ClusterRun, key: str) -> float:
+    """A probe's wall time as the launcher measured it: torch import and rendezvous included."""
+    runs = [p for p in run.evidence.data["probes"] if p["key"] == key and "wall_s" in p]
+    if not runs:
+        pytest.fail(f"no finished {key} probe in this session's evidence", pytrace=False)
+    return float(runs[-1]["wall_s"])
+
+
 def require_ranks(run: ClusterRun, at_least: int, what: str) -> None:
     if run.world_size < at_least:
         pytest.skip(
