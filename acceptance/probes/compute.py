@@ -25,6 +25,7 @@ from acceptance.probes.rank import Ctx, main
 from acceptance.units import parse_size
 
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
+WARMUP_S = 1.0
 BURNIN_BATCH = 10  # matmuls between two checks of the clock: long enough to keep the GPU fed
 FP8_MIN_CAPABILITY = (8, 9)  # Ada and Hopper have fp8 tensor cores (CUDA C Programming Guide, compute capabilities)
 Measure = Callable[[Ctx, dict[str, Any]], "float | str"]
@@ -39,10 +40,18 @@ def identity(ctx: Ctx) -> dict[str, Any]:
 
 
 def seconds_per_call(ctx: Ctx, fn: Callable[[], object], warmup: int, iters: int) -> float:
-    """Mean seconds per call of ``fn`` over ``iters`` back-to-back calls after ``warmup`` calls."""
-    for _ in range(warmup):
-        fn()
-    ctx.sync()
+    """Mean seconds per call of ``fn`` over ``iters`` back-to-back calls after ``warmup`` calls.
+
+    On a GPU the warm-up also lasts at least WARMUP_S: an idle GPU's clocks take a while to ramp, and a
+    timed loop that starts before they have would measure the ramp rather than the GPU.
+    """
+    start_warm = time.perf_counter()
+    while True:
+        for _ in range(max(1, warmup)):
+            fn()
+        ctx.sync()
+        if not ctx.is_cuda or time.perf_counter() - start_warm >= WARMUP_S:
+            break
     if ctx.is_cuda:
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
