@@ -10,10 +10,10 @@ from typing import Any
 
 import jsonschema
 import pytest
-from conftest import schema
 
 from acceptance import evidence as ev
 from acceptance.evidence import Evidence, allowed_env, junit_xml, merge, write_atomic
+from tests.harness import schema
 
 SECRETS = {
     "AWS_SECRET_ACCESS_KEY": "secret-value-1",
@@ -66,7 +66,7 @@ def test_write_atomic_keeps_the_old_file_when_the_write_fails(tmp_path: Path, mo
     def broken(src: object, dst: object) -> None:
         raise OSError("disk full")
 
-    monkeypatch.setattr(ev.os, "replace", broken)
+    monkeypatch.setattr("acceptance.evidence.os.replace", broken)
     with pytest.raises(OSError, match="disk full"):
         write_atomic(target, "new")
     assert target.read_text() == "old"
