@@ -211,8 +211,8 @@ def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
     for key, value in over.items():
         if key == "extends":
             continue
-        if value is None and key in out:
-            del out[key]
+        if value is None:
+            out.pop(key, None)
         elif isinstance(value, dict) and isinstance(out.get(key), dict):
             out[key] = _merge(out[key], value)
         else:

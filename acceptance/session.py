@@ -17,6 +17,8 @@ from acceptance.profile import Profile, evaluate
 from acceptance.schema import Threshold
 from acceptance.topology import Placement
 
+MUST_BE_ZERO = Threshold(eq=0, source="built-in: correctness is never mere information")
+
 
 @dataclass
 class Check:
