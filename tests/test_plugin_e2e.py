@@ -224,7 +224,8 @@ def test_check_verdicts_table_and_junit(pytester: pytest.Pytester) -> None:
 
 
 def test_unchecked_threshold_fails_the_session(pytester: pytest.Pytester) -> None:
-    pytester.makepyfile(test_one="def test_one(check):\n    check('connectivity.rendezvous_s', 0.5, 's')\n")
+    # named like the suite's module, whose thresholds (connectivity.*) it is responsible for
+    pytester.makepyfile(test_connectivity="def test_one(check):\n    check('connectivity.rendezvous_s', 0.5, 's')\n")
     pytester.makefile(".yaml", synthetic=PROFILE)
     result = pytester.runpytest(*PLUGIN_ARGS, "--cluster-profile", "synthetic.yaml", "--cluster-evidence", "ev")
     result.assert_outcomes(passed=1)
@@ -240,13 +241,13 @@ def test_unchecked_threshold_fails_the_session(pytester: pytest.Pytester) -> Non
 
 
 def test_unchecked_threshold_is_no_error_when_tests_are_deselected(pytester: pytest.Pytester) -> None:
-    pytester.makepyfile(test_one="def test_one(check):\n    check('connectivity.rendezvous_s', 0.5, 's')\n"
+    pytester.makepyfile(test_connectivity="def test_one(check):\n    check('connectivity.rendezvous_s', 0.5, 's')\n"
                         "def test_two():\n    pass\n")  # fmt: skip
     pytester.makefile(".yaml", synthetic=PROFILE)
     result = pytester.runpytest(*PLUGIN_ARGS, "--cluster-profile", "synthetic.yaml", "--cluster-evidence", "ev",
                                 "-k", "not test_two")  # fmt: skip
     assert result.ret == 0
-    result.stdout.fnmatch_lines(["thresholds no test checked [[]not checked (tests deselected or interrupted)[]]: *"])
+    result.stdout.fnmatch_lines(["thresholds no test checked [[]not *[]]: *"])
     assert evidence(pytester.path / "ev")["verdict"] == "PASS"
 
 
