@@ -34,6 +34,17 @@ FAMILIES: list[Family] = [
         "connectivity.<figure>",
     ),
     _family(rf"collectives\.(?P<op>\w+)\.({_COLL_FIELDS})@(?P<size>\w+)", "collectives.<op>.<field>@<size>"),
+    _family(
+        r"health\.(nvml_unavailable|gpu_count|gpu_model_mismatch|driver_too_old|ecc_disabled"
+        r"|ecc_uncorrectable_volatile|ecc_uncorrectable_aggregate|retired_pages_pending|row_remap_failures"
+        r"|row_remap_pending|nvlink_links_min|pcie_degraded|throttled|temperature_c_max|wall_s)",
+        "health.<figure>",
+    ),
+    _family(
+        r"compute\.((matmul_tflops|matmul_fp8_tflops|copy_gbps|h2d_gbps|d2h_gbps)_(min|median|below_median)"
+        r"|burnin_disagreeing_gpus|wall_s)",
+        "compute.<figure>_<min|median|below_median>",
+    ),
 ]
 
 _DOMAINS: dict[str, Callable[[ProfileModel], tuple[str, ...]]] = {

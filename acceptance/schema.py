@@ -6,9 +6,10 @@ turn a gate off. Sizes are validated here and stored in their canonical spelling
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
 from acceptance.units import canonical_size
 
@@ -58,6 +59,8 @@ class Timeouts(Strict):
     default: Seconds = 300
     connectivity: Seconds | None = None
     collectives: Seconds | None = None
+    health: Seconds | None = None
+    compute: Seconds | None = None
 
     def for_probe(self, probe: str) -> float:
         value = getattr(self, probe, None)
@@ -79,6 +82,49 @@ class Collectives(Strict):
     # auto: a CUDA graph on GPUs (takes Python's launch cost out of the figure), a host clock on the CPU
     timing: Literal["auto", "cuda_graph", "eager"] = "auto"
     check_data: bool = True
+
+
+def _dotted_version(text: str) -> str:
+    if not re.fullmatch(r"\d+(\.\d+)*", text):
+        raise ValueError(f"expected a dotted driver version like 550.54.15, got {text!r}")
+    return text
+
+
+ThrottleReason = Literal["hw_slowdown", "hw_thermal", "hw_power_brake", "sw_thermal", "sw_power_cap"]
+
+
+class Health(Strict):
+    """NVML gates per GPU. GPU count and model come from ``topology`` (gpus_per_node, gpu_model)."""
+
+    min_driver: Annotated[str, AfterValidator(_dotted_version)] | None = None
+    require_ecc: bool = True
+    nvlink_links: Annotated[int, Field(ge=0)] | None = None  # active links per GPU; None: recorded, not gated
+    pcie_gen: PositiveInt | None = None  # None: the generation the GPU and its slot can reach (NVML's max)
+    pcie_width: PositiveInt | None = None  # None: the width the GPU and its slot can reach (NVML's max)
+    # idle GPUs drop their PCIe link to Gen1 to save power: hold a copy running while the link is read
+    pcie_under_load: bool = True
+    throttle_reasons: list[ThrottleReason] = ["hw_slowdown", "hw_thermal", "hw_power_brake"]
+    temperature_max_c: Annotated[float, Field(gt=0)] | None = None  # None: each GPU's own slowdown temperature
+
+
+class Compute(Strict):
+    """Per-GPU speed, every GPU at once; the slow one named against the median."""
+
+    matmul_size: PositiveInt = 8192  # m = n = k
+    matmul_dtype: Literal["bfloat16", "float16", "float32"] = "bfloat16"
+    matmul_iters: PositiveInt = 100
+    fp8: bool = True  # also an fp8 matmul (torch._scaled_mm) where the GPU has it (compute capability >= 8.9)
+    copy_size: Size = "2G"  # bytes read per device copy; bytes read + written count toward GB/s
+    copy_iters: PositiveInt = 50
+    host_copy_size: Size = "1G"  # pinned host buffer per direction
+    host_copy_iters: PositiveInt = 10
+    # together: every GPU of a node at once (shares the host's root complex); one_at_a_time: each link alone
+    host_links: Literal["together", "one_at_a_time"] = "together"
+    warmup_iters: Annotated[int, Field(ge=0)] = 10
+    tolerance: Annotated[float, Field(ge=0, le=1)] = 0.10  # largest shortfall of one GPU under the median
+    median_of: Literal["cluster", "node"] = "cluster"
+    duration_s: Annotated[float, Field(ge=0)] = 0  # burn-in with a result check across GPUs; 0: off
+    seed: int = 1234
 
 
 class Threshold(Strict):
@@ -110,4 +156,6 @@ class ProfileModel(Strict):
     timeouts: Timeouts = Timeouts()
     connectivity: Connectivity = Connectivity()
     collectives: Collectives = Collectives()
+    health: Health = Health()
+    compute: Compute = Compute()
     thresholds: dict[str, Threshold] = {}

@@ -1,0 +1,306 @@
+"""The health rules: NVML answers of every node in, one figure per gate out.
+
+Pure data in and out (no NVML, no torch, no pytest), so the rules are judged on recorded answers in
+unit tests exactly as on a live node. Each figure names every GPU that is off; an answer NVML could
+not give stays "not measured" with its reason and is never counted as healthy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from acceptance.probes.nvml import NOT_MEASURED, is_measured
+from acceptance.schema import ProfileModel, Threshold
+
+ZERO = Threshold(eq=0, source="built-in: a health gate, never mere information")
+
+
+@dataclass(frozen=True)
+class Expect:
+    """What the profile says a node looks like."""
+
+    gpus_per_node: int = 0
+    gpu_model: str | None = None
+    min_driver: str | None = None
+    require_ecc: bool = True
+    nvlink_links: int | None = None
+    pcie_gen: int | None = None
+    pcie_width: int | None = None
+    throttle_reasons: tuple[str, ...] = ("hw_slowdown", "hw_thermal", "hw_power_brake")
+    temperature_max_c: float | None = None
+
+    @classmethod
+    def from_profile(cls, model: ProfileModel) -> Expect:
+        h, topo = model.health, model.topology
+        return cls(
+            gpus_per_node=topo.gpus_per_node,
+            gpu_model=topo.gpu_model,
+            min_driver=h.min_driver,
+            require_ecc=h.require_ecc,
+            nvlink_links=h.nvlink_links,
+            pcie_gen=h.pcie_gen,
+            pcie_width=h.pcie_width,
+            throttle_reasons=tuple(h.throttle_reasons),
+            temperature_max_c=h.temperature_max_c,
+        )
+
+
+@dataclass
+class Figure:
+    metric: str
+    unit: str
+    value: float | None = None  # None: no GPU could answer
+    bound: Threshold | None = None  # the built-in bound; a profile threshold of the same name wins
+    findings: list[str] = field(default_factory=list)  # one line per GPU or node that is off
+    not_measured: list[str] = field(default_factory=list)  # one line per GPU or node NVML could not answer for
+    skip: str | None = None  # why this gate does not apply to the profile
+
+    @property
+    def detail(self) -> str:
+        return "\n".join([*self.findings, *(f"not measured: {line}" for line in self.not_measured)])
+
+
+def gpu_label(host: str, gpu: dict[str, Any]) -> str:
+    uuid = gpu.get("uuid")
+    short = f"{uuid[:8]}..." if isinstance(uuid, str) else "UUID not measured"
+    return f"{host} GPU {gpu.get('index')} ({short})"
+
+
+def _field(key: str) -> Callable[[dict[str, Any]], Any]:
+    def read(gpu: dict[str, Any]) -> Any:
+        return gpu.get(key, {NOT_MEASURED: f"{key}: not in NVML's answers"})
+
+    return read
+
+
+def _gpus(nodes: list[dict[str, Any]], fig: Figure) -> Iterator[tuple[str, dict[str, Any], dict[str, Any]]]:
+    """(host, node answers, GPU answers) for every GPU; a node or GPU NVML could not read is noted on ``fig``."""
+    for node in nodes:
+        host, answers = node["host"], node["nvml"]
+        gpus = answers.get("gpus", answers) if is_measured(answers) else answers
+        if not is_measured(gpus):
+            fig.not_measured.append(f"{host}: {gpus[NOT_MEASURED]}")
+            continue
+        for gpu in gpus:
+            if NOT_MEASURED in gpu:
+                fig.not_measured.append(f"{gpu_label(host, gpu)}: {gpu[NOT_MEASURED]}")
+            else:
+                yield host, answers, gpu
+
+
+def _answers(
+    nodes: list[dict[str, Any]], fig: Figure, read: Callable[[dict[str, Any]], Any]
+) -> Iterator[tuple[str, Any]]:
+    """(GPU label, answer) for every GPU that answered; the others are noted on ``fig`` with the reason."""
+    for host, _, gpu in _gpus(nodes, fig):
+        answer = read(gpu)
+        if is_measured(answer):
+            yield gpu_label(host, gpu), answer
+        else:
+            fig.not_measured.append(f"{gpu_label(host, gpu)}: {answer[NOT_MEASURED]}")
+
+
+Judge = Callable[[Any], "str | None"]
+
+
+def _count_off(nodes: list[dict[str, Any]], fig: Figure, read: Callable[[dict[str, Any]], Any], judge: Judge) -> Figure:
+    """Value = how many GPUs ``judge`` finds off (it says what is wrong, or returns None)."""
+    measured = 0
+    for label, answer in _answers(nodes, fig, read):
+        measured += 1
+        wrong = judge(answer)
+        if wrong:
+            fig.findings.append(f"{label}: {wrong}")
+    fig.value = len(fig.findings) if measured else None
+    return fig
+
+
+def _extreme(nodes: list[dict[str, Any]], fig: Figure, read: Callable[[dict[str, Any]], Any], lowest: bool) -> Figure:
+    """Value = the lowest (or highest) answer over all GPUs; the GPUs past the bound are named."""
+    values = [(float(answer), label) for label, answer in _answers(nodes, fig, read)]
+    if values:
+        fig.value = (min if lowest else max)(v for v, _ in values)
+        limit = None if fig.bound is None else fig.bound.min if lowest else fig.bound.max
+        if limit is not None:
+            off = [(v, label) for v, label in values if (v < limit if lowest else v > limit)]
+            fig.findings += [f"{label}: {v:g} {fig.unit}" for v, label in off]
+    return fig
+
+
+def _version(text: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in text.split(".") if part.isdigit())
+
+
+def _per_node(nodes: list[dict[str, Any]], fig: Figure, key: str) -> Iterator[tuple[str, Any]]:
+    """(host, answer) for a node-wide answer; a node that could not give it is noted on ``fig``."""
+    for node in nodes:
+        answer = node["nvml"].get(key) if is_measured(node["nvml"]) else node["nvml"]
+        if is_measured(answer):
+            yield node["host"], answer
+        else:
+            fig.not_measured.append(f"{node['host']}: {answer[NOT_MEASURED]}")
+
+
+def _node_figures(nodes: list[dict[str, Any]], expect: Expect) -> list[Figure]:
+    unavailable = Figure("health.nvml_unavailable", "nodes", bound=ZERO)
+    unavailable.findings = [f"{n['host']}: {n['nvml'][NOT_MEASURED]}" for n in nodes if not is_measured(n["nvml"])]
+    unavailable.value = len(unavailable.findings)
+    want = expect.gpus_per_node
+    count = Figure("health.gpu_count", "GPUs")
+    if want:
+        count.bound = Threshold(eq=want, source="topology.gpus_per_node")
+    counts = list(_per_node(nodes, count, "gpu_count"))
+    count.findings = [f"{host}: {n} GPUs, expected {want}" for host, n in counts if want and n != want]
+    # the figure is the node furthest from the profile, so one number can fail the gate
+    count.value = max((n for _, n in counts), key=lambda n: abs(n - want), default=None)
+    return [unavailable, count, _driver(nodes, expect)]
+
+
+def _driver(nodes: list[dict[str, Any]], expect: Expect) -> Figure:
+    fig = Figure("health.driver_too_old", "nodes", bound=ZERO)
+    if expect.min_driver is None:
+        fig.skip = "the profile sets no health.min_driver"
+        return fig
+    found = list(_per_node(nodes, fig, "driver_version"))
+    fig.findings = [
+        f"{host}: driver {version}, expected >= {expect.min_driver}"
+        for host, version in found
+        if _version(version) < _version(expect.min_driver)
+    ]
+    fig.value = len(fig.findings) if found else None
+    return fig
+
+
+def _model_name(name: str) -> str:
+    return name.removeprefix("NVIDIA ").strip()
+
+
+PCIE_KEYS = ("gen", "width", "max_gen", "max_width")
+
+
+def _pcie_read(gpu: dict[str, Any]) -> Any:
+    link = _field("pcie")(gpu)
+    if not is_measured(link):
+        return link
+    return next((link[k] for k in PCIE_KEYS if not is_measured(link[k])), link)
+
+
+def _pcie_judge(expect: Expect) -> Judge:
+    def judge(link: dict[str, Any]) -> str | None:
+        gen, width = expect.pcie_gen or link["max_gen"], expect.pcie_width or link["max_width"]
+        if link["gen"] < gen or link["width"] < width:
+            return f"PCIe Gen{link['gen']} x{link['width']}, expected Gen{gen} x{width}"
+        return None
+
+    return judge
+
+
+def _throttle_judge(expect: Expect) -> Judge:
+    def judge(reasons: list[str]) -> str | None:
+        active = sorted(set(expect.throttle_reasons) & set(reasons))
+        return f"clocks held back by {', '.join(active)}" if active else None
+
+    return judge
+
+
+def _remap(key: str) -> Callable[[dict[str, Any]], Any]:
+    def read(gpu: dict[str, Any]) -> Any:
+        rows = _field("row_remap")(gpu)
+        return rows[key] if is_measured(rows) else rows
+
+    return read
+
+
+def _flag(what: str) -> Judge:
+    return lambda on: what if on else None
+
+
+def _temperature(nodes: list[dict[str, Any]], expect: Expect) -> Figure:
+    fig = Figure("health.temperature_c_max", "C")
+    if expect.temperature_max_c is not None:
+        fig.bound = Threshold(max=expect.temperature_max_c, source="health.temperature_max_c")
+    else:
+        scratch = Figure("", "")
+        known = [float(t) for _, t in _answers(nodes, scratch, _field("slowdown_temperature_c"))]
+        if known:
+            fig.bound = Threshold(max=min(known), source="the GPUs' own slowdown temperature (NVML)")
+    return _extreme(nodes, fig, _field("temperature_c"), lowest=False)
+
+
+def _nvlink(nodes: list[dict[str, Any]], expect: Expect) -> Figure:
+    fig = Figure("health.nvlink_links_min", "links")
+    if expect.nvlink_links == 0:
+        fig.skip = "the profile expects no NVLink (health.nvlink_links: 0)"
+        return fig
+    if expect.nvlink_links is not None:
+        fig.bound = Threshold(min=expect.nvlink_links, source="health.nvlink_links")
+    return _extreme(nodes, fig, _field("nvlink_active"), lowest=True)
+
+
+def _sum_errors(nodes: list[dict[str, Any]], key: str) -> Figure:
+    """Value = uncorrectable errors summed over all GPUs; every GPU with any is named."""
+    fig = Figure(f"health.{key}", "errors", bound=ZERO)
+    counts = list(_answers(nodes, fig, _field(key)))
+    fig.findings = [f"{label}: {n} uncorrectable ECC errors" for label, n in counts if n]
+    fig.value = sum(int(n) for _, n in counts) if counts else None
+    return fig
+
+
+def _gate(nodes: list[dict[str, Any]], metric: str, read: Callable[[dict[str, Any]], Any], judge: Judge) -> Figure:
+    return _count_off(nodes, Figure(metric, "GPUs", bound=ZERO), read, judge)
+
+
+def _model(nodes: list[dict[str, Any]], expect: Expect) -> Figure:
+    if expect.gpu_model is None:
+        return Figure("health.gpu_model_mismatch", "GPUs", skip="the profile names no topology.gpu_model")
+    want = _model_name(expect.gpu_model)
+    return _gate(
+        nodes,
+        "health.gpu_model_mismatch",
+        _field("name"),
+        lambda name: None if _model_name(name) == want else f"{name}, expected {expect.gpu_model}",
+    )
+
+
+def _ecc(nodes: list[dict[str, Any]], expect: Expect) -> Figure:
+    if not expect.require_ecc:
+        return Figure("health.ecc_disabled", "GPUs", skip="the profile does not require ECC (health.require_ecc)")
+    return _gate(nodes, "health.ecc_disabled", _field("ecc_mode"), lambda on: None if on else "ECC disabled")
+
+
+def evaluate(nodes: list[dict[str, Any]], expect: Expect) -> list[Figure]:
+    """One figure per gate, over every GPU of every node, in the order a person would look."""
+    return [
+        *_node_figures(nodes, expect),
+        _model(nodes, expect),
+        _ecc(nodes, expect),
+        _sum_errors(nodes, "ecc_uncorrectable_volatile"),
+        _sum_errors(nodes, "ecc_uncorrectable_aggregate"),
+        _gate(nodes, "health.retired_pages_pending", _field("retired_pages_pending"), _flag("retired pages pending")),
+        _gate(nodes, "health.row_remap_failures", _remap("failure"), _flag("row remapping failed")),
+        _gate(nodes, "health.row_remap_pending", _remap("pending"), _flag("row remaps pending (needs a GPU reset)")),
+        _nvlink(nodes, expect),
+        _gate(nodes, "health.pcie_degraded", _pcie_read, _pcie_judge(expect)),
+        _gate(nodes, "health.throttled", _field("clock_event_reasons"), _throttle_judge(expect)),
+        _temperature(nodes, expect),
+    ]
+
+
+METRICS = tuple(f.metric for f in evaluate([], Expect(gpu_model="any", min_driver="1")))
+
+INVENTORY_FIELDS = ("index", "uuid", "serial", "pci_bus_id", "name", "memory_total_bytes", "vbios")
+MODE_FIELDS = ("persistence_mode", "mig_mode", "ecc_mode")
+
+
+def inventory(nodes: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per GPU for the evidence: identity, versions and modes; an unanswered field keeps its reason."""
+    rows = []
+    for host, node, gpu in _gpus(nodes, Figure("", "")):
+        row: dict[str, Any] = {"host": host}
+        row.update({k: node.get(k) for k in ("driver_version", "cuda_driver_version")})
+        row.update({k: gpu.get(k) for k in INVENTORY_FIELDS + MODE_FIELDS})
+        row["pcie"], row["nvlink_active"] = gpu.get("pcie"), gpu.get("nvlink_active")
+        rows.append(row)
+    return rows

@@ -1,0 +1,129 @@
+"""Per-GPU figures: which GPU measured what, the median it is judged by, and the GPUs furthest under it.
+
+The figure people need from a per-GPU test is which GPU is slow, not the average: every row carries its
+host, GPU index and UUID, and a shortfall is reported as one line naming the GPU.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+# figure -> (what it is, unit); the keys are the rows' field names and the metric names' stems
+FIGURES: dict[str, tuple[str, str]] = {
+    "matmul_tflops": ("matmul", "TFLOP/s"),
+    "matmul_fp8_tflops": ("fp8 matmul", "TFLOP/s"),
+    "copy_gbps": ("device copy", "GB/s"),
+    "h2d_gbps": ("host-to-device", "GB/s"),
+    "d2h_gbps": ("device-to-host", "GB/s"),
+}
+
+
+def label(row: dict[str, Any]) -> str:
+    """``gpu-node-1 GPU 5 (GPU-3f2a...)``, or ``host rank 3 (cpu)`` on the CPU path."""
+    if row.get("gpu") is None:
+        return f"{row['host']} rank {row['rank']} (cpu)"
+    uuid = row.get("uuid")
+    return f"{row['host']} GPU {row['gpu']} ({uuid[:8]}...)" if uuid else f"{row['host']} GPU {row['gpu']}"
+
+
+def _measured(rows: list[dict[str, Any]], figure: str) -> list[dict[str, Any]]:
+    return [r for r in rows if isinstance(r.get(figure), (int, float))]
+
+
+def summary(rows: list[dict[str, Any]], figure: str) -> dict[str, Any] | None:
+    """Cluster min / median / max of one figure and who is slowest; None when no rank measured it."""
+    have = _measured(rows, figure)
+    if not have:
+        return None
+    values = [float(r[figure]) for r in have]
+    slowest = min(have, key=lambda r: float(r[figure]))
+    return {
+        "min": min(values),
+        "median": statistics.median(values),
+        "max": max(values),
+        "count": len(values),
+        "slowest": label(slowest),
+    }
+
+
+def not_measured(rows: list[dict[str, Any]], figure: str) -> list[str]:
+    """Why ``figure`` is missing, one line per reason, naming the ranks it applies to."""
+    by_reason: dict[str, list[str]] = {}
+    for r in rows:
+        if not isinstance(r.get(figure), (int, float)):
+            by_reason.setdefault(r.get("not_measured", {}).get(figure, "no figure"), []).append(label(r))
+    return [f"{reason} ({', '.join(labels)})" for reason, labels in by_reason.items()]
+
+
+@dataclass(frozen=True)
+class Shortfall:
+    row: dict[str, Any]
+    value: float
+    median: float
+    scope: str  # "the median" or "the median of node HOST"
+
+    @property
+    def fraction(self) -> float:
+        """How far under the median, 0.22 = 22%; 0 at or above it."""
+        return max(0.0, (self.median - self.value) / self.median) if self.median > 0 else 0.0
+
+
+def shortfalls(rows: list[dict[str, Any]], figure: str, median_of: str = "cluster") -> list[Shortfall]:
+    """Every measured GPU against the median of the cluster (or of its own node), worst first."""
+    have = _measured(rows, figure)
+    groups: dict[Any, list[dict[str, Any]]] = {}
+    for r in have:
+        groups.setdefault(r["node_rank"] if median_of == "node" else None, []).append(r)
+    out = []
+    for key, members in groups.items():
+        median = statistics.median(float(r[figure]) for r in members)
+        scope = "the median" if key is None else f"the median of node {members[0]['host']}"
+        out += [Shortfall(r, float(r[figure]), median, scope) for r in members]
+    return sorted(out, key=lambda s: s.fraction, reverse=True)
+
+
+def describe(short: Shortfall, figure: str) -> str:
+    """``gpu-node-1 GPU 5 (GPU-3f2a...) matmul 611 TFLOP/s, 22% under the median 784``."""
+    what, unit = FIGURES[figure]
+    return (
+        f"{label(short.row)} {what} {fmt(short.value)} {unit}, "
+        f"{short.fraction:.0%} under {short.scope} {fmt(short.median)}"
+    )
+
+
+def fmt(value: float) -> str:
+    return f"{value:,.0f}" if abs(value) >= 100 else f"{value:.3g}"
+
+
+def burnin_verdict(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Which GPUs computed something else than the others from the same seed, in rank order.
+
+    The reference answer is the one most GPUs agree on; without a strict majority (two GPUs that
+    differ) it is rank 0's, and the others are named against it.
+    """
+    ran = [r for r in rows if r.get("burnin")]
+    if not ran:
+        return {"reference": None, "disagreeing": [], "first": None}
+    digests = Counter(r["burnin"]["digest"] for r in ran)
+    top, votes = digests.most_common(1)[0]
+    reference = top if votes * 2 > len(ran) else ran[0]["burnin"]["digest"]
+    disagreeing = []
+    for r in sorted(ran, key=lambda r: r["rank"]):
+        b = r["burnin"]
+        why = []
+        if b["digest"] != reference:
+            why.append(f"result digest {b['digest'][:12]} differs from the reference {reference[:12]}")
+        if b["calls_differing"]:
+            why.append(f"{b['calls_differing']} of {b['calls']} repeated results differ from its first")
+        if why:
+            disagreeing.append(f"{label(r)}: {'; '.join(why)}")
+    return {
+        "reference": reference,
+        "majority": votes * 2 > len(ran),
+        "disagreeing": disagreeing,
+        "first": disagreeing[0] if disagreeing else None,
+        "calls": {label(r): r["burnin"]["calls"] for r in ran},
+    }

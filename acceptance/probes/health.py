@@ -1,0 +1,80 @@
+"""Node health: NVML's answers for every GPU of every node, read by one rank per node (local rank 0).
+
+The answers are gathered so every node's pytest judges the whole cluster (``acceptance.gpu_health`` holds
+the rules). An idle GPU drops its PCIe link to a lower generation to save power, so while local rank 0
+reads the links every rank keeps pinned host-to-device copies flowing to its own GPU.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import torch
+
+from acceptance.probes import nvml
+from acceptance.probes.rank import Ctx, main
+
+LOAD_BYTES = 64 * 2**20  # per copy: a few ms on any link, so stopping the load is quick
+LOAD_BATCH = 4  # copies between two looks at the stop flag
+
+
+class LinkLoad:
+    """Host-to-device copies on a side stream, from a thread, until stopped."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self.src = torch.empty(LOAD_BYTES, dtype=torch.uint8, pin_memory=True)
+        self.dst = torch.empty(LOAD_BYTES, dtype=torch.uint8, device=device)
+        self.stream = torch.cuda.Stream(device)
+        self.done = threading.Event()
+        self.copies = 0
+        self.thread = threading.Thread(target=self._loop, name="pcie-load", daemon=True)
+
+    def _loop(self) -> None:
+        torch.cuda.set_device(self.device)  # the current device is per thread
+        with torch.cuda.stream(self.stream):
+            while not self.done.is_set():
+                for _ in range(LOAD_BATCH):
+                    self.dst.copy_(self.src, non_blocking=True)
+                self.stream.synchronize()
+                self.copies += LOAD_BATCH
+
+    def __enter__(self) -> LinkLoad:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.done.set()
+        self.thread.join()
+
+
+def read_under_load(ctx: Ctx, under_load: bool) -> tuple[dict[str, Any] | None, int]:
+    """Local rank 0's NVML answers (None on the other ranks), and how many copies this rank kept going."""
+    if not (under_load and ctx.is_cuda):
+        ctx.gather(None)
+        return (nvml.read_node() if ctx.local_rank == 0 else None), 0
+    with LinkLoad(ctx.device) as load:
+        ctx.gather(None)  # every rank's copies are running before any link is read
+        answers = nvml.read_node() if ctx.local_rank == 0 else None
+        ctx.gather(None)  # and keep running until every node has read its links
+    return answers, load.copies
+
+
+def run(ctx: Ctx) -> dict[str, Any]:
+    cfg = ctx.spec["health"]
+    ctx.phase("nvml")
+    answers, copies = read_under_load(ctx, bool(cfg["pcie_under_load"]))
+    ctx.phase("gather")
+    mine = {"host": ctx.host, "node_rank": ctx.node_rank, "rank": ctx.rank, "load_copies": copies}
+    everyone = ctx.gather({**mine, "nvml": answers})
+    nodes = [{k: r[k] for k in ("host", "node_rank", "nvml")} for r in everyone if r["nvml"] is not None]
+    return {
+        "nodes": nodes,
+        "pcie_under_load": bool(cfg["pcie_under_load"]) and ctx.is_cuda,
+        "load_copies": {r["rank"]: r["load_copies"] for r in everyone},
+    }
+
+
+if __name__ == "__main__":
+    main(run)

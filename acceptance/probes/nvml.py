@@ -1,0 +1,187 @@
+"""The one place NVML is called (through pynvml, from the nvidia-ml-py package).
+
+``read_node()`` answers with plain data only: numbers, strings, lists and dicts, so the health rules can
+be judged on recorded answers. A query NVML cannot answer (an older GPU, no permission, a lost GPU)
+becomes ``{"not_measured": "<query>: <NVML's reason>"}``, an answer no rule can take for a pass.
+
+The library is a parameter so that a recorded NVML (the unit tests') goes through the same code.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+NOT_MEASURED = "not_measured"
+
+# Clock-event (throttle) reason bits, from nvml.h (nvmlClocksEventReason*, the same values as the older
+# nvmlClocksThrottleReason* names that pynvml keeps for drivers before 535).
+CLOCK_EVENT_BITS = {
+    "sw_power_cap": 0x4,
+    "hw_slowdown": 0x8,
+    "sw_thermal": 0x20,
+    "hw_thermal": 0x40,
+    "hw_power_brake": 0x80,
+}
+
+
+def not_measured(reason: str) -> dict[str, str]:
+    return {NOT_MEASURED: reason}
+
+
+def is_measured(answer: Any) -> bool:
+    return not (isinstance(answer, dict) and NOT_MEASURED in answer)
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+class _Asker:
+    """Runs one NVML query; an NVML error becomes a not-measured answer naming the query."""
+
+    def __init__(self, lib: Any) -> None:
+        self.lib = lib
+
+    def __call__(self, what: str, fn: Callable[..., Any], *args: Any, then: Callable[[Any], Any] | None = None) -> Any:
+        try:
+            value = fn(*args)
+        except self.lib.NVMLError as exc:
+            return not_measured(f"{what}: {exc}")
+        return then(value) if then is not None else value
+
+
+def load_library() -> Any:
+    """pynvml, or the reason it cannot be used."""
+    try:
+        import pynvml
+    except ImportError as exc:
+        return not_measured(f"NVML: pynvml is not installed (pip install nvidia-ml-py): {exc}")
+    return pynvml
+
+
+def read_node(lib: Any = None) -> dict[str, Any]:
+    """Driver versions and every GPU NVML sees on this node (NVML ignores CUDA_VISIBLE_DEVICES)."""
+    lib = load_library() if lib is None else lib
+    if not is_measured(lib):
+        return dict(lib)
+    try:
+        lib.nvmlInit()
+    except lib.NVMLError as exc:
+        return not_measured(f"NVML init: {exc}")
+    try:
+        ask = _Asker(lib)
+        count = ask("GPU count", lib.nvmlDeviceGetCount)
+        gpus = [read_gpu(lib, i) for i in range(count)] if is_measured(count) else count
+        return {
+            "driver_version": ask("driver version", lib.nvmlSystemGetDriverVersion, then=_text),
+            "cuda_driver_version": ask("CUDA driver version", lib.nvmlSystemGetCudaDriverVersion_v2, then=_cuda),
+            "gpu_count": count,
+            "gpus": gpus,
+        }
+    finally:
+        lib.nvmlShutdown()
+
+
+def _cuda(version: int) -> str:
+    """NVML encodes CUDA 12.4 as 12040."""
+    return f"{version // 1000}.{version % 1000 // 10}"
+
+
+def read_gpu(lib: Any, index: int) -> dict[str, Any]:
+    ask = _Asker(lib)
+    handle = ask("device handle", lib.nvmlDeviceGetHandleByIndex, index)
+    if not is_measured(handle):
+        return {"index": index, **handle}
+    # the link first: it is read while the probe keeps the GPU's PCIe link busy
+    gpu: dict[str, Any] = {"index": index, "pcie": _pcie(ask, lib, handle)}
+    gpu.update(_identity(ask, lib, handle))
+    gpu.update(_memory_health(ask, lib, handle))
+    gpu["nvlink_active"] = _nvlink_active(lib, handle)
+    gpu["clock_event_reasons"] = _clock_events(ask, lib, handle)
+    gpu["temperature_c"] = ask("temperature", lib.nvmlDeviceGetTemperature, handle, lib.NVML_TEMPERATURE_GPU)
+    gpu["slowdown_temperature_c"] = ask(
+        "slowdown temperature",
+        lib.nvmlDeviceGetTemperatureThreshold,
+        handle,
+        lib.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN,
+    )
+    return gpu
+
+
+def _identity(ask: _Asker, lib: Any, handle: Any) -> dict[str, Any]:
+    return {
+        "uuid": ask("UUID", lib.nvmlDeviceGetUUID, handle, then=_text),
+        "serial": ask("serial", lib.nvmlDeviceGetSerial, handle, then=_text),
+        "pci_bus_id": ask("PCI info", lib.nvmlDeviceGetPciInfo, handle, then=lambda p: _text(p.busId)),
+        "name": ask("name", lib.nvmlDeviceGetName, handle, then=_text),
+        "memory_total_bytes": ask("memory info", lib.nvmlDeviceGetMemoryInfo, handle, then=lambda m: int(m.total)),
+        "vbios": ask("VBIOS version", lib.nvmlDeviceGetVbiosVersion, handle, then=_text),
+        "persistence_mode": ask("persistence mode", lib.nvmlDeviceGetPersistenceMode, handle, then=bool),
+        "mig_mode": ask("MIG mode", lib.nvmlDeviceGetMigMode, handle, then=lambda m: bool(m[0])),
+    }
+
+
+def _memory_health(ask: _Asker, lib: Any, handle: Any) -> dict[str, Any]:
+    errors, volatile, aggregate = lib.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, lib.NVML_VOLATILE_ECC, lib.NVML_AGGREGATE_ECC
+    return {
+        "ecc_mode": ask("ECC mode", lib.nvmlDeviceGetEccMode, handle, then=lambda m: bool(m[0])),
+        "ecc_uncorrectable_volatile": ask(
+            "volatile uncorrectable ECC errors", lib.nvmlDeviceGetTotalEccErrors, handle, errors, volatile, then=int
+        ),
+        "ecc_uncorrectable_aggregate": ask(
+            "aggregate uncorrectable ECC errors", lib.nvmlDeviceGetTotalEccErrors, handle, errors, aggregate, then=int
+        ),
+        "retired_pages_pending": ask(
+            "retired pages pending", lib.nvmlDeviceGetRetiredPagesPendingStatus, handle, then=bool
+        ),
+        "row_remap": ask("remapped rows", lib.nvmlDeviceGetRemappedRows, handle, then=_remap),
+    }
+
+
+def _remap(rows: tuple[int, int, int, int]) -> dict[str, Any]:
+    correctable, uncorrectable, pending, failure = rows
+    return {
+        "correctable": int(correctable),
+        "uncorrectable": int(uncorrectable),
+        "pending": bool(pending),
+        "failure": bool(failure),
+    }
+
+
+def _pcie(ask: _Asker, lib: Any, handle: Any) -> dict[str, Any]:
+    return {
+        "gen": ask("PCIe generation", lib.nvmlDeviceGetCurrPcieLinkGeneration, handle),
+        "width": ask("PCIe width", lib.nvmlDeviceGetCurrPcieLinkWidth, handle),
+        "max_gen": ask("PCIe max generation", lib.nvmlDeviceGetMaxPcieLinkGeneration, handle),
+        "max_width": ask("PCIe max width", lib.nvmlDeviceGetMaxPcieLinkWidth, handle),
+    }
+
+
+def _nvlink_active(lib: Any, handle: Any) -> Any:
+    """Active links; NVML answers links past the GPU's last one with an error, so the count stops there."""
+    active = 0
+    for link in range(lib.NVML_NVLINK_MAX_LINKS):
+        try:
+            state = lib.nvmlDeviceGetNvLinkState(handle, link)
+        except lib.NVMLError as exc:
+            if link == 0:
+                return not_measured(f"NVLink state: {exc}")
+            break
+        active += int(state == lib.NVML_FEATURE_ENABLED)
+    return active
+
+
+def _clock_events(ask: _Asker, lib: Any, handle: Any) -> Any:
+    names = ("nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetCurrentClocksThrottleReasons")
+    # drivers before 535 know the query only by its older name
+    bits: Any = not_measured("clock event reasons: this pynvml has neither query")
+    for name in names:
+        query = getattr(lib, name, None)
+        if query is not None:
+            bits = ask("clock event reasons", query, handle)
+            if is_measured(bits):
+                break
+    if not is_measured(bits):
+        return bits
+    return sorted(name for name, bit in CLOCK_EVENT_BITS.items() if int(bits) & bit)

@@ -1,0 +1,75 @@
+"""Is every GPU as fast as its siblings: matmul, device memory, host links; and does each compute the same?"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from acceptance import pergpu
+from acceptance.plugin import MUST_BE_ZERO, Checker, probe_result, probe_wall_s
+from acceptance.schema import Threshold
+from acceptance.session import ClusterRun
+
+FIGURES = list(pergpu.FIGURES)
+
+
+@pytest.fixture(scope="module")
+def perf(cluster: ClusterRun) -> dict[str, Any]:
+    return probe_result(cluster, "compute")
+
+
+def _summary(perf: dict[str, Any], figure: str) -> dict[str, Any]:
+    found = perf["summary"].get(figure)
+    if found is None:
+        pytest.skip(f"{figure} not measured: " + "; ".join(perf["not_measured"].get(figure, [])))
+    return found  # type: ignore[no-any-return]
+
+
+def test_every_rank_measured(cluster: ClusterRun, perf: dict[str, Any], check: Checker) -> None:
+    check.measurements("per_gpu", perf["rows"])
+    check.measurements("summary", perf["summary"])
+    assert len(perf["rows"]) == cluster.world_size, f"{len(perf['rows'])} ranks reported, {cluster.world_size} ran"
+
+
+@pytest.mark.parametrize("figure", FIGURES)
+def test_slowest(perf: dict[str, Any], figure: str, check: Checker) -> None:
+    found = _summary(perf, figure)
+    unit = pergpu.FIGURES[figure][1]
+    check(f"compute.{figure}_min", found["min"], unit, f"slowest: {found['slowest']}")
+
+
+@pytest.mark.parametrize("figure", FIGURES)
+def test_median(perf: dict[str, Any], figure: str, check: Checker) -> None:
+    found = _summary(perf, figure)
+    unit = pergpu.FIGURES[figure][1]
+    spread = f"min {pergpu.fmt(found['min'])}, max {pergpu.fmt(found['max'])} over {found['count']} GPUs"
+    check(f"compute.{figure}_median", found["median"], unit, spread)
+
+
+@pytest.mark.parametrize("figure", FIGURES)
+def test_within_tolerance(cluster: ClusterRun, perf: dict[str, Any], figure: str, check: Checker) -> None:
+    """Each GPU within the profile's tolerance of the median; the message names every GPU that is not."""
+    _summary(perf, figure)
+    cfg = cluster.profile.model.compute
+    shorts = pergpu.shortfalls(perf["rows"], figure, cfg.median_of)
+    tolerance = Threshold(max=cfg.tolerance, source=f"compute.tolerance (median of the {cfg.median_of})")
+    bound = cluster.profile.threshold(f"compute.{figure}_below_median") or tolerance
+    limit = bound.max if bound.max is not None else cfg.tolerance
+    off = [pergpu.describe(s, figure) for s in shorts if s.fraction > limit] or [pergpu.describe(shorts[0], figure)]
+    check(f"compute.{figure}_below_median", shorts[0].fraction, "fraction", "\n".join(off), default=tolerance)
+
+
+def test_burnin_same_result(perf: dict[str, Any], check: Checker) -> None:
+    verdict = perf["burnin"]
+    if verdict is None:
+        pytest.skip("burn-in off: set compute.duration_s (seconds) to run it")
+    check.measurements("burnin", verdict)
+    detail = "\n".join(verdict["disagreeing"])
+    if verdict["first"]:
+        detail = f"first GPU that disagrees: {verdict['first']}\n{detail}"
+    check("compute.burnin_disagreeing_gpus", len(verdict["disagreeing"]), "GPUs", detail, default=MUST_BE_ZERO)
+
+
+def test_probe_time(cluster: ClusterRun, perf: dict[str, Any], check: Checker) -> None:
+    check("compute.wall_s", probe_wall_s(cluster, "compute"), "s", "torchrun start to finish, imports included")

@@ -1,0 +1,53 @@
+"""Is every GPU there, the model the profile says, and healthy: ECC, memory repairs, links, clocks, heat."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from acceptance import gpu_health
+from acceptance.plugin import Checker, probe_result, probe_wall_s
+from acceptance.session import ClusterRun
+
+
+@pytest.fixture(scope="module")
+def health(cluster: ClusterRun) -> dict[str, Any]:
+    if cluster.topology.device != "cuda":
+        pytest.skip(
+            f"node health reads NVML on GPUs; profile {cluster.profile.name} runs on the CPU (topology.device: cpu)"
+        )
+    return probe_result(cluster, "health")
+
+
+@pytest.fixture(scope="module")
+def figures(cluster: ClusterRun, health: dict[str, Any]) -> dict[str, gpu_health.Figure]:
+    expect = gpu_health.Expect.from_profile(cluster.profile.model)
+    return {f.metric: f for f in gpu_health.evaluate(health["nodes"], expect)}
+
+
+def test_inventory(health: dict[str, Any], check: Checker) -> None:
+    """Every GPU's identity, versions and modes go into the evidence; every node must have answered."""
+    rows = gpu_health.inventory(health["nodes"])
+    check.measurements("gpus", rows)
+    check.measurements("pcie_under_load", {"on": health["pcie_under_load"], "copies": health["load_copies"]})
+    assert rows, "NVML reported no GPU on any node"
+
+
+@pytest.mark.parametrize("metric", gpu_health.METRICS, ids=[m.removeprefix("health.") for m in gpu_health.METRICS])
+def test_gate(figures: dict[str, gpu_health.Figure], metric: str, check: Checker) -> None:
+    fig = figures[metric]
+    if fig.skip:
+        pytest.skip(fig.skip)
+    if fig.value is None:
+        # an answer NVML could not give is never a pass
+        pytest.skip(f"{metric} not measured: " + "; ".join(fig.not_measured))
+    check(metric, fig.value, fig.unit, fig.detail, default=fig.bound)
+    if fig.not_measured:
+        pytest.fail(
+            f"{metric}: measured on some GPUs but not on these:\n  " + "\n  ".join(fig.not_measured), pytrace=False
+        )
+
+
+def test_probe_time(cluster: ClusterRun, health: dict[str, Any], check: Checker) -> None:
+    check("health.wall_s", probe_wall_s(cluster, "health"), "s", "torchrun start to finish, imports included")
