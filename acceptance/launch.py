@@ -236,9 +236,11 @@ def _rank_label(states: list[dict[str, Any]], rank: int) -> str:
 
 
 def _error_files(out_dir: Path) -> list[tuple[int, str]]:
-    """torchrun's per-rank error.json (written by ``@record``): (global rank, first line of the error)."""
+    """torchrun's per-rank error.json (written by ``@record``): (global rank, last line of the error), the
+    first written first: a rank that crashes makes its peers fail too, and the first error is the cause."""
     found = []
-    for path in sorted((out_dir / "logs").glob("*/attempt_*/*/error.json")):
+    paths = sorted((out_dir / "logs").glob("*/attempt_*/*/error.json"), key=lambda p: p.stat().st_mtime_ns)
+    for path in paths:
         try:
             data = json.loads(path.read_text())
             message = data["message"]

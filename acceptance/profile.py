@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -17,6 +18,7 @@ from acceptance.metrics import canonical_metric, metric_problem
 from acceptance.schema import ProfileModel, Threshold
 
 LOCAL_DIR = Path("thresholds")
+_EXPONENT = re.compile(r"[-+]?\d+(\.\d*)?[eE][-+]?\d+")
 
 
 class ProfileError(Exception):
@@ -79,8 +81,18 @@ def load(name_or_path: str, overrides: list[str] | None = None) -> Profile:
     """Load, merge ``extends:``, apply ``KEY.PATH=VALUE`` overrides (``--cluster-set``), validate."""
     path = find(name_or_path)
     raw, chain, lines = _resolve(path, ())
+    return _build(raw, chain, lines, overrides)
+
+
+def from_mapping(raw: dict[str, Any], origin: Path, overrides: list[str] | None = None) -> Profile:
+    """A profile made in memory (the sweep command without ``--profile``); ``origin`` stands for its file."""
+    return _build(raw, (origin,), {}, overrides)
+
+
+def _build(raw: dict[str, Any], chain: tuple[Path, ...], lines: LineMap, overrides: list[str] | None) -> Profile:
+    path, lines = chain[0], dict(lines)
     for item in overrides or []:
-        raw = _override(raw, item)
+        raw = _override(raw, item, lines)
     try:
         model = ProfileModel.model_validate(raw)
     except ValidationError as exc:
@@ -92,7 +104,7 @@ def load(name_or_path: str, overrides: list[str] | None = None) -> Profile:
     return Profile(model=model, path=path.resolve(), resolved=resolved, sha256=digest, chain=chain)
 
 
-LineMap = dict[tuple[str, ...], tuple[Path, int]]
+LineMap = dict[tuple[str, ...], str]  # key path -> where it was set: FILE:LINE or --cluster-set ...
 
 
 def _resolve(path: Path, seen: tuple[Path, ...]) -> tuple[dict[str, Any], tuple[Path, ...], LineMap]:
@@ -114,20 +126,52 @@ def _resolve(path: Path, seen: tuple[Path, ...]) -> tuple[dict[str, Any], tuple[
     return _merge(parent, data), chain, {**parent_lines, **lines}
 
 
-def _override(raw: dict[str, Any], item: str) -> dict[str, Any]:
+def _override(raw: dict[str, Any], item: str, lines: LineMap) -> dict[str, Any]:
     """``training.micro_batch=8`` -> raw["training"]["micro_batch"] = 8; the value is read as YAML."""
     key, sep, text = item.partition("=")
-    parts = key.strip().split(".")
+    parts = _key_path(key.strip())
     if not sep or not all(parts):
         raise ProfileError(f"--cluster-set {item!r}: expected KEY.PATH=VALUE, e.g. training.micro_batch=8")
     try:
         value = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise ProfileError(f"--cluster-set {item!r}: the value is not valid YAML: {exc}") from None
+    if parts[0] == "env" and len(parts) == 2:
+        value = text.strip()  # environment values are strings, verbatim: NCCL_IB_DISABLE=1 means "1"
+    elif isinstance(value, str) and _EXPONENT.fullmatch(value):
+        value = float(value)  # YAML 1.1 reads 1e6 as a string; on a command line it means a number
+    _mark_override(lines, tuple(parts), value, f"--cluster-set {item}")
     patch: dict[str, Any] = {parts[-1]: value}
     for part in reversed(parts[:-1]):
         patch = {part: patch}
     return _merge(raw, patch)
+
+
+def _mark_override(lines: LineMap, at: tuple[str, ...], value: Any, label: str) -> None:
+    """Errors under an overridden key name the option, not the file line the option replaced."""
+    if not isinstance(value, dict):
+        for loc in [loc for loc in lines if loc[: len(at)] == at]:
+            del lines[loc]
+    lines[at] = label
+    for cut in range(1, len(at)):
+        lines.setdefault(at[:cut], label)  # a key the override creates
+    if isinstance(value, dict):
+        for key, sub in value.items():
+            _mark_override(lines, (*at, str(key)), sub, label)
+
+
+THRESHOLD_FIELDS = frozenset(Threshold.model_fields)
+
+
+def _key_path(key: str) -> list[str]:
+    """Split an override key; a metric name holds dots, so under ``thresholds`` it stays whole:
+    ``thresholds.collectives.all_reduce.busbw_gbps@1G.min`` -> thresholds / collectives...@1G / min."""
+    parts = key.split(".")
+    if parts[0] != "thresholds" or len(parts) < 3:
+        return parts
+    if parts[-1] in THRESHOLD_FIELDS:
+        return [parts[0], ".".join(parts[1:-1]), parts[-1]]
+    return [parts[0], ".".join(parts[1:])]
 
 
 def _read_yaml(path: Path) -> tuple[dict[str, Any], LineMap]:
@@ -152,12 +196,12 @@ def _map_lines(node: yaml.Node | None, prefix: tuple[str, ...], path: Path, out:
     if isinstance(node, yaml.MappingNode):
         for key, value in node.value:
             at = (*prefix, str(key.value))
-            out[at] = (path, key.start_mark.line + 1)
+            out[at] = f"{path}:{key.start_mark.line + 1}"
             _map_lines(value, at, path, out)
     elif isinstance(node, yaml.SequenceNode):
         for index, item in enumerate(node.value):
             at = (*prefix, str(index))
-            out[at] = (path, item.start_mark.line + 1)
+            out[at] = f"{path}:{item.start_mark.line + 1}"
             _map_lines(item, at, path, out)
 
 
@@ -167,8 +211,8 @@ def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
     for key, value in over.items():
         if key == "extends":
             continue
-        if value is None and key in out:
-            del out[key]
+        if value is None:
+            out.pop(key, None)
         elif isinstance(value, dict) and isinstance(out.get(key), dict):
             out[key] = _merge(out[key], value)
         else:
@@ -180,7 +224,7 @@ def _where(loc: tuple[str, ...], chain: tuple[Path, ...], lines: LineMap) -> str
     for cut in range(len(loc), 0, -1):
         hit = lines.get(loc[:cut])
         if hit is not None:
-            return f"{hit[0]}:{hit[1]}"
+            return hit
     return str(chain[0])
 
 
@@ -204,7 +248,8 @@ def _expected(err: Any, loc: tuple[str, ...]) -> str:
     if kind == "missing":
         return "required key is missing"
     msg = str(err["msg"]).removeprefix("Value error, ")
-    return f"{msg} (got {err['input']!r})" if not isinstance(err.get("input"), dict) else msg
+    shown = repr(err.get("input"))
+    return f"{msg} (got {shown})" if not isinstance(err.get("input"), dict) and shown not in msg else msg
 
 
 def _model_at(loc: tuple[str, ...]) -> Any:

@@ -18,6 +18,8 @@ from acceptance.profile import Profile, evaluate
 from acceptance.schema import Threshold
 from acceptance.topology import Placement
 
+MUST_BE_ZERO = Threshold(eq=0, source="built-in: correctness is never mere information")
+
 
 @dataclass
 class Check:
@@ -102,8 +104,9 @@ class ClusterRun:
         seq = len(self._probes) + 1
         out_dir = self.evidence_dir / "probes" / f"{seq:02d}-{key}"
         run_id = f"{self.run_tag or self.profile.sha256[:12]}-{seq}-{key}"
-        record: dict[str, Any] = {"name": name, "key": key, **({"env": env} if env else {})}
+        record: dict[str, Any] = {"name": name, "key": key, "status": "running", **({"env": env} if env else {})}
         self.evidence.data["probes"].append(record)
+        self.evidence.write()
         try:
             self._meet_before(name, seq, key)
             outcome = launch.run(
@@ -120,6 +123,10 @@ class ClusterRun:
             record.update(status="failed", error=str(exc), out_dir=str(out_dir.relative_to(self.evidence_dir)))
             self.evidence.write()
             return exc
+        except BaseException:  # Ctrl-C: the launcher has killed the ranks; say so before pytest unwinds
+            record.update(status="interrupted", out_dir=str(out_dir.relative_to(self.evidence_dir)))
+            self.evidence.write()
+            raise
         record.update(
             status="ok",
             wall_s=round(outcome.wall_s, 3),

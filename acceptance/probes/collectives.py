@@ -186,11 +186,13 @@ def measure(ctx: Ctx, name: str, nbytes: int, cfg: dict[str, Any], group: Any = 
             seconds = time_eager(op, ctx, cfg["warmup_iters"], cfg["iters"])
     else:
         seconds = time_eager(op, ctx, cfg["warmup_iters"], cfg["iters"])
+    count = op.count
     del op
     return {
         "op": name,
         "size": format_size(nbytes),
         "size_bytes": nbytes,
+        "count": count,
         "seconds": seconds,
         "wrong": wrong,
         "timing": mode,

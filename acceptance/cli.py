@@ -1,0 +1,179 @@
+"""``cluster-acceptance``: profiles, evidence files, reports, and the standalone collective sweep."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from acceptance import profile as profiles
+from acceptance import report, sweep
+from acceptance.evidence import junit_xml, merge, write_atomic
+from acceptance.launch import ProbeError
+from acceptance.schema import COLLECTIVE_OPS
+from acceptance.topology import TopologyError
+
+
+class CliError(Exception):
+    """A command that cannot go on; its message is printed without a traceback (exit status 2)."""
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        return int(args.func(args))
+    except (CliError, profiles.ProfileError, TopologyError, ProbeError, ValueError) as exc:
+        print(f"cluster-acceptance {args.command}: {exc}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:  # `... | head`: the reader has what it wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+
+
+def parser() -> argparse.ArgumentParser:
+    top = argparse.ArgumentParser(prog="cluster-acceptance", description=__doc__)
+    sub = top.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    sub.add_parser("list", help="the profiles that --cluster-profile NAME finds").set_defaults(func=cmd_list)
+    show = sub.add_parser("show", help="a profile as resolved (extends merged, overrides applied) and its sha256")
+    show.add_argument("name", help="profile name or YAML path")
+    show.add_argument("--set", action="append", default=[], metavar="KEY.PATH=VALUE", help="as --cluster-set")
+    show.set_defaults(func=cmd_show)
+    junit = sub.add_parser("junit", help="rebuild JUnit XML from an evidence file")
+    junit.add_argument("evidence", type=Path)
+    junit.add_argument("-o", "--output", type=Path, help="file to write (default: standard output)")
+    junit.set_defaults(func=cmd_junit)
+    mrg = sub.add_parser("merge", help="one evidence file from several (the nodes of a run, or several runs)")
+    mrg.add_argument("evidence", type=Path, nargs="+")
+    mrg.add_argument("-o", "--output", type=Path, required=True, help="merged evidence file to write")
+    mrg.add_argument("--junit", type=Path, help="also write JUnit XML of the merged evidence here")
+    mrg.set_defaults(func=cmd_merge)
+    cmp = sub.add_parser("compare", help="per metric: value in A, value in B, and B/A")
+    cmp.add_argument("a", type=Path)
+    cmp.add_argument("b", type=Path)
+    cmp.set_defaults(func=cmd_compare)
+    rep = sub.add_parser("report", help="a Markdown report (and busbw.png when matplotlib is installed)")
+    rep.add_argument("evidence", type=Path)
+    rep.add_argument("-o", "--output", type=Path, help="report file (default: report.md beside the evidence)")
+    rep.set_defaults(func=cmd_report)
+    add_sweep(sub)
+    return top
+
+
+def add_sweep(sub: Any) -> None:
+    sw = sub.add_parser(
+        "sweep",
+        help="collective bandwidth sweep without pytest or MPI, printed like nccl-tests",
+        description="Like nccl-tests' all_reduce_perf -b 1M -e 4G -f 2, through torchrun and torch.distributed. "
+        "Sizes are binary (1M = 2^20 bytes), bandwidths decimal (GB/s = 1e9 bytes/s).",
+    )
+    sw.add_argument("-b", "--minbytes", default="1M", help="smallest message size (default: 1M)")
+    sw.add_argument("-e", "--maxbytes", default="1G", help="largest message size (default: 1G)")
+    sw.add_argument("-f", "--stepfactor", type=int, default=2, help="size multiplier between steps (default: 2)")
+    sw.add_argument(
+        "--ops",
+        default="all_reduce",
+        help=f"comma-separated, from {', '.join(COLLECTIVE_OPS)} (default: all_reduce)",
+    )
+    sw.add_argument("--dtype", choices=("float32", "float16", "bfloat16"), help="default: the profile's, else float32")
+    sw.add_argument("-w", "--warmup_iters", type=int, help="warm-up calls per size (default: the profile's, 5)")
+    sw.add_argument("-n", "--iters", type=int, help="timed calls per size (default: the profile's, 20)")
+    sw.add_argument("--nproc-per-node", type=int, help="ranks per node (default: the profile's, else every GPU or 2)")
+    sw.add_argument("--profile", help="profile for topology, env and timeouts (default: this machine as found)")
+    sw.add_argument("--timeout", type=float, help="seconds for the whole sweep (default: the profile's)")
+    sw.add_argument("--out", type=Path, help="evidence folder (default: a new folder under ./acceptance-results/)")
+    sw.set_defaults(func=cmd_sweep)
+
+
+def read_evidence(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text())
+    except OSError as exc:
+        raise CliError(f"cannot read {path}: {exc.strerror}") from None
+    except ValueError as exc:
+        raise CliError(f"{path} is not JSON: {exc}") from None
+    if not isinstance(data, dict) or not str(data.get("schema", "")).startswith("cluster-acceptance/evidence/"):
+        raise CliError(f"{path} is not a cluster-acceptance evidence file (no 'schema' of that name)")
+    return data
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    found = profiles.available()
+    width = max((len(name) for name in found), default=0)
+    for name, path in found.items():
+        try:
+            about = profiles.load(str(path)).model.description or "(no description)"
+        except profiles.ProfileError as exc:
+            about = f"INVALID: {str(exc).splitlines()[-1].strip()}"
+        print(f"{name.ljust(width)}  {about}  [{path}]")
+    return 0
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    prof = profiles.load(args.name, args.set)
+    chain = " <- ".join(str(p) for p in prof.chain)
+    print(f"# profile {prof.name}: {chain}\n# sha256 {prof.sha256}")
+    print(yaml.safe_dump(prof.resolved, sort_keys=False, default_flow_style=False, width=120), end="")
+    return 0
+
+
+def cmd_junit(args: argparse.Namespace) -> int:
+    text = junit_xml(read_evidence(args.evidence))
+    if args.output:
+        write_atomic(args.output, text)
+        print(f"wrote {args.output}")
+    else:
+        print(text)
+    return 0
+
+
+def cmd_merge(args: argparse.Namespace) -> int:
+    merged = merge([read_evidence(path) for path in args.evidence])
+    write_atomic(args.output, json.dumps(merged, indent=1, default=str))
+    print(f"wrote {args.output}: {merged['verdict']}{'' if merged['complete'] else ' (incomplete)'}")
+    if args.junit:
+        write_atomic(args.junit, junit_xml(merged))
+        print(f"wrote {args.junit}")
+    return 0 if merged["verdict"] == "PASS" else 1
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    a, b = read_evidence(args.a), read_evidence(args.b)
+    print(report.compare_text(a, b, (str(args.a), str(args.b))))
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    data = read_evidence(args.evidence)
+    output = args.output or args.evidence.parent / "report.md"
+    png = output.with_name(f"{output.stem}-busbw.png")
+    title = f"busbw, profile {data.get('profile', {}).get('name')}"
+    plotted = report.plot_busbw(report.sweep_rows(data), png, title)
+    write_atomic(output, report.markdown(data, png.name if plotted else None))
+    print(f"wrote {output}" + (f" and {png}" if plotted else ""))
+    return 0
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    options = sweep.SweepArgs(
+        begin=args.minbytes,
+        end=args.maxbytes,
+        factor=args.stepfactor,
+        ops=[op.strip() for op in args.ops.split(",") if op.strip()],
+        dtype=args.dtype,
+        warmup=args.warmup_iters,
+        iters=args.iters,
+        nproc_per_node=args.nproc_per_node,
+        profile=args.profile,
+        out=args.out,
+        timeout=args.timeout,
+    )
+    return sweep.run(options, sys.stdout)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

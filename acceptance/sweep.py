@@ -1,0 +1,183 @@
+"""The standalone collective sweep for operators: the collectives probe without pytest and without MPI,
+printed the way nccl-tests' ``all_reduce_perf -b 1M -e 4G -f 2`` prints it.
+
+It runs through the same launcher and session as the suite, so its figures are the suite's figures and
+its folder holds the same evidence (``evidence.json``, ``probes/NN-collectives/``).
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import socket
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TextIO
+
+from acceptance import profile as profiles
+from acceptance.launch import ProbeError
+from acceptance.session import MUST_BE_ZERO, ClusterRun
+from acceptance.topology import resolve
+from acceptance.units import format_size, parse_size
+
+# nccl-tests' names for the types (its -d option), so the tables read alike
+TYPE_NAMES = {"float32": "float", "float16": "half", "bfloat16": "bfloat16"}
+ELEMENT_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
+
+
+@dataclass(frozen=True)
+class SweepArgs:
+    begin: str
+    end: str
+    factor: int
+    ops: list[str]
+    dtype: str | None
+    warmup: int | None
+    iters: int | None
+    nproc_per_node: int | None
+    profile: str | None
+    out: Path | None
+    timeout: float | None
+
+
+def series(begin: str, end: str, factor: int) -> list[str]:
+    """``-b 1M -e 4G -f 2`` -> 1M, 2M, ..., 4G (binary sizes, as nccl-tests steps them)."""
+    lo, hi = parse_size(begin), parse_size(end)
+    if lo > hi:
+        raise ValueError(f"-b {begin} is larger than -e {end}")
+    if factor < 2:
+        raise ValueError(f"-f {factor}: the step factor must be at least 2")
+    sizes, size = [], lo
+    while size <= hi:
+        sizes.append(format_size(size))
+        size *= factor
+    return sizes
+
+
+def overrides(args: SweepArgs, default_dtype: str) -> list[str]:
+    """The sweep's options as ``--cluster-set`` overrides, so they are validated like a profile file.
+    The profile's thresholds are dropped: they name the profile's sizes, and a sweep only measures."""
+    sets = {
+        "thresholds": None,
+        "collectives.ops": args.ops,
+        "collectives.sizes": series(args.begin, args.end, args.factor),
+        "collectives.dtype": args.dtype or default_dtype,
+        "collectives.warmup_iters": args.warmup,
+        "collectives.iters": args.iters,
+        "topology.ranks_per_node": args.nproc_per_node,
+    }
+    return [f"{key}={json.dumps(value)}" for key, value in sets.items() if value is not None or key == "thresholds"]
+
+
+def load_profile(args: SweepArgs) -> profiles.Profile:
+    """The named profile (topology, env, timeouts), else this machine: every GPU through NCCL, or 2 CPU ranks."""
+    if args.profile:
+        base = profiles.load(args.profile)
+        return profiles.load(args.profile, overrides(args, base.model.collectives.dtype))
+    import torch  # only here: the other commands should not pay for importing torch
+
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    topology: dict[str, Any] = (
+        {"device": "cuda", "backend": "nccl", "gpus_per_node": gpus}
+        if gpus
+        else {"device": "cpu", "backend": "gloo", "ranks_per_node": 2}
+    )
+    # one thread per CPU rank: two ranks each using every core would measure contention, not the collective
+    env = {} if gpus else {"OMP_NUM_THREADS": "1"}
+    raw = {"name": "sweep", "description": "this machine, as found", "topology": topology, "env": env}
+    # nccl-tests' default type is float (-d float)
+    return profiles.from_mapping(raw, Path("<sweep>"), overrides(args, "float32"))
+
+
+def run(args: SweepArgs, out: TextIO) -> int:
+    """Run the sweep, print the table; 0 when every element arrived intact, 1 when some did not, 2 on failure."""
+    profile = load_profile(args)
+    placement = resolve(os.environ, profile.model.topology.nodes, default_port=profile.model.topology.rdzv_port)
+    folder = args.out or _default_folder()
+    cluster = ClusterRun(profile, placement, folder, args.timeout, run_tag=os.environ.get("CLUSTER_RUN_ID", ""))
+    print(header(cluster), file=out, flush=True)
+    try:
+        result = cluster.probe("collectives")
+    except ProbeError as exc:
+        cluster.evidence.data["errors"].append(str(exc))
+        cluster.evidence.finish(complete=True, verdict="FAIL")
+        cluster.evidence.write()
+        raise
+    print(table(result), file=out)
+    failed = _record(cluster, result)
+    print(f"# evidence: {cluster.evidence.path}", file=out)
+    return 1 if failed else 0
+
+
+def _record(cluster: ClusterRun, result: dict[str, Any]) -> bool:
+    nodeid = "cluster-acceptance sweep"
+    entry = cluster.evidence.test(nodeid)
+    entry["measurements"]["sweep"] = result
+    verdicts = []
+    for row in result["rows"]:
+        op, size = row["op"], row["size"]
+        cluster.check(nodeid, f"collectives.{op}.busbw_gbps@{size}", row["busbw_gbps"], "GB/s")
+        verdicts.append(
+            cluster.check(
+                nodeid, f"collectives.{op}.wrong@{size}", row["wrong"], "elements", default=MUST_BE_ZERO
+            ).verdict
+        )
+    failed = "fail" in verdicts
+    entry["outcome"] = "failed" if failed else "passed"
+    cluster.evidence.finish(complete=True, verdict="FAIL" if failed else "PASS")
+    cluster.evidence.write()
+    return failed
+
+
+def _default_folder() -> Path:
+    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    return Path("acceptance-results") / f"{stamp}-sweep-{socket.gethostname()}"
+
+
+def header(cluster: ClusterRun) -> str:
+    cfg, topo = cluster.profile.model.collectives, cluster.topology
+    return (
+        f"# cluster-acceptance sweep: profile {cluster.profile.name}, {cluster.placement.nodes} node(s) x "
+        f"{topo.nproc_per_node} rank(s), {topo.device}/{topo.backend}\n"
+        f"# dtype {cfg.dtype}, warmup {cfg.warmup_iters}, iters {cfg.iters}, timing {cfg.timing}; "
+        f"evidence in {cluster.evidence_dir}"
+    )
+
+
+COLUMNS = ("size", "count", "type", "op", "time", "algbw", "busbw", "#wrong")
+UNITS = ("(B)", "(elements)", "", "", "(us)", "(GB/s)", "(GB/s)", "")
+WIDTHS = (12, 12, 10, 16, 10, 8, 8, 7)
+
+
+def table(result: dict[str, Any]) -> str:
+    """nccl-tests' layout: one line per op and size, then the average bus bandwidth."""
+    lines = [_line(("#", *COLUMNS)), _line(("#", *UNITS))]
+    dtype = result.get("dtype", "float32")
+    for row in result["rows"]:
+        count = row.get("count") or row["size_bytes"] // ELEMENT_BYTES.get(dtype, 4)
+        cells = (
+            str(row["size_bytes"]),
+            str(count),
+            TYPE_NAMES.get(dtype, dtype),
+            row["op"],
+            f"{row['time_us']:.2f}",
+            f"{row['algbw_gbps']:.2f}",
+            f"{row['busbw_gbps']:.2f}",
+            str(row["wrong"]),
+        )
+        lines.append(_line(("", *cells)))
+    rows = result["rows"]
+    if rows:
+        average = sum(r["busbw_gbps"] for r in rows) / len(rows)
+        wrong = sum(1 for r in rows if r["wrong"])
+        lines.append(f"# Out of bounds values : {wrong} {'FAILED' if wrong else 'OK'}")
+        lines.append(f"# Avg bus bandwidth    : {average:.4g}")
+    if result.get("nccl_version"):
+        lines.append(f"# NCCL {result['nccl_version']}, algorithm: {result.get('nccl_algo')}")
+    return "\n".join(lines)
+
+
+def _line(cells: tuple[str, ...]) -> str:
+    lead, rest = cells[0], cells[1:]
+    return (lead + "".join(cell.rjust(width + 1) for cell, width in zip(rest, WIDTHS, strict=True))).rstrip()

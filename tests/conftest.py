@@ -1,0 +1,20 @@
+"""Fixtures for the plugin's own tests."""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import pytest
+
+from tests.harness import ROOT
+
+
+@pytest.fixture
+def suite(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.Pytester:
+    """A pytester folder holding a copy of ``tests_cluster/``, whose children import this checkout."""
+    shutil.copytree(ROOT / "tests_cluster", pytester.path / "tests_cluster")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p))
+    monkeypatch.delenv("CLUSTER_PROFILE", raising=False)
+    monkeypatch.delenv("ACCEPTANCE_TEST_FAULT", raising=False)
+    return pytester

@@ -1,0 +1,162 @@
+"""The console script: profiles, evidence files, reports and the standalone sweep (a real torchrun job)."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import jsonschema
+import pytest
+import yaml
+
+from acceptance import profile as profiles
+from acceptance.cli import main
+from tests.harness import ROOT, schema
+
+
+@pytest.fixture(scope="module")
+def swept(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """One CPU sweep for the whole module: its evidence folder and what it printed."""
+    folder = tmp_path_factory.mktemp("sweep")
+    argv = ["sweep", "-b", "64K", "-e", "256K", "--nproc-per-node", "2", "--ops", "all_reduce,all_gather",
+            "-w", "1", "-n", "3", "--out", str(folder)]  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-m", "acceptance.cli", *argv], cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    return folder, out.stdout
+
+
+def test_sweep_prints_an_nccl_tests_table(swept: tuple[Path, str]) -> None:
+    _, text = swept
+    lines = text.splitlines()
+    assert re.match(r"#\s+size\s+count\s+type\s+op\s+time\s+algbw\s+busbw\s+#wrong$", lines[2]), lines[2]
+    rows = [line.split() for line in lines if line and not line.startswith("#")]
+    assert [(r[0], r[1], r[2], r[3]) for r in rows] == [
+        (str(size), str(size // 4), "float", op)
+        for op in ("all_reduce", "all_gather")
+        for size in (65536, 131072, 262144)
+    ]
+    for row in rows:
+        time_us, algbw, busbw, wrong = float(row[4]), float(row[5]), float(row[6]), int(row[7])
+        assert time_us > 0 and wrong == 0
+        # two ranks: all_reduce moves 2(n-1)/n = 1x algbw, all_gather (n-1)/n = 0.5x (rounded to 2 places)
+        assert busbw == pytest.approx(algbw * (1.0 if row[3] == "all_reduce" else 0.5), abs=0.011)
+    assert "# Out of bounds values : 0 OK" in lines
+
+
+def test_sweep_writes_valid_evidence(swept: tuple[Path, str]) -> None:
+    folder, _ = swept
+    data = json.loads((folder / "evidence.json").read_text())
+    jsonschema.validate(data, schema())
+    assert data["complete"] is True and data["verdict"] == "PASS"
+    assert data["profile"]["resolved"]["collectives"]["sizes"] == ["64K", "128K", "256K"]
+    (probe,) = data["probes"]
+    assert probe["status"] == "ok" and (folder / probe["out_dir"] / "result.json").is_file()
+
+
+def test_junit_from_evidence(swept: tuple[Path, str], tmp_path: Path) -> None:
+    folder, _ = swept
+    assert main(["junit", str(folder / "evidence.json"), "-o", str(tmp_path / "j.xml")]) == 0
+    suite = ET.parse(tmp_path / "j.xml").getroot().find("testsuite")
+    assert suite is not None and suite.get("tests") == "1" and suite.get("failures") == "0"
+    assert "collectives.all_reduce.busbw_gbps@64K" in (suite.findtext("testcase/system-out") or "")
+
+
+def test_merge_and_compare(swept: tuple[Path, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    ev = str(swept[0] / "evidence.json")
+    merged, junit = tmp_path / "merged.json", tmp_path / "merged.xml"
+    assert main(["merge", ev, ev, "-o", str(merged), "--junit", str(junit)]) == 0
+    data = json.loads(merged.read_text())
+    jsonschema.validate(data, schema())
+    assert len(data["merged_from"]) == 2 and len(data["tests"]) == 2
+    assert ET.parse(junit).getroot().find("testsuite") is not None
+    capsys.readouterr()
+    assert main(["compare", ev, ev]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split()[0] == "metric" and "B/A" in lines[0]
+    busbw = [line.split() for line in lines if line.startswith("collectives.all_reduce.busbw_gbps@64K")]
+    assert busbw and busbw[0][3] == "1.000" and busbw[0][4] == "GB/s"
+
+
+def test_report(swept: tuple[Path, str], tmp_path: Path) -> None:
+    out = tmp_path / "r" / "report.md"
+    assert main(["report", str(swept[0] / "evidence.json"), "-o", str(out)]) == 0
+    text = out.read_text()
+    assert text.startswith("# Cluster acceptance: PASS\n")
+    assert "| verdict | **PASS** (complete) |" in text
+    assert "## Collective sweep" in text and "| all_reduce | 64K |" in text
+    has_plot = (tmp_path / "r" / "report-busbw.png").is_file()
+    assert has_plot == ("![busbw by message size](report-busbw.png)" in text)
+
+
+def test_report_puts_failures_first(tmp_path: Path) -> None:
+    doc = json.loads((ROOT / "tests" / "data" / "evidence-fail.json").read_text())
+    jsonschema.validate(doc, schema())
+    (tmp_path / "evidence.json").write_text(json.dumps(doc))
+    assert main(["report", str(tmp_path / "evidence.json")]) == 0
+    text = (tmp_path / "report.md").read_text()
+    rows = [line for line in text.splitlines() if line.startswith("| FAIL") or line.startswith("| PASS")]
+    assert rows[0].startswith("| FAIL | `collectives.all_reduce.busbw_gbps@1G` | 312.4 | GB/s | >= 350 |")
+    assert "## Tests that did not pass" in text and "## Probes that did not finish" in text
+
+
+def test_report_plot_with_matplotlib(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    from acceptance.report import plot_busbw
+
+    rows = [{"op": "all_reduce", "size_bytes": 2**k, "busbw_gbps": float(k)} for k in (20, 21, 22)]
+    assert plot_busbw(rows, tmp_path / "p.png", "t")
+    assert (tmp_path / "p.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_list(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["list"]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"^local-cpu\s+two CPU ranks over gloo on this machine; the suite's self-test\s+\[", out, re.M)
+    assert len(out.splitlines()) == len(profiles.available())
+
+
+def test_show(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["show", "local-cpu", "--set", "collectives.iters=3"]) == 0
+    out = capsys.readouterr().out
+    expected = profiles.load("local-cpu", ["collectives.iters=3"])
+    assert f"# sha256 {expected.sha256}" in out
+    assert yaml.safe_load(out) == expected.resolved
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["show", "no-such-profile"], "cluster-acceptance show: unknown profile 'no-such-profile'"),
+        (["junit", "missing.json"], "cluster-acceptance junit: cannot read missing.json"),
+        (["sweep", "-b", "1M", "-e", "64K"], "cluster-acceptance sweep: -b 1M is larger than -e 64K"),
+        (["sweep", "-b", "1Q"], "cluster-acceptance sweep: expected a size like 512, 1K, 16M or 4G"),
+        (["sweep", "--ops", "allreduce"], "collectives.ops.0: got 'allreduce', input should be 'all_reduce'"),
+    ],
+)
+def test_errors_are_one_message(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert main(argv) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_not_evidence(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "x.json").write_text('{"a": 1}')
+    assert main(["report", str(tmp_path / "x.json")]) == 2
+    assert "is not a cluster-acceptance evidence file" in capsys.readouterr().err
+
+
+def test_console_script_is_declared() -> None:
+    text = (ROOT / "pyproject.toml").read_text()
+    assert 'cluster-acceptance = "acceptance.cli:main"' in text
+    script = shutil.which("cluster-acceptance")
+    if script is not None:
+        assert subprocess.run([script, "list"], capture_output=True, timeout=60).returncode == 0

@@ -1,0 +1,161 @@
+"""The evidence file: allow-listed environment, atomic writes, the schema, JUnit built from it, merging."""
+
+from __future__ import annotations
+
+import json
+import os
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+
+from acceptance import evidence as ev
+from acceptance.evidence import Evidence, allowed_env, junit_xml, merge, write_atomic
+from tests.harness import schema
+
+SECRETS = {
+    "AWS_SECRET_ACCESS_KEY": "secret-value-1",
+    "AWS_ACCESS_KEY_ID": "secret-value-2",
+    "HF_TOKEN": "secret-value-3",
+    "NCCL_API_TOKEN": "secret-value-4",
+    "CUDA_AUTH_PASSWORD": "secret-value-5",
+    "TORCH_SECRET": "secret-value-6",
+    "GITHUB_TOKEN": "secret-value-7",
+    "WANDB_API_KEY": "secret-value-8",
+    "SSH_AUTH_SOCK": "secret-value-9",
+    "NVIDIA_API_KEY": "secret-value-10",
+}
+KEPT = {
+    "NCCL_IB_DISABLE": "0",
+    "NCCL_DEBUG": "INFO",
+    "CUDA_VISIBLE_DEVICES": "0,1",
+    "OMP_NUM_THREADS": "1",
+    "SLURM_JOB_ID": "42",
+    "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1",
+}
+
+
+def test_allowed_env_keeps_settings_and_drops_secrets() -> None:
+    env = {**SECRETS, **KEPT, "HOME": "/root", "PATH": "/usr/bin", "LD_PRELOAD": "x.so", "USER": "me"}
+    assert allowed_env(env) == dict(sorted(KEPT.items()))
+
+
+def test_evidence_env_never_holds_secrets(tmp_path: Path) -> None:
+    doc = Evidence(tmp_path, _profile(), _topology(), {**os.environ, **SECRETS, **KEPT})
+    doc.write()
+    text = (tmp_path / "evidence.json").read_text()
+    for name, value in SECRETS.items():
+        assert name not in text and f'"{value}"' not in text
+    assert json.loads(text)["cluster"]["env"]["NCCL_IB_DISABLE"] == "0"
+
+
+def test_write_atomic_replaces_whole_and_leaves_no_temp(tmp_path: Path) -> None:
+    target = tmp_path / "sub" / "evidence.json"
+    write_atomic(target, "first")
+    write_atomic(target, "second")
+    assert target.read_text() == "second"
+    assert [p.name for p in target.parent.iterdir()] == ["evidence.json"]
+
+
+def test_write_atomic_keeps_the_old_file_when_the_write_fails(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    target = tmp_path / "evidence.json"
+    write_atomic(target, "old")
+
+    def broken(src: object, dst: object) -> None:
+        raise OSError("disk full")
+
+    monkeypatch.setattr("acceptance.evidence.os.replace", broken)
+    with pytest.raises(OSError, match="disk full"):
+        write_atomic(target, "new")
+    assert target.read_text() == "old"
+
+
+def test_fresh_evidence_is_valid_and_incomplete(tmp_path: Path) -> None:
+    doc = Evidence(tmp_path, _profile(), _topology(), {})
+    data = json.loads(doc.write().read_text())
+    jsonschema.validate(data, schema())
+    assert data["complete"] is False and data["verdict"] == "FAIL"
+
+
+def test_filled_evidence_is_valid(tmp_path: Path) -> None:
+    data = _filled(tmp_path).data
+    jsonschema.validate(json.loads(json.dumps(data)), schema())
+
+
+def test_schema_rejects_a_bad_verdict(tmp_path: Path) -> None:
+    data = json.loads(json.dumps(_filled(tmp_path).data))
+    data["tests"][0]["checks"][0]["verdict"] = "maybe"
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(data, schema())
+
+
+def test_shipped_schema_is_the_package_resource() -> None:
+    assert ev.schema() == schema()
+    jsonschema.Draft202012Validator.check_schema(schema())
+
+
+def test_junit_from_evidence_parses(tmp_path: Path) -> None:
+    root = ET.fromstring(junit_xml(_filled(tmp_path).data))
+    suite = root.find("testsuite")
+    assert suite is not None
+    assert suite.get("tests") == "3" and suite.get("failures") == "1" and suite.get("skipped") == "1"
+    cases = {c.get("name"): c for c in suite.iter("testcase")}
+    assert set(cases) == {"test_busbw[all_reduce-1G]", "test_world_size", "test_busbw[sendrecv-1G]"}
+    failure = cases["test_busbw[all_reduce-1G]"].find("failure")
+    assert failure is not None and "expected >= 350" in (failure.get("message") or "")
+    assert cases["test_busbw[all_reduce-1G]"].get("classname") == "tests_cluster.test_collectives"
+    out = cases["test_world_size"].findtext("system-out") or ""
+    assert "connectivity.world_size = 2 ranks [== 2] pass" in out
+    props = {p.get("name"): p.get("value") for p in suite.iter("property")}
+    assert props["profile"] == "unit" and props["verdict"] == "FAIL"
+
+
+def test_merge_prefixes_hosts_and_ands_verdicts(tmp_path: Path) -> None:
+    a = _filled(tmp_path / "a", host="node-a", verdict="PASS")
+    b = _filled(tmp_path / "b", host="node-b", verdict="PASS")
+    both = merge([a.data, b.data])
+    assert both["verdict"] == "PASS" and both["complete"] is True
+    assert [t["nodeid"].split("::")[0] for t in both["tests"]] == ["node-a"] * 3 + ["node-b"] * 3
+    assert [m["host"] for m in both["merged_from"]] == ["node-a", "node-b"]
+    jsonschema.validate(json.loads(json.dumps(both)), schema())
+    c = _filled(tmp_path / "c", host="node-c", verdict="FAIL", complete=False)
+    worse = merge([a.data, c.data])
+    assert worse["verdict"] == "FAIL" and worse["complete"] is False
+    assert a.data["tests"][0]["nodeid"].startswith("tests_cluster/")  # the inputs are left alone
+
+
+def test_merge_of_nothing_is_an_error() -> None:
+    with pytest.raises(ValueError, match="nothing to merge"):
+        merge([])
+
+
+def _profile() -> dict[str, Any]:
+    return {"name": "unit", "path": "/x/unit.yaml", "sha256": "0" * 64, "extends": [], "resolved": {"name": "unit"}}
+
+
+def _topology(host: str = "node-a") -> dict[str, Any]:
+    return {"nodes": 1, "node_rank": 0, "head": "127.0.0.1:29400", "source": "test", "ranks_per_node": 2,
+            "world_size": 2, "host": host}  # fmt: skip
+
+
+def _filled(folder: Path, host: str = "node-a", verdict: str = "FAIL", complete: bool = True) -> Evidence:
+    doc = Evidence(folder, _profile(), _topology(host), {})
+    bad = doc.test("tests_cluster/test_collectives.py::test_busbw[all_reduce-1G]")
+    bad.update(outcome="failed", duration_s=0.5, message="collectives.all_reduce.busbw_gbps@1G = 312.4 GB/s, "
+               "expected >= 350 (profile unit)", longrepr="...")  # fmt: skip
+    bad["checks"].append(_check("collectives.all_reduce.busbw_gbps@1G", 312.4, "GB/s", ">= 350", "fail", {"min": 350}))
+    good = doc.test("tests_cluster/test_connectivity.py::test_world_size")
+    good.update(outcome="passed", duration_s=0.1)
+    good["checks"].append(_check("connectivity.world_size", 2, "ranks", "== 2", "pass", {"eq": 2}))
+    skipped = doc.test("tests_cluster/test_collectives.py::test_busbw[sendrecv-1G]")
+    skipped.update(outcome="skipped", message="needs 2 ranks")
+    doc.data["probes"].append({"name": "collectives", "key": "collectives", "status": "ok", "result": {"rows": []}})
+    doc.finish(complete=complete, verdict=verdict)
+    doc.write()
+    return doc
+
+
+def _check(metric: str, value: float, unit: str, bound: str, verdict: str, threshold: dict[str, Any]) -> dict[str, Any]:
+    return {"metric": metric, "value": value, "unit": unit, "bound": bound, "verdict": verdict, "threshold": threshold}

@@ -1,0 +1,283 @@
+"""The plugin end to end: pytest runs of the shipped suite on local-cpu with real torchrun jobs, and of
+small synthetic test files that exercise checking, the verdict table and the session's gates."""
+
+from __future__ import annotations
+
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+
+from tests.harness import PLUGIN_ARGS, evidence, schema
+
+# a small sweep keeps each torchrun job to a few seconds on two cores
+SMALL = ("--cluster-set", "collectives.ops=[all_reduce, all_gather]", "--cluster-set", "collectives.sizes=[64K, 8M]")
+# the modules whose probes these tests exercise; the suite's other modules have tests of their own
+SPINE_MODULES = ("tests_cluster/test_connectivity.py", "tests_cluster/test_collectives.py")
+RUN_TIMEOUT_S = 300  # only so that a broken launcher cannot hang CI; no test here measures speed
+
+
+def run_suite(pytester: pytest.Pytester, *args: str) -> tuple[pytest.RunResult, Path]:
+    folder = pytester.path / "evidence"
+    result = pytester.runpytest_subprocess(
+        *PLUGIN_ARGS, "-p", "no:cacheprovider", "--cluster-evidence", str(folder), *args, timeout=RUN_TIMEOUT_S
+    )
+    return result, folder
+
+
+def assert_valid(folder: Path) -> dict[str, Any]:
+    data = evidence(folder)
+    jsonschema.validate(data, schema())
+    return data
+
+
+def assert_no_rank_alive(probe_dir: Path) -> None:
+    for state in probe_dir.glob("rank-*.json"):
+        pid = int(re.search(r'"pid": (\d+)', state.read_text()).group(1))  # type: ignore[union-attr]
+        assert not Path(f"/proc/{pid}").exists() or "zombie" in Path(f"/proc/{pid}/status").read_text(), (
+            f"rank process {pid} outlived its probe"
+        )
+
+
+def test_local_cpu_suite_passes(suite: pytest.Pytester) -> None:
+    junit = suite.path / "junit.xml"
+    result, folder = run_suite(suite, "--cluster-profile", "local-cpu", *SMALL, f"--junitxml={junit}", *SPINE_MODULES)
+    result.assert_outcomes(passed=21)
+    assert result.ret == 0
+    result.stdout.fnmatch_lines(
+        [
+            "cluster profile: local-cpu (*local-cpu.yaml) sha256 *",
+            "cluster topology: 1 node(s) x 2 rank(s), cpu/gloo, node rank 0, head 127.0.0.1:29400 *",
+            "*cluster acceptance: profile local-cpu*",
+            "metric * value * unit * bound * verdict",
+            "connectivity.world_size * 2 * ranks * == 2 * PASS",
+            "collectives.all_reduce.busbw_gbps@8M * GB/s * >= 0.05 * PASS",
+            "collectives.all_gather.busbw_gbps@64K * GB/s * - * INFO",
+            "collectives.all_reduce.wrong@8M * 0 * elements * == 0 * PASS",
+            "verdict: PASS; evidence: *evidence.json",
+        ]
+    )
+    data = assert_valid(folder)
+    assert data["complete"] is True and data["verdict"] == "PASS" and data["errors"] == []
+    # the profile's other families are not enforced when their modules were not selected; these were
+    assert not [m for m in data["unchecked_thresholds"] if m.startswith(("connectivity.", "collectives."))]
+    assert [p["status"] for p in data["probes"]] == ["ok", "ok"]
+    assert len(data["cluster"]["nodes"]) == 1 and len(data["cluster"]["nodes"][0]["devices"]) == 2
+    sweep = next(t for t in data["tests"] if t["nodeid"].endswith("test_sweep_complete"))
+    assert {(r["op"], r["size"]) for r in sweep["measurements"]["sweep"]["rows"]} == {
+        (op, size) for op in ("all_reduce", "all_gather") for size in ("64K", "8M")
+    }
+    for probe in data["probes"]:
+        out = folder / probe["out_dir"]
+        for name in ("spec.json", "result.json", "rank-0.json", "rank-1.json", "torchrun.log"):
+            assert (out / name).is_file(), f"{out / name} is missing"
+        assert list((out / "logs").rglob("stdout.log")), "per-rank logs are missing"
+        assert_no_rank_alive(out)
+    own = ET.parse(folder / f"junit-{socket.gethostname()}.xml").getroot().find("testsuite")
+    assert own is not None and own.get("tests") == "21" and own.get("failures") == "0"
+    props = {p.get("name") for p in ET.parse(junit).getroot().iter("property")}
+    assert {"collectives.all_reduce.busbw_gbps@8M", "connectivity.p2p_min_gbps"} <= props
+
+
+def test_impossible_bound_fails_with_one_line(suite: pytest.Pytester) -> None:
+    bound = "--cluster-set=thresholds.collectives.all_reduce.busbw_gbps@8M.min=1e6"
+    result, folder = run_suite(
+        suite, "--cluster-profile", "local-cpu", *SMALL, bound, "-k", "test_busbw and all_reduce", *SPINE_MODULES
+    )
+    result.assert_outcomes(passed=1, failed=1)
+    line = r"collectives\.all_reduce\.busbw_gbps@8M = [0-9.,e+-]+ GB/s, expected >= 1e\+06 \(profile local-cpu\)"
+    assert re.search(line, result.stdout.str()), result.stdout.str()
+    result.stdout.fnmatch_lines(
+        [
+            "collectives.all_reduce.busbw_gbps@8M = * GB/s, expected >= 1e+06 (profile local-cpu)",
+            "all_reduce 8M: * us mean over ranks, slowest rank *",
+            "collectives.all_reduce.busbw_gbps@8M * GB/s * >= 1e+06 * FAIL",
+            "verdict: FAIL; *",
+        ]
+    )
+    data = assert_valid(folder)
+    assert data["verdict"] == "FAIL" and data["complete"] is True
+    failed = [c for c in (c for t in data["tests"] for c in t["checks"]) if c["verdict"] == "fail"]
+    assert [c["metric"] for c in failed] == ["collectives.all_reduce.busbw_gbps@8M"]
+    assert failed[0]["threshold"]["min"] == 1e6
+
+
+def test_crashing_rank_fails_with_its_error(suite: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ACCEPTANCE_TEST_FAULT", "crash@1")
+    result, folder = run_suite(suite, "--cluster-profile", "local-cpu", "tests_cluster/test_connectivity.py")
+    result.assert_outcomes(errors=8)
+    host = re.escape(socket.gethostname())
+    expected = rf"probe connectivity failed: rank 1 \(host {host}, local rank 1\) raised RuntimeError: injected crash"
+    assert re.search(expected, result.stdout.str()), result.stdout.str()
+    data = assert_valid(folder)
+    assert data["complete"] is True and data["verdict"] == "FAIL"
+    (probe,) = data["probes"]
+    assert probe["status"] == "failed" and "injected crash on rank 1" in probe["error"]
+    assert all(t["outcome"] == "error" for t in data["tests"]) and len(data["tests"]) == 8
+    assert_no_rank_alive(folder / probe["out_dir"])
+
+
+def test_hanging_rank_is_killed_at_the_timeout(suite: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ACCEPTANCE_TEST_FAULT", "hang@1:barrier latency")
+    start = time.monotonic()
+    result, folder = run_suite(
+        suite, "--cluster-profile", "local-cpu", "--cluster-timeout", "20", "tests_cluster/test_connectivity.py"
+    )
+    elapsed = time.monotonic() - start
+    result.assert_outcomes(errors=8)
+    host = re.escape(socket.gethostname())
+    out = result.stdout.str()
+    assert re.search(r"probe connectivity timed out after 20 s and was killed; unfinished: ", out), out
+    assert re.search(rf"rank 1 \(host {host}, local rank 1\) in phase 'barrier latency'", out), out
+    # one probe, killed at 20 s plus the launcher's grace period: far less than a hang that nothing ends
+    assert elapsed < RUN_TIMEOUT_S
+    data = assert_valid(folder)
+    assert data["complete"] is True and data["verdict"] == "FAIL"
+    (probe,) = data["probes"]
+    assert probe["status"] == "failed" and "timed out after 20 s" in probe["error"]
+    assert_no_rank_alive(folder / probe["out_dir"])
+
+
+def test_interrupt_leaves_incomplete_evidence(suite: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ACCEPTANCE_TEST_FAULT", "hang@1")
+    folder = suite.path / "evidence"
+    argv = [sys.executable, "-m", "pytest", *PLUGIN_ARGS, "-p", "no:cacheprovider", "--cluster-profile",
+            "local-cpu", "--cluster-evidence", str(folder), "--cluster-timeout", "240",
+            "tests_cluster/test_connectivity.py"]  # fmt: skip
+    with subprocess.Popen(argv, cwd=suite.path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT) as proc:
+        probe_dir = _wait_for_hang(folder, proc)
+        proc.send_signal(signal.SIGINT)
+        output, _ = proc.communicate(timeout=120)
+    assert proc.returncode == pytest.ExitCode.INTERRUPTED, output.decode()
+    data = assert_valid(folder)
+    assert data["complete"] is False and data["verdict"] == "FAIL"
+    assert [p["status"] for p in data["probes"]] == ["interrupted"]
+    assert_no_rank_alive(probe_dir)
+
+
+def _wait_for_hang(folder: Path, proc: subprocess.Popen[bytes]) -> Path:
+    """Until rank 1 sits in its injected hang (its status file names the phase), or the run ends."""
+    while proc.poll() is None:
+        hanging = list(folder.glob("probes/*/rank-1.json"))
+        if hanging and '"phase": "start"' in hanging[0].read_text() and list(folder.glob("probes/*/rank-0.json")):
+            return hanging[0].parent
+        time.sleep(0.2)
+    raise AssertionError(f"pytest ended before the probe hung: {proc.stdout.read() if proc.stdout else ''!r}")
+
+
+CHECKS = """
+from acceptance.plugin import MUST_BE_ZERO
+
+def test_fails(check):
+    check("connectivity.rendezvous_s", 2.5, "s", detail="rank 1 joined last")
+
+def test_known_issue(check):
+    check("connectivity.p2p_min_gbps", 0.01, "GB/s")
+
+def test_info_and_default(check):
+    check.all([("connectivity.barrier_latency_us", 10.0, "us", ""), ("connectivity.p2p_wrong", 0, "elements", "")],
+              default=MUST_BE_ZERO)
+    check("connectivity.hosts", 1, "hosts")
+
+def test_plain():
+    assert True
+"""
+PROFILE = """
+name: synthetic
+topology: {nodes: 1, ranks_per_node: 2, device: cpu, backend: gloo}
+thresholds:
+  connectivity.rendezvous_s: {max: 1, source: "test"}
+  connectivity.p2p_min_gbps: {min: 0.05, xfail: "slow loopback on this box"}
+  connectivity.barrier_latency_us: {max: 100}
+"""
+
+
+def test_check_verdicts_table_and_junit(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_checks=CHECKS)
+    pytester.makefile(".yaml", synthetic=PROFILE)
+    junit = pytester.path / "out.xml"
+    result = pytester.runpytest(*PLUGIN_ARGS, "--cluster-profile", "synthetic.yaml",
+                                "--cluster-evidence", "ev", f"--junitxml={junit}")  # fmt: skip
+    result.assert_outcomes(passed=2, failed=1, xfailed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*connectivity.rendezvous_s = 2.5 s, expected <= 1 (profile synthetic)",
+            "*rank 1 joined last",
+            "connectivity.rendezvous_s * 2.5 * s * <= 1 * FAIL",
+            "connectivity.p2p_min_gbps * 0.01 * GB/s * >= 0.05 * XFAIL",
+            "connectivity.barrier_latency_us * 10 * us * <= 100 * PASS",
+            "connectivity.p2p_wrong * 0 * elements * == 0 * PASS",
+            "connectivity.hosts * 1 * hosts * - * INFO",
+            "verdict: FAIL; evidence: *",
+        ]
+    )
+    data = assert_valid(pytester.path / "ev")
+    outcomes = {t["nodeid"].rpartition("::")[2]: t["outcome"] for t in data["tests"]}
+    assert outcomes == {"test_fails": "failed", "test_known_issue": "xfailed", "test_info_and_default": "passed"}
+    cases = {c.get("name"): c for c in ET.parse(junit).getroot().iter("testcase")}
+    props = {p.get("name"): p.get("value") for p in cases["test_fails"].iter("property")}
+    assert props == {"connectivity.rendezvous_s": "2.5"}
+
+
+def test_unchecked_threshold_fails_the_session(pytester: pytest.Pytester) -> None:
+    # named like the suite's module, whose thresholds (connectivity.*) it is responsible for
+    pytester.makepyfile(test_connectivity="def test_one(check):\n    check('connectivity.rendezvous_s', 0.5, 's')\n")
+    pytester.makefile(".yaml", synthetic=PROFILE)
+    result = pytester.runpytest(*PLUGIN_ARGS, "--cluster-profile", "synthetic.yaml", "--cluster-evidence", "ev")
+    result.assert_outcomes(passed=1)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines(
+        ["thresholds no test checked [[]ERROR[]]: connectivity.barrier_latency_us, connectivity.p2p_min_gbps"]
+    )
+    data = assert_valid(pytester.path / "ev")
+    assert data["verdict"] == "FAIL"
+    assert data["errors"] == [
+        "thresholds that no test checked: connectivity.barrier_latency_us, connectivity.p2p_min_gbps"
+    ]
+
+
+def test_unchecked_threshold_is_no_error_when_tests_are_deselected(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_connectivity="def test_one(check):\n    check('connectivity.rendezvous_s', 0.5, 's')\n"
+                        "def test_two():\n    pass\n")  # fmt: skip
+    pytester.makefile(".yaml", synthetic=PROFILE)
+    result = pytester.runpytest(*PLUGIN_ARGS, "--cluster-profile", "synthetic.yaml", "--cluster-evidence", "ev",
+                                "-k", "not test_two")  # fmt: skip
+    assert result.ret == 0
+    result.stdout.fnmatch_lines(["thresholds no test checked [[]not *[]]: *"])
+    assert evidence(pytester.path / "ev")["verdict"] == "PASS"
+
+
+def test_inert_without_a_profile(suite: pytest.Pytester) -> None:
+    suite.makepyfile(test_other="def test_other():\n    assert 1 + 1 == 2\n")
+    result = suite.runpytest(*PLUGIN_ARGS, "-rs", "-p", "no:cacheprovider")
+    outcomes = result.parseoutcomes()
+    assert outcomes["passed"] == 1 and outcomes["skipped"] >= 12 and set(outcomes) == {"passed", "skipped"}
+    result.stdout.fnmatch_lines(["SKIPPED * no cluster profile selected: pass --cluster-profile NAME*"])
+    result.stdout.no_fnmatch_line("cluster profile:*")
+    result.stdout.no_fnmatch_line("*cluster acceptance: profile*")
+    assert not (suite.path / "acceptance-results").exists()
+
+
+def test_xdist_is_refused_with_a_profile(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_one="def test_one():\n    pass\n")
+    result = pytester.runpytest(*PLUGIN_ARGS, "-n", "2", "--cluster-profile", "local-cpu")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*cluster tests own every GPU of the node: run them without -n (pytest-xdist)*"])
+
+
+def test_bad_profile_is_a_usage_error(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_one="def test_one():\n    pass\n")
+    result = pytester.runpytest(
+        *PLUGIN_ARGS, "--cluster-profile", "local-cpu", "--cluster-set", "collectives.sizes=[1Q]"
+    )
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--cluster-set collectives.sizes=[[]1Q[]]: collectives.sizes.0: expected a size*"])
+    assert "Traceback" not in result.stderr.str() + result.stdout.str()
