@@ -34,11 +34,19 @@ FAMILIES: list[Family] = [
         "connectivity.<figure>",
     ),
     _family(rf"collectives\.(?P<op>\w+)\.({_COLL_FIELDS})@(?P<size>\w+)", "collectives.<op>.<field>@<size>"),
+    _family(
+        r"training\.(?P<strategy>\w+)\.(tokens_per_s_per_gpu|tokens_per_s_per_gpu_median|step_time_s|step_time_std_s"
+        r"|peak_mem_gib|mfu|gpu_util_pct|loss_first|loss_last|loss_ratio|wall_s)",
+        "training.<strategy>.<figure>",
+    ),
+    _family(r"training\.scaling_efficiency", "training.scaling_efficiency"),
+    _family(r"training\.canary\.(?P<strategy>\w+)\.max_rel_diff", "training.canary.<strategy>.max_rel_diff"),
 ]
 
 _DOMAINS: dict[str, Callable[[ProfileModel], tuple[str, ...]]] = {
     "op": lambda p: tuple(p.collectives.ops),
     "size": lambda p: tuple(p.collectives.sizes),
+    "strategy": lambda p: tuple(p.training.strategies),
 }
 
 

@@ -140,11 +140,12 @@ def cluster(request: pytest.FixtureRequest) -> ClusterRun:
 
 
 def probe_result(
-    run: ClusterRun, name: str, spec: dict[str, Any] | None = None, key: str | None = None
+    run: ClusterRun, name: str, spec: dict[str, Any] | None = None, key: str | None = None, **world: int | None
 ) -> dict[str, Any]:
-    """A probe's result for a fixture, its failure as the test's error (with the failing rank's log tail)."""
+    """A probe's result for a fixture, its failure as the test's error (with the failing rank's log tail).
+    ``world``: ``ranks_per_node`` / ``nodes`` for a run on a smaller world (see ``ClusterRun.probe``)."""
     try:
-        return run.probe(name, spec, key)
+        return run.probe(name, spec, key, **world)
     except ProbeError as exc:
         pytest.fail(str(exc), pytrace=False)
 
