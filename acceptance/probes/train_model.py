@@ -3,7 +3,8 @@
 FLOPs per token follow nanoGPT's ``estimate_mfu`` (after the PaLM paper, appendix B):
 ``6 N + 12 L H Q T``, where N counts the parameters that take part in a matrix product (every parameter but
 the embedding lookups; an input embedding tied to the output layer counts once, as the output layer), L
-the layers, H the heads, Q the head size and T the sequence length.
+the layers, H the heads, Q the head size and T the sequence length. Models are transformers
+``PreTrainedModel`` objects, typed ``Any`` here.
 """
 
 from __future__ import annotations
@@ -69,7 +70,7 @@ def build_model(name: str, seq_len: int, device: torch.device, seed: int) -> nn.
     return model  # type: ignore[no-any-return]
 
 
-def decoder_layers(model: nn.Module) -> nn.ModuleList:
+def decoder_layers(model: Any) -> nn.ModuleList:
     """The repeated transformer blocks (GPT-2: ``transformer.h``, Llama: ``model.layers``)."""
     count = model.config.num_hidden_layers
     for module in model.modules():
@@ -78,7 +79,7 @@ def decoder_layers(model: nn.Module) -> nn.ModuleList:
     raise ValueError(f"{type(model).__name__} has no list of {count} decoder layers")
 
 
-def matmul_params(model: nn.Module) -> int:
+def matmul_params(model: Any) -> int:
     """Parameters in matrix products: all of them but embedding lookups not tied to the output layer."""
     output = model.get_output_embeddings()
     tied = {id(output.weight)} if output is not None else set()
@@ -99,7 +100,7 @@ def flops_per_token(n_params: int, layers: int, heads: int, head_dim: int, seq_l
     return 6 * n_params + 12 * layers * heads * head_dim * seq_len
 
 
-def describe(model: nn.Module, seq_len: int) -> dict[str, Any]:
+def describe(model: Any, seq_len: int) -> dict[str, Any]:
     layers, heads, head_dim = attention_shape(model.config)
     n = matmul_params(model)
     return {
