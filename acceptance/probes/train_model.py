@@ -64,7 +64,7 @@ def build_model(name: str, seq_len: int, device: torch.device, seed: int) -> nn.
         torch.cuda.manual_seed(seed)
     with device:
         # sdpa dispatches to flash or memory-efficient attention kernels where they apply
-        model = AutoModelForCausalLM.from_config(config, attn_implementation="sdpa", dtype=torch.float32)
+        model = AutoModelForCausalLM.from_config(config, attn_implementation="sdpa")  # fp32 weights
     model.loss_type = "ForCausalLM"  # transformers' token-level cross-entropy, named to skip its fallback warning
     model.train()
     return model  # type: ignore[no-any-return]

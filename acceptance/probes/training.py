@@ -77,8 +77,7 @@ def peak_mem(ctx: Ctx) -> tuple[float, str]:
 
 
 def _setup(ctx: Ctx) -> None:
-    torch.backends.cuda.matmul.allow_tf32 = True  # fp32 runs on tensor cores, as training code does
-    torch.backends.cudnn.allow_tf32 = True
+    torch.set_float32_matmul_precision("high")  # fp32 matrix products on tensor cores (TF32), as training code does
     if ctx.is_cuda:
         torch.cuda.reset_peak_memory_stats(ctx.device)
 
