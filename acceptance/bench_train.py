@@ -70,13 +70,23 @@ def one(cluster: ClusterRun, strategy: str, **world: int) -> tuple[str, dict[str
     return label, result, wall
 
 
+def load(args: argparse.Namespace) -> profiles.Profile:
+    """The profile without its bounds (a benchmark checks none), narrowed to ``--strategies``."""
+    overrides = ["thresholds=null", *args.overrides]
+    prof = profiles.load(args.profile, overrides)
+    if not args.strategies:
+        return prof
+    chosen = [s.strip() for s in args.strategies.split(",") if s.strip()]
+    overrides.append(f"training.strategies=[{', '.join(chosen)}]")
+    if prof.model.training.scaling_strategy not in chosen:
+        overrides.append(f"training.scaling_strategy={chosen[0]}")
+    return profiles.load(args.profile, overrides)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    overrides = list(args.overrides)
-    if args.strategies:
-        overrides.append(f"training.strategies=[{args.strategies}]")
     try:
-        prof = profiles.load(args.profile, overrides)
+        prof = load(args)
     except profiles.ProfileError as exc:
         print(exc, file=sys.stderr)
         return 2
