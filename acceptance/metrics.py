@@ -54,6 +54,13 @@ FAMILIES: list[Family] = [
         r"collectives\.(?P<inter_op>\w+)\.internode_efficiency@(?P<inter_size>\w+)",
         "collectives.<op>.internode_efficiency@<size>",
     ),
+    _family(
+        r"training\.(?P<strategy>\w+)\.(tokens_per_s_per_gpu|tokens_per_s_per_gpu_median|step_time_s|step_time_std_s"
+        r"|peak_mem_gib|mfu|gpu_util_pct|loss_first|loss_last|loss_ratio|wall_s)",
+        "training.<strategy>.<figure>",
+    ),
+    _family(r"training\.scaling_efficiency", "training.scaling_efficiency"),
+    _family(r"training\.canary\.(?P<strategy>\w+)\.max_rel_diff", "training.canary.<strategy>.max_rel_diff"),
 ]
 
 _DOMAINS: dict[str, Callable[[ProfileModel], tuple[str, ...]]] = {
@@ -61,6 +68,7 @@ _DOMAINS: dict[str, Callable[[ProfileModel], tuple[str, ...]]] = {
     "size": lambda p: tuple(p.collectives.sizes),
     "inter_op": lambda p: tuple(p.collectives.internode.ops),
     "inter_size": lambda p: tuple(p.collectives.internode.sizes),
+    "strategy": lambda p: tuple(p.training.strategies),
 }
 
 

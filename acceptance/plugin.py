@@ -160,10 +160,13 @@ def probe_result(
     spec: dict[str, Any] | None = None,
     key: str | None = None,
     env: dict[str, str] | None = None,
+    ranks_per_node: int | None = None,
+    nodes: int | None = None,
 ) -> dict[str, Any]:
-    """A probe's result for a fixture, its failure as the test's error (with the failing rank's log tail)."""
+    """A probe's result for a fixture, its failure as the test's error (with the failing rank's log tail).
+    ``env``, ``ranks_per_node``, ``nodes``: as in ``ClusterRun.probe``."""
     try:
-        return run.probe(name, spec, key, env)
+        return run.probe(name, spec, key, env, ranks_per_node, nodes)
     except ProbeError as exc:
         pytest.fail(str(exc), pytrace=False)
 

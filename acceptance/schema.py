@@ -7,7 +7,7 @@ turn a gate off. Sizes are validated here and stored in their canonical spelling
 from __future__ import annotations
 
 import re
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
@@ -64,6 +64,7 @@ class Timeouts(Strict):
     compute: Seconds | None = None
     internode: Seconds | None = None
     rendezvous: Seconds = 300  # multi-node: how long the nodes wait for each other at the start and before a probe
+    training: Seconds | None = None  # each strategy's run, and the scaling baseline's
 
     def for_probe(self, probe: str) -> float:
         value = getattr(self, probe, None)
@@ -140,6 +141,61 @@ class Compute(Strict):
     seed: int = 1234
 
 
+TRAIN_STRATEGIES = ("ddp", "fsdp", "zero1", "zero2", "zero3", "zero3_offload")
+DEEPSPEED_STRATEGIES = ("zero1", "zero2", "zero3", "zero3_offload")
+TRAIN_MODELS = ("tiny", "gpt2-124m", "gpt2-355m", "llama-1b")  # shapes in acceptance/probes/train_model.py
+RunName = Annotated[str, Field(pattern=r"^[a-z][a-z0-9_]*$")]  # it goes into metric names and test ids
+
+
+class DeepSpeedRun(Strict):
+    """A DeepSpeed run under its own name: a built-in stage with a user's DeepSpeed JSON merged on top."""
+
+    base: Literal[DEEPSPEED_STRATEGIES]  # type: ignore[valid-type]
+    config: dict[str, Any] | str  # the JSON itself, or a file (relative to the profile's folder)
+
+
+class Training(Strict):
+    """Short real training runs, one torchrun job per strategy; ``steps`` are timed after ``warmup_steps``."""
+
+    model: Literal[TRAIN_MODELS] = "gpt2-124m"  # type: ignore[valid-type]
+    seq_len: PositiveInt = 1024
+    micro_batch: PositiveInt = 16
+    grad_accum: PositiveInt = 1
+    warmup_steps: Annotated[int, Field(ge=0)] = 5
+    steps: PositiveInt = 20
+    precision: Literal["bf16", "fp16", "fp32"] = "bf16"
+    compile: Literal["none", "blocks", "model"] = "none"  # blocks: each decoder layer, a short cold start
+    lr: Annotated[float, Field(ge=0)] = 3e-4  # constant: the same for every strategy, so curves compare
+    grad_clip: Annotated[float, Field(ge=0)] = 1.0  # 0: off
+    seed: int = 1234
+    strategies: list[RunName] = ["ddp", "fsdp", "zero2", "zero3"]
+    deepspeed: dict[RunName, DeepSpeedRun] = {}
+    peak_tflops: Annotated[float, Field(gt=0)] | None = None  # per GPU, dense, at this precision (1 TFLOP/s = 1e12)
+    peak_tflops_source: str | None = None
+    scaling_baseline: Literal["one_gpu", "one_node", "none"] = "one_gpu"
+    scaling_strategy: RunName = "ddp"
+    canary_steps: PositiveInt = 5
+    canary_rtol: Annotated[float, Field(ge=0)] = 0.02
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Training:
+        known = set(TRAIN_STRATEGIES) | set(self.deepspeed)
+        unknown = [s for s in self.strategies if s not in known]
+        if unknown:
+            raise ValueError(
+                f"strategies {unknown} are neither built in {list(TRAIN_STRATEGIES)} nor named under deepspeed:"
+            )
+        if not self.strategies or len(set(self.strategies)) != len(self.strategies):
+            raise ValueError("strategies must list at least one strategy, each once")
+        if (self.peak_tflops is None) != (self.peak_tflops_source is None):
+            raise ValueError("peak_tflops and peak_tflops_source go together (say where the peak comes from)")
+        if self.scaling_baseline != "none" and self.scaling_strategy not in self.strategies:
+            raise ValueError(f"scaling_strategy {self.scaling_strategy!r} is not in strategies {self.strategies}")
+        if self.canary_steps > self.warmup_steps + self.steps:
+            raise ValueError("canary_steps exceeds warmup_steps + steps: the runs would not have that many losses")
+        return self
+
+
 class Threshold(Strict):
     min: float | None = None
     max: float | None = None
@@ -171,4 +227,5 @@ class ProfileModel(Strict):
     collectives: Collectives = Collectives()
     health: Health = Health()
     compute: Compute = Compute()
+    training: Training = Training()
     thresholds: dict[str, Threshold] = {}

@@ -86,20 +86,47 @@ class ClusterRun:
         return self.timeout_override or self.profile.model.timeouts.for_probe(probe)
 
     def probe(
-        self, name: str, spec: dict[str, Any] | None = None, key: str | None = None, env: dict[str, str] | None = None
+        self,
+        name: str,
+        spec: dict[str, Any] | None = None,
+        key: str | None = None,
+        env: dict[str, str] | None = None,
+        ranks_per_node: int | None = None,
+        nodes: int | None = None,
     ) -> dict[str, Any]:
         """Run a probe once per session (per ``key``); later callers get the same result or the same error.
-        ``env`` adds variables for this run only (e.g. NCCL_ALGO, read when NCCL creates a communicator)."""
+
+        ``env`` adds variables for this run only (e.g. NCCL_ALGO, read when NCCL creates a communicator).
+        ``ranks_per_node`` / ``nodes`` run it on a smaller world (a scaling baseline); ``nodes=1`` on a
+        multi-node cluster runs one job per node, each on its own node."""
         key = key or name
         if key not in self._probes:
-            self._probes[key] = self._run(name, spec if spec is not None else self.spec(name), key, env or {})
+            where = self._shrink(ranks_per_node, nodes)
+            spec = spec if spec is not None else self.spec(name)
+            self._probes[key] = self._run(name, spec, key, env or {}, *where)
         found = self._probes[key]
         if isinstance(found, launch.ProbeError):
             raise found
         return found
 
+    def _shrink(self, ranks_per_node: int | None, nodes: int | None) -> tuple[Any, Placement]:
+        topo, place = self.topology, self.placement
+        if ranks_per_node is not None:
+            topo = topo.model_copy(update={"ranks_per_node": ranks_per_node})
+        if nodes is not None and nodes != place.nodes:
+            if nodes != 1:
+                raise ValueError(f"a probe runs on all {place.nodes} nodes or on one, not on {nodes}")
+            place = Placement(1, 0, place.head, place.port, f"{place.source}, one node of {place.nodes}")
+        return topo, place
+
     def _run(
-        self, name: str, spec: dict[str, Any], key: str, env: dict[str, str]
+        self,
+        name: str,
+        spec: dict[str, Any],
+        key: str,
+        env: dict[str, str],
+        topo: Any = None,
+        placement: Placement | None = None,
     ) -> dict[str, Any] | launch.ProbeError:
         seq = len(self._probes) + 1
         out_dir = self.evidence_dir / "probes" / f"{seq:02d}-{key}"
@@ -113,8 +140,8 @@ class ClusterRun:
                 name,
                 spec,
                 out_dir=out_dir,
-                topo=self.topology,
-                placement=self.placement,
+                topo=topo or self.topology,
+                placement=placement or self.placement,
                 run_id=run_id,
                 timeout_s=self.timeout(name),
                 env=launch.child_env(self.profile.model.env, env),

@@ -16,6 +16,16 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         cfg = run.profile.model.collectives
         cases = [(op, size) for op in cfg.ops for size in cfg.sizes]
         metafunc.parametrize("coll_case", cases, ids=[f"{op}-{size}" for op, size in cases])
+    for name in ("train_strategy", "canary_strategy"):
+        if name in metafunc.fixturenames:
+            run = current(metafunc.config)
+            if run is None:
+                metafunc.parametrize(name, [pytest.param(None, marks=pytest.mark.skip(reason=NO_PROFILE))])
+                continue
+            strategies = run.profile.model.training.strategies
+            # the canary compares every strategy with the first one
+            chosen = strategies if name == "train_strategy" else strategies[1:]
+            metafunc.parametrize(name, chosen, ids=chosen)
 
 
 # Cheap and diagnostic first: a missing rank or a sick GPU should be named before a long sweep starts.

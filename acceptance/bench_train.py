@@ -1,0 +1,123 @@
+"""Training benchmark in one command: the suite's training runs for chosen strategies, as a table.
+
+    python -m acceptance.bench_train --profile h200-x2 --strategies ddp,fsdp --set training.compile=model
+
+Runs exactly what ``tests_cluster/test_training.py`` runs (same probe, launcher and profile), one torchrun
+job per strategy, plus the scaling baseline with ``--baseline``; checks no bound. Evidence (every run's
+result, argv and logs) goes to ``--evidence``. The exit status is 1 when a run failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from acceptance import launch
+from acceptance import profile as profiles
+from acceptance import training_plan as plan
+from acceptance.session import ClusterRun
+from acceptance.topology import resolve
+
+COLUMNS = ("strategy", "precision", "world", "tokens/s/GPU", "MFU", "peak GiB", "step ms", "loss", "wall s")
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m acceptance.bench_train", description=__doc__.split("\n")[0])
+    parser.add_argument("--profile", default=os.environ.get("CLUSTER_PROFILE", "local-cpu"), help="default: local-cpu")
+    parser.add_argument("--strategies", default=None, help="comma-separated (default: the profile's list)")
+    parser.add_argument(
+        "--set", dest="overrides", action="append", default=[], metavar="KEY.PATH=VALUE", help="profile override"
+    )
+    parser.add_argument("--baseline", action="store_true", help="also run the scaling baseline (default: no)")
+    parser.add_argument("--evidence", type=Path, default=None, help="default: ./acceptance-results/bench-<time>")
+    return parser.parse_args(argv)
+
+
+def row(strategy: str, result: dict[str, Any], wall_s: float) -> tuple[str, ...]:
+    mfu = f"{result['mfu']:.1%}" if result.get("mfu") is not None else "-"
+    return (
+        strategy,
+        str(result["precision"]),
+        str(result["world_size"]),
+        f"{result['tokens_per_s_per_gpu']:,.0f}",
+        mfu,
+        f"{result['peak_mem_gib']:.1f}",
+        f"{result['step_time_s'] * 1e3:.1f}",
+        f"{result['loss_first']:.3f}->{result['loss_last']:.3f}",
+        f"{wall_s:.1f}",
+    )
+
+
+def table(rows: list[tuple[str, ...]]) -> str:
+    widths = [max(len(r[i]) for r in [COLUMNS, *rows]) for i in range(len(COLUMNS))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in [COLUMNS, *rows])
+
+
+def one(cluster: ClusterRun, strategy: str, **world: int) -> tuple[str, dict[str, Any] | str, float]:
+    ranks = world.get("ranks_per_node", cluster.topology.nproc_per_node)
+    nodes = world.get("nodes", cluster.placement.nodes)
+    label = strategy + (" (baseline)" if world else "")
+    try:
+        spec = plan.spec(cluster.profile, strategy, ranks * nodes, ranks, nodes)
+        key = plan.key(strategy) + ("-baseline" if world else "")
+        result = cluster.probe(
+            plan.PROBE, spec, key=key, ranks_per_node=world.get("ranks_per_node"), nodes=world.get("nodes")
+        )
+    except (launch.ProbeError, plan.TrainingPlanError) as exc:
+        return label, str(exc), 0.0
+    wall = next(p["wall_s"] for p in reversed(cluster.evidence.data["probes"]) if p.get("status") == "ok")
+    return label, result, wall
+
+
+def load(args: argparse.Namespace) -> profiles.Profile:
+    """The profile without its bounds (a benchmark checks none), narrowed to ``--strategies``."""
+    overrides = ["thresholds=null", *args.overrides]
+    prof = profiles.load(args.profile, overrides)
+    if not args.strategies:
+        return prof
+    chosen = [s.strip() for s in args.strategies.split(",") if s.strip()]
+    overrides.append(f"training.strategies=[{', '.join(chosen)}]")
+    if prof.model.training.scaling_strategy not in chosen:
+        overrides.append(f"training.scaling_strategy={chosen[0]}")
+    return profiles.load(args.profile, overrides)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        prof = load(args)
+    except profiles.ProfileError as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    topo = prof.model.topology
+    placement = resolve(os.environ, topo.nodes, default_port=topo.rdzv_port)
+    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    folder = args.evidence or Path("acceptance-results") / f"bench-{stamp}-{prof.name}"
+    cluster = ClusterRun(prof, placement, folder)
+    training = prof.model.training
+    runs = [one(cluster, s) for s in training.strategies]
+    base = plan.baseline(training, topo.nproc_per_node, placement.nodes)
+    if args.baseline and not isinstance(base, str):
+        runs.append(one(cluster, training.scaling_strategy, ranks_per_node=base.ranks_per_node, nodes=base.nodes))
+    rows = [row(label, result, wall) for label, result, wall in runs if isinstance(result, dict)]
+    print(f"profile {prof.name}, model {training.model}, seq {training.seq_len}, micro-batch {training.micro_batch}")
+    print(table(rows))
+    found = {label: result for label, result, _ in runs if isinstance(result, dict)}
+    full, small = found.get(training.scaling_strategy), found.get(f"{training.scaling_strategy} (baseline)")
+    if full and small and not isinstance(base, str):
+        efficiency = plan.scaling_efficiency(full, small)
+        print(f"scaling efficiency ({training.scaling_strategy} vs {base.label}): {efficiency:.3f}")
+    failed = [(label, result) for label, result, _ in runs if isinstance(result, str)]
+    for label, message in failed:
+        print(f"\n{label} FAILED: {message}", file=sys.stderr)
+    cluster.evidence.finish(complete=True, verdict="FAIL" if failed else "PASS")
+    print(f"evidence: {cluster.evidence.write()}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

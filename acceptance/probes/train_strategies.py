@@ -1,0 +1,183 @@
+"""One optimizer step under each strategy: torch DDP, FSDP2 (``fully_shard``), DeepSpeed ZeRO-1/2/3.
+
+Every strategy gets the same model, the same torch AdamW and the same micro-batches, so their loss curves
+must agree (the numerics canary). Precision: DDP runs under autocast with fp32 weights; FSDP2 casts the
+parameters per layer through its MixedPrecisionPolicy and reduces gradients in fp32; DeepSpeed keeps bf16 or
+fp16 weights with fp32 master copies. fp16 scales the loss (GradScaler, ShardedGradScaler, DeepSpeed's own).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from acceptance.probes.rank import Ctx
+from acceptance.probes.train_ds import STAGE, base_strategy, build
+from acceptance.probes.train_model import decoder_layers
+
+DTYPE = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": None}
+# GPT-3 / nanoGPT's AdamW settings (Brown et al. 2020, appendix B)
+BETAS, WEIGHT_DECAY = (0.9, 0.95), 0.1
+
+
+@dataclass
+class Runner:
+    """``step(micro_batches)`` runs forward, backward and one optimizer step; returns the mean loss (on device)."""
+
+    step: Callable[[list[torch.Tensor]], torch.Tensor]
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+def adamw(params: Iterator[nn.Parameter], lr: float, device: torch.device, offload: bool = False) -> Any:
+    """Fused on the GPU (one kernel for all parameters); plain on the host. No DeepSpeed op is built."""
+    fused = True if device.type == "cuda" and not offload else None
+    return torch.optim.AdamW(params, lr=lr, betas=BETAS, weight_decay=WEIGHT_DECAY, fused=fused)
+
+
+def compile_blocks(model: nn.Module) -> None:
+    """Compile each decoder layer on its own: identical layers share one compiled graph, a short cold start."""
+    layers = decoder_layers(model)
+    for index, layer in enumerate(layers):
+        layers[index] = torch.compile(layer)  # type: ignore[assignment]
+
+
+def _torch_step(
+    model: nn.Module,
+    opt: Any,
+    t: dict[str, Any],
+    sync: Callable[[bool], contextlib.AbstractContextManager[Any]],
+    autocast: Callable[[], contextlib.AbstractContextManager[Any]],
+    scaler: Any,
+) -> Callable[[list[torch.Tensor]], torch.Tensor]:
+    params = [p for p in model.parameters() if p.requires_grad]
+    clip = float(t["grad_clip"])
+
+    def step(micro: list[torch.Tensor]) -> torch.Tensor:
+        total = torch.zeros((), device=micro[0].device)
+        for i, tokens in enumerate(micro):
+            with sync(i == len(micro) - 1), autocast():
+                loss = model(input_ids=tokens, labels=tokens).loss
+            scaled = loss / len(micro)
+            (scaler.scale(scaled) if scaler is not None else scaled).backward()
+            total += loss.detach().float()
+        if scaler is not None:
+            scaler.unscale_(opt)
+        if clip > 0:
+            torch.nn.utils.clip_grad_norm_(params, clip, foreach=True)
+        if scaler is not None:
+            scaler.step(opt)
+            scaler.update()
+        else:
+            opt.step()
+        opt.zero_grad(set_to_none=True)
+        return total / len(micro)
+
+    return step
+
+
+def ddp(model: nn.Module, t: dict[str, Any], ctx: Ctx) -> Runner:
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    mode = t["compile"]
+    if mode == "blocks":
+        compile_blocks(model)
+    wrapped = DDP(model, device_ids=[ctx.device.index] if ctx.is_cuda else None, gradient_as_bucket_view=True)
+    # DDP first, then compile: TorchDynamo's DDPOptimizer splits the graph at bucket boundaries
+    forward: nn.Module = torch.compile(wrapped) if mode == "model" else wrapped  # type: ignore[assignment]
+    dtype = DTYPE[t["precision"]]
+
+    def autocast() -> contextlib.AbstractContextManager[Any]:
+        if dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(ctx.device.type, dtype=dtype)
+
+    def sync(last: bool) -> contextlib.AbstractContextManager[Any]:
+        return contextlib.nullcontext() if last else wrapped.no_sync()
+
+    scaler = torch.amp.GradScaler(ctx.device.type) if dtype is torch.float16 else None
+    opt = adamw(model.parameters(), t["lr"], ctx.device)
+    return Runner(_torch_step(forward, opt, t, sync, autocast, scaler), {"compile": mode, "autocast": str(dtype)})
+
+
+def fsdp(model: nn.Module, t: dict[str, Any], ctx: Ctx) -> Runner:
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+    from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
+
+    # whole-model compile would trace FSDP's hooks; compiled layers inside sharded units is torchtitan's way
+    mode = "blocks" if t["compile"] != "none" else "none"
+    if mode == "blocks":
+        compile_blocks(model)
+    dtype = DTYPE[t["precision"]]
+    policy = MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32) if dtype else MixedPrecisionPolicy()
+    mesh = init_device_mesh(ctx.device.type, (ctx.world_size,))
+    for layer in decoder_layers(model):
+        fully_shard(layer, mesh=mesh, mp_policy=policy)
+    fully_shard(model, mesh=mesh, mp_policy=policy)
+
+    def sync(last: bool) -> contextlib.AbstractContextManager[Any]:
+        model.set_requires_gradient_sync(last)  # type: ignore[operator]
+        return contextlib.nullcontext()
+
+    scaler = ShardedGradScaler(ctx.device.type) if dtype is torch.float16 else None
+    opt = adamw(model.parameters(), t["lr"], ctx.device)
+    step = _torch_step(model, opt, t, sync, contextlib.nullcontext, scaler)
+    return Runner(step, {"compile": mode, "mp_policy": {"param_dtype": str(dtype), "reduce_dtype": "torch.float32"}})
+
+
+def deepspeed_runner(name: str, model: Any, t: dict[str, Any], ctx: Ctx, user: dict[str, Any] | None) -> Runner:
+    if not ctx.is_cuda:
+        os.environ.setdefault("DS_ACCELERATOR", "cpu")  # before the import: DeepSpeed picks its accelerator then
+    import deepspeed
+
+    base = base_strategy(name, t)
+    offload = bool(base == "zero3_offload" or (user or {}).get("zero_optimization", {}).get("offload_optimizer"))
+    config, resolved = build(name, t, user, ctx.world_size, int(model.config.hidden_size), ctx.is_cuda)
+    # ZeRO-3 gathers parameters in module hooks that a compiled graph would trace through: run it eagerly
+    mode = "blocks" if t["compile"] != "none" and STAGE[base] < 3 else "none"
+    if mode == "blocks":
+        compile_blocks(model)
+    opt = adamw(model.parameters(), t["lr"], ctx.device, offload=offload)
+    engine, *_ = deepspeed.initialize(model=model, optimizer=opt, config=config, dist_init_required=False)
+
+    def step(micro: list[torch.Tensor]) -> torch.Tensor:
+        total = torch.zeros((), device=micro[0].device)
+        for tokens in micro:
+            loss = engine(input_ids=tokens, labels=tokens).loss
+            engine.backward(loss)  # scales by 1/gradient_accumulation_steps itself
+            engine.step()  # steps the optimizer at the accumulation boundary only
+            total += loss.detach().float()
+        return total / len(micro)
+
+    info = {
+        "compile": mode,
+        "deepspeed_version": deepspeed.__version__,
+        "deepspeed_config": config,
+        "deepspeed_auto_resolved": resolved,
+        "optimizer": type(engine.optimizer).__name__,
+    }
+    return Runner(step, info)
+
+
+def make_runner(name: str, model: nn.Module, t: dict[str, Any], ctx: Ctx, user: dict[str, Any] | None) -> Runner:
+    if name == "ddp":
+        return ddp(model, t, ctx)
+    if name == "fsdp":
+        return fsdp(model, t, ctx)
+    if base_strategy(name, t) in STAGE:
+        return deepspeed_runner(name, model, t, ctx, user)
+    raise ValueError(f"unknown training strategy {name!r}")
+
+
+def global_mean(values: list[torch.Tensor], ctx: Ctx) -> list[float]:
+    """Per-step losses averaged over ranks: one all-reduce at the end, no host sync inside the timed steps."""
+    stacked = torch.stack([v.float() for v in values])
+    dist.all_reduce(stacked)
+    return [float(x) for x in (stacked / ctx.world_size).tolist()]

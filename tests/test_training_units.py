@@ -1,0 +1,217 @@
+"""The training probe's arithmetic and configuration: FLOPs, DeepSpeed configs, "auto", canary, scaling."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from acceptance import profile as profiles
+from acceptance import training_plan as plan
+from acceptance.probes import train_ds, train_model
+from acceptance.probes.training import figures
+from acceptance.schema import Training
+
+TRAINING = Training(micro_batch=8, grad_accum=4, precision="bf16", grad_clip=1.0).model_dump(mode="json")
+
+
+def meta_model(name: str) -> Any:
+    return train_model.build_model(name, 1024, torch.device("meta"), seed=0)
+
+
+def test_flops_formula() -> None:
+    # 6N + 12·L·H·Q·T, worked by hand
+    assert train_model.flops_per_token(1000, 2, 4, 8, 16) == 6 * 1000 + 12 * 2 * 4 * 8 * 16
+
+
+def test_gpt2_124m_counts_like_nanogpt() -> None:
+    model = meta_model("gpt2-124m")
+    # nanoGPT prints "number of parameters: 123.69M" for GPT-2 124M with the padded 50,304 vocabulary:
+    # every parameter once (lm_head tied to wte), less the position embeddings
+    assert train_model.matmul_params(model) == 123_689_472
+    info = train_model.describe(model, 1024)
+    assert (info["layers"], info["heads"], info["head_dim"]) == (12, 12, 64)
+    assert info["flops_per_token"] == 6 * 123_689_472 + 12 * 12 * 12 * 64 * 1024
+
+
+def test_llama_untied_embedding_is_not_a_matmul() -> None:
+    model = meta_model("llama-1b")
+    total = sum(p.numel() for p in model.parameters())
+    embed = model.get_input_embeddings().weight.numel()
+    assert embed == 32000 * 2048
+    assert train_model.matmul_params(model) == total - embed  # the output layer stays: it is a matmul
+    assert train_model.attention_shape(model.config) == (16, 16, 128)
+
+
+def test_decoder_layers_found() -> None:
+    assert len(train_model.decoder_layers(meta_model("gpt2-355m"))) == 24
+
+
+@pytest.mark.parametrize(("strategy", "stage"), [("zero1", 1), ("zero2", 2), ("zero3", 3), ("zero3_offload", 3)])
+def test_builtin_config(strategy: str, stage: int) -> None:
+    config, resolved = train_ds.build(strategy, TRAINING, None, world_size=2, hidden=768, on_gpu=True)
+    assert resolved == {}
+    assert config["zero_optimization"]["stage"] == stage
+    assert (config["train_micro_batch_size_per_gpu"], config["gradient_accumulation_steps"]) == (8, 4)
+    assert config["train_batch_size"] == 8 * 4 * 2
+    assert config["bf16"]["enabled"] is True and config["fp16"]["enabled"] is False
+    assert "optimizer" not in config  # the client torch optimizer: no JIT-built op
+    assert ("offload_optimizer" in config["zero_optimization"]) == (strategy == "zero3_offload")
+
+
+def test_auto_resolved_to_the_run() -> None:
+    user = {
+        "train_micro_batch_size_per_gpu": "auto",
+        "train_batch_size": "auto",
+        "gradient_clipping": "auto",
+        "bf16": {"enabled": "auto"},
+        "zero_optimization": {"stage": 3, "reduce_bucket_size": "auto", "stage3_prefetch_bucket_size": "auto"},
+    }
+    training = {**TRAINING, "deepspeed": {"tuned": {"base": "zero3", "config": user}}}
+    config, resolved = train_ds.build("tuned", training, user, world_size=4, hidden=1024, on_gpu=True)
+    assert resolved == {
+        "train_micro_batch_size_per_gpu": 8,
+        "train_batch_size": 8 * 4 * 4,
+        "gradient_clipping": 1.0,
+        "bf16.enabled": True,
+        "zero_optimization.reduce_bucket_size": 1024 * 1024,
+        "zero_optimization.stage3_prefetch_bucket_size": int(0.9 * 1024 * 1024),
+    }
+    assert "auto" not in json.dumps(config)
+    assert config["zero_optimization"]["stage3_param_persistence_threshold"] == 10 * 1024  # built-in kept
+
+
+def test_user_values_override_builtin() -> None:
+    user = {"zero_optimization": {"overlap_comm": False, "reduce_bucket_size": 123}}
+    training = {**TRAINING, "deepspeed": {"z2": {"base": "zero2", "config": user}}}
+    config, _ = train_ds.build("z2", training, user, world_size=2, hidden=64, on_gpu=True)
+    assert config["zero_optimization"]["overlap_comm"] is False
+    assert config["zero_optimization"]["reduce_bucket_size"] == 123
+    assert config["zero_optimization"]["stage"] == 2
+
+
+@pytest.mark.parametrize(
+    ("user", "message"),
+    [
+        ({"scheduler": {"params": {"warmup_max_lr": "auto"}}}, 'scheduler.params.warmup_max_lr = "auto", but'),
+        ({"train_micro_batch_size_per_gpu": 4}, "train_micro_batch_size_per_gpu = 4, but this run uses 8"),
+        ({"zero_optimization": {"stage": 3}}, "zero_optimization.stage = 3, but this run uses 2"),
+        ({"fp16": {"enabled": True}}, "fp16.enabled = True, but this run uses False"),
+        ({"optimizer": {"type": "AdamW"}}, "Remove the optimizer section"),
+    ],
+)
+def test_user_config_errors(user: dict[str, Any], message: str) -> None:
+    training = {**TRAINING, "deepspeed": {"z2": {"base": "zero2", "config": user}}}
+    with pytest.raises(train_ds.DeepSpeedConfigError, match=r"training\.deepspeed\.z2\.config: ") as info:
+        train_ds.build("z2", training, user, world_size=2, hidden=64, on_gpu=True)
+    assert message in str(info.value)
+
+
+def test_canary_within_and_beyond() -> None:
+    ref = [10.0, 9.0, 8.0, 7.0]
+    assert plan.canary(ref, [10.0, 9.0, 8.0, 7.0], 4, 0.01)["max_rel_diff"] == 0
+    close = plan.canary(ref, [10.05, 9.0, 8.0, 7.0], 4, 0.01)
+    assert close["within"] and close["worst_step"] == 0
+    drift = plan.canary(ref, [10.0, 9.0, 8.4, 9.0], 3, 0.01)  # step 3 lies beyond the compared steps
+    assert not drift["within"] and drift["worst_step"] == 2
+    assert drift["max_rel_diff"] == pytest.approx(0.05)
+    with pytest.raises(ValueError, match="compares 5 steps"):
+        plan.canary(ref, ref, 5, 0.01)
+
+
+def test_canary_text_shows_both_curves() -> None:
+    text = plan.curves_text("ddp", [10.0, 9.5], "zero3", [10.0, 9.9], 2)
+    assert text.splitlines()[1] == "step 1: ddp 9.500000  zero3 9.900000"
+
+
+@pytest.mark.parametrize(
+    ("kind", "ranks", "nodes", "expected"),
+    [("one_gpu", 8, 2, (1, 1)), ("one_node", 8, 2, (8, 1)), ("one_gpu", 2, 1, (1, 1))],
+)
+def test_baseline_world(kind: str, ranks: int, nodes: int, expected: tuple[int, int]) -> None:
+    base = plan.baseline(Training(scaling_baseline=kind), ranks, nodes)  # type: ignore[arg-type]
+    assert not isinstance(base, str)
+    assert (base.ranks_per_node, base.nodes) == expected
+
+
+def test_no_baseline_when_world_is_the_baseline() -> None:
+    assert "no larger than the baseline" in str(plan.baseline(Training(scaling_baseline="one_node"), 8, 1))
+    assert "none" in str(plan.baseline(Training(scaling_baseline="none"), 8, 2))
+
+
+def test_scaling_efficiency() -> None:
+    assert plan.scaling_efficiency({"tokens_per_s_per_gpu": 90.0}, {"tokens_per_s_per_gpu": 100.0}) == 0.9
+
+
+def _rank(rank: int, step_s: list[float], util: float | None) -> dict[str, Any]:
+    reason = None if util is not None else "no GPU"
+    return {
+        "rank": rank,
+        "host": "h",
+        "step_s": step_s,
+        "loop_s": sum(step_s),
+        "mem_gib": 1.0 + rank,
+        "util": {"mean_pct": util, "reason": reason},
+    }
+
+
+def test_figures_take_the_slowest_rank() -> None:
+    t = {**TRAINING, "micro_batch": 2, "grad_accum": 1, "seq_len": 100, "peak_tflops": 1e-6, "peak_tflops_source": "x"}
+    raw = {
+        "ranks": [_rank(0, [0.1, 0.1, 0.1, 0.1], 90.0), _rank(1, [0.1, 0.2, 0.1, 0.2], 60.0)],
+        "losses": [8.0, 6.0],
+        "shape": {"flops_per_token": 1000},
+        "mem_source": "test",
+    }
+    out = figures(raw, t, world_size=2)
+    assert out["tokens_per_s_per_gpu"] == pytest.approx(200 * 4 / 0.6)  # rank 1's loop
+    assert out["step_times_s"] == [0.1, 0.2, 0.1, 0.2]
+    assert out["step_time_s"] == pytest.approx(0.15)
+    assert out["peak_mem_gib"] == 2.0 and out["gpu_util_pct"] == 60.0
+    assert out["mfu"] == pytest.approx(out["tokens_per_s_per_gpu"] * 1000 / 1e6)
+    assert out["loss_ratio"] == 0.75
+
+
+def test_figures_without_peak_or_gpu_say_why() -> None:
+    raw = {
+        "ranks": [_rank(0, [0.1], None)],
+        "losses": [1.0, 1.0],
+        "shape": {"flops_per_token": 1},
+        "mem_source": "rss",
+    }
+    out = figures(raw, TRAINING, world_size=1)
+    assert out["mfu"] is None and "peak_tflops" in out["mfu_reason"]
+    assert out["gpu_util_pct"] is None and out["gpu_util_reason"] == "no GPU"
+
+
+def test_user_config_file_beside_profile(tmp_path: Path) -> None:
+    (tmp_path / "tuned.json").write_text(json.dumps({"zero_optimization": {"overlap_comm": False}}))
+    (tmp_path / "p.yaml").write_text(
+        "name: p\ntraining:\n  strategies: [ddp, tuned, broken]\n"
+        "  deepspeed:\n    tuned: {base: zero2, config: tuned.json}\n    broken: {base: zero3, config: nope.json}\n"
+    )
+    prof = profiles.load(str(tmp_path / "p.yaml"))
+    assert plan.user_config(prof, "tuned") == {"zero_optimization": {"overlap_comm": False}}
+    assert plan.user_config(prof, "ddp") is None
+    with pytest.raises(plan.TrainingPlanError, match=r"p\.yaml: training\.deepspeed\.broken\.config: cannot read"):
+        plan.user_config(prof, "broken")
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("training.strategies=[ddp, zero4]", "neither built in"),
+        ("training.strategies=[ddp, ddp]", "each once"),
+        ("training.peak_tflops=989", "peak_tflops_source go together"),
+        ("training.scaling_strategy=zero1", "scaling_strategy 'zero1' is not in strategies"),
+        ("training.model=gpt5", "training.model"),
+        ("thresholds={training.zero1.mfu: {min: 0.4}}", "strategy 'zero1' is not in this profile's list"),
+    ],
+)
+def test_profile_errors(override: str, message: str) -> None:
+    with pytest.raises(profiles.ProfileError, match="invalid profile") as info:
+        profiles.load("local-cpu", [override])
+    assert message in str(info.value)
