@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import socket
 from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
@@ -19,3 +20,18 @@ def evidence(folder: Path) -> dict[str, Any]:
 
 def schema() -> dict[str, Any]:
     return json.loads((ROOT / "acceptance" / "evidence.schema.json").read_text())
+
+
+def free_port() -> int:
+    """A rendezvous port whose successor is free too: the nodes' store listens on rendezvous port + 1."""
+    for _ in range(50):
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = int(sock.getsockname()[1])
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", port + 1))
+            except OSError:
+                continue
+        return port
+    raise RuntimeError("no free pair of ports")

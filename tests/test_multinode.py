@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -17,6 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.harness import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 HARNESS_TIMEOUT_S = 300  # only so that a broken run cannot hang CI; nothing here measures time
@@ -37,21 +38,6 @@ class Node:
         found = list(self.evidence_dir.glob(f"node{self.rank}-*/evidence.json"))
         assert len(found) == 1, f"node {self.rank}: evidence files {found}\n{self.output}"
         return json.loads(found[0].read_text())
-
-
-def free_port() -> int:
-    """A rendezvous port whose successor (the nodes' store) is free too."""
-    for _ in range(50):
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            port = int(sock.getsockname()[1])
-        with socket.socket() as probe:
-            try:
-                probe.bind(("127.0.0.1", port + 1))
-            except OSError:
-                continue
-        return port
-    raise RuntimeError("no free pair of ports")
 
 
 def base_env() -> dict[str, str]:

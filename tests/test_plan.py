@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import socket
 import threading
 from typing import Any
 
@@ -11,6 +10,7 @@ import pytest
 
 from acceptance.plan import Meeting, Plan, PlanError, differences, disagreement
 from acceptance.topology import Placement
+from tests.harness import free_port
 
 
 def plan(rank: int = 0, **changes: Any) -> Plan:
@@ -75,21 +75,6 @@ def test_disagreement_names_every_differing_node_and_only_those() -> None:
 
 def test_plan_round_trips_through_json() -> None:
     assert Plan.from_json(plan(1).to_json()) == plan(1)
-
-
-def free_port() -> int:
-    """A port with its successor free too: the store listens on rendezvous port + 1."""
-    for _ in range(50):
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            port = int(sock.getsockname()[1])
-        with socket.socket() as probe:
-            try:
-                probe.bind(("127.0.0.1", port + 1))
-            except OSError:
-                continue
-        return port
-    raise RuntimeError("no free pair of ports")
 
 
 def placements(nodes: int) -> list[Placement]:
