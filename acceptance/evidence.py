@@ -6,8 +6,10 @@ readable file marked ``"complete": false``.
 
 from __future__ import annotations
 
+import copy
 import datetime
 import json
+import math
 import os
 import platform
 import sys
@@ -34,18 +36,80 @@ ENV_NAMES = (
     "SLURM_JOB_NODELIST",
     "KUBERNETES_SERVICE_HOST",
 )
-SECRET_WORDS = ("TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "_KEY", "AUTH")
+# A name holding one of these is a credential: left out of the environment, masked in the profile and argv.
+# KEY alone also drops harmless names such as NCCL_IB_PKEY: losing a setting beats leaking a key.
+SECRET_WORDS = ("TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "KEY", "AUTH")
+MASK = "***"
+SET_OPTION = "--cluster-set"
 PACKAGES = ("torch", "pytest", "transformers", "deepspeed", "nvidia-ml-py", "cluster-acceptance")
+
+
+def is_secret(name: str) -> bool:
+    return any(word in name.upper() for word in SECRET_WORDS)
 
 
 def allowed_env(env: Mapping[str, str]) -> dict[str, str]:
     out = {}
     for key, value in env.items():
-        if any(word in key.upper() for word in SECRET_WORDS):
+        if is_secret(key):
             continue
         if key in ENV_NAMES or key.startswith(ENV_PREFIXES):
             out[key] = value
     return dict(sorted(out.items()))
+
+
+def masked_profile(profile: dict[str, Any]) -> dict[str, Any]:
+    """The profile as recorded: a copy (the run still needs the real values) whose secret ``env`` values are
+    masked. The names stay, so a reader still sees that the variable was set."""
+    out = copy.deepcopy(profile)
+    env = (out.get("resolved") or {}).get("env")
+    if isinstance(env, dict):
+        for name in env:
+            if is_secret(str(name)):
+                env[name] = MASK
+    return out
+
+
+def _masked_override(item: str) -> str:
+    """``env.HF_TOKEN=hf_abc`` -> ``env.HF_TOKEN=***``; a whole ``env={...}`` is masked when it names a secret."""
+    path, sep, value = item.partition("=")
+    parts = path.strip().split(".")
+    if not sep or parts[0] != "env":
+        return item
+    if len(parts) == 1:
+        return f"{path}={MASK}" if is_secret(value) else item
+    return f"{path}={MASK}" if is_secret(".".join(parts[1:])) else item
+
+
+def masked_command(argv: list[str]) -> list[str]:
+    """argv with the value of every ``--cluster-set env.SECRET_NAME=VALUE`` replaced by ``***``: a token
+    passed on the command line must not end up in the evidence, which is meant to be handed around."""
+    out, after_option = [], False
+    for arg in argv:
+        if after_option:
+            arg = _masked_override(arg)
+        elif arg.startswith(f"{SET_OPTION}="):
+            arg = f"{SET_OPTION}={_masked_override(arg.removeprefix(SET_OPTION + '='))}"
+        after_option = arg == SET_OPTION
+        out.append(arg)
+    return out
+
+
+def finite(value: Any) -> Any:
+    """``value`` with every NaN and infinity turned into None, recursively: strict JSON has no NaN, and a
+    figure that is not a number must read as missing, never as a number."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, Mapping):
+        return {key: finite(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite(item) for item in value]
+    return value
+
+
+def dumps(data: Any) -> str:
+    """Strict JSON: non-finite floats become null; anything else unknown (a Path) becomes its text."""
+    return json.dumps(finite(data), indent=1, default=str, allow_nan=False)
 
 
 def software() -> dict[str, str | None]:
@@ -89,8 +153,8 @@ class Evidence:
             "verdict": "FAIL",
             "started": now(),
             "finished": None,
-            "command": sys.argv,
-            "profile": profile,
+            "command": masked_command(list(sys.argv)),
+            "profile": masked_profile(profile),
             "topology": topology,
             "cluster": {"nodes": [], "software": software(), "env": allowed_env(env)},
             "probes": [],
@@ -119,25 +183,35 @@ class Evidence:
         self.data.update(complete=complete, verdict=verdict, finished=now())
 
     def write(self) -> Path:
-        write_atomic(self.path, json.dumps(self.data, indent=1, default=str))
+        write_atomic(self.path, dumps(self.data))
         return self.path
+
+
+PASSED = ("passed", "xpassed")  # xpassed: a known issue that did not show; strict xfail makes it a failure
+INTERRUPTED = "did not finish: the run was interrupted"
+
+
+def _value_text(value: Any) -> str:
+    return "not a number" if value is None else str(value)
 
 
 def junit_xml(data: Mapping[str, Any], suite_name: str | None = None) -> str:
     """JUnit XML for an evidence document; every check goes to the case's system-out."""
     from junit_xml import TestCase, TestSuite, to_xml_report_string
 
+    data = finite(data)  # a NaN duration or value must not reach the XML as "nan"
     cases = []
     for test in data.get("tests", []):
         classname, _, name = test["nodeid"].rpartition("::")
         lines = [
-            f"{c['metric']} = {c['value']} {c.get('unit', '')} [{c.get('bound') or 'no bound'}] {c['verdict']}"
+            f"{c['metric']} = {_value_text(c['value'])} {c.get('unit', '')} [{c.get('bound') or 'no bound'}] "
+            f"{c['verdict']}"
             for c in test.get("checks", [])
         ]
         case = TestCase(
             name or test["nodeid"],
             classname=classname.replace("/", ".").removesuffix(".py"),
-            elapsed_sec=test.get("duration_s", 0.0),
+            elapsed_sec=test.get("duration_s") or 0.0,
             stdout="\n".join(lines) or None,
         )
         outcome = test.get("outcome")
@@ -147,6 +221,11 @@ def junit_xml(data: Mapping[str, Any], suite_name: str | None = None) -> str:
             case.add_error_info(message=test.get("message", "error"), output=test.get("longrepr"))
         elif outcome in ("skipped", "xfailed"):
             case.add_skipped_info(message=test.get("message", outcome))
+        elif outcome == "running":
+            # the evidence was written before the test ended: a killed run must not read as a pass
+            case.add_error_info(message=INTERRUPTED, output=test.get("longrepr"))
+        elif outcome not in PASSED:
+            case.add_error_info(message=f"{INTERRUPTED} (outcome {outcome!r})", output=test.get("longrepr"))
         cases.append(case)
     profile = data.get("profile", {})
     props = {

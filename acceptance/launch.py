@@ -24,7 +24,7 @@ import acceptance
 from acceptance.schema import Topology
 from acceptance.topology import Placement
 
-GRACE_S = 10.0
+GRACE_S = 35.0  # torchrun gives its workers 30 s to exit after it is signalled (elastic agent default)
 TAIL_LINES = 30
 
 
@@ -43,18 +43,6 @@ class ProbeRun:
     result: dict[str, Any] | None = None
     error: str | None = None
     ranks: list[dict[str, Any]] = field(default_factory=list)
-
-    def summary(self) -> dict[str, Any]:
-        return {
-            "probe": self.probe,
-            "argv": self.argv,
-            "out_dir": str(self.out_dir),
-            "returncode": self.returncode,
-            "wall_s": round(self.wall_s, 3),
-            "timed_out": self.timed_out,
-            "error": self.error,
-            "ranks": self.ranks,
-        }
 
 
 def torchrun_argv(
@@ -146,6 +134,9 @@ def run(
     env: Mapping[str, str],
 ) -> ProbeRun:
     """Run one probe to completion or to its timeout; raise :class:`ProbeError` unless it produced a result."""
+    if out_dir.exists() and any(out_dir.iterdir()):
+        # a reused evidence folder: keep the earlier run's files, but never read them as this run's
+        out_dir.rename(out_dir.with_name(f"{out_dir.name}.before-{time.strftime('%Y%m%d-%H%M%S')}"))
     out_dir.mkdir(parents=True, exist_ok=True)
     full_spec = {"backend": topo.backend, "device": topo.device, "pg_timeout_s": timeout_s, **spec}
     (out_dir / "spec.json").write_text(json.dumps(full_spec, indent=1, sort_keys=True))

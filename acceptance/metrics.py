@@ -26,14 +26,19 @@ def _family(regex: str, doc: str) -> Family:
     return Family(re.compile(rf"^{regex}$"), doc)
 
 
-_COLL_FIELDS = "busbw_gbps|algbw_gbps|time_us|wrong"
+# only the figures a test checks: a bound on a figure no test reads would be a gate that never closes
+_COLL_FIELDS = "busbw_gbps|time_us|wrong"
+_INTERNODE_FIELDS = "busbw_gbps|wrong"
 FAMILIES: list[Family] = [
     _family(
-        r"connectivity\.(world_size|hosts|duplicate_uuids|missing_ranks|allreduce_wrong|p2p_wrong"
+        r"connectivity\.(world_size|duplicate_uuids|missing_ranks|allreduce_wrong|p2p_wrong"
         r"|rendezvous_s|barrier_latency_us|p2p_min_gbps)",
         "connectivity.<figure>",
     ),
-    _family(rf"collectives\.(?P<op>\w+)\.({_COLL_FIELDS})@(?P<size>\w+)", "collectives.<op>.<field>@<size>"),
+    _family(
+        rf"collectives\.(?P<op>\w+)\.({_COLL_FIELDS})@(?P<size>\w+)",
+        "collectives.<op>.<busbw_gbps|time_us|wrong>@<size>",
+    ),
     _family(
         r"health\.(nvml_unavailable|gpu_count|gpu_model_mismatch|driver_too_old|ecc_disabled"
         r"|ecc_uncorrectable_volatile|ecc_uncorrectable_aggregate|retired_pages_pending|row_remap_failures"
@@ -46,9 +51,9 @@ FAMILIES: list[Family] = [
         "compute.<figure>_<min|median|below_median>",
     ),
     _family(
-        rf"collectives\.internode\.(all|intranode|one_gpu_per_node|ring)\.(?P<inter_op>\w+)\.({_COLL_FIELDS})"
+        rf"collectives\.internode\.(all|intranode|one_gpu_per_node|ring)\.(?P<inter_op>\w+)\.({_INTERNODE_FIELDS})"
         r"@(?P<inter_size>\w+)",
-        "collectives.internode.<all|intranode|one_gpu_per_node|ring>.<op>.<field>@<size>",
+        "collectives.internode.<all|intranode|one_gpu_per_node|ring>.<op>.<busbw_gbps|wrong>@<size>",
     ),
     _family(
         r"collectives\.(?P<inter_op>\w+)\.internode_efficiency@(?P<inter_size>\w+)",
@@ -72,10 +77,12 @@ _DOMAINS: dict[str, Callable[[ProfileModel], tuple[str, ...]]] = {
 }
 
 
-def register(regex: str, doc: str, **domains: Callable[[ProfileModel], tuple[str, ...]]) -> None:
-    """Let a probe family declare the metric names it produces."""
-    FAMILIES.append(_family(regex, doc))
-    _DOMAINS.update(domains)
+def module_of(metric: str) -> str:
+    """The test module that checks ``metric``: a threshold is enforced when that module was selected."""
+    family = metric.split(".")[0]
+    if family == "collectives" and (metric.startswith("collectives.internode.") or ".internode_efficiency@" in metric):
+        return "test_internode"
+    return f"test_{family}"
 
 
 def metric_problem(name: str, profile: ProfileModel) -> str | None:

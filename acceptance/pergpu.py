@@ -58,6 +58,20 @@ def not_measured(rows: list[dict[str, Any]], figure: str) -> list[str]:
     return [f"{reason} ({', '.join(labels)})" for reason, labels in by_reason.items()]
 
 
+def partly_measured(rows: list[dict[str, Any]], figure: str) -> str | None:
+    """A failure message when some GPUs measured ``figure`` and others did not, naming those and why.
+
+    The min, median and tolerance are computed over the GPUs that measured; a GPU that could not (out of
+    memory, a failed kernel) would otherwise vanish from them and the figure would pass without it. None
+    when every GPU measured it, or none did (then the figure does not apply here: the test skips).
+    """
+    have = _measured(rows, figure)
+    if not have or len(have) == len(rows):
+        return None
+    missing = not_measured(rows, figure)
+    return f"{figure}: measured on {len(have)} of {len(rows)} GPUs, not on these:\n  " + "\n  ".join(missing)
+
+
 @dataclass(frozen=True)
 class Shortfall:
     row: dict[str, Any]

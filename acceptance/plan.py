@@ -221,9 +221,6 @@ class Meeting:
             raise PlanError(problem)
         return session
 
-    def close(self) -> None:
-        del self.store
-
 
 def meet(run: ClusterRun, test_ids: list[str]) -> None:
     """Agree with the other nodes on the plan; on success the run keeps the meeting for its probes."""

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import datetime
 import os
+import signal
 import socket
+import threading
 from collections.abc import Generator
 from pathlib import Path
 from typing import Any
@@ -19,6 +21,7 @@ from acceptance import plan
 from acceptance import profile as profiles
 from acceptance.evidence import junit_xml, write_atomic
 from acceptance.launch import ProbeError
+from acceptance.metrics import module_of
 from acceptance.schema import Threshold
 from acceptance.session import MUST_BE_ZERO as MUST_BE_ZERO  # re-exported for test modules
 from acceptance.session import ClusterRun, fmt
@@ -78,6 +81,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
+def _interrupt_on_term(signum: int, frame: object) -> None:
+    # SIGTERM (a CI job cancelled, a pod evicted) unwinds like Ctrl-C: the launcher kills the probe's
+    # process groups and the evidence is written, marked incomplete
+    raise KeyboardInterrupt(f"signal {signal.Signals(signum).name}")
+
+
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "cluster: an acceptance test that runs probes on the cluster")
     name = config.getoption("cluster_profile")
@@ -100,8 +109,17 @@ def pytest_configure(config: pytest.Config) -> None:
             default_port=topo.rdzv_port,
             launcher=topo.launcher,
         )
+        if placement.nodes != topo.nodes:
+            # a 2x8 acceptance profile must never pass on one node because the allocation came out short
+            raise TopologyError(
+                f"profile {profile.name} expects {topo.nodes} node(s), but {placement.source} says "
+                f"{placement.nodes}: fix the allocation, or pass --cluster-set topology.nodes={placement.nodes} "
+                "to accept another size on purpose"
+            )
     except (profiles.ProfileError, TopologyError) as exc:
         raise pytest.UsageError(str(exc)) from None
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _interrupt_on_term)
     folder = config.getoption("cluster_evidence") or _default_folder(profile.name, placement.node_rank)
     if _meets(placement.nodes, topo.launcher) and config.getoption("cluster_evidence"):
         # one pytest per node may share the folder (a shared filesystem, one volume): one subfolder each
@@ -225,14 +243,18 @@ def check(cluster: ClusterRun, request: pytest.FixtureRequest) -> Checker:
     return Checker(cluster, request.node)
 
 
-_DESELECTED = pytest.StashKey[int]()
+_DESELECTED_MODULES = pytest.StashKey[set[str]]()
 _SELECTED_MODULES = pytest.StashKey[set[str]]()
 
 
+def _module(item: pytest.Item) -> str:
+    return Path(item.nodeid.split("::")[0]).stem
+
+
 def pytest_collection_finish(session: pytest.Session) -> None:
-    # A threshold of family F (``collectives.…``) is enforced when test_F.py was selected: running one
-    # module on purpose must not fail for the others' thresholds, but a selected module must check them all.
-    session.config.stash[_SELECTED_MODULES] = {Path(i.nodeid.split("::")[0]).stem for i in session.items}
+    # A threshold is enforced when its family's module was selected whole: running one module on purpose
+    # must not fail for the others' thresholds, but a selected module must check every one of its own.
+    session.config.stash[_SELECTED_MODULES] = {_module(i) for i in session.items}
     _meet(session)
 
 
@@ -257,7 +279,7 @@ def _meet(session: pytest.Session) -> None:
 def pytest_deselected(items: list[pytest.Item]) -> None:
     if items:
         config = items[0].config
-        config.stash[_DESELECTED] = config.stash.get(_DESELECTED, 0) + len(items)
+        config.stash[_DESELECTED_MODULES] = config.stash.get(_DESELECTED_MODULES, set()) | {_module(i) for i in items}
 
 
 @pytest.hookimpl(wrapper=True)
@@ -311,16 +333,21 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     stopped = (pytest.ExitCode.INTERRUPTED, pytest.ExitCode.INTERNAL_ERROR, pytest.ExitCode.USAGE_ERROR)
     interrupted = exitstatus in stopped
     unchecked = run.unchecked()
-    deselected = session.config.stash.get(_DESELECTED, 0)
     data = run.evidence.data
     data["unchecked_thresholds"] = unchecked
-    selected = session.config.stash.get(_SELECTED_MODULES, set())
-    enforced = [m for m in unchecked if f"test_{m.split('.')[0]}" in selected]
-    gate_off = bool(enforced) and not deselected and not interrupted
+    selected: set[str] = session.config.stash.get(_SELECTED_MODULES, set())
+    deselected: set[str] = session.config.stash.get(_DESELECTED_MODULES, set())
+    whole = selected - deselected
+    enforced = [m for m in unchecked if module_of(m) in whole]
+    gate_off = bool(enforced) and not interrupted
     if gate_off:
         data["errors"].append(f"thresholds that no test checked: {', '.join(enforced)}")
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
-    failed = any(t["outcome"] in ("failed", "error") for t in data["tests"]) or gate_off
+    data["partial"] = bool(unchecked) and not gate_off
+    nothing_ran = not session.items
+    if nothing_ran:
+        data["errors"].append("no test was selected: nothing was measured")
+    failed = any(t["outcome"] in ("failed", "error") for t in data["tests"]) or gate_off or nothing_ran
     failed = failed or any(c["verdict"] == "fail" for c in run.evidence.checks())
     run.evidence.finish(complete=not interrupted, verdict="FAIL" if failed or interrupted else "PASS")
     plan.share_verdict(run)

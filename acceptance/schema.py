@@ -49,10 +49,6 @@ class Topology(Strict):
             return self.ranks_per_node
         return self.gpus_per_node if self.device == "cuda" else 2
 
-    @property
-    def world_size(self) -> int:
-        return self.nodes * self.nproc_per_node
-
 
 class Timeouts(Strict):
     """Wall-clock limit per probe run, in seconds (start-up included)."""

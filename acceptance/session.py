@@ -150,10 +150,15 @@ class ClusterRun:
             record.update(status="failed", error=str(exc), out_dir=str(out_dir.relative_to(self.evidence_dir)))
             self.evidence.write()
             return exc
-        except BaseException:  # Ctrl-C: the launcher has killed the ranks; say so before pytest unwinds
+        except (KeyboardInterrupt, SystemExit):  # the launcher has killed the ranks; say so before pytest unwinds
             record.update(status="interrupted", out_dir=str(out_dir.relative_to(self.evidence_dir)))
             self.evidence.write()
             raise
+        except Exception as exc:  # e.g. an unreadable result: a failure of this probe, kept like any other
+            error = launch.ProbeError(f"probe {name} failed in the launcher: {type(exc).__name__}: {exc}")
+            record.update(status="failed", error=str(error), out_dir=str(out_dir.relative_to(self.evidence_dir)))
+            self.evidence.write()
+            return error
         record.update(
             status="ok",
             wall_s=round(outcome.wall_s, 3),

@@ -51,6 +51,37 @@ def test_evidence_env_never_holds_secrets(tmp_path: Path) -> None:
     assert json.loads(text)["cluster"]["env"]["NCCL_IB_DISABLE"] == "0"
 
 
+def test_secret_settings_are_masked_in_the_profile_and_the_command(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    profile = _profile()
+    env = {
+        "HF_TOKEN": "hf_leak1",
+        "AWS_SECRET_ACCESS_KEY": "leak2",
+        "NCCL_IB_PKEY": "leak3",
+        "NCCL_DEBUG": "INFO",
+    }
+    profile["resolved"]["env"] = env
+    argv = ["pytest", "--cluster-set", "env.HF_TOKEN=hf_leak4", "--cluster-set=env.AWS_SECRET_ACCESS_KEY=leak5",
+            "--cluster-set", "env.NCCL_DEBUG=WARN", "--cluster-set", "env={WANDB_API_KEY: leak6}",
+            "--cluster-set", "training.micro_batch=8", "tests_cluster/"]  # fmt: skip
+    monkeypatch.setattr("sys.argv", argv)
+    doc = Evidence(tmp_path, profile, _topology(), {"HF_TOKEN": "hf_leak7", "NCCL_IB_PKEY": "leak8"})
+    text = doc.write().read_text()
+    assert "leak" not in text, text
+    data = json.loads(text)
+    assert data["profile"]["resolved"]["env"] == {
+        "HF_TOKEN": "***", "AWS_SECRET_ACCESS_KEY": "***", "NCCL_IB_PKEY": "***", "NCCL_DEBUG": "INFO"
+    }  # fmt: skip
+    assert data["command"] == [
+        "pytest", "--cluster-set", "env.HF_TOKEN=***", "--cluster-set=env.AWS_SECRET_ACCESS_KEY=***",
+        "--cluster-set", "env.NCCL_DEBUG=WARN", "--cluster-set", "env=***",
+        "--cluster-set", "training.micro_batch=8", "tests_cluster/",
+    ]  # fmt: skip
+    assert data["cluster"]["env"] == {}
+    assert env["HF_TOKEN"] == "hf_leak1"  # the run itself keeps the real value
+
+
 def test_write_atomic_replaces_whole_and_leaves_no_temp(tmp_path: Path) -> None:
     target = tmp_path / "sub" / "evidence.json"
     write_atomic(target, "first")
@@ -110,6 +141,41 @@ def test_junit_from_evidence_parses(tmp_path: Path) -> None:
     assert "connectivity.world_size = 2 ranks [== 2] pass" in out
     props = {p.get("name"): p.get("value") for p in suite.iter("property")}
     assert props["profile"] == "unit" and props["verdict"] == "FAIL"
+
+
+def test_a_test_that_did_not_finish_is_a_junit_error(tmp_path: Path) -> None:
+    doc = _filled(tmp_path)
+    doc.test("tests_cluster/test_training.py::test_strategy[ddp]")  # the run was killed inside it
+    doc.test("tests_cluster/test_training.py::test_canary")["outcome"] = "lost"
+    suite = ET.fromstring(junit_xml(doc.data)).find("testsuite")
+    assert suite is not None and suite.get("errors") == "2" and suite.get("failures") == "1"
+    cases = {c.get("name"): c for c in suite.iter("testcase")}
+    for name in ("test_strategy[ddp]", "test_canary"):
+        error = cases[name].find("error")
+        assert error is not None and (error.get("message") or "").startswith("did not finish: the run was interrupted")
+    assert cases["test_world_size"].find("error") is None and cases["test_world_size"].find("failure") is None
+
+
+def _no_constant(name: str) -> None:
+    raise ValueError(f"{name} is not JSON")
+
+
+def test_a_value_that_is_not_a_number_is_written_as_null(tmp_path: Path) -> None:
+    doc = _filled(tmp_path)
+    entry = doc.test("tests_cluster/test_compute.py::test_median[matmul_tflops]")
+    entry.update(outcome="failed", duration_s=0.5)
+    entry["checks"].append(
+        _check("compute.matmul_tflops_median", float("nan"), "TFLOP/s", ">= 700", "fail", {"min": 700})
+    )
+    entry["measurements"]["summary"] = {"min": float("inf"), "rows": [float("-inf"), 1.5]}
+    data = json.loads(doc.write().read_text(), parse_constant=_no_constant)
+    jsonschema.validate(data, schema())
+    written = data["tests"][-1]
+    assert written["checks"][0]["value"] is None
+    assert written["measurements"]["summary"] == {"min": None, "rows": [None, 1.5]}
+    assert doc.data["tests"][-1]["measurements"]["summary"]["min"] == float("inf")  # the live data is left alone
+    xml = junit_xml(doc.data)
+    assert "nan" not in xml.lower() and "compute.matmul_tflops_median = not a number TFLOP/s" in xml
 
 
 def test_merge_prefixes_hosts_and_ands_verdicts(tmp_path: Path) -> None:

@@ -33,7 +33,7 @@ def test_defaults_compare_all_reduce_at_large_sizes_without_variants() -> None:
     [
         "collectives.internode.all.all_reduce.busbw_gbps@1G",
         "collectives.internode.intranode.all_reduce.busbw_gbps@256M",
-        "collectives.internode.one_gpu_per_node.all_reduce.time_us@1G",
+        "collectives.internode.one_gpu_per_node.all_reduce.wrong@1G",
         "collectives.internode.ring.all_reduce.busbw_gbps@1024M",
         "collectives.all_reduce.internode_efficiency@1G",
     ],

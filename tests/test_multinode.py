@@ -55,6 +55,7 @@ def run_nodes(
     procs = []
     for rank, env in enumerate(envs):
         argv = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--cluster-profile", "local-cpu"]
+        argv += ["--cluster-set", "topology.nodes=2"]  # local-cpu is a one-node profile
         argv += [*suite, "--cluster-evidence", str(tmp_path), *(extra[rank] if extra else [])]
         procs.append(
             subprocess.Popen(

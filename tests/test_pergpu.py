@@ -81,6 +81,20 @@ def test_a_gpu_that_did_not_measure_is_reported_with_its_reason() -> None:
     assert [s.row["gpu"] for s in pergpu.shortfalls(rows, "matmul_tflops")] == [0]
 
 
+def test_a_figure_measured_on_some_gpus_only_names_the_others() -> None:
+    rows = [gpu(0, 0, 780.0), gpu(0, 1, None), gpu(1, 0, 781.0), gpu(1, 1, None)]
+    rows[3]["not_measured"] = {"matmul_tflops": "CUDA error: an illegal memory access"}
+    assert pergpu.partly_measured(rows, "matmul_tflops") == (
+        "matmul_tflops: measured on 2 of 4 GPUs, not on these:\n"
+        "  out of memory (gpu-node-0 GPU 1 (GPU-1f2a...))\n"
+        "  CUDA error: an illegal memory access (gpu-node-1 GPU 1 (GPU-1f2a...))"
+    )
+    # every GPU measured it, or none did (the figure does not apply: the test skips): nothing to add
+    assert pergpu.partly_measured(rows[::2], "matmul_tflops") is None
+    assert pergpu.partly_measured(rows[1::2], "matmul_tflops") is None
+    assert pergpu.partly_measured(rows, "copy_gbps") is None
+
+
 def burnin(digest: str, differing: int = 0) -> dict[str, Any]:
     return {"digest": digest * 64, "calls": 100, "calls_differing": differing, "seconds": 1.0, "tflops": 780.0}
 

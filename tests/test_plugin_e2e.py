@@ -146,7 +146,10 @@ def test_hanging_rank_is_killed_at_the_timeout(suite: pytest.Pytester, monkeypat
     assert_no_rank_alive(folder / probe["out_dir"])
 
 
-def test_interrupt_leaves_incomplete_evidence(suite: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_interrupt_leaves_incomplete_evidence(
+    suite: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, sig: signal.Signals
+) -> None:
     monkeypatch.setenv("ACCEPTANCE_TEST_FAULT", "hang@1")
     folder = suite.path / "evidence"
     argv = [sys.executable, "-m", "pytest", *PLUGIN_ARGS, "-p", "no:cacheprovider", "--cluster-profile",
@@ -154,7 +157,7 @@ def test_interrupt_leaves_incomplete_evidence(suite: pytest.Pytester, monkeypatc
             "tests_cluster/test_connectivity.py"]  # fmt: skip
     with subprocess.Popen(argv, cwd=suite.path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT) as proc:
         probe_dir = _wait_for_hang(folder, proc)
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(sig)
         output, _ = proc.communicate(timeout=120)
     assert proc.returncode == pytest.ExitCode.INTERRUPTED, output.decode()
     data = assert_valid(folder)
@@ -252,7 +255,44 @@ def test_unchecked_threshold_is_no_error_when_tests_are_deselected(pytester: pyt
                                 "-k", "not test_two")  # fmt: skip
     assert result.ret == 0
     result.stdout.fnmatch_lines(["thresholds no test checked [[]not *[]]: *"])
-    assert evidence(pytester.path / "ev")["verdict"] == "PASS"
+    data = evidence(pytester.path / "ev")
+    assert data["verdict"] == "PASS" and data["partial"] is True
+
+
+def test_deselecting_in_one_module_leaves_the_others_enforced(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        test_connectivity="def test_one(check):\n    check('connectivity.rendezvous_s', 0.5, 's')\n",
+        test_collectives="def test_a():\n    pass\ndef test_b():\n    pass\n",
+    )
+    pytester.makefile(".yaml", synthetic=PROFILE)
+    result = pytester.runpytest(*PLUGIN_ARGS, "--cluster-profile", "synthetic.yaml", "--cluster-evidence", "ev",
+                                "-k", "not test_b")  # fmt: skip
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    data = evidence(pytester.path / "ev")
+    assert data["verdict"] == "FAIL" and data["partial"] is False
+    assert data["errors"] == [
+        "thresholds that no test checked: connectivity.barrier_latency_us, connectivity.p2p_min_gbps"
+    ]
+
+
+def test_a_run_that_selects_nothing_is_a_fail(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_connectivity="def test_one(check):\n    check('connectivity.rendezvous_s', 0.5, 's')\n")
+    pytester.makefile(".yaml", synthetic=PROFILE)
+    result = pytester.runpytest(*PLUGIN_ARGS, "--cluster-profile", "synthetic.yaml", "--cluster-evidence", "ev",
+                                "-k", "conectivity")  # fmt: skip
+    assert result.ret == pytest.ExitCode.NO_TESTS_COLLECTED
+    data = assert_valid(pytester.path / "ev")
+    assert data["verdict"] == "FAIL"
+    assert data["errors"] == ["no test was selected: nothing was measured"]
+
+
+def test_a_short_allocation_is_refused(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    pytester.makepyfile(test_one="def test_one():\n    pass\n")
+    pytester.makefile(".yaml", two=PROFILE.replace("name: synthetic", "name: two").replace("nodes: 1", "nodes: 2"))
+    monkeypatch.setenv("NNODES", "1")
+    result = pytester.runpytest(*PLUGIN_ARGS, "--cluster-profile", "two.yaml")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*profile two expects 2 node(s), but environment says 1*"])
 
 
 def test_inert_without_a_profile(suite: pytest.Pytester) -> None:

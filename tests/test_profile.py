@@ -148,7 +148,7 @@ def test_threshold_naming_no_metric(here: Path) -> None:
     write(here, "p", f"name: p\n{BASE}thresholds:\n  collectives.all_reduce.bandwidth@1M: {{min: 1}}\n")
     message = error_of("p")
     assert "thresholds/p.yaml:4: thresholds.collectives.all_reduce.bandwidth@1M: no probe measures a metric" in message
-    assert "collectives.<op>.<field>@<size>" in message
+    assert "collectives.<op>.<busbw_gbps|time_us|wrong>@<size>" in message
 
 
 def test_threshold_op_not_swept(here: Path) -> None:

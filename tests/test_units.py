@@ -140,3 +140,25 @@ def test_threshold_rejects(fields: dict[str, float], message: str) -> None:
 )
 def test_fmt(value: float, text: str) -> None:
     assert fmt(value) == text
+
+
+def test_data_check_counts_nan_as_wrong() -> None:
+    import types
+    from typing import Any, cast
+
+    import torch
+    import torch.distributed as dist
+
+    from acceptance.probes.collectives import Op
+
+    ctx = cast(Any, types.SimpleNamespace(world_size=1, rank=0, device=torch.device("cpu")))
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        op = Op("all_reduce", 256, torch.float32, ctx)
+        op.fill()
+        assert op.wrong() == 0
+        op.out[3] = float("nan")
+        op.out[5] = 1e9
+        assert op.wrong() == 2
+    finally:
+        dist.destroy_process_group()

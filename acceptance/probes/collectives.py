@@ -126,7 +126,8 @@ class Op:
             if want is None:
                 continue
             got = self.out[start : start + count].to(torch.float64)
-            bad += int(((got - want).abs() > tol * want.abs()).sum().item())
+            # written as "not within" so that a NaN counts as wrong
+            bad += int((~((got - want).abs() <= tol * want.abs())).sum().item())
         return bad
 
 

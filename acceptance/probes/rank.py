@@ -32,7 +32,7 @@ FAULT_ENV = "ACCEPTANCE_TEST_FAULT"  # test-only knob: "crash@RANK" or "hang@RAN
 
 def write_json(path: Path, data: Any) -> None:
     """Atomic: a reader sees the old file or the new one, never half of one."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp = path.with_name(f".{path.name}.{socket.gethostname()}.{os.getpid()}.tmp")
     tmp.write_text(json.dumps(data, indent=1, sort_keys=True, default=str))
     os.replace(tmp, path)
 
@@ -143,6 +143,21 @@ def main(run: Callable[[Ctx], dict[str, Any]], argv: list[str] | None = None) ->
 def _main(run: Callable[[Ctx], dict[str, Any]], argv: list[str] | None) -> None:
     spec, out = parse_args(argv)
     t0 = time.perf_counter()
+    # before the process group exists: a rank that hangs in its rendezvous is still found and killed by pid
+    env = os.environ
+    write_json(
+        out / f"rank-{env['RANK']}.json",
+        {
+            "rank": int(env["RANK"]),
+            "node_rank": int(env["GROUP_RANK"]),
+            "local_rank": int(env["LOCAL_RANK"]),
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            "phase": "init process group",
+            "status": "running",
+            "elapsed_s": 0.0,
+        },
+    )
     ctx = _init(spec, out)
     ctx.phase("start")
     result = run(ctx)
