@@ -152,7 +152,7 @@ def test_data_check_counts_nan_as_wrong() -> None:
     from acceptance.probes.collectives import Op
 
     ctx = cast(Any, types.SimpleNamespace(world_size=1, rank=0, device=torch.device("cpu")))
-    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)  # type: ignore[attr-defined]
     try:
         op = Op("all_reduce", 256, torch.float32, ctx)
         op.fill()
