@@ -241,8 +241,6 @@ class ClusterRun:
 
 def fmt(value: float) -> str:
     """Figures the way people read them: 312.4, 191,900, 0.93."""
-    if isinstance(value, int) or (abs(value) >= 1000 and float(value).is_integer()):
-        return f"{value:,.0f}"
-    if abs(value) >= 1000:
+    if isinstance(value, int) or abs(value) >= 1000:
         return f"{value:,.0f}"
     return f"{value:.4g}"

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from acceptance import training_plan as plan
-from acceptance.plugin import Checker, probe_result
+from acceptance.plugin import Checker, probe_result, probe_wall_s
 from acceptance.schema import Threshold
 from acceptance.session import ClusterRun
 
@@ -106,9 +106,8 @@ def test_loss_falls(cluster: ClusterRun, train_strategy: str, check: Checker) ->
 
 def test_wall_time(cluster: ClusterRun, train_strategy: str, check: Checker) -> None:
     run_of(cluster, train_strategy)
-    record = next(p for p in cluster.evidence.data["probes"] if p["key"] == plan.key(train_strategy))
     detail = "the torchrun job from start to exit: imports, rendezvous, model build, compilation and the steps"
-    check(f"training.{train_strategy}.wall_s", record["wall_s"], "s", detail)
+    check(f"training.{train_strategy}.wall_s", probe_wall_s(cluster, plan.key(train_strategy)), "s", detail)
 
 
 def test_scaling_efficiency(cluster: ClusterRun, check: Checker) -> None:

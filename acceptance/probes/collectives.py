@@ -17,7 +17,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from acceptance.probes.rank import Ctx, main
+from acceptance.probes.rank import DTYPES, Ctx, main
 from acceptance.units import format_size, parse_size
 
 # Bus-bandwidth factors from nccl-tests (src/*.cu, GetBw in NVIDIA/nccl-tests; doc/PERFORMANCE.md):
@@ -31,7 +31,6 @@ BUSBW_FACTOR: dict[str, Callable[[int], float]] = {
     "reduce": lambda n: 1.0,
     "sendrecv": lambda n: 1.0,
 }
-DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 # relative tolerance of the data check: a few ulps of each type (nccl-tests uses per-type tolerances too)
 TOLERANCE = {torch.bfloat16: 2e-2, torch.float16: 2e-3, torch.float32: 1e-5}
 CHECK_CHUNK = 1 << 26

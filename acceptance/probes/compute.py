@@ -21,10 +21,9 @@ import torch
 import torch.distributed as dist
 
 from acceptance import pergpu
-from acceptance.probes.rank import Ctx, main
+from acceptance.probes.rank import DTYPES, Ctx, main
 from acceptance.units import parse_size
 
-DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 WARMUP_S = 1.0
 BURNIN_BATCH = 10  # matmuls between two checks of the clock: long enough to keep the GPU fed
 FP8_MIN_CAPABILITY = (8, 9)  # Ada and Hopper have fp8 tensor cores (CUDA C Programming Guide, compute capabilities)

@@ -27,6 +27,8 @@ import torch
 import torch.distributed as dist
 from torch.distributed.elastic.multiprocessing.errors import record
 
+# the dtype names profiles use, for every probe
+DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 FAULT_ENV = "ACCEPTANCE_TEST_FAULT"  # test-only knob: "crash@RANK" or "hang@RANK[:PHASE]"
 
 
