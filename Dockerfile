@@ -39,4 +39,4 @@ ENV CLUSTER_EVIDENCE=/results \
 
 # The profile comes from CLUSTER_PROFILE (required); arguments after the image name go to pytest,
 # e.g. `-k connectivity` or `--cluster-set collectives.sizes=[1G]`.
-ENTRYPOINT ["python", "-m", "acceptance.container"]
+ENTRYPOINT ["python", "-m", "acceptance.cli.container"]

@@ -19,7 +19,7 @@ def evidence(folder: Path) -> dict[str, Any]:
 
 
 def schema() -> dict[str, Any]:
-    return json.loads((ROOT / "acceptance" / "evidence.schema.json").read_text())
+    return json.loads((ROOT / "acceptance" / "evidence" / "evidence.schema.json").read_text())
 
 
 def free_port() -> int:

@@ -14,8 +14,8 @@ import jsonschema
 import pytest
 import yaml
 
-from acceptance import profile as profiles
-from acceptance.cli import main
+from acceptance.cli.main import main
+from acceptance.profile import loader as profiles
 from tests.harness import ROOT, schema
 
 
@@ -26,7 +26,7 @@ def swept(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     argv = ["sweep", "-b", "64K", "-e", "256K", "--nproc-per-node", "2", "--ops", "all_reduce,all_gather",
             "-w", "1", "-n", "3", "--out", str(folder)]  # fmt: skip
     out = subprocess.run(
-        [sys.executable, "-m", "acceptance.cli", *argv], cwd=ROOT, capture_output=True, text=True, timeout=300
+        [sys.executable, "-m", "acceptance.cli.main", *argv], cwd=ROOT, capture_output=True, text=True, timeout=300
     )
     assert out.returncode == 0, out.stdout + out.stderr
     return folder, out.stdout
@@ -108,7 +108,7 @@ def test_report_puts_failures_first(tmp_path: Path) -> None:
 
 def test_report_plot_with_matplotlib(tmp_path: Path) -> None:
     pytest.importorskip("matplotlib")
-    from acceptance.report import plot_busbw
+    from acceptance.reports.markdown import plot_busbw
 
     rows = [{"op": "all_reduce", "size_bytes": 2**k, "busbw_gbps": float(k)} for k in (20, 21, 22)]
     assert plot_busbw(rows, tmp_path / "p.png", "t")
@@ -156,7 +156,7 @@ def test_not_evidence(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Non
 
 def test_console_script_is_declared() -> None:
     text = (ROOT / "pyproject.toml").read_text()
-    assert 'cluster-acceptance = "acceptance.cli:main"' in text
+    assert 'cluster-acceptance = "acceptance.cli.main:main"' in text
     script = shutil.which("cluster-acceptance")
     if script is not None:
         assert subprocess.run([script, "list"], capture_output=True, timeout=60).returncode == 0

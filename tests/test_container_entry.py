@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from acceptance.container import EntryError, pytest_args
+from acceptance.cli.container import EntryError, pytest_args
 
 
 def test_profile_and_evidence_from_the_environment(tmp_path: Path) -> None:

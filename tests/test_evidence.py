@@ -11,8 +11,8 @@ from typing import Any
 import jsonschema
 import pytest
 
-from acceptance import evidence as ev
-from acceptance.evidence import Evidence, allowed_env, junit_xml, merge, write_atomic
+from acceptance.evidence import document as ev
+from acceptance.evidence.document import Evidence, allowed_env, junit_xml, merge, write_atomic
 from tests.harness import schema
 
 SECRETS = {
@@ -97,7 +97,7 @@ def test_write_atomic_keeps_the_old_file_when_the_write_fails(tmp_path: Path, mo
     def broken(src: object, dst: object) -> None:
         raise OSError("disk full")
 
-    monkeypatch.setattr("acceptance.evidence.os.replace", broken)
+    monkeypatch.setattr("acceptance.evidence.document.os.replace", broken)
     with pytest.raises(OSError, match="disk full"):
         write_atomic(target, "new")
     assert target.read_text() == "old"

@@ -14,10 +14,10 @@ from typing import Any
 import pynvml
 import pytest
 
-from acceptance import gpu_health
-from acceptance.gpu_health import Expect, Figure
+from acceptance.families import health as gpu_health
+from acceptance.families.health import Expect, Figure
 from acceptance.probes import nvml
-from acceptance.profile import evaluate
+from acceptance.profile.loader import evaluate
 
 UNSUPPORTED = {"error": pynvml.NVML_ERROR_NOT_SUPPORTED}
 NO_PERMISSION = {"error": pynvml.NVML_ERROR_NO_PERMISSION}
@@ -252,7 +252,7 @@ def test_inventory_keeps_identity_and_reasons() -> None:
 
 @pytest.mark.parametrize("metric", gpu_health.METRICS)
 def test_every_health_metric_is_a_known_family(metric: str) -> None:
-    from acceptance.metrics import metric_problem
-    from acceptance.schema import ProfileModel
+    from acceptance.profile.metrics import metric_problem
+    from acceptance.profile.model import ProfileModel
 
     assert metric_problem(metric, ProfileModel(name="t")) is None

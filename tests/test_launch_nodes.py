@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from acceptance import slurm_task
-from acceptance.launch import torchrun_argv
-from acceptance.schema import Topology
-from acceptance.topology import Placement
+from acceptance.profile.model import Topology
+from acceptance.run import slurm_task
+from acceptance.run.launcher import torchrun_argv
+from acceptance.run.placement import Placement
 
 OUT = Path("/evidence/probes/01-connectivity")
 GPU = Topology(gpus_per_node=8)
@@ -62,7 +62,7 @@ def test_srun_controller_starts_one_torchrun_per_node() -> None:
         "--container-image=img.sqsh",
     ]
     task = args[split:]
-    assert task[1:3] == ["-m", "acceptance.slurm_task"]
+    assert task[1:3] == ["-m", "acceptance.run.slurm_task"]
     # the task adds the store role itself, from SLURM_NODEID on its node
     assert option(task, "--rdzv-conf") == "join_timeout=120"
     assert option(task, "--rdzv-endpoint") == "gpu-01:29400"

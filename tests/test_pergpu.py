@@ -13,7 +13,7 @@ from typing import Any
 import jsonschema
 import pytest
 
-from acceptance import pergpu
+from acceptance.families import compute as pergpu
 
 ROOT = Path(__file__).resolve().parent.parent
 INSTALLED = any(ep.value == "acceptance.plugin" for ep in entry_points(group="pytest11"))
@@ -161,7 +161,7 @@ def test_compute_probe_cpu_path_on_local_cpu(suite: pytest.Pytester) -> None:
     outcomes = result.parseoutcomes()
     assert outcomes.get("failed") == 1 and outcomes.get("passed") == 8, outcomes
     data = json.loads((folder / "evidence.json").read_text())
-    jsonschema.validate(data, json.loads((ROOT / "acceptance" / "evidence.schema.json").read_text()))
+    jsonschema.validate(data, json.loads((ROOT / "acceptance" / "evidence" / "evidence.schema.json").read_text()))
     rows = next(t for t in data["tests"] if t["nodeid"].endswith("test_every_rank_measured"))["measurements"]
     assert [r["rank"] for r in rows["per_gpu"]] == [0, 1]
     assert all(r["matmul_tflops"] > 0 and r["copy_gbps"] > 0 and r["burnin"]["calls"] > 0 for r in rows["per_gpu"])
@@ -170,7 +170,7 @@ def test_compute_probe_cpu_path_on_local_cpu(suite: pytest.Pytester) -> None:
 
 
 def test_profile_sections_and_metric_names(tmp_path: Path) -> None:
-    from acceptance.profile import ProfileError, load
+    from acceptance.profile.loader import ProfileError, load
 
     good = tmp_path / "gpu.yaml"
     good.write_text(

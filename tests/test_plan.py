@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from acceptance.plan import Meeting, Plan, PlanError, differences, disagreement
-from acceptance.topology import Placement
+from acceptance.multinode.plan import Meeting, Plan, PlanError, differences, disagreement
+from acceptance.run.placement import Placement
 from tests.harness import free_port
 
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from acceptance import profile as profiles
-from acceptance.profile import ProfileError, load
+from acceptance.profile import loader as profiles
+from acceptance.profile.loader import ProfileError, load
 
 BASE = "topology: {nodes: 1, ranks_per_node: 2, device: cpu, backend: gloo}\n"
 

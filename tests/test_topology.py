@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from acceptance.topology import DEFAULT_PORT, Placement, TopologyError, expand_nodelist, resolve, split_head
+from acceptance.run.placement import DEFAULT_PORT, Placement, TopologyError, expand_nodelist, resolve, split_head
 
 
 @pytest.mark.parametrize(

@@ -9,11 +9,11 @@ from typing import Any
 import pytest
 import torch
 
-from acceptance import profile as profiles
-from acceptance import training_plan as plan
+from acceptance.families import training as plan
 from acceptance.probes import train_ds, train_model
 from acceptance.probes.training import figures
-from acceptance.schema import Training
+from acceptance.profile import loader as profiles
+from acceptance.profile.model import Training
 
 TRAINING = Training(micro_batch=8, grad_accum=4, precision="bf16", grad_clip=1.0).model_dump(mode="json")
 

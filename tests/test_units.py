@@ -7,10 +7,10 @@ import math
 import pytest
 
 from acceptance.probes.collectives import BUSBW_FACTOR
-from acceptance.profile import evaluate
-from acceptance.schema import Threshold
-from acceptance.session import fmt
-from acceptance.units import SizeError, canonical_size, format_size, parse_size
+from acceptance.profile.loader import evaluate
+from acceptance.profile.model import Threshold
+from acceptance.profile.sizes import SizeError, canonical_size, format_size, parse_size
+from acceptance.run.cluster_run import fmt
 
 
 @pytest.mark.parametrize(

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from acceptance.plugin import MUST_BE_ZERO, Checker, probe_result, require_ranks
-from acceptance.session import ClusterRun
+from acceptance.run.cluster_run import ClusterRun
 
 
 @pytest.fixture(scope="module")

@@ -6,10 +6,10 @@ from typing import Any
 
 import pytest
 
-from acceptance import pergpu
+from acceptance.families import compute as pergpu
 from acceptance.plugin import MUST_BE_ZERO, Checker, probe_result, probe_wall_s
-from acceptance.schema import Threshold
-from acceptance.session import ClusterRun
+from acceptance.profile.model import Threshold
+from acceptance.run.cluster_run import ClusterRun
 
 FIGURES = list(pergpu.FIGURES)
 

@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
-from acceptance import gpu_health
+from acceptance.families import health as gpu_health
 from acceptance.plugin import Checker, probe_result, probe_wall_s
-from acceptance.session import ClusterRun
+from acceptance.run.cluster_run import ClusterRun
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from acceptance.plugin import MUST_BE_ZERO, NO_PROFILE, Checker, current, probe_result
-from acceptance.session import ClusterRun
+from acceptance.run.cluster_run import ClusterRun
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:

@@ -6,10 +6,10 @@ from typing import Any
 
 import pytest
 
-from acceptance import training_plan as plan
+from acceptance.families import training as plan
 from acceptance.plugin import Checker, probe_result, probe_wall_s
-from acceptance.schema import Threshold
-from acceptance.session import ClusterRun
+from acceptance.profile.model import Threshold
+from acceptance.run.cluster_run import ClusterRun
 
 LOSS_MUST_FALL = Threshold(max=0.99, source="built-in: the loss must fall by at least 1% over the run")
 

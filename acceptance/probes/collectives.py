@@ -18,7 +18,7 @@ import torch
 import torch.distributed as dist
 
 from acceptance.probes.rank import DTYPES, Ctx, main
-from acceptance.units import format_size, parse_size
+from acceptance.profile.sizes import format_size, parse_size
 
 # Bus-bandwidth factors from nccl-tests (src/*.cu, GetBw in NVIDIA/nccl-tests; doc/PERFORMANCE.md):
 # busbw = algbw * factor, the fraction of the data each rank must move over its slowest link.

@@ -20,9 +20,9 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from acceptance import pergpu
+from acceptance.families import compute as pergpu
 from acceptance.probes.rank import DTYPES, Ctx, main
-from acceptance.units import parse_size
+from acceptance.profile.sizes import parse_size
 
 WARMUP_S = 1.0
 BURNIN_BATCH = 10  # matmuls between two checks of the clock: long enough to keep the GPU fed

@@ -17,7 +17,7 @@ import torch
 import torch.distributed as dist
 
 from acceptance.probes.rank import Ctx, main
-from acceptance.units import format_size, parse_size
+from acceptance.profile.sizes import format_size, parse_size
 
 
 def identity(ctx: Ctx) -> dict[str, Any]:

@@ -1,6 +1,6 @@
 """Node health: NVML's answers for every GPU of every node, read by one rank per node (local rank 0).
 
-The answers are gathered so every node's pytest judges the whole cluster (``acceptance.gpu_health`` holds
+The answers are gathered so every node's pytest judges the whole cluster (``acceptance.families.health`` holds
 the rules). An idle GPU drops its PCIe link to a lower generation to save power, so while local rank 0
 reads the links every rank keeps pinned host-to-device copies flowing to its own GPU.
 """

@@ -22,7 +22,7 @@ import torch.distributed as dist
 
 from acceptance.probes.collectives import BUSBW_FACTOR, measure, nccl_version
 from acceptance.probes.rank import Ctx, main
-from acceptance.units import parse_size
+from acceptance.profile.sizes import parse_size
 
 SCOPES = ("all", "intranode", "one_gpu_per_node")
 

@@ -11,12 +11,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from acceptance import launch
-from acceptance.evidence import Evidence
-from acceptance.plan import Meeting, PlanError
-from acceptance.profile import Profile, evaluate
-from acceptance.schema import Threshold
-from acceptance.topology import Placement
+from acceptance.evidence.document import Evidence
+from acceptance.multinode.plan import Meeting, PlanError
+from acceptance.profile.loader import Profile, evaluate
+from acceptance.profile.model import Threshold
+from acceptance.run import launcher as launch
+from acceptance.run.placement import Placement
 
 MUST_BE_ZERO = Threshold(eq=0, source="built-in: correctness is never mere information")
 

@@ -15,11 +15,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-from acceptance import profile as profiles
-from acceptance.launch import ProbeError
-from acceptance.session import MUST_BE_ZERO, ClusterRun
-from acceptance.topology import resolve
-from acceptance.units import format_size, parse_size
+from acceptance.profile import loader as profiles
+from acceptance.profile.sizes import format_size, parse_size
+from acceptance.run.cluster_run import MUST_BE_ZERO, ClusterRun
+from acceptance.run.launcher import ProbeError
+from acceptance.run.placement import resolve
 
 # nccl-tests' names for the types (its -d option), so the tables read alike
 TYPE_NAMES = {"float32": "float", "float16": "half", "bfloat16": "bfloat16"}

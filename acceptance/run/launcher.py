@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Any
 
 import acceptance
-from acceptance.schema import Topology
-from acceptance.topology import Placement
+from acceptance.profile.model import Topology
+from acceptance.run.placement import Placement
 
 GRACE_S = 35.0  # torchrun gives its workers 30 s to exit after it is signalled (elastic agent default)
 TAIL_LINES = 30
@@ -57,8 +57,8 @@ def torchrun_argv(
     """The command that runs ``probe`` on every node: torchrun on this node, or ``srun`` starting one
     torchrun on each node of the Slurm allocation (``topology.launcher: srun``)."""
     srun = topo.launcher == "srun"
-    # under srun, acceptance.slurm_task adds the node rank from SLURM_NODEID and then becomes torchrun
-    runner = "acceptance.slurm_task" if srun else "torch.distributed.run"
+    # under srun, acceptance.run.slurm_task adds the node rank from SLURM_NODEID and then becomes torchrun
+    runner = "acceptance.run.slurm_task" if srun else "torch.distributed.run"
     argv = [
         sys.executable,
         "-m",

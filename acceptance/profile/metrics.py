@@ -12,8 +12,8 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from acceptance.schema import ProfileModel
-from acceptance.units import SizeError, canonical_size
+from acceptance.profile.model import ProfileModel
+from acceptance.profile.sizes import SizeError, canonical_size
 
 
 @dataclass(frozen=True)

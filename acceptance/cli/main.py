@@ -11,12 +11,13 @@ from typing import Any
 
 import yaml
 
-from acceptance import profile as profiles
-from acceptance import report, sweep
-from acceptance.evidence import junit_xml, merge, write_atomic
-from acceptance.launch import ProbeError
-from acceptance.schema import COLLECTIVE_OPS
-from acceptance.topology import TopologyError
+from acceptance.cli import sweep
+from acceptance.evidence.document import junit_xml, merge, write_atomic
+from acceptance.profile import loader as profiles
+from acceptance.profile.model import COLLECTIVE_OPS
+from acceptance.reports import markdown as report
+from acceptance.run.launcher import ProbeError
+from acceptance.run.placement import TopologyError
 
 
 class CliError(Exception):

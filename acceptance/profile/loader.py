@@ -14,8 +14,8 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from acceptance.metrics import canonical_metric, metric_problem
-from acceptance.schema import ProfileModel, Threshold
+from acceptance.profile.metrics import canonical_metric, metric_problem
+from acceptance.profile.model import ProfileModel, Threshold
 
 LOCAL_DIR = Path("thresholds")
 _EXPONENT = re.compile(r"[-+]?\d+(\.\d*)?[eE][-+]?\d+")
@@ -46,7 +46,7 @@ def shipped_dir() -> Path:
     try:
         return Path(str(resources.files("acceptance.thresholds")))
     except ModuleNotFoundError:
-        return Path(__file__).resolve().parent.parent / "thresholds"
+        return Path(__file__).resolve().parents[2] / "thresholds"
 
 
 def available() -> dict[str, Path]:

@@ -22,10 +22,10 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 import acceptance
-from acceptance.topology import Placement
+from acceptance.run.placement import Placement
 
 if TYPE_CHECKING:
-    from acceptance.session import ClusterRun
+    from acceptance.run.cluster_run import ClusterRun
 
 STORE_PORT_OFFSET = 1
 POLL_S = 0.2

@@ -1,6 +1,6 @@
 """The training runs a profile asks for, and the figures computed across them (scaling, numerics canary).
 
-Free of torch and pytest: the acceptance tests and ``acceptance.bench_train`` both plan runs with it.
+Free of torch and pytest: the acceptance tests and ``acceptance.cli.bench_train`` both plan runs with it.
 One torchrun job per strategy, so a strategy that crashes or hangs takes only its own figures down, and
 each job's peak memory is its own; the scaling baseline is one more job on a smaller world.
 """
@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from acceptance.profile import Profile
-from acceptance.schema import Training
+from acceptance.profile.loader import Profile
+from acceptance.profile.model import Training
 
 PROBE = "training"
 

@@ -1,6 +1,6 @@
 """Training benchmark in one command: the suite's training runs for chosen strategies, as a table.
 
-    python -m acceptance.bench_train --profile h200-x2 --strategies ddp,fsdp --set training.compile=model
+    python -m acceptance.cli.bench_train --profile h200-x2 --strategies ddp,fsdp --set training.compile=model
 
 Runs exactly what ``tests_cluster/test_training.py`` runs (same probe, launcher and profile), one torchrun
 job per strategy, plus the scaling baseline with ``--baseline``; checks no bound. Evidence (every run's
@@ -16,17 +16,17 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from acceptance import launch
-from acceptance import profile as profiles
-from acceptance import training_plan as plan
-from acceptance.session import ClusterRun
-from acceptance.topology import resolve
+from acceptance.families import training as plan
+from acceptance.profile import loader as profiles
+from acceptance.run import launcher as launch
+from acceptance.run.cluster_run import ClusterRun
+from acceptance.run.placement import resolve
 
 COLUMNS = ("strategy", "precision", "world", "tokens/s/GPU", "MFU", "peak GiB", "step ms", "loss", "wall s")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m acceptance.bench_train", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m acceptance.cli.bench_train", description=__doc__.split("\n")[0])
     parser.add_argument("--profile", default=os.environ.get("CLUSTER_PROFILE", "local-cpu"), help="default: local-cpu")
     parser.add_argument("--strategies", default=None, help="comma-separated (default: the profile's list)")
     parser.add_argument(

@@ -1,6 +1,6 @@
 """One ``srun`` task of the Slurm controller mode: become this node's torchrun agent.
 
-``python -m acceptance.slurm_task TORCHRUN-ARGS...`` reads the node's index in the step from
+``python -m acceptance.run.slurm_task TORCHRUN-ARGS...`` reads the node's index in the step from
 SLURM_NODEID and tells torchrun whether it hosts the c10d rendezvous store: node 0, the head the
 controller named, does. torchrun's own guess compares the endpoint with this machine's names, which a
 Slurm node name need not match. (The node ranks inside the probes come from the rendezvous itself;
@@ -31,7 +31,7 @@ def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else argv
     node_id = os.environ.get("SLURM_NODEID", "")
     if not node_id.isdigit():
-        sys.exit(f"acceptance.slurm_task: SLURM_NODEID={node_id!r}; run me under srun, one task per node")
+        sys.exit(f"acceptance.run.slurm_task: SLURM_NODEID={node_id!r}; run me under srun, one task per node")
     full = [sys.executable, "-m", "torch.distributed.run", *torchrun_args(args, int(node_id))]
     os.execv(sys.executable, full)
 

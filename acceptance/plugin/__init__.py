@@ -17,15 +17,15 @@ from typing import Any
 
 import pytest
 
-from acceptance import plan
-from acceptance import profile as profiles
-from acceptance.evidence import junit_xml, write_atomic
-from acceptance.launch import ProbeError
-from acceptance.metrics import module_of
-from acceptance.schema import Threshold
-from acceptance.session import MUST_BE_ZERO as MUST_BE_ZERO  # re-exported for test modules
-from acceptance.session import ClusterRun, fmt
-from acceptance.topology import TopologyError, resolve
+from acceptance.evidence.document import junit_xml, write_atomic
+from acceptance.multinode import plan
+from acceptance.profile import loader as profiles
+from acceptance.profile.metrics import module_of
+from acceptance.profile.model import Threshold
+from acceptance.run.cluster_run import MUST_BE_ZERO as MUST_BE_ZERO  # re-exported for test modules
+from acceptance.run.cluster_run import ClusterRun, fmt
+from acceptance.run.launcher import ProbeError
+from acceptance.run.placement import TopologyError, resolve
 
 RUN_KEY = pytest.StashKey[ClusterRun]()
 NO_PROFILE = (

@@ -137,7 +137,7 @@ def write_atomic(path: Path, text: str) -> None:
 
 
 def schema() -> dict[str, Any]:
-    return json.loads((resources.files("acceptance") / "evidence.schema.json").read_text())
+    return json.loads((resources.files("acceptance.evidence") / "evidence.schema.json").read_text())
 
 
 class Evidence:

@@ -1,6 +1,6 @@
 """The container's entry point: run the acceptance suite with the profile named by CLUSTER_PROFILE.
 
-``python -m acceptance.container [PYTEST-ARGS...]`` runs ``pytest tests_cluster/`` with the evidence in
+``python -m acceptance.cli.container [PYTEST-ARGS...]`` runs ``pytest tests_cluster/`` with the evidence in
 CLUSTER_EVIDENCE (default ``/results``, the folder to mount). Without CLUSTER_PROFILE it refuses to
 start: a suite with no profile would skip every test and exit 0, which must never read as a pass.
 """

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from acceptance.probes.nvml import NOT_MEASURED, is_measured
-from acceptance.schema import ProfileModel, Threshold
+from acceptance.profile.model import ProfileModel, Threshold
 
 ZERO = Threshold(eq=0, source="built-in: a health gate, never mere information")
 

@@ -1,0 +1,1 @@
+"""The evidence document, its atomic store, the environment allow-list, JUnit and merging."""

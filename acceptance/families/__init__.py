@@ -1,0 +1,1 @@
+"""Torch-free rules per family: probe results in, figures and culprits out."""

@@ -1,0 +1,1 @@
+"""Reading evidence for people: the report and the comparison of two runs."""

@@ -1,0 +1,1 @@
+"""One run on this node: ClusterRun (probes, checks, evidence), where this process stands, the launcher."""
