@@ -134,7 +134,7 @@ def test_show(capsys: pytest.CaptureFixture[str]) -> None:
     ("argv", "message"),
     [
         (["show", "no-such-profile"], "cluster-acceptance show: unknown profile 'no-such-profile'"),
-        (["junit", "missing.json"], "cluster-acceptance junit: cannot read missing.json"),
+        (["junit", "missing.json"], "cluster-acceptance junit: missing.json: cannot read evidence"),
         (["sweep", "-b", "1M", "-e", "64K"], "cluster-acceptance sweep: -b 1M is larger than -e 64K"),
         (["sweep", "-b", "1Q"], "cluster-acceptance sweep: expected a size like 512, 1K, 16M or 4G"),
         (["sweep", "--ops", "allreduce"], "collectives.ops.0: got 'allreduce', input should be 'all_reduce'"),
@@ -151,7 +151,7 @@ def test_errors_are_one_message(
 def test_not_evidence(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     (tmp_path / "x.json").write_text('{"a": 1}')
     assert main(["report", str(tmp_path / "x.json")]) == 2
-    assert "is not a cluster-acceptance evidence file" in capsys.readouterr().err
+    assert "not a cluster-acceptance evidence file" in capsys.readouterr().err
 
 
 def test_console_script_is_declared() -> None:

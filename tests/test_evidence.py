@@ -11,9 +11,13 @@ from typing import Any
 import jsonschema
 import pytest
 
-from acceptance.evidence import document as ev
-from acceptance.evidence.document import Evidence, allowed_env, junit_xml, merge, write_atomic
-from tests.harness import schema
+from acceptance.atomic_file import write_atomic
+from acceptance.evidence.environment import allowed_env
+from acceptance.evidence.junit import junit_xml
+from acceptance.evidence.merge import merge
+from acceptance.evidence.model import Check, schema_text
+from acceptance.evidence.store import Evidence, EvidenceError, read_evidence
+from tests.harness import ROOT, schema
 
 SECRETS = {
     "AWS_SECRET_ACCESS_KEY": "secret-value-1",
@@ -97,7 +101,7 @@ def test_write_atomic_keeps_the_old_file_when_the_write_fails(tmp_path: Path, mo
     def broken(src: object, dst: object) -> None:
         raise OSError("disk full")
 
-    monkeypatch.setattr("acceptance.evidence.document.os.replace", broken)
+    monkeypatch.setattr("acceptance.atomic_file.os.replace", broken)
     with pytest.raises(OSError, match="disk full"):
         write_atomic(target, "new")
     assert target.read_text() == "old"
@@ -122,9 +126,29 @@ def test_schema_rejects_a_bad_verdict(tmp_path: Path) -> None:
         jsonschema.validate(data, schema())
 
 
-def test_shipped_schema_is_the_package_resource() -> None:
-    assert ev.schema() == schema()
+def test_shipped_schema_is_generated_from_the_model() -> None:
+    # regenerate with: python -c "from acceptance.evidence.model import schema_text; print(schema_text(), end='')"
+    shipped = ROOT / "acceptance" / "evidence" / "evidence.schema.json"
+    assert shipped.read_text() == schema_text(), "evidence.schema.json differs from the model: regenerate it"
     jsonschema.Draft202012Validator.check_schema(schema())
+
+
+def test_reading_validates_the_evidence(tmp_path: Path) -> None:
+    path = _filled(tmp_path).path
+    assert read_evidence(path)["verdict"] == "FAIL"
+    data = json.loads(path.read_text())
+    data["tests"][0]["checks"][0]["verdict"] = "maybe"
+    path.write_text(json.dumps(data))
+    with pytest.raises(EvidenceError, match=r"tests\.0\.checks\.0\.verdict"):
+        read_evidence(path)
+    path.write_text("{")
+    with pytest.raises(EvidenceError, match="cannot read evidence"):
+        read_evidence(path)
+
+
+@pytest.mark.parametrize("folder", sorted((ROOT / "results").glob("**/evidence.json")), ids=str)
+def test_committed_evidence_still_validates(folder: Path) -> None:
+    read_evidence(folder)
 
 
 def test_junit_from_evidence_parses(tmp_path: Path) -> None:
@@ -146,13 +170,15 @@ def test_junit_from_evidence_parses(tmp_path: Path) -> None:
 def test_a_test_that_did_not_finish_is_a_junit_error(tmp_path: Path) -> None:
     doc = _filled(tmp_path)
     doc.test("tests_cluster/test_training.py::test_strategy[ddp]")  # the run was killed inside it
-    doc.test("tests_cluster/test_training.py::test_canary")["outcome"] = "lost"
+    doc.test("tests_cluster/test_training.py::test_canary").outcome = "not_run"
     suite = ET.fromstring(junit_xml(doc.data)).find("testsuite")
-    assert suite is not None and suite.get("errors") == "2" and suite.get("failures") == "1"
+    assert suite is not None and suite.get("errors") == "1" and suite.get("failures") == "1"
+    assert suite.get("skipped") == "2"
     cases = {c.get("name"): c for c in suite.iter("testcase")}
-    for name in ("test_strategy[ddp]", "test_canary"):
-        error = cases[name].find("error")
-        assert error is not None and (error.get("message") or "").startswith("did not finish: the run was interrupted")
+    error = cases["test_strategy[ddp]"].find("error")
+    assert error is not None and (error.get("message") or "").startswith("did not finish: the run was interrupted")
+    skipped = cases["test_canary"].find("skipped")
+    assert skipped is not None and "not run" in (skipped.get("message") or "")
     assert cases["test_world_size"].find("error") is None and cases["test_world_size"].find("failure") is None
 
 
@@ -163,17 +189,15 @@ def _no_constant(name: str) -> None:
 def test_a_value_that_is_not_a_number_is_written_as_null(tmp_path: Path) -> None:
     doc = _filled(tmp_path)
     entry = doc.test("tests_cluster/test_compute.py::test_median[matmul_tflops]")
-    entry.update(outcome="failed", duration_s=0.5)
-    entry["checks"].append(
-        _check("compute.matmul_tflops_median", float("nan"), "TFLOP/s", ">= 700", "fail", {"min": 700})
-    )
-    entry["measurements"]["summary"] = {"min": float("inf"), "rows": [float("-inf"), 1.5]}
+    entry.outcome, entry.duration_s = "failed", 0.5
+    entry.checks.append(_check("compute.matmul_tflops_median", float("nan"), "TFLOP/s", ">= 700", "fail", {"min": 700}))
+    entry.measurements["summary"] = {"min": float("inf"), "rows": [float("-inf"), 1.5]}
     data = json.loads(doc.write().read_text(), parse_constant=_no_constant)
     jsonschema.validate(data, schema())
     written = data["tests"][-1]
     assert written["checks"][0]["value"] is None
     assert written["measurements"]["summary"] == {"min": None, "rows": [None, 1.5]}
-    assert doc.data["tests"][-1]["measurements"]["summary"]["min"] == float("inf")  # the live data is left alone
+    assert doc.doc.tests[-1].measurements["summary"]["min"] == float("inf")  # the live data is left alone
     xml = junit_xml(doc.data)
     assert "nan" not in xml.lower() and "compute.matmul_tflops_median = not a number TFLOP/s" in xml
 
@@ -189,6 +213,10 @@ def test_merge_prefixes_hosts_and_ands_verdicts(tmp_path: Path) -> None:
     c = _filled(tmp_path / "c", host="node-c", verdict="FAIL", complete=False)
     worse = merge([a.data, c.data])
     assert worse["verdict"] == "FAIL" and worse["complete"] is False
+    partial = _filled(tmp_path / "d", host="node-d", verdict="PARTIAL")
+    assert merge([a.data, partial.data])["verdict"] == "PARTIAL"
+    old = {**b.data, "partial": True}  # written before PARTIAL existed: PASS with the flag
+    assert merge([a.data, old])["verdict"] == "PARTIAL"
     assert a.data["tests"][0]["nodeid"].startswith("tests_cluster/")  # the inputs are left alone
 
 
@@ -206,22 +234,23 @@ def _topology(host: str = "node-a") -> dict[str, Any]:
             "world_size": 2, "host": host}  # fmt: skip
 
 
-def _filled(folder: Path, host: str = "node-a", verdict: str = "FAIL", complete: bool = True) -> Evidence:
+def _filled(folder: Path, host: str = "node-a", verdict: Any = "FAIL", complete: bool = True) -> Evidence:
     doc = Evidence(folder, _profile(), _topology(host), {})
     bad = doc.test("tests_cluster/test_collectives.py::test_busbw[all_reduce-1G]")
-    bad.update(outcome="failed", duration_s=0.5, message="collectives.all_reduce.busbw_gbps@1G = 312.4 GB/s, "
-               "expected >= 350 (profile unit)", longrepr="...")  # fmt: skip
-    bad["checks"].append(_check("collectives.all_reduce.busbw_gbps@1G", 312.4, "GB/s", ">= 350", "fail", {"min": 350}))
+    bad.outcome, bad.duration_s, bad.longrepr = "failed", 0.5, "..."
+    bad.message = "collectives.all_reduce.busbw_gbps@1G = 312.4 GB/s, expected >= 350 (profile unit)"
+    bad.checks.append(_check("collectives.all_reduce.busbw_gbps@1G", 312.4, "GB/s", ">= 350", "fail", {"min": 350}))
     good = doc.test("tests_cluster/test_connectivity.py::test_world_size")
-    good.update(outcome="passed", duration_s=0.1)
-    good["checks"].append(_check("connectivity.world_size", 2, "ranks", "== 2", "pass", {"eq": 2}))
+    good.outcome, good.duration_s = "passed", 0.1
+    good.checks.append(_check("connectivity.world_size", 2, "ranks", "== 2", "pass", {"eq": 2}))
     skipped = doc.test("tests_cluster/test_collectives.py::test_busbw[sendrecv-1G]")
-    skipped.update(outcome="skipped", message="needs 2 ranks")
-    doc.data["probes"].append({"name": "collectives", "key": "collectives", "status": "ok", "result": {"rows": []}})
-    doc.finish(complete=complete, verdict=verdict)
+    skipped.outcome, skipped.message = "skipped", "needs 2 ranks"
+    probe = doc.probe("collectives", "collectives")
+    probe.status, probe.result = "ok", {"rows": []}
+    doc.finish(verdict, complete=complete)
     doc.write()
     return doc
 
 
-def _check(metric: str, value: float, unit: str, bound: str, verdict: str, threshold: dict[str, Any]) -> dict[str, Any]:
-    return {"metric": metric, "value": value, "unit": unit, "bound": bound, "verdict": verdict, "threshold": threshold}
+def _check(metric: str, value: float, unit: str, bound: str, verdict: Any, threshold: dict[str, Any]) -> Check:
+    return Check(metric=metric, value=value, unit=unit, bound=bound, verdict=verdict, threshold=threshold)

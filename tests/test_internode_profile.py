@@ -14,7 +14,7 @@ name: t
 topology: {nodes: 2, gpus_per_node: 8}
 collectives:
   sizes: [1M]
-  internode: {ops: [all_reduce], sizes: [256M, 1G], ring: true}
+internode: {ops: [all_reduce], sizes: [256M, 1G], ring: true}
 """
 
 
@@ -31,11 +31,11 @@ def test_defaults_compare_all_reduce_at_large_sizes_without_variants() -> None:
 @pytest.mark.parametrize(
     "metric",
     [
-        "collectives.internode.all.all_reduce.busbw_gbps@1G",
-        "collectives.internode.intranode.all_reduce.busbw_gbps@256M",
-        "collectives.internode.one_gpu_per_node.all_reduce.wrong@1G",
-        "collectives.internode.ring.all_reduce.busbw_gbps@1024M",
-        "collectives.all_reduce.internode_efficiency@1G",
+        "internode.all.all_reduce.busbw_gbps@1G",
+        "internode.intranode.all_reduce.busbw_gbps@256M",
+        "internode.one_gpu_per_node.all_reduce.wrong@1G",
+        "internode.ring.all_reduce.busbw_gbps@1024M",
+        "internode.all_reduce.efficiency@1G",
     ],
 )
 def test_internode_thresholds_are_known_metrics(tmp_path: Path, metric: str) -> None:
@@ -46,10 +46,10 @@ def test_internode_thresholds_are_known_metrics(tmp_path: Path, metric: str) -> 
 @pytest.mark.parametrize(
     ("metric", "why"),
     [
-        ("collectives.internode.all.all_reduce.busbw_gbps@1M", "size '1M' is not in this profile's list"),
-        ("collectives.internode.all.all_gather.busbw_gbps@1G", "'all_gather' is not in this profile's list"),
-        ("collectives.internode.tree.all_reduce.busbw_gbps@1G", "no probe measures a metric of this name"),
-        ("collectives.all_reduce.internode_efficiency@4G", "size '4G' is not in this profile's list"),
+        ("internode.all.all_reduce.busbw_gbps@1M", "size '1M' is not in this profile's list"),
+        ("internode.all.all_gather.busbw_gbps@1G", "'all_gather' is not in this profile's list"),
+        ("internode.tree.all_reduce.busbw_gbps@1G", "no probe measures a metric of this name"),
+        ("internode.all_reduce.efficiency@4G", "size '4G' is not in this profile's list"),
     ],
 )
 def test_internode_thresholds_outside_the_section_are_rejected(tmp_path: Path, metric: str, why: str) -> None:
@@ -60,10 +60,10 @@ def test_internode_thresholds_outside_the_section_are_rejected(tmp_path: Path, m
 @pytest.mark.parametrize(
     ("override", "why"),
     [
-        ("collectives.internode.rings=true", "unknown key"),
-        ("collectives.internode.ring=yes please", "valid boolean"),
-        ("collectives.internode.sizes=[1X]", "1X"),
-        ("collectives.internode.ops=[all_reduce, gossip]", "gossip"),
+        ("internode.rings=true", "unknown key"),
+        ("internode.ring=yes please", "valid boolean"),
+        ("internode.sizes=[1X]", "1X"),
+        ("internode.ops=[all_reduce, gossip]", "gossip"),
         ("timeouts.rendezvous=0", "greater than 0"),
         ("topology.rdzv_port=65535", "less than 65535"),
     ],

@@ -99,9 +99,9 @@ def test_two_slurm_nodes_reach_the_same_verdict_across_nodes(tmp_path: Path) -> 
     nodes = run_nodes(tmp_path, [{**common, "SLURM_NODEID": str(r)} for r in range(2)], suite=ACROSS)
     assert_cluster_passed(nodes, "slurm")
     checks = {c["metric"]: c for t in nodes[0].evidence()["tests"] for c in t["checks"]}
-    efficiency = checks["collectives.all_reduce.internode_efficiency@1M"]
+    efficiency = checks["internode.all_reduce.efficiency@1M"]
     assert efficiency["value"] > 0 and "inside one node" in efficiency["detail"]
-    assert checks["collectives.internode.one_gpu_per_node.all_reduce.wrong@1M"]["verdict"] == "pass"
+    assert checks["internode.one_gpu_per_node.all_reduce.wrong@1M"]["verdict"] == "pass"
     # both nodes recorded the same figures: the probe's result is cluster-wide
     other = {c["metric"]: c["value"] for t in nodes[1].evidence()["tests"] for c in t["checks"]}
     assert other == {name: c["value"] for name, c in checks.items()}

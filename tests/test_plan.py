@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from acceptance.multinode.plan import Meeting, Plan, PlanError, differences, disagreement
+from acceptance.multinode.meeting import Meeting, PlanError
+from acceptance.multinode.plan import Plan, differences, disagreement
 from acceptance.run.placement import Placement
 from tests.harness import free_port
 

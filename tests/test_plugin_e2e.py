@@ -161,7 +161,8 @@ def test_interrupt_leaves_incomplete_evidence(
         output, _ = proc.communicate(timeout=120)
     assert proc.returncode == pytest.ExitCode.INTERRUPTED, output.decode()
     data = assert_valid(folder)
-    assert data["complete"] is False and data["verdict"] == "FAIL"
+    assert data["complete"] is False and data["verdict"] == "INCOMPLETE"
+    assert b"verdict: INCOMPLETE" in output and b"verdict: PASS" not in output
     assert [p["status"] for p in data["probes"]] == ["interrupted"]
     assert_no_rank_alive(probe_dir)
 
@@ -227,7 +228,17 @@ def test_check_verdicts_table_and_junit(pytester: pytest.Pytester) -> None:
     assert outcomes == {"test_fails": "failed", "test_known_issue": "xfailed", "test_info_and_default": "passed"}
     cases = {c.get("name"): c for c in ET.parse(junit).getroot().iter("testcase")}
     props = {p.get("name"): p.get("value") for p in cases["test_fails"].iter("property")}
-    assert props == {"connectivity.rendezvous_s": "2.5"}
+    assert props == {
+        "connectivity.rendezvous_s": "2.5",
+        "connectivity.rendezvous_s.unit": "s",
+        "connectivity.rendezvous_s.bound": "<= 1",
+        "connectivity.rendezvous_s.verdict": "fail",
+    }
+    # the plugin's own JUnit has the same cases, outcomes and properties as --junitxml
+    own = ET.parse(next((pytester.path / "ev").glob("junit-*.xml"))).getroot()
+    own_cases = {c.get("name"): c for c in own.iter("testcase")}
+    assert {p.get("name"): p.get("value") for p in own_cases["test_fails"].iter("property")} == props
+    assert own_cases["test_fails"].find("failure") is not None
 
 
 def test_unchecked_threshold_fails_the_session(pytester: pytest.Pytester) -> None:
@@ -256,7 +267,8 @@ def test_unchecked_threshold_is_no_error_when_tests_are_deselected(pytester: pyt
     assert result.ret == 0
     result.stdout.fnmatch_lines(["thresholds no test checked [[]not *[]]: *"])
     data = evidence(pytester.path / "ev")
-    assert data["verdict"] == "PASS" and data["partial"] is True
+    assert data["verdict"] == "PARTIAL" and data["partial"] is True
+    result.stdout.fnmatch_lines(["verdict: PARTIAL: only part of the suite was selected*"])
 
 
 def test_deselecting_in_one_module_leaves_the_others_enforced(pytester: pytest.Pytester) -> None:
@@ -275,15 +287,24 @@ def test_deselecting_in_one_module_leaves_the_others_enforced(pytester: pytest.P
     ]
 
 
-def test_a_run_that_selects_nothing_is_a_fail(pytester: pytest.Pytester) -> None:
+def test_a_run_that_selects_no_cluster_test_is_refused(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_connectivity="def test_one(check):\n    check('connectivity.rendezvous_s', 0.5, 's')\n")
     pytester.makefile(".yaml", synthetic=PROFILE)
     result = pytester.runpytest(*PLUGIN_ARGS, "--cluster-profile", "synthetic.yaml", "--cluster-evidence", "ev",
                                 "-k", "conectivity")  # fmt: skip
-    assert result.ret == pytest.ExitCode.NO_TESTS_COLLECTED
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*no cluster test was selected, so nothing would be measured*"])
+    assert not (pytester.path / "ev").exists()
+
+
+def test_a_run_that_measures_nothing_is_a_fail(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_connectivity="import pytest\ndef test_one(check):\n    pytest.skip('no GPU')\n")
+    pytester.makefile(".yaml", synthetic="name: synthetic\ntopology: {device: cpu, backend: gloo}\n")
+    result = pytester.runpytest(*PLUGIN_ARGS, "--cluster-profile", "synthetic.yaml", "--cluster-evidence", "ev")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
     data = assert_valid(pytester.path / "ev")
     assert data["verdict"] == "FAIL"
-    assert data["errors"] == ["no test was selected: nothing was measured"]
+    assert data["errors"] == ["no figure was measured: every selected test was skipped or none ran"]
 
 
 def test_a_short_allocation_is_refused(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:

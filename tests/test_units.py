@@ -6,11 +6,11 @@ import math
 
 import pytest
 
+from acceptance.numbers import fmt
 from acceptance.probes.collectives import BUSBW_FACTOR
 from acceptance.profile.loader import evaluate
 from acceptance.profile.model import Threshold
 from acceptance.profile.sizes import SizeError, canonical_size, format_size, parse_size
-from acceptance.run.cluster_run import fmt
 
 
 @pytest.mark.parametrize(

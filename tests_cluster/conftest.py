@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from acceptance.plugin import NO_PROFILE, current
+from acceptance.profile.metrics import FAMILY_MODULES
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -29,14 +30,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 
 # Cheap and diagnostic first: a missing rank or a sick GPU should be named before a long sweep starts.
-MODULE_ORDER = (
-    "test_connectivity",
-    "test_health",
-    "test_compute",
-    "test_collectives",
-    "test_internode",
-    "test_training",
-)
+MODULE_ORDER = tuple(FAMILY_MODULES.values())
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -21,7 +21,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if run is None:
         metafunc.parametrize("inter_case", [pytest.param(None, marks=pytest.mark.skip(reason=NO_PROFILE))])
         return
-    cfg = run.profile.model.collectives.internode
+    cfg = run.profile.model.internode
     cases = [(op, size) for op in cfg.ops for size in cfg.sizes]
     metafunc.parametrize("inter_case", cases, ids=[f"{op}-{size}" for op, size in cases])
 
@@ -40,9 +40,8 @@ def require_node_peers(run: ClusterRun, what: str) -> None:
 
 def internode_spec(run: ClusterRun, scopes: list[str]) -> dict[str, Any]:
     spec = run.spec("collectives")
-    section = dict(spec.pop("collectives"))
-    chosen = section.pop("internode")
-    spec["collectives"] = {**section, "ops": chosen["ops"], "sizes": chosen["sizes"]}
+    chosen = run.profile.resolved["internode"]
+    spec["collectives"] = {**spec["collectives"], "ops": chosen["ops"], "sizes": chosen["sizes"]}
     spec["scopes"] = scopes
     return spec
 
@@ -50,7 +49,7 @@ def internode_spec(run: ClusterRun, scopes: list[str]) -> dict[str, Any]:
 @pytest.fixture(scope="module")
 def internode(cluster: ClusterRun) -> dict[str, Any]:
     require_nodes(cluster, "the across-nodes comparison")
-    cfg = cluster.profile.model.collectives.internode
+    cfg = cluster.profile.model.internode
     scopes = ["all"] + (["intranode"] if cluster.topology.nproc_per_node > 1 else [])
     scopes += ["one_gpu_per_node"] if cfg.one_gpu_per_node else []
     return probe_result(cluster, "internode", internode_spec(cluster, scopes))
@@ -59,8 +58,8 @@ def internode(cluster: ClusterRun) -> dict[str, Any]:
 @pytest.fixture(scope="module")
 def ring(cluster: ClusterRun) -> dict[str, Any]:
     require_nodes(cluster, "the NCCL_ALGO=Ring variant")
-    if not cluster.profile.model.collectives.internode.ring:
-        pytest.skip(f"collectives.internode.ring is off in profile {cluster.profile.name}")
+    if not cluster.profile.model.internode.ring:
+        pytest.skip(f"internode.ring is off in profile {cluster.profile.name}")
     if cluster.topology.backend != "nccl":
         pytest.skip(f"NCCL_ALGO applies to NCCL; profile {cluster.profile.name} uses {cluster.topology.backend}")
     spec = internode_spec(cluster, ["all"])
@@ -83,7 +82,7 @@ def _detail(row: dict[str, Any]) -> str:
 def test_internode_busbw(internode: dict[str, Any], inter_case: tuple[str, str], check: Checker) -> None:
     row = _row(internode, "all", inter_case)
     check.measurements("row", row)
-    check(f"collectives.internode.all.{row['op']}.busbw_gbps@{row['size']}", row["busbw_gbps"], "GB/s", _detail(row))
+    check(f"internode.all.{row['op']}.busbw_gbps@{row['size']}", row["busbw_gbps"], "GB/s", _detail(row))
 
 
 def test_intranode_busbw(
@@ -93,9 +92,7 @@ def test_intranode_busbw(
     row = _row(internode, "intranode", inter_case)
     check.measurements("row", row)
     # the slowest node's figure: a gate on it names a node that is slow inside itself
-    check(
-        f"collectives.internode.intranode.{row['op']}.busbw_gbps@{row['size']}", row["busbw_gbps"], "GB/s", _detail(row)
-    )
+    check(f"internode.intranode.{row['op']}.busbw_gbps@{row['size']}", row["busbw_gbps"], "GB/s", _detail(row))
 
 
 def test_internode_efficiency(
@@ -108,34 +105,34 @@ def test_internode_efficiency(
         f"busbw {across['busbw_gbps']:.2f} GB/s over {across['ranks']} ranks / "
         f"{inside['busbw_gbps_mean']:.2f} GB/s inside one node (mean of {len(inside['groups'])} nodes)"
     )
-    check(f"collectives.{across['op']}.internode_efficiency@{across['size']}", value, "ratio", detail)
+    check(f"internode.{across['op']}.efficiency@{across['size']}", value, "ratio", detail)
 
 
 def test_internode_data_correct(internode: dict[str, Any], inter_case: tuple[str, str], check: Checker) -> None:
     op, size = inter_case
     rows = [r for r in internode["rows"] if r["op"] == op and r["size"] == size]
-    figures = [(f"collectives.internode.{r['scope']}.{op}.wrong@{size}", r["wrong"], "elements", "") for r in rows]
+    figures = [(f"internode.{r['scope']}.{op}.wrong@{size}", r["wrong"], "elements", "") for r in rows]
     check.all(figures, default=MUST_BE_ZERO)
 
 
 def test_one_gpu_per_node_busbw(
     cluster: ClusterRun, internode: dict[str, Any], inter_case: tuple[str, str], check: Checker
 ) -> None:
-    if not cluster.profile.model.collectives.internode.one_gpu_per_node:
-        pytest.skip(f"collectives.internode.one_gpu_per_node is off in profile {cluster.profile.name}")
+    if not cluster.profile.model.internode.one_gpu_per_node:
+        pytest.skip(f"internode.one_gpu_per_node is off in profile {cluster.profile.name}")
     row = _row(internode, "one_gpu_per_node", inter_case)
     check.measurements("row", row)
-    metric = f"collectives.internode.one_gpu_per_node.{row['op']}.busbw_gbps@{row['size']}"
+    metric = f"internode.one_gpu_per_node.{row['op']}.busbw_gbps@{row['size']}"
     check(metric, row["busbw_gbps"], "GB/s", _detail(row))
 
 
 def test_ring_busbw(ring: dict[str, Any], inter_case: tuple[str, str], check: Checker) -> None:
     row = _row(ring, "all", inter_case)
     check.measurements("row", {**row, "nccl_algo": ring["nccl_algo"]})
-    check(f"collectives.internode.ring.{row['op']}.busbw_gbps@{row['size']}", row["busbw_gbps"], "GB/s", _detail(row))
+    check(f"internode.ring.{row['op']}.busbw_gbps@{row['size']}", row["busbw_gbps"], "GB/s", _detail(row))
 
 
 def test_ring_data_correct(ring: dict[str, Any], inter_case: tuple[str, str], check: Checker) -> None:
     row = _row(ring, "all", inter_case)
-    metric = f"collectives.internode.ring.{row['op']}.wrong@{row['size']}"
+    metric = f"internode.ring.{row['op']}.wrong@{row['size']}"
     check(metric, row["wrong"], "elements", default=MUST_BE_ZERO)

@@ -11,8 +11,13 @@ from typing import Any
 
 import yaml
 
+from acceptance.atomic_file import write_atomic
 from acceptance.cli import sweep
-from acceptance.evidence.document import junit_xml, merge, write_atomic
+from acceptance.evidence.folder import EvidenceFolderError
+from acceptance.evidence.junit import junit_xml
+from acceptance.evidence.merge import merge
+from acceptance.evidence.store import EvidenceError, read_evidence
+from acceptance.evidence.verdict import effective
 from acceptance.profile import loader as profiles
 from acceptance.profile.model import COLLECTIVE_OPS
 from acceptance.reports import markdown as report
@@ -28,7 +33,15 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
         return int(args.func(args))
-    except (CliError, profiles.ProfileError, TopologyError, ProbeError, ValueError) as exc:
+    except (
+        CliError,
+        EvidenceError,
+        EvidenceFolderError,
+        profiles.ProfileError,
+        TopologyError,
+        ProbeError,
+        ValueError,
+    ) as exc:
         print(f"cluster-acceptance {args.command}: {exc}", file=sys.stderr)
         return 2
     except BrokenPipeError:  # `... | head`: the reader has what it wanted
@@ -90,18 +103,6 @@ def add_sweep(sub: Any) -> None:
     sw.set_defaults(func=cmd_sweep)
 
 
-def read_evidence(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text())
-    except OSError as exc:
-        raise CliError(f"cannot read {path}: {exc.strerror}") from None
-    except ValueError as exc:
-        raise CliError(f"{path} is not JSON: {exc}") from None
-    if not isinstance(data, dict) or not str(data.get("schema", "")).startswith("cluster-acceptance/evidence/"):
-        raise CliError(f"{path} is not a cluster-acceptance evidence file (no 'schema' of that name)")
-    return data
-
-
 def cmd_list(args: argparse.Namespace) -> int:
     found = profiles.available()
     width = max((len(name) for name in found), default=0)
@@ -135,11 +136,11 @@ def cmd_junit(args: argparse.Namespace) -> int:
 def cmd_merge(args: argparse.Namespace) -> int:
     merged = merge([read_evidence(path) for path in args.evidence])
     write_atomic(args.output, json.dumps(merged, indent=1, default=str))
-    print(f"wrote {args.output}: {merged['verdict']}{'' if merged['complete'] else ' (incomplete)'}")
+    print(f"wrote {args.output}: {merged['verdict']}")
     if args.junit:
         write_atomic(args.junit, junit_xml(merged))
         print(f"wrote {args.junit}")
-    return 0 if merged["verdict"] == "PASS" else 1
+    return 0 if effective(merged) == "PASS" else 1
 
 
 def cmd_compare(args: argparse.Namespace) -> int:

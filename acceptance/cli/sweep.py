@@ -7,14 +7,14 @@ its folder holds the same evidence (``evidence.json``, ``probes/NN-collectives/`
 
 from __future__ import annotations
 
-import datetime
 import json
 import os
-import socket
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
+from acceptance.evidence.folder import default_folder
+from acceptance.evidence.verdict import Facts, decide
 from acceptance.profile import loader as profiles
 from acceptance.profile.sizes import format_size, parse_size
 from acceptance.run.cluster_run import MUST_BE_ZERO, ClusterRun
@@ -94,15 +94,16 @@ def run(args: SweepArgs, out: TextIO) -> int:
     """Run the sweep, print the table; 0 when every element arrived intact, 1 when some did not, 2 on failure."""
     profile = load_profile(args)
     placement = resolve(os.environ, profile.model.topology.nodes, default_port=profile.model.topology.rdzv_port)
-    folder = args.out or _default_folder()
+    folder = args.out or default_folder("sweep")
     cluster = ClusterRun(profile, placement, folder, args.timeout, run_tag=os.environ.get("CLUSTER_RUN_ID", ""))
     print(header(cluster), file=out, flush=True)
     try:
         result = cluster.probe("collectives")
     except ProbeError as exc:
-        cluster.evidence.data["errors"].append(str(exc))
-        cluster.evidence.finish(complete=True, verdict="FAIL")
+        cluster.evidence.error(str(exc))
+        cluster.evidence.finish(decide(Facts(errors=[str(exc)])), complete=True)
         cluster.evidence.write()
+        cluster.close()
         raise
     print(table(result), file=out)
     failed = _record(cluster, result)
@@ -112,27 +113,19 @@ def run(args: SweepArgs, out: TextIO) -> int:
 
 def _record(cluster: ClusterRun, result: dict[str, Any]) -> bool:
     nodeid = "cluster-acceptance sweep"
-    entry = cluster.evidence.test(nodeid)
-    entry["measurements"]["sweep"] = result
-    verdicts = []
+    case = cluster.evidence.test(nodeid)
+    case.measurements["sweep"] = result
     for row in result["rows"]:
         op, size = row["op"], row["size"]
         cluster.check(nodeid, f"collectives.{op}.busbw_gbps@{size}", row["busbw_gbps"], "GB/s")
-        verdicts.append(
-            cluster.check(
-                nodeid, f"collectives.{op}.wrong@{size}", row["wrong"], "elements", default=MUST_BE_ZERO
-            ).verdict
-        )
-    failed = "fail" in verdicts
-    entry["outcome"] = "failed" if failed else "passed"
-    cluster.evidence.finish(complete=True, verdict="FAIL" if failed else "PASS")
+        cluster.check(nodeid, f"collectives.{op}.wrong@{size}", row["wrong"], "elements", default=MUST_BE_ZERO)
+    checks = [c.verdict for c in cluster.evidence.checks()]
+    case.outcome = "failed" if "fail" in checks else "passed"
+    verdict = decide(Facts(outcomes=[case.outcome], check_verdicts=checks))
+    cluster.evidence.finish(verdict, complete=True)
     cluster.evidence.write()
-    return failed
-
-
-def _default_folder() -> Path:
-    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-    return Path("acceptance-results") / f"{stamp}-sweep-{socket.gethostname()}"
+    cluster.close()
+    return verdict != "PASS"
 
 
 def header(cluster: ClusterRun) -> str:

@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from acceptance.probes.nvml import NOT_MEASURED, is_measured
+from acceptance.families.answers import NOT_MEASURED, gpu_label, is_measured
 from acceptance.profile.model import ProfileModel, Threshold
 
 ZERO = Threshold(eq=0, source="built-in: a health gate, never mere information")
@@ -34,16 +34,12 @@ class Expect:
     @classmethod
     def from_profile(cls, model: ProfileModel) -> Expect:
         h, topo = model.health, model.topology
+        same = ("min_driver", "require_ecc", "nvlink_links", "pcie_gen", "pcie_width", "temperature_max_c")
         return cls(
             gpus_per_node=topo.gpus_per_node,
             gpu_model=topo.gpu_model,
-            min_driver=h.min_driver,
-            require_ecc=h.require_ecc,
-            nvlink_links=h.nvlink_links,
-            pcie_gen=h.pcie_gen,
-            pcie_width=h.pcie_width,
             throttle_reasons=tuple(h.throttle_reasons),
-            temperature_max_c=h.temperature_max_c,
+            **{name: getattr(h, name) for name in same},
         )
 
 
@@ -60,12 +56,6 @@ class Figure:
     @property
     def detail(self) -> str:
         return "\n".join([*self.findings, *(f"not measured: {line}" for line in self.not_measured)])
-
-
-def gpu_label(host: str, gpu: dict[str, Any]) -> str:
-    uuid = gpu.get("uuid")
-    short = f"{uuid[:8]}..." if isinstance(uuid, str) else "UUID not measured"
-    return f"{host} GPU {gpu.get('index')} ({short})"
 
 
 def _field(key: str) -> Callable[[dict[str, Any]], Any]:

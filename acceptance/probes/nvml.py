@@ -12,7 +12,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-NOT_MEASURED = "not_measured"
+from acceptance.families.answers import NOT_MEASURED as NOT_MEASURED
+from acceptance.families.answers import is_measured as is_measured
+from acceptance.families.answers import not_measured
 
 # Clock-event (throttle) reason bits, from nvml.h (nvmlClocksEventReason*, the same values as the older
 # nvmlClocksThrottleReason* names that pynvml keeps for drivers before 535).
@@ -23,14 +25,6 @@ CLOCK_EVENT_BITS = {
     "hw_thermal": 0x40,
     "hw_power_brake": 0x80,
 }
-
-
-def not_measured(reason: str) -> dict[str, str]:
-    return {NOT_MEASURED: reason}
-
-
-def is_measured(answer: Any) -> bool:
-    return not (isinstance(answer, dict) and NOT_MEASURED in answer)
 
 
 def _text(value: Any) -> str:

@@ -51,13 +51,13 @@ FAMILIES: list[Family] = [
         "compute.<figure>_<min|median|below_median>",
     ),
     _family(
-        rf"collectives\.internode\.(all|intranode|one_gpu_per_node|ring)\.(?P<inter_op>\w+)\.({_INTERNODE_FIELDS})"
+        rf"internode\.(all|intranode|one_gpu_per_node|ring)\.(?P<inter_op>\w+)\.({_INTERNODE_FIELDS})"
         r"@(?P<inter_size>\w+)",
-        "collectives.internode.<all|intranode|one_gpu_per_node|ring>.<op>.<busbw_gbps|wrong>@<size>",
+        "internode.<all|intranode|one_gpu_per_node|ring>.<op>.<busbw_gbps|wrong>@<size>",
     ),
     _family(
-        r"collectives\.(?P<inter_op>\w+)\.internode_efficiency@(?P<inter_size>\w+)",
-        "collectives.<op>.internode_efficiency@<size>",
+        r"internode\.(?P<inter_op>\w+)\.efficiency@(?P<inter_size>\w+)",
+        "internode.<op>.efficiency@<size>",
     ),
     _family(
         r"training\.(?P<strategy>\w+)\.(tokens_per_s_per_gpu|tokens_per_s_per_gpu_median|step_time_s|step_time_std_s"
@@ -71,18 +71,45 @@ FAMILIES: list[Family] = [
 _DOMAINS: dict[str, Callable[[ProfileModel], tuple[str, ...]]] = {
     "op": lambda p: tuple(p.collectives.ops),
     "size": lambda p: tuple(p.collectives.sizes),
-    "inter_op": lambda p: tuple(p.collectives.internode.ops),
-    "inter_size": lambda p: tuple(p.collectives.internode.sizes),
+    "inter_op": lambda p: tuple(p.internode.ops),
+    "inter_size": lambda p: tuple(p.internode.sizes),
     "strategy": lambda p: tuple(p.training.strategies),
 }
 
 
+# The families, each with the test module that checks its metrics (``<family>.`` prefix), in the order a
+# run takes them: cheap and diagnostic first, so a missing rank or a sick GPU is named before a long sweep.
+# Explicit on purpose: a threshold is enforced when its family's module was selected whole, and the
+# marker ``-m <family>`` selects exactly that module; neither may depend on how a file happens to be named.
+FAMILY_MODULES: dict[str, str] = {
+    "connectivity": "test_connectivity",
+    "health": "test_health",
+    "compute": "test_compute",
+    "collectives": "test_collectives",
+    "internode": "test_internode",
+    "training": "test_training",
+}
+FAMILY_DOCS: dict[str, str] = {
+    "connectivity": "every rank present, every link carries data (the connectivity probe)",
+    "health": "NVML health of every GPU: count, model, driver, ECC, links, throttling",
+    "compute": "per-GPU speed, every GPU at once: matmul, copies, host links, burn-in",
+    "collectives": "collective bandwidth sweep inside the run, nccl-tests' way",
+    "internode": "collectives across nodes against inside a node (2+ nodes)",
+    "training": "short real training runs: DDP, FSDP, DeepSpeed ZeRO",
+}
+
+
+def family_of(metric: str) -> str:
+    return metric.split(".", 1)[0]
+
+
 def module_of(metric: str) -> str:
     """The test module that checks ``metric``: a threshold is enforced when that module was selected."""
-    family = metric.split(".")[0]
-    if family == "collectives" and (metric.startswith("collectives.internode.") or ".internode_efficiency@" in metric):
-        return "test_internode"
-    return f"test_{family}"
+    return FAMILY_MODULES.get(family_of(metric), f"test_{family_of(metric)}")
+
+
+def family_of_module(module: str) -> str | None:
+    return next((family for family, name in FAMILY_MODULES.items() if name == module), None)
 
 
 def metric_problem(name: str, profile: ProfileModel) -> str | None:

@@ -91,7 +91,6 @@ class Collectives(Strict):
     # auto: a CUDA graph on GPUs (takes Python's launch cost out of the figure), a host clock on the CPU
     timing: Literal["auto", "cuda_graph", "eager"] = "auto"
     check_data: bool = True
-    internode: Internode = Internode()
 
 
 def _dotted_version(text: str) -> str:
@@ -221,6 +220,7 @@ class ProfileModel(Strict):
     timeouts: Timeouts = Timeouts()
     connectivity: Connectivity = Connectivity()
     collectives: Collectives = Collectives()
+    internode: Internode = Internode()
     health: Health = Health()
     compute: Compute = Compute()
     training: Training = Training()

@@ -7,8 +7,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from acceptance.numbers import fmt
 from acceptance.profile.sizes import parse_size
-from acceptance.run.cluster_run import fmt
 
 # failing first: the reader came for what is wrong
 VERDICT_ORDER = {"fail": 0, "xfail": 1, "pass": 2, "info": 3}

@@ -5,31 +5,38 @@ Kept free of pytest so that the console script can drive the same probes; ``plug
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from acceptance.evidence.document import Evidence
-from acceptance.multinode.plan import Meeting, PlanError
+from acceptance.evidence.folder import LOCK_NAME, FolderLock, claim
+from acceptance.evidence.model import Check, CheckVerdict, NodeRecord
+from acceptance.evidence.store import Evidence
+from acceptance.multinode.meeting import Meeting, PlanError
+from acceptance.numbers import fmt
 from acceptance.profile.loader import Profile, evaluate
 from acceptance.profile.model import Threshold
 from acceptance.run import launcher as launch
 from acceptance.run.placement import Placement
 
+DEVICE_FIELDS = ("rank", "local_rank", "device", "device_name", "uuid", "pci_bus_id", "memory_gib")
 MUST_BE_ZERO = Threshold(eq=0, source="built-in: correctness is never mere information")
 
 
-@dataclass
-class Check:
-    metric: str
-    value: float
-    unit: str
-    verdict: str
-    bound: str
+@dataclass(frozen=True)
+class Judged:
+    """A checked figure as the test sees it: the evidence's record and the one line to fail with."""
+
+    check: Check
     message: str
     xfail_reason: str | None = None
+
+    @property
+    def verdict(self) -> str:
+        return self.check.verdict
 
 
 @dataclass
@@ -40,12 +47,16 @@ class ClusterRun:
     timeout_override: float | None = None
     run_tag: str = ""
     meeting: Meeting | None = None  # multi-node, one pytest per node: the nodes' shared store
+    persist: bool = True  # False: --collect-only, nothing is created or written
     evidence: Evidence = field(init=False)
+    lock: FolderLock | None = field(init=False, default=None)
     checked: set[str] = field(default_factory=set)
     _probes: dict[str, dict[str, Any] | launch.ProbeError] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        self.evidence_dir.mkdir(parents=True, exist_ok=True)
+        """Claim the evidence folder (raises EvidenceFolderError) and write the first evidence."""
+        if self.persist:
+            self.lock = claim(self.evidence_dir)
         profile = {
             "name": self.profile.name,
             "path": str(self.profile.path),
@@ -62,8 +73,32 @@ class ClusterRun:
             "world_size": self.world_size,
             "host": socket.gethostname(),
         }
-        self.evidence = Evidence(self.evidence_dir, profile, topo, {**os.environ, **self.profile.model.env})
+        env = {**os.environ, **self.profile.model.env}
+        self.evidence = Evidence(self.evidence_dir, profile, topo, env, persist=self.persist)
         self.evidence.write()
+
+    def join(self, meeting: Meeting, session: str, record: dict[str, Any]) -> None:
+        """Keep the nodes' meeting for the probes' barriers; node 0's session id names the rendezvous."""
+        self.meeting = meeting
+        self.run_tag = self.run_tag or session
+        self.evidence.cluster.plan = record
+        self.evidence.write()
+
+    def close(self) -> None:
+        """Release the evidence folder (the run is over; its evidence stays)."""
+        if self.lock is not None:
+            self.lock.release()
+
+    def discard(self) -> None:
+        """The run was refused before it measured anything: remove what claiming the folder created
+        (the folder too, when that leaves it empty), and write nothing more."""
+        self.close()
+        if self.persist:
+            for name in ("evidence.json", LOCK_NAME):
+                (self.evidence_dir / name).unlink(missing_ok=True)
+            with contextlib.suppress(OSError):
+                self.evidence_dir.rmdir()
+        self.evidence.persist = False
 
     @property
     def topology(self) -> Any:
@@ -130,9 +165,8 @@ class ClusterRun:
     ) -> dict[str, Any] | launch.ProbeError:
         seq = len(self._probes) + 1
         out_dir = self.evidence_dir / "probes" / f"{seq:02d}-{key}"
-        run_id = f"{self.run_tag or self.profile.sha256[:12]}-{seq}-{key}"
-        record: dict[str, Any] = {"name": name, "key": key, "status": "running", **({"env": env} if env else {})}
-        self.evidence.data["probes"].append(record)
+        record = self.evidence.probe(name, key, env)
+        record.out_dir = str(out_dir.relative_to(self.evidence_dir))
         self.evidence.write()
         try:
             self._meet_before(name, seq, key)
@@ -142,30 +176,25 @@ class ClusterRun:
                 out_dir=out_dir,
                 topo=topo or self.topology,
                 placement=placement or self.placement,
-                run_id=run_id,
+                run_id=f"{self.run_tag or self.profile.sha256[:12]}-{seq}-{key}",
                 timeout_s=self.timeout(name),
                 env=launch.child_env(self.profile.model.env, env),
             )
-        except launch.ProbeError as exc:
-            record.update(status="failed", error=str(exc), out_dir=str(out_dir.relative_to(self.evidence_dir)))
-            self.evidence.write()
-            return exc
         except (KeyboardInterrupt, SystemExit):  # the launcher has killed the ranks; say so before pytest unwinds
-            record.update(status="interrupted", out_dir=str(out_dir.relative_to(self.evidence_dir)))
+            record.status = "interrupted"
             self.evidence.write()
             raise
         except Exception as exc:  # e.g. an unreadable result: a failure of this probe, kept like any other
-            error = launch.ProbeError(f"probe {name} failed in the launcher: {type(exc).__name__}: {exc}")
-            record.update(status="failed", error=str(error), out_dir=str(out_dir.relative_to(self.evidence_dir)))
+            error = (
+                exc
+                if isinstance(exc, launch.ProbeError)
+                else launch.ProbeError(f"probe {name} failed in the launcher: {type(exc).__name__}: {exc}")
+            )
+            record.status, record.error = "failed", str(error)
             self.evidence.write()
             return error
-        record.update(
-            status="ok",
-            wall_s=round(outcome.wall_s, 3),
-            out_dir=str(out_dir.relative_to(self.evidence_dir)),
-            argv=outcome.argv,
-            result=outcome.result,
-        )
+        record.status, record.wall_s = "ok", round(outcome.wall_s, 3)
+        record.argv, record.result = outcome.argv, outcome.result
         if name == "connectivity" and outcome.result:
             self._record_nodes(outcome.result)
         self.evidence.write()
@@ -184,63 +213,42 @@ class ClusterRun:
             raise launch.ProbeError(f"probe {name} not started: {exc}") from None
 
     def _record_nodes(self, result: dict[str, Any]) -> None:
-        nodes: dict[str, dict[str, Any]] = {}
+        nodes: dict[int, NodeRecord] = {}
         for r in result.get("ranks", []):
-            node = nodes.setdefault(
-                f"{r['node_rank']}", {"host": r["host"], "node_rank": r["node_rank"], "devices": []}
-            )
-            node["devices"].append(
-                {
-                    k: r.get(k)
-                    for k in ("rank", "local_rank", "device", "device_name", "uuid", "pci_bus_id", "memory_gib")
-                    if k in r
-                }
-            )
-        self.evidence.data["cluster"]["nodes"] = list(nodes.values())
-        self.evidence.data["cluster"]["software"].update(
-            {f"probe_{k}": v for k, v in (result.get("software") or {}).items()}
-        )
+            node = nodes.setdefault(r["node_rank"], NodeRecord(host=r["host"], node_rank=r["node_rank"]))
+            node.devices.append({k: r[k] for k in DEVICE_FIELDS if k in r})
+        cluster = self.evidence.cluster
+        cluster.nodes = list(nodes.values())
+        cluster.software = {
+            **cluster.software,
+            **{f"probe_{k}": v for k, v in (result.get("software") or {}).items()},
+        }
 
     def check(
         self, nodeid: str, metric: str, value: float, unit: str, detail: str = "", default: Threshold | None = None
-    ) -> Check:
+    ) -> Judged:
         """Bound ``value`` by the profile's threshold, else by ``default`` (for correctness figures,
         which are never mere information), else record it as information."""
         threshold = self.profile.threshold(metric) or default
         self.checked.add(metric)
-        if threshold is None:
-            result = Check(metric, value, unit, "info", "", "")
-        else:
-            ok, bound = evaluate(threshold, value)
-            verdict = "pass" if ok else ("xfail" if threshold.xfail else "fail")
-            message = (
-                ""
-                if ok
-                else (
-                    f"{metric} = {fmt(value)} {unit}, expected {bound} "
-                    f"(profile {self.profile.name})" + (f"\n{detail}" if detail else "")
-                )
-            )
-            result = Check(metric, value, unit, verdict, bound, message, threshold.xfail)
-        entry = {
-            "metric": metric,
-            "value": value,
-            "unit": unit,
-            "bound": result.bound,
-            "verdict": result.verdict,
-            "threshold": threshold.model_dump(exclude_none=True) if threshold else None,
-        }
-        if detail:
-            entry["detail"] = detail
-        self.evidence.test(nodeid)["checks"].append(entry)
-        return result
+        ok, bound = evaluate(threshold, value) if threshold is not None else (True, "")
+        verdict: CheckVerdict = (
+            "info" if threshold is None else "pass" if ok else "xfail" if threshold.xfail else "fail"
+        )
+        check = Check(
+            metric=metric,
+            value=value,
+            unit=unit,
+            bound=bound,
+            verdict=verdict,
+            threshold=threshold.model_dump(exclude_none=True) if threshold else None,
+            detail=detail or None,
+        )
+        self.evidence.add_check(nodeid, check)
+        message = "" if ok else f"{metric} = {fmt(value)} {unit}, expected {bound} (profile {self.profile.name})"
+        return Judged(
+            check, message + (f"\n{detail}" if detail and message else ""), threshold.xfail if threshold else None
+        )
 
     def unchecked(self) -> list[str]:
         return sorted(set(self.profile.model.thresholds) - self.checked)
-
-
-def fmt(value: float) -> str:
-    """Figures the way people read them: 312.4, 191,900, 0.93."""
-    if isinstance(value, int) or abs(value) >= 1000:
-        return f"{value:,.0f}"
-    return f"{value:.4g}"

@@ -1,0 +1,25 @@
+"""The one atomic file writer: a reader sees the old file or the new one, never half of one.
+
+Torch-free and dependency-free on purpose: the plugin's evidence store and the probes' rank files both
+write through it (probes may import it; it imports nothing of the package).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from pathlib import Path
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write ``text`` to a temporary file beside ``path``, fsync it, then rename it over ``path``.
+
+    The temporary name holds the host and pid: ranks of several nodes may share one folder, and a crash
+    must never leave a half-written file under the real name."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{socket.gethostname()}.{os.getpid()}.tmp")
+    with open(tmp, "w", encoding="utf-8") as handle:
+        handle.write(text)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, path)

@@ -1,0 +1,33 @@
+"""One evidence document from several: the nodes of one run, or several runs of one cluster."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from acceptance.evidence.verdict import effective, worst
+
+
+def merge(documents: list[dict[str, Any]]) -> dict[str, Any]:
+    """Tests are concatenated, each nodeid prefixed by the host that ran it; the verdict is the worst of
+    the documents' verdicts, so a merge is PASS only if every document passed whole."""
+    if not documents:
+        raise ValueError("nothing to merge")
+    merged = copy.deepcopy(documents[0])
+    merged["tests"], merged["probes"], merged["merged_from"] = [], [], []
+    for doc in documents:
+        host = (doc.get("topology") or {}).get("host", "?")
+        merged["merged_from"].append(
+            {
+                "host": host,
+                "verdict": doc.get("verdict"),
+                "complete": doc.get("complete"),
+                "profile_sha256": doc.get("profile", {}).get("sha256"),
+            }
+        )
+        merged["tests"] += [{**t, "nodeid": f"{host}::{t['nodeid']}"} for t in doc.get("tests", [])]
+        merged["probes"] += doc.get("probes", [])
+    merged["complete"] = all(d.get("complete") for d in documents)
+    merged["partial"] = any(d.get("partial") for d in documents)
+    merged["verdict"] = worst(effective(d) for d in documents)
+    return merged

@@ -1,0 +1,124 @@
+"""The evidence document as a pydantic model; ``evidence.schema.json`` is generated from it.
+
+Free-form where the content belongs to a probe (``measurements``, a probe's ``result``, the resolved
+profile); strict everywhere a pipeline reads a field to decide. Evidence written by earlier versions
+(verdict PASS/FAIL only, no ``partial``) still validates: every field added since has a default.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+SCHEMA_ID = "cluster-acceptance/evidence/1"
+
+Verdict = Literal["PASS", "FAIL", "PARTIAL", "INCOMPLETE"]
+Outcome = Literal["running", "passed", "failed", "error", "skipped", "xfailed", "xpassed", "not_run"]
+CheckVerdict = Literal["pass", "fail", "xfail", "info", "baseline_fail"]
+ProbeStatus = Literal["running", "ok", "failed", "interrupted"]
+
+
+class Part(BaseModel):
+    """Known fields typed; more may be present (a newer writer, a merge), and are kept."""
+
+    model_config = ConfigDict(extra="allow", validate_assignment=True)
+
+
+class Check(Part):
+    metric: str
+    value: int | float | None  # int kept as int: a count of wrong elements reads 0, not 0.0
+    unit: str
+    bound: str
+    verdict: CheckVerdict
+    threshold: dict[str, Any] | None
+    detail: str | None = None
+
+
+class Case(Part):
+    """One pytest test: its outcome, its measurements and the figures it checked."""
+
+    nodeid: str
+    outcome: Outcome = "running"
+    duration_s: float = Field(default=0.0, ge=0)
+    measurements: dict[str, Any] = {}
+    checks: list[Check] = []
+    message: str | None = None
+    longrepr: str | None = None
+
+
+class ProbeRecord(Part):
+    name: str
+    key: str
+    status: ProbeStatus = "running"
+    wall_s: float | None = None
+    out_dir: str | None = None
+    argv: list[str] | None = None
+    result: dict[str, Any] | None = None
+    error: str | None = None
+    env: dict[str, str] | None = None
+
+
+class ProfileRecord(Part):
+    name: str
+    path: str
+    sha256: str = Field(pattern="^[0-9a-f]{64}$")
+    extends: list[str] = []
+    resolved: dict[str, Any]
+
+
+class TopologyRecord(Part):
+    nodes: int = Field(ge=1)
+    node_rank: int = Field(ge=0)
+    head: str
+    source: str
+    ranks_per_node: int = Field(ge=1)
+    world_size: int = Field(ge=1)
+    host: str
+
+
+class NodeRecord(Part):
+    host: str
+    node_rank: int | None = None
+    devices: list[dict[str, Any]] = []
+
+
+class ClusterRecord(Part):
+    nodes: list[NodeRecord] = []
+    software: dict[str, str | None] = {}
+    env: dict[str, str] = {}
+    plan: dict[str, Any] | None = None
+    node_verdicts: list[dict[str, Any]] | None = None
+
+
+class EvidenceDoc(BaseModel):
+    """One pytest session on one node (or a merge of several)."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, populate_by_name=True)
+
+    schema_: Literal["cluster-acceptance/evidence/1"] = Field(default="cluster-acceptance/evidence/1", alias="schema")
+    complete: bool = False
+    partial: bool = False
+    verdict: Verdict = "FAIL"
+    started: str
+    finished: str | None = None
+    command: list[str] = []
+    profile: ProfileRecord
+    topology: TopologyRecord
+    cluster: ClusterRecord = ClusterRecord()
+    probes: list[ProbeRecord] = []
+    tests: list[Case] = []
+    unchecked_thresholds: list[str] = []
+    errors: list[str] = []
+    merged_from: list[dict[str, Any]] | None = None
+
+
+def json_schema() -> dict[str, Any]:
+    """The JSON schema of the evidence, as shipped in ``evidence.schema.json``."""
+    schema = EvidenceDoc.model_json_schema(by_alias=True, mode="serialization")
+    return {"$schema": "https://json-schema.org/draft/2020-12/schema", "$id": SCHEMA_ID, **schema}
+
+
+def schema_text() -> str:
+    return json.dumps(json_schema(), indent=1, sort_keys=True) + "\n"

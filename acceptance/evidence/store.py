@@ -1,0 +1,139 @@
+"""The evidence of one run: the typed document, written atomically after every change that matters.
+
+A run killed half-way still leaves a readable file marked ``"complete": false``. Every read of an
+evidence file validates it against the model, so a report never renders a document it misreads.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import math
+import sys
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from acceptance.atomic_file import write_atomic
+from acceptance.evidence.environment import allowed_env, masked_command, masked_profile, software
+from acceptance.evidence.model import Case, Check, ClusterRecord, EvidenceDoc, ProbeRecord, Verdict
+
+
+class EvidenceError(Exception):
+    """An evidence file that cannot be read or does not follow the schema; the message names the file."""
+
+
+def finite(value: Any) -> Any:
+    """``value`` with every NaN and infinity turned into None, recursively: strict JSON has no NaN, and a
+    figure that is not a number must read as missing, never as a number."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, Mapping):
+        return {key: finite(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite(item) for item in value]
+    return value
+
+
+def dumps(data: Any) -> str:
+    """Strict JSON: non-finite floats become null; anything else unknown (a Path) becomes its text."""
+    return json.dumps(finite(data), indent=1, default=str, allow_nan=False)
+
+
+def now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+
+
+def read_evidence(path: Path) -> dict[str, Any]:
+    """An evidence file (or a folder holding ``evidence.json``), validated, as plain data."""
+    path = path / "evidence.json" if path.is_dir() else path
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise EvidenceError(f"{path}: cannot read evidence: {exc}") from None
+    try:
+        return as_data(EvidenceDoc.model_validate(raw))
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "(top level)"
+        raise EvidenceError(
+            f"{path}: not a cluster-acceptance evidence file: {where}: {first['msg']} ({exc.error_count()} problem(s))"
+        ) from None
+
+
+def as_data(doc: EvidenceDoc) -> dict[str, Any]:
+    return finite(doc.model_dump(mode="json", by_alias=True, exclude_none=False))  # type: ignore[no-any-return]
+
+
+class Evidence:
+    """The evidence of one pytest session (or one command) on one node; the only writer of its file."""
+
+    def __init__(
+        self,
+        directory: Path,
+        profile: dict[str, Any],
+        topology: dict[str, Any],
+        env: Mapping[str, str],
+        persist: bool = True,
+    ) -> None:
+        self.dir, self.persist = directory, persist
+        self.doc = EvidenceDoc.model_validate(
+            {
+                "started": now(),
+                "command": masked_command(list(sys.argv)),
+                "profile": masked_profile(profile),
+                "topology": topology,
+                "cluster": {"software": software(), "env": allowed_env(env)},
+            }
+        )
+        self._cases: dict[str, Case] = {}
+
+    @property
+    def path(self) -> Path:
+        return self.dir / "evidence.json"
+
+    @property
+    def data(self) -> dict[str, Any]:
+        """The document as plain data (a copy): for readers; writers go through the methods."""
+        return as_data(self.doc)
+
+    @property
+    def cluster(self) -> ClusterRecord:
+        return self.doc.cluster
+
+    def test(self, nodeid: str) -> Case:
+        if nodeid not in self._cases:
+            case = Case(nodeid=nodeid)
+            self._cases[nodeid] = case
+            self.doc.tests.append(case)
+        return self._cases[nodeid]
+
+    def has_test(self, nodeid: str) -> bool:
+        return nodeid in self._cases
+
+    def add_check(self, nodeid: str, check: Check) -> None:
+        self.test(nodeid).checks.append(check)
+
+    def checks(self) -> Iterator[Check]:
+        for case in self.doc.tests:
+            yield from case.checks
+
+    def probe(self, name: str, key: str, env: Mapping[str, str] | None = None) -> ProbeRecord:
+        record = ProbeRecord(name=name, key=key, env=dict(env) if env else None)
+        self.doc.probes.append(record)
+        return record
+
+    def error(self, message: str) -> None:
+        if message not in self.doc.errors:
+            self.doc.errors.append(message)
+
+    def finish(self, verdict: Verdict, *, complete: bool, partial: bool = False) -> None:
+        self.doc.complete, self.doc.partial, self.doc.verdict = complete, partial, verdict
+        self.doc.finished = now()
+
+    def write(self) -> Path:
+        if self.persist:
+            write_atomic(self.path, dumps(as_data(self.doc)))
+        return self.path

@@ -1,0 +1,26 @@
+"""The contract between a probe's answers and the rules: an answer the probe could not give.
+
+A query a probe cannot answer (an older GPU, no permission, a lost GPU) becomes
+``{"not_measured": "<query>: <reason>"}``, an answer no rule can take for a pass.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+NOT_MEASURED = "not_measured"
+
+
+def not_measured(reason: str) -> dict[str, str]:
+    return {NOT_MEASURED: reason}
+
+
+def is_measured(answer: Any) -> bool:
+    return not (isinstance(answer, dict) and NOT_MEASURED in answer)
+
+
+def gpu_label(host: str, gpu: dict[str, Any]) -> str:
+    """A GPU as a person finds it: host, index and the start of its UUID."""
+    uuid = gpu.get("uuid")
+    short = f"{uuid[:8]}..." if isinstance(uuid, str) else "UUID not measured"
+    return f"{host} GPU {gpu.get('index')} ({short})"

@@ -1,0 +1,61 @@
+"""A pytest report as the evidence's outcome, and the reports of tests an interruption left unrun.
+
+After Ctrl-C or SIGTERM pytest reports only the tests that finished, so a pipeline reading JUnit counts
+would see a short, green run. The test that was running becomes an error and every test that never ran
+is reported skipped with the reason, through pytest's own report hook, so the terminal, ``--junitxml``
+and the evidence count the same cases.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import pytest
+
+from acceptance.evidence.junit import INTERRUPTED, NOT_RUN
+from acceptance.evidence.model import Outcome
+from acceptance.evidence.store import Evidence
+
+
+def outcome_of(report: pytest.TestReport) -> tuple[Outcome | None, str]:
+    """The evidence outcome of ``report`` (None: a passing setup or teardown) and its one-line message."""
+    if hasattr(report, "wasxfail"):
+        return ("xfailed" if report.skipped else "xpassed"), str(report.wasxfail)
+    if report.failed:
+        return ("failed" if report.when == "call" else "error"), _message(report)
+    if report.skipped:
+        return "skipped", _message(report)
+    return ("passed" if report.when == "call" else None), ""
+
+
+def _message(report: pytest.TestReport) -> str:
+    if report.skipped and isinstance(report.longrepr, tuple):
+        return str(report.longrepr[2]).removeprefix("Skipped: ")
+    crash = getattr(report.longrepr, "reprcrash", None)
+    text = crash.message if crash is not None else str(report.longrepr or "")
+    return text.removeprefix("Failed: ")
+
+
+def report_unrun(session: pytest.Session, evidence: Evidence, finished: set[str], running: str | None) -> None:
+    """Report every selected test that did not finish: the running one as an error, the rest skipped."""
+    hook = session.config.hook
+    for item in session.items:
+        if item.nodeid in finished:
+            continue
+        keywords: dict[str, Literal[1]] = dict.fromkeys(item.keywords, 1)
+        location = (str(item.location[0]), item.location[1], item.location[2])
+        if item.nodeid == running:
+            reports = [pytest.TestReport(item.nodeid, location, keywords, "failed", INTERRUPTED, "setup")]
+            outcome: Outcome = "error"
+            message = INTERRUPTED
+        else:
+            longrepr = (location[0], location[1] or 0, f"Skipped: {NOT_RUN}")
+            reports = [pytest.TestReport(item.nodeid, location, keywords, "skipped", longrepr, "setup")]
+            outcome, message = "not_run", NOT_RUN
+        reports.append(pytest.TestReport(item.nodeid, location, keywords, "passed", None, "teardown"))
+        for report in reports:
+            hook.pytest_runtest_logreport(report=report)
+        if "cluster" in item.keywords:
+            case = evidence.test(item.nodeid)
+            case.outcome, case.message = outcome, message
+    evidence.write()

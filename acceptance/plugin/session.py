@@ -1,0 +1,254 @@
+"""The plugin object: one acceptance run inside one pytest session, and the hooks that drive it."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import threading
+from collections.abc import Generator
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import pytest
+
+from acceptance.atomic_file import write_atomic
+from acceptance.evidence.folder import EvidenceFolderError, default_folder
+from acceptance.evidence.junit import junit_xml
+from acceptance.evidence.verdict import Facts, decide, problems
+from acceptance.multinode import meeting as meetings
+from acceptance.multinode.plan import Plan, versions
+from acceptance.plugin import options
+from acceptance.plugin.outcomes import outcome_of, report_unrun
+from acceptance.plugin.summary import header_lines, summary_lines
+from acceptance.profile import loader as profiles
+from acceptance.profile.metrics import FAMILY_MODULES, module_of
+from acceptance.run.cluster_run import ClusterRun
+from acceptance.run.placement import TopologyError, resolve
+
+STOPPED = (pytest.ExitCode.INTERRUPTED, pytest.ExitCode.INTERNAL_ERROR)
+
+
+def _interrupt_on_term(signum: int, frame: FrameType | None) -> None:
+    # SIGTERM (a CI job cancelled, a pod evicted) unwinds like Ctrl-C: the launcher kills the probe's
+    # process groups and the evidence is written, marked incomplete
+    raise KeyboardInterrupt(f"signal {signal.Signals(signum).name}")
+
+
+def _module(nodeid: str) -> str:
+    return Path(nodeid.split("::")[0]).stem
+
+
+class ClusterSession:
+    """The run's state and hooks; registered with the plugin manager by ``pytest_configure``."""
+
+    def __init__(self, config: pytest.Config, run: ClusterRun) -> None:
+        self.config, self.run = config, run
+        self.collect_only = bool(config.option.collectonly)
+        self.selected: list[str] = []
+        self.deselected: set[str] = set()
+        self.finished: set[str] = set()
+        self.running: str | None = None
+        self.previous_term: Any = None
+        if not self.collect_only and threading.current_thread() is threading.main_thread():
+            self.previous_term = signal.signal(signal.SIGTERM, _interrupt_on_term)
+
+    @classmethod
+    def start(cls, config: pytest.Config, name: str) -> ClusterSession:
+        """Load the profile, find where this node stands, claim the evidence folder: a usage error
+        (exit 4) for anything wrong, before any probe is launched."""
+        if (config.getoption("numprocesses", None) or 0) not in (0, "0") and not hasattr(config, "workerinput"):
+            raise pytest.UsageError(
+                "cluster tests own every GPU of the node: run them without -n (pytest-xdist); "
+                "xdist is for the plugin's own tests"
+            )
+        try:
+            profile = profiles.load(name, options.value(config, "cluster_set"))
+            placement = _placement(config, profile)
+            folder = _folder(config, profile.name, placement.nodes, placement.node_rank, profile.model.topology)
+            run = ClusterRun(
+                profile,
+                placement,
+                folder,
+                options.value(config, "cluster_timeout"),
+                run_tag=os.environ.get("CLUSTER_RUN_ID", ""),
+                persist=not config.option.collectonly,
+            )
+        except (profiles.ProfileError, TopologyError, EvidenceFolderError) as exc:
+            raise pytest.UsageError(str(exc)) from None
+        return cls(config, run)
+
+    @property
+    def meets(self) -> bool:
+        """One pytest per node: the nodes must agree on the plan (the srun controller is a single pytest)."""
+        return self.run.placement.nodes > 1 and self.run.topology.launcher == "torchrun"
+
+    def pytest_report_header(self, config: pytest.Config) -> list[str]:
+        return header_lines(self.run, self.meets)
+
+    def pytest_deselected(self, items: list[pytest.Item]) -> None:
+        self.deselected |= {item.nodeid for item in items}
+
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        self.selected = [item.nodeid for item in session.items]
+        if self.collect_only:
+            return
+        if not any("cluster" in item.keywords for item in session.items):
+            self.collect_only = True  # from here on, like --collect-only: nothing is measured or written
+            self.run.discard()
+            raise pytest.UsageError(
+                f"no cluster test was selected, so nothing would be measured (profile {self.run.profile.name}): "
+                "run the suite, e.g. pytest --cluster-profile NAME tests_cluster/"
+            )
+        if self.meets:
+            self._meet()
+
+    def _meet(self) -> None:
+        run, place = self.run, self.run.placement
+        plan = Plan(
+            node_rank=place.node_rank,
+            host=socket.gethostname(),
+            nodes=place.nodes,
+            head=place.endpoint,
+            profile_sha256=run.profile.sha256,
+            profile=run.profile.resolved,
+            tests=self.selected,
+            versions=versions(),
+        )
+        try:
+            agreement = meetings.meet(place, run.profile.model.timeouts.rendezvous, plan)
+        except meetings.PlanError as exc:
+            run.evidence.error(str(exc))
+            run.evidence.write()
+            raise pytest.UsageError(str(exc)) from None
+        run.join(agreement.meeting, agreement.session, agreement.record)
+
+    def pytest_runtest_logstart(self, nodeid: str) -> None:
+        self.running = nodeid
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if report.when == "teardown":
+            self.finished.add(report.nodeid)
+            self.running = None
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_makereport(
+        self, item: pytest.Item, call: pytest.CallInfo[None]
+    ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+        report = yield
+        if self.run.evidence.has_test(report.nodeid) or "cluster" in report.keywords:
+            self._record(report)
+        return report
+
+    def _record(self, report: pytest.TestReport) -> None:
+        case = self.run.evidence.test(report.nodeid)
+        case.duration_s = round(case.duration_s + report.duration, 3)
+        outcome, message = outcome_of(report)
+        if outcome is not None and (report.when == "call" or outcome != "passed"):
+            case.outcome = outcome
+            if outcome != "passed":
+                case.message = message
+                case.longrepr = str(report.longrepr)[-4000:] if report.longrepr else None
+        self.run.evidence.write()
+
+    @pytest.hookimpl(tryfirst=True)  # before junitxml writes its file: the unrun tests must be in it
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        if self.collect_only:
+            return
+        interrupted = exitstatus in STOPPED
+        if interrupted:
+            report_unrun(session, self.run.evidence, self.finished, self.running)
+        facts = self._facts(interrupted)
+        verdict = decide(facts)
+        for problem in problems(facts):
+            self.run.evidence.error(problem)
+        verdict = self._share(verdict, facts)
+        self.run.evidence.finish(verdict, complete=not interrupted, partial=facts.subset)
+        if verdict == "FAIL" and session.exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        self.run.evidence.write()
+        write_atomic(self.run.evidence_dir / f"junit-{socket.gethostname()}.xml", junit_xml(self.run.evidence.data))
+
+    def _facts(self, interrupted: bool) -> Facts:
+        """What the run knows; thresholds are enforced for the families whose module ran whole."""
+        run = self.run
+        ran_modules = {_module(n) for n in self.selected}
+        partly = {_module(n) for n in self.deselected}
+        whole = ran_modules - partly
+        unchecked = run.unchecked()
+        run.evidence.doc.unchecked_thresholds = unchecked
+        enforced = [m for m in unchecked if module_of(m) in whole]
+        if enforced and not interrupted:
+            run.evidence.error(f"thresholds that no test checked: {', '.join(enforced)}")
+        subset = bool(self.deselected) or not set(FAMILY_MODULES.values()) <= ran_modules
+        return Facts(
+            outcomes=[c.outcome for c in run.evidence.doc.tests],
+            check_verdicts=[c.verdict for c in run.evidence.checks()],
+            errors=list(run.evidence.doc.errors),
+            interrupted=interrupted,
+            subset=subset,
+        )
+
+    def _share(self, verdict: str, facts: Facts) -> Any:
+        """Node 0 of several hears every node's verdict and answers for the cluster."""
+        meeting, evidence = self.run.meeting, self.run.evidence
+        if meeting is None:
+            return verdict
+        mine = {
+            "node_rank": meeting.rank,
+            "host": evidence.doc.topology.host,
+            "verdict": verdict,
+            "complete": not facts.interrupted,
+            "evidence": str(evidence.path.resolve()),
+        }
+        heard = meetings.exchange_verdicts(meeting, mine)
+        for problem in heard.problems:
+            evidence.error(problem)
+        if meeting.rank == 0:
+            evidence.cluster.node_verdicts = heard.nodes
+        node_verdicts = [n["verdict"] for n in heard.nodes]
+        return decide(Facts(**{**facts.__dict__, "errors": list(evidence.doc.errors), "node_verdicts": node_verdicts}))
+
+    def pytest_terminal_summary(self, terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+        if self.collect_only:
+            return
+        terminalreporter.section(f"cluster acceptance: profile {self.run.profile.name}")
+        for line, color in summary_lines(self.run.evidence.data, str(self.run.evidence.path)):
+            terminalreporter.write_line(line, **({color: True} if color else {}))
+
+    def pytest_unconfigure(self, config: pytest.Config) -> None:
+        if self.previous_term is not None:
+            signal.signal(signal.SIGTERM, self.previous_term)
+        self.run.close()
+
+
+def _placement(config: pytest.Config, profile: profiles.Profile) -> Any:
+    topo = profile.model.topology
+    placement = resolve(
+        os.environ,
+        topo.nodes,
+        nodes=options.value(config, "cluster_nodes"),
+        node_rank=options.value(config, "cluster_node_rank"),
+        head=options.value(config, "cluster_head"),
+        default_port=topo.rdzv_port,
+        launcher=topo.launcher,
+    )
+    if placement.nodes != topo.nodes:
+        # a 2x8 acceptance profile must never pass on one node because the allocation came out short
+        raise TopologyError(
+            f"profile {profile.name} expects {topo.nodes} node(s), but {placement.source} says "
+            f"{placement.nodes}: fix the allocation, or pass --cluster-set topology.nodes={placement.nodes} "
+            "to accept another size on purpose"
+        )
+    return placement
+
+
+def _folder(config: pytest.Config, profile: str, nodes: int, node_rank: int, topo: Any) -> Path:
+    given = options.value(config, "cluster_evidence")
+    if given is None:
+        return default_folder(profile, node_rank)
+    if nodes > 1 and topo.launcher == "torchrun":
+        # one pytest per node may share the folder (a shared filesystem, one volume): one subfolder each
+        return Path(given) / f"node{node_rank}-{socket.gethostname()}"
+    return Path(given)

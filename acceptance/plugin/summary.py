@@ -1,0 +1,57 @@
+"""What the terminal shows of the run: the header lines and the closing table with the verdict."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import acceptance
+from acceptance.multinode.meeting import STORE_PORT_OFFSET
+from acceptance.numbers import fmt
+from acceptance.reports.table import render
+from acceptance.run.cluster_run import ClusterRun
+
+VERDICT_WORDS = {
+    "PASS": "PASS",
+    "FAIL": "FAIL",
+    "PARTIAL": "PARTIAL: only part of the suite was selected; not a verdict on the cluster",
+    "INCOMPLETE": "INCOMPLETE: the run was interrupted; not a verdict on the cluster",
+}
+
+
+def header_lines(run: ClusterRun, meets: bool) -> list[str]:
+    p, place, topo = run.profile, run.placement, run.topology
+    lines = [
+        f"cluster-acceptance {acceptance.__version__}: profile {p.name} ({p.path}) sha256 {p.sha256[:16]}",
+        f"cluster topology: {place.nodes} node(s) x {topo.nproc_per_node} rank(s), {topo.device}/{topo.backend}, "
+        f"node rank {place.node_rank}, head {place.endpoint} (from {place.source})",
+        f"cluster evidence: {run.evidence_dir}",
+    ]
+    if meets:
+        lines.append(f"cluster plan: the nodes meet at {place.head}:{place.port + STORE_PORT_OFFSET} after collection")
+    return lines
+
+
+def summary_lines(data: dict[str, Any], path: str) -> list[tuple[str, str | None]]:
+    """(line, colour) pairs: every checked figure, the unchecked thresholds, the errors, the verdict."""
+    rows = [
+        (c["metric"], fmt(c["value"]), c["unit"], c["bound"] or "-", c["verdict"].upper())
+        for test in data["tests"]
+        for c in test["checks"]
+    ]
+    out: list[tuple[str, str | None]] = []
+    if rows:
+        table = render(("metric", "value", "unit", "bound", "verdict"), rows, align=("l", "r", "l", "l", "l"))
+        out += [(line, None) for line in table.splitlines()]
+    if data["unchecked_thresholds"]:
+        gate_off = any(e.startswith("thresholds that no test checked") for e in data["errors"])
+        kind = "ERROR" if gate_off else "not enforced: their tests were not selected, or the run was interrupted"
+        out.append(
+            (
+                f"thresholds no test checked [{kind}]: {', '.join(data['unchecked_thresholds'])}",
+                "red" if gate_off else None,
+            )
+        )
+    out += [(f"error: {e.splitlines()[0]}", "red") for e in data["errors"]]
+    verdict = data["verdict"]
+    out.append((f"verdict: {VERDICT_WORDS[verdict]}; evidence: {path}", "green" if verdict == "PASS" else "red"))
+    return out

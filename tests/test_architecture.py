@@ -1,0 +1,138 @@
+"""The shape of the package, checked: imports run one way, probes stay apart, modules stay small."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.harness import ROOT
+
+PACKAGE = ROOT / "acceptance"
+# what each part may import (besides itself); the leaves import nothing of the package
+ALLOWED: dict[str, set[str]] = {
+    "atomic_file": set(),
+    "numbers": set(),
+    "profile": {"numbers"},
+    "families": {"profile", "numbers"},
+    "evidence": {"atomic_file", "numbers"},
+    "multinode": set(),
+    "probes": {"profile", "families", "numbers", "atomic_file"},
+    "run": {"profile", "families", "evidence", "multinode", "numbers", "atomic_file"},
+    "reports": {"profile", "families", "evidence", "numbers", "atomic_file"},
+    "plugin": {"run", "profile", "families", "evidence", "multinode", "reports", "numbers", "atomic_file"},
+    "cli": {"plugin", "run", "profile", "families", "evidence", "multinode", "reports", "numbers", "atomic_file"},
+}
+MAX_MODULE_LINES = 300
+MAX_FUNCTION_LINES = 40
+TORCH_ALLOWED = ("probes",)  # everything else imports torch lazily, inside the function that needs it
+
+
+def modules() -> Iterator[tuple[str, Path]]:
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = path.relative_to(ROOT).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        yield name, path
+
+
+def imports(path: Path, module_level_only: bool = False) -> Iterator[tuple[str, int]]:
+    """(imported module, line) for every import of ``path``; imports for type checking only are skipped."""
+    tree = ast.parse(path.read_text())
+    skip: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            skip |= {id(n) for n in ast.walk(node)}
+    nodes = tree.body if module_level_only else list(ast.walk(tree))
+    for node in nodes:
+        if id(node) in skip:
+            continue
+        if isinstance(node, ast.Import):
+            yield from ((alias.name, node.lineno) for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            yield node.module, node.lineno
+            yield from ((f"{node.module}.{alias.name}", node.lineno) for alias in node.names)
+
+
+def part(module: str) -> str:
+    return module.split(".")[1] if module.count(".") else ""
+
+
+def internal_graph() -> dict[str, set[str]]:
+    names = {name for name, _ in modules()}
+    graph: dict[str, set[str]] = {}
+    for name, path in modules():
+        graph[name] = {m for m, _ in imports(path) if m in names and m != name and not name.startswith(m + ".")}
+    return graph
+
+
+def test_imports_follow_the_layers() -> None:
+    wrong = []
+    for name, path in modules():
+        mine = part(name)
+        if mine not in ALLOWED:
+            continue
+        for target, line in imports(path):
+            theirs = part(target) if target.startswith("acceptance.") else None
+            if theirs and theirs != mine and theirs not in ALLOWED[mine]:
+                wrong.append(f"{path.relative_to(ROOT)}:{line}: {mine} imports {target}")
+    assert not wrong, "imports against the layers:\n" + "\n".join(wrong)
+
+
+def test_every_part_is_in_the_layer_table() -> None:
+    parts = {part(name) for name, _ in modules()} - {""}
+    assert parts <= set(ALLOWED), f"parts without a layer: {parts - set(ALLOWED)}"
+
+
+def test_no_import_cycles() -> None:
+    graph = internal_graph()
+    state: dict[str, int] = {}
+    cycles: list[list[str]] = []
+
+    def visit(node: str, trail: list[str]) -> None:
+        state[node] = 1
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:
+                cycles.append([*trail[trail.index(nxt) :], nxt] if nxt in trail else [node, nxt])
+            elif nxt not in state:
+                visit(nxt, [*trail, nxt])
+        state[node] = 2
+
+    for node in sorted(graph):
+        if node not in state:
+            visit(node, [node])
+    assert not cycles, "import cycles: " + "; ".join(" -> ".join(c) for c in cycles)
+
+
+def test_torch_only_at_module_level_in_probes() -> None:
+    wrong = [
+        f"{path.relative_to(ROOT)}:{line}"
+        for name, path in modules()
+        if part(name) not in TORCH_ALLOWED
+        for target, line in imports(path, module_level_only=True)
+        if target == "torch" or target.startswith("torch.")
+    ]
+    assert not wrong, f"module-level torch imports outside probes/: {wrong}"
+
+
+def test_only_the_plugin_and_the_commands_import_pytest() -> None:
+    # the commands start pytest (the container's entry point runs the suite); nothing else may need it
+    wrong = [
+        f"{path.relative_to(ROOT)}:{line}"
+        for name, path in modules()
+        if part(name) not in ("plugin", "cli")
+        for target, line in imports(path)
+        if target == "pytest" or target.startswith("_pytest")
+    ]
+    assert not wrong, f"pytest imported outside acceptance/plugin/: {wrong}"
+
+
+@pytest.mark.parametrize(("name", "path"), list(modules()), ids=[name for name, _ in modules()])
+def test_modules_and_functions_stay_small(name: str, path: Path) -> None:
+    text = path.read_text()
+    assert len(text.splitlines()) <= MAX_MODULE_LINES, f"{name}: {len(text.splitlines())} lines"
+    functions = [n for n in ast.walk(ast.parse(text)) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    sizes = [(f.name, (f.end_lineno or f.lineno) - f.lineno + 1, f.lineno) for f in functions]
+    long = [f"{fn} ({size} lines, line {line})" for fn, size, line in sizes if size > MAX_FUNCTION_LINES]
+    assert not long, f"{name}: functions over {MAX_FUNCTION_LINES} lines: {long}"

@@ -1,0 +1,162 @@
+"""The verdict model: PASS only for a whole, uninterrupted run that measured something and held every
+gate; a subset is PARTIAL, an interruption INCOMPLETE; evidence folders are never shared or overwritten."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import signal
+from pathlib import Path
+
+import pytest
+
+from acceptance.evidence.verdict import Facts, decide, effective, problems
+from tests.harness import PLUGIN_ARGS, evidence
+
+PROFILE = "name: synthetic\ntopology: {nodes: 1, ranks_per_node: 2, device: cpu, backend: gloo}\n"
+ONE_FIGURE = "def test_one(check):\n    check('connectivity.rendezvous_s', 0.5, 's')\n"
+
+
+@pytest.mark.parametrize(
+    ("facts", "expected"),
+    [
+        (Facts(outcomes=["passed"], check_verdicts=["pass", "info"]), "PASS"),
+        (Facts(outcomes=["passed"], check_verdicts=["pass"], subset=True), "PARTIAL"),
+        (Facts(outcomes=["passed"], check_verdicts=["pass"], interrupted=True), "INCOMPLETE"),
+        (Facts(outcomes=["passed"], check_verdicts=["pass"], interrupted=True, subset=True), "INCOMPLETE"),
+        (Facts(outcomes=["failed"], check_verdicts=["pass"], interrupted=True), "FAIL"),
+        (Facts(outcomes=["passed"], check_verdicts=["fail"], subset=True), "FAIL"),
+        (Facts(outcomes=["error"], check_verdicts=["pass"]), "FAIL"),
+        (Facts(outcomes=["skipped"], check_verdicts=[]), "FAIL"),
+        (Facts(outcomes=["passed"], check_verdicts=["pass"], errors=["a node is missing"]), "FAIL"),
+        (Facts(outcomes=["passed"], check_verdicts=["pass"], node_verdicts=["PASS", "PARTIAL"]), "PARTIAL"),
+        (Facts(outcomes=["passed"], check_verdicts=["pass"], node_verdicts=["PASS", "FAIL"]), "FAIL"),
+        (Facts(outcomes=["passed"], check_verdicts=["pass"], node_verdicts=["PASS", "garbled"]), "FAIL"),
+    ],
+)
+def test_decide(facts: Facts, expected: str) -> None:
+    assert decide(facts) == expected
+
+
+def test_a_run_that_measured_nothing_says_why() -> None:
+    assert problems(Facts(outcomes=["skipped"])) == [
+        "no figure was measured: every selected test was skipped or none ran"
+    ]
+    assert problems(Facts(outcomes=["passed"], check_verdicts=["info"])) == []
+
+
+def test_old_evidence_reads_by_the_model() -> None:
+    assert effective({"verdict": "PASS", "complete": True, "partial": True}) == "PARTIAL"
+    assert effective({"verdict": "PASS", "complete": False}) == "INCOMPLETE"
+    assert effective({"verdict": "PASS", "complete": True}) == "PASS"
+    assert effective({"verdict": "maybe", "complete": True}) == "FAIL"
+
+
+def _setup(pytester: pytest.Pytester, **modules: str) -> None:
+    pytester.makepyfile(**(modules or {"test_connectivity": ONE_FIGURE}))
+    pytester.makefile(".yaml", synthetic=PROFILE)
+
+
+def test_collect_only_measures_and_writes_nothing(pytester: pytest.Pytester) -> None:
+    _setup(pytester)
+    result = pytester.runpytest(*PLUGIN_ARGS, "--cluster-profile", "synthetic.yaml", "--collect-only")
+    assert result.ret == pytest.ExitCode.OK
+    result.stdout.fnmatch_lines(["*test_one*"])
+    assert not (pytester.path / "acceptance-results").exists()
+    assert "verdict" not in result.stdout.str()
+
+
+def test_a_folder_holding_a_run_is_kept_and_the_new_run_refused(pytester: pytest.Pytester) -> None:
+    _setup(pytester)
+    first = pytester.runpytest(*PLUGIN_ARGS, "--cluster-profile", "synthetic.yaml", "--cluster-evidence", "ev")
+    assert first.ret == pytest.ExitCode.OK
+    before = (pytester.path / "ev" / "evidence.json").read_text()
+    second = pytester.runpytest(*PLUGIN_ARGS, "--cluster-profile", "synthetic.yaml", "--cluster-evidence", "ev")
+    assert second.ret == pytest.ExitCode.USAGE_ERROR
+    second.stderr.fnmatch_lines(
+        ["*evidence folder ev already holds a run's evidence (verdict PARTIAL*never overwritten*"]
+    )
+    assert (pytester.path / "ev" / "evidence.json").read_text() == before
+
+
+def test_a_folder_in_use_is_refused_with_its_holder_named(pytester: pytest.Pytester) -> None:
+    _setup(pytester)
+    folder = pytester.path / "ev"
+    folder.mkdir()
+    with open(folder / ".lock", "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        held.write(json.dumps({"pid": 4242, "host": "node-7"}))
+        held.flush()
+        result = pytester.runpytest(*PLUGIN_ARGS, "--cluster-profile", "synthetic.yaml", "--cluster-evidence", "ev")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(['*evidence folder ev is in use by another run ({"pid": 4242, "host": "node-7"})*'])
+    assert not (folder / "evidence.json").exists()
+
+
+def test_a_folder_that_cannot_be_written_is_a_usage_error(pytester: pytest.Pytester) -> None:
+    _setup(pytester)
+    (pytester.path / "afile").write_text("not a folder")
+    result = pytester.runpytest(*PLUGIN_ARGS, "--cluster-profile", "synthetic.yaml", "--cluster-evidence", "afile/ev")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*evidence folder afile/ev: cannot create or write it: Not a directory*"])
+    assert "Traceback" not in result.stderr.str() + result.stdout.str()
+
+
+def test_default_folders_are_never_shared(pytester: pytest.Pytester) -> None:
+    _setup(pytester)
+    for _ in range(2):
+        assert pytester.runpytest(*PLUGIN_ARGS, "--cluster-profile", "synthetic.yaml").ret == pytest.ExitCode.OK
+    folders = sorted((pytester.path / "acceptance-results").iterdir())
+    assert len(folders) == 2 and all((f / "evidence.json").is_file() for f in folders)
+
+
+def test_the_sigterm_handler_is_restored(pytester: pytest.Pytester) -> None:
+    _setup(pytester)
+    before = signal.getsignal(signal.SIGTERM)
+    pytester.runpytest(*PLUGIN_ARGS, "--cluster-profile", "synthetic.yaml", "--cluster-evidence", "ev")
+    assert signal.getsignal(signal.SIGTERM) is before
+
+
+def test_one_marker_per_family_selects_exactly_it(pytester: pytest.Pytester) -> None:
+    _setup(
+        pytester,
+        test_connectivity=ONE_FIGURE,
+        test_health="def test_gpu(check):\n    check('health.gpu_count', 0, 'GPUs')\n",
+    )
+    markers = pytester.runpytest(*PLUGIN_ARGS, "--markers")
+    for family in ("connectivity", "collectives", "internode", "health", "compute", "training"):
+        markers.stdout.fnmatch_lines([f"@pytest.mark.{family}: the {family} family: *"])
+    result = pytester.runpytest(*PLUGIN_ARGS, "--cluster-profile", "synthetic.yaml", "--cluster-evidence", "ev",
+                                "-m", "health")  # fmt: skip
+    result.assert_outcomes(passed=1, deselected=1)
+    assert [t["nodeid"] for t in evidence(pytester.path / "ev")["tests"]] == ["test_health.py::test_gpu"]
+
+
+def test_options_take_command_line_then_environment_then_ini(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _setup(pytester)
+    pytester.makeini("[pytest]\ncluster_profile = missing-from-ini\ncluster_evidence = from-ini\n")
+    monkeypatch.setenv("CLUSTER_PROFILE", "synthetic.yaml")
+    assert pytester.runpytest(*PLUGIN_ARGS).ret == pytest.ExitCode.OK
+    assert (pytester.path / "from-ini" / "evidence.json").is_file()
+    result = pytester.runpytest(*PLUGIN_ARGS, "--cluster-profile", "missing-from-cli")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*unknown profile 'missing-from-cli'*"])
+
+
+@pytest.mark.parametrize("value", ["0", "-5", "nan", "inf", "soon"])
+def test_a_bad_timeout_is_a_usage_error(pytester: pytest.Pytester, value: str) -> None:
+    _setup(pytester)
+    result = pytester.runpytest(*PLUGIN_ARGS, "--cluster-profile", "synthetic.yaml", f"--cluster-timeout={value}")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"*--cluster-timeout*{value}*"])
+
+
+def test_evidence_lands_where_the_run_says(pytester: pytest.Pytester) -> None:
+    _setup(pytester)
+    pytester.runpytest(*PLUGIN_ARGS, "--cluster-profile", "synthetic.yaml", "--cluster-evidence", "ev")
+    assert sorted(p.name for p in Path(pytester.path / "ev").iterdir() if not p.name.startswith(".")) == [
+        "evidence.json",
+        "junit-" + __import__("socket").gethostname() + ".xml",
+    ]
