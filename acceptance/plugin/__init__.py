@@ -21,7 +21,7 @@ from acceptance.evidence.document import junit_xml, write_atomic
 from acceptance.multinode import plan
 from acceptance.profile import loader as profiles
 from acceptance.profile.metrics import module_of
-from acceptance.profile.model import Threshold
+from acceptance.profile.model import Threshold, positive_seconds
 from acceptance.run.cluster_run import MUST_BE_ZERO as MUST_BE_ZERO  # re-exported for test modules
 from acceptance.run.cluster_run import ClusterRun, fmt
 from acceptance.run.launcher import ProbeError
@@ -57,7 +57,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
     group.addoption(
         "--cluster-timeout",
-        type=float,
+        type=positive_seconds,
         default=None,
         help="seconds per probe run, overriding the profile's timeouts (default: the profile's)",
     )
