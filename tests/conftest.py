@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -18,3 +19,11 @@ def suite(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.
     monkeypatch.delenv("CLUSTER_PROFILE", raising=False)
     monkeypatch.delenv("ACCEPTANCE_TEST_FAULT", raising=False)
     return pytester
+
+
+@pytest.fixture
+def here(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A working directory with its own ``thresholds/`` folder, which is searched before the shipped one."""
+    (tmp_path / "thresholds").mkdir()
+    monkeypatch.chdir(tmp_path)
+    return tmp_path

@@ -6,11 +6,11 @@ name that looks like a credential is dropped or masked even when a prefix would 
 
 from __future__ import annotations
 
-import copy
 import platform
 from collections.abc import Mapping
 from importlib import metadata
-from typing import Any
+
+from acceptance.masking import is_secret
 
 # Only these variables reach the evidence: the environment also holds credentials.
 ENV_PREFIXES = ("NCCL_", "CUDA_", "TORCH_", "NVIDIA_", "UCX_", "FI_", "OMPI_MCA_", "DS_", "PYTORCH_")
@@ -29,16 +29,7 @@ ENV_NAMES = (
     "SLURM_JOB_NODELIST",
     "KUBERNETES_SERVICE_HOST",
 )
-# A name holding one of these is a credential: left out of the environment, masked in the profile and argv.
-# KEY alone also drops harmless names such as NCCL_IB_PKEY: losing a setting beats leaking a key.
-SECRET_WORDS = ("TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "KEY", "AUTH")
-MASK = "***"
-SET_OPTION = "--cluster-set"
 PACKAGES = ("torch", "pytest", "transformers", "deepspeed", "nvidia-ml-py", "cluster-acceptance")
-
-
-def is_secret(name: str) -> bool:
-    return any(word in name.upper() for word in SECRET_WORDS)
 
 
 def allowed_env(env: Mapping[str, str]) -> dict[str, str]:
@@ -49,43 +40,6 @@ def allowed_env(env: Mapping[str, str]) -> dict[str, str]:
         if key in ENV_NAMES or key.startswith(ENV_PREFIXES):
             out[key] = value
     return dict(sorted(out.items()))
-
-
-def masked_profile(profile: dict[str, Any]) -> dict[str, Any]:
-    """The profile as recorded: a copy (the run still needs the real values) whose secret ``env`` values are
-    masked. The names stay, so a reader still sees that the variable was set."""
-    out = copy.deepcopy(profile)
-    env = (out.get("resolved") or {}).get("env")
-    if isinstance(env, dict):
-        for name in env:
-            if is_secret(str(name)):
-                env[name] = MASK
-    return out
-
-
-def _masked_override(item: str) -> str:
-    """``env.HF_TOKEN=hf_abc`` -> ``env.HF_TOKEN=***``; a whole ``env={...}`` is masked when it names a secret."""
-    path, sep, value = item.partition("=")
-    parts = path.strip().split(".")
-    if not sep or parts[0] != "env":
-        return item
-    if len(parts) == 1:
-        return f"{path}={MASK}" if is_secret(value) else item
-    return f"{path}={MASK}" if is_secret(".".join(parts[1:])) else item
-
-
-def masked_command(argv: list[str]) -> list[str]:
-    """argv with the value of every ``--cluster-set env.SECRET_NAME=VALUE`` replaced by ``***``: a token
-    passed on the command line must not end up in the evidence, which is meant to be handed around."""
-    out, after_option = [], False
-    for arg in argv:
-        if after_option:
-            arg = _masked_override(arg)
-        elif arg.startswith(f"{SET_OPTION}="):
-            arg = f"{SET_OPTION}={_masked_override(arg.removeprefix(SET_OPTION + '='))}"
-        after_option = arg == SET_OPTION
-        out.append(arg)
-    return out
 
 
 def software() -> dict[str, str | None]:

@@ -17,8 +17,9 @@ from typing import Any
 from pydantic import ValidationError
 
 from acceptance.atomic_file import write_atomic
-from acceptance.evidence.environment import allowed_env, masked_command, masked_profile, software
+from acceptance.evidence.environment import allowed_env, software
 from acceptance.evidence.model import Case, Check, ClusterRecord, EvidenceDoc, ProbeRecord, Verdict
+from acceptance.masking import masked_command, masked_profile
 
 
 class EvidenceError(Exception):

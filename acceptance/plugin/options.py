@@ -6,7 +6,6 @@ command line > environment > ini file > profile (an option left unset falls thro
 from __future__ import annotations
 
 import argparse
-import math
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -15,16 +14,7 @@ from typing import Any
 
 import pytest
 
-
-def positive_seconds(text: str) -> float:
-    """A timeout: a finite number of seconds above zero (0, negative, nan and inf are refused)."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number of seconds > 0, got {text!r}") from None
-    if not math.isfinite(value) or value <= 0:
-        raise argparse.ArgumentTypeError(f"expected a finite number of seconds > 0, got {text!r}")
-    return value
+from acceptance.profile.model import positive_seconds
 
 
 def non_negative_int(text: str) -> int:

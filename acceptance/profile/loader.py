@@ -5,24 +5,20 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import re
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import ValidationError
 
-from acceptance.profile.metrics import canonical_metric, metric_problem
+from acceptance.masking import masked_profile
+from acceptance.profile.metrics import bound_problem, canonical_metric, metric_problem
 from acceptance.profile.model import ProfileModel, Threshold
+from acceptance.profile.strict_yaml import LineMap, parse, read
+from acceptance.profile.strict_yaml import ProfileError as ProfileError  # raised to callers of this module
 
 LOCAL_DIR = Path("thresholds")
-_EXPONENT = re.compile(r"[-+]?\d+(\.\d*)?[eE][-+]?\d+")
-
-
-class ProfileError(Exception):
-    """A profile that cannot be used; the message names the file, the key and what was expected."""
 
 
 @dataclass(frozen=True)
@@ -100,11 +96,16 @@ def _build(raw: dict[str, Any], chain: tuple[Path, ...], lines: LineMap, overrid
     model = _canonical_thresholds(model, path)
     _check_metric_names(model, path, lines)
     resolved = model.model_dump(mode="json")
-    digest = hashlib.sha256(json.dumps(resolved, sort_keys=True).encode()).hexdigest()
-    return Profile(model=model, path=path.resolve(), resolved=resolved, sha256=digest, chain=chain)
+    return Profile(model=model, path=path.resolve(), resolved=resolved, sha256=_digest(resolved), chain=chain)
 
 
-LineMap = dict[tuple[str, ...], str]  # key path -> where it was set: FILE:LINE or --cluster-set ...
+def _digest(resolved: dict[str, Any]) -> str:
+    """The sha256 of the profile as the evidence records it, secret values masked: a digest of the real
+    value would let anyone holding the evidence confirm a guess of it offline. So two nodes whose profiles
+    differ only in a secret's value agree on the plan (multinode/plan.py compares this digest); intended:
+    a token is a node's own credential, not part of what the cluster is tested against."""
+    shown = masked_profile({"resolved": resolved})["resolved"]
+    return hashlib.sha256(json.dumps(shown, sort_keys=True).encode()).hexdigest()
 
 
 def _resolve(path: Path, seen: tuple[Path, ...]) -> tuple[dict[str, Any], tuple[Path, ...], LineMap]:
@@ -112,7 +113,7 @@ def _resolve(path: Path, seen: tuple[Path, ...]) -> tuple[dict[str, Any], tuple[
     if real in seen:
         cycle = " -> ".join(str(p) for p in [*seen, real])
         raise ProfileError(f"{path}: extends: cycle {cycle}")
-    data, lines = _read_yaml(path)
+    data, lines = read(path)
     parent_name = data.get("extends")
     if parent_name is None:
         return data, (*seen, real), lines
@@ -132,19 +133,25 @@ def _override(raw: dict[str, Any], item: str, lines: LineMap) -> dict[str, Any]:
     parts = _key_path(key.strip())
     if not sep or not all(parts):
         raise ProfileError(f"--cluster-set {item!r}: expected KEY.PATH=VALUE, e.g. training.micro_batch=8")
-    try:
-        value = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ProfileError(f"--cluster-set {item!r}: the value is not valid YAML: {exc}") from None
+    if not text.strip():  # an empty YAML value is null, which would silently reset the key to its default
+        raise ProfileError(
+            f"--cluster-set {item!r}: empty value (expected KEY.PATH=VALUE; KEY.PATH=null removes a key)"
+        )
     if parts[0] == "env" and len(parts) == 2:
-        value = text.strip()  # environment values are strings, verbatim: NCCL_IB_DISABLE=1 means "1"
-    elif isinstance(value, str) and _EXPONENT.fullmatch(value):
-        value = float(value)  # YAML 1.1 reads 1e6 as a string; on a command line it means a number
+        value: Any = text.strip()  # environment values are strings, verbatim: NCCL_IB_DISABLE=1 means "1"
+    else:
+        value = _override_value(text, item, tuple(parts))
     _mark_override(lines, tuple(parts), value, f"--cluster-set {item}")
     patch: dict[str, Any] = {parts[-1]: value}
     for part in reversed(parts[:-1]):
         patch = {part: patch}
     return _merge(raw, patch)
+
+
+def _override_value(text: str, item: str, at: tuple[str, ...]) -> Any:
+    """Read like a profile file (duplicate keys, ``1e6``, non-finite numbers); errors name the option."""
+    label = f"--cluster-set {item!r}"
+    return parse(text, lambda mark: label if mark is None else f"{label} (value column {mark.column + 1})", at)[0]
 
 
 def _mark_override(lines: LineMap, at: tuple[str, ...], value: Any, label: str) -> None:
@@ -172,37 +179,6 @@ def _key_path(key: str) -> list[str]:
     if parts[-1] in THRESHOLD_FIELDS:
         return [parts[0], ".".join(parts[1:-1]), parts[-1]]
     return [parts[0], ".".join(parts[1:])]
-
-
-def _read_yaml(path: Path) -> tuple[dict[str, Any], LineMap]:
-    try:
-        text = path.read_text()
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-        data = yaml.safe_load(text)
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark
-        where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
-        raise ProfileError(f"{where}: YAML syntax error: {exc.problem}") from None
-    except (OSError, yaml.YAMLError) as exc:
-        raise ProfileError(f"{path}: cannot read profile: {exc}") from None
-    if not isinstance(data, dict):
-        raise ProfileError(f"{path}: expected a mapping of profile keys at the top level, got {type(data).__name__}")
-    lines: LineMap = {}
-    _map_lines(node, (), path, lines)
-    return data, lines
-
-
-def _map_lines(node: yaml.Node | None, prefix: tuple[str, ...], path: Path, out: LineMap) -> None:
-    if isinstance(node, yaml.MappingNode):
-        for key, value in node.value:
-            at = (*prefix, str(key.value))
-            out[at] = f"{path}:{key.start_mark.line + 1}"
-            _map_lines(value, at, path, out)
-    elif isinstance(node, yaml.SequenceNode):
-        for index, item in enumerate(node.value):
-            at = (*prefix, str(index))
-            out[at] = f"{path}:{item.start_mark.line + 1}"
-            _map_lines(item, at, path, out)
 
 
 def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
@@ -274,11 +250,15 @@ def _canonical_thresholds(model: ProfileModel, path: Path) -> ProfileModel:
 
 def _check_metric_names(model: ProfileModel, path: Path, lines: LineMap) -> None:
     problems = []
-    for key in model.thresholds:
+    for key, bound in model.thresholds.items():
         why = metric_problem(key, model)
         if why is not None:
-            where = _where(("thresholds", key), (path,), lines)
-            problems.append(f"{where}: thresholds.{key}: {why}")
+            problems.append(f"{_where(('thresholds', key), (path,), lines)}: thresholds.{key}: {why}")
+            continue
+        field_why = bound_problem(key, bound)
+        if field_why is not None:
+            loc = ("thresholds", key, field_why[0])
+            problems.append(f"{_where(loc, (path,), lines)}: {'.'.join(loc)}: {field_why[1]}")
     if problems:
         raise ProfileError("invalid profile:\n  " + "\n  ".join(problems))
 

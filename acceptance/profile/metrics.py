@@ -12,7 +12,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from acceptance.profile.model import ProfileModel
+from acceptance.profile.model import ProfileModel, Threshold
 from acceptance.profile.sizes import SizeError, canonical_size
 
 
@@ -20,10 +20,14 @@ from acceptance.profile.sizes import SizeError, canonical_size
 class Family:
     pattern: re.Pattern[str]
     doc: str
+    floor: float | None  # no figure of the family is ever below it; None: not known
 
 
-def _family(regex: str, doc: str) -> Family:
-    return Family(re.compile(rf"^{regex}$"), doc)
+# Every figure the probes produce is a count, a duration, a rate, a ratio of those (efficiency, MFU, loss
+# ratio, shortfall under the median, clipped at 0), a temperature NVML reads as an unsigned integer, or a
+# cross-entropy loss: none is ever below 0. A family that adds a figure that can be must pass floor=None.
+def _family(regex: str, doc: str, floor: float | None = 0.0) -> Family:
+    return Family(re.compile(rf"^{regex}$"), doc, floor)
 
 
 # only the figures a test checks: a bound on a figure no test reads would be a gate that never closes
@@ -133,6 +137,24 @@ def metric_problem(name: str, profile: ProfileModel) -> str | None:
         return None
     shapes = ", ".join(f.doc for f in FAMILIES)
     return f"no probe measures a metric of this name (known shapes: {shapes})"
+
+
+def bound_problem(name: str, bound: Threshold) -> tuple[str, str] | None:
+    """The field of ``bound`` that can never hold, or always holds, for a figure never below its family's
+    floor, and why; None when that is not so or not known. A gate that cannot fail checks nothing."""
+    floor = next((f.floor for f in FAMILIES if f.pattern.match(name)), None)
+    if floor is None:
+        return None
+    never = f"this figure is never below {floor:g}"
+    if bound.max is not None and bound.max < floor:
+        return "max", f"max {bound.max:g} can never hold: {never}"
+    if bound.eq is not None and bound.eq < floor:
+        return "eq", f"eq {bound.eq:g} can never hold: {never}"
+    if bound.ref is not None and bound.tol is not None and bound.ref + bound.tol * abs(bound.ref) < floor:
+        return "ref", f"ref {bound.ref:g} ± {bound.tol:.0%} can never hold: {never}"
+    if bound.min is not None and bound.min <= floor:
+        return "min", f"min {bound.min:g} always holds: {never} (raise it, or remove it to record the figure)"
+    return None
 
 
 def canonical_metric(name: str) -> str:

@@ -1,15 +1,17 @@
 """The profile schema: one strict pydantic model per YAML section.
 
-Strict on purpose: an unknown key or a wrong type is an error, because a typo in a profile must never
-turn a gate off. Sizes are validated here and stored in their canonical spelling (see ``units``).
+Strict on purpose: an unknown key, a wrong type or a number that is not finite is an error, because a
+typo in a profile must never turn a gate off (``max: .inf`` holds for every figure, a NaN bound for
+none). Sizes are validated here and stored in their canonical spelling (see ``units``).
 """
 
 from __future__ import annotations
 
+import argparse
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, TypeAdapter, model_validator
 
 from acceptance.profile.sizes import canonical_size
 
@@ -17,11 +19,20 @@ COLLECTIVE_OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "b
 
 Size = Annotated[str, BeforeValidator(canonical_size)]
 PositiveInt = Annotated[int, Field(gt=0)]
-Seconds = Annotated[float, Field(gt=0)]
+Seconds = Annotated[float, Field(gt=0, allow_inf_nan=False)]
+
+
+def positive_seconds(text: str) -> float:
+    """The type of ``--cluster-timeout``: seconds as a profile's ``timeouts`` takes them (finite, above 0).
+    argparse turns the error into a usage error naming the option."""
+    try:
+        return TypeAdapter(Seconds).validate_python(float(text))
+    except ValueError:  # not a number, or pydantic's ValidationError (a ValueError)
+        raise argparse.ArgumentTypeError(f"expected a finite number of seconds above 0, got {text!r}") from None
 
 
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, allow_inf_nan=False)
 
 
 class Topology(Strict):
@@ -208,6 +219,8 @@ class Threshold(Strict):
             raise ValueError("ref and tol go together (tol is relative: 0.05 = 5%)")
         if self.eq is not None and (self.min is not None or self.max is not None):
             raise ValueError("eq cannot be combined with min or max")
+        if self.min is not None and self.max is not None and self.min > self.max:
+            raise ValueError(f"min {self.min:g} is above max {self.max:g}: no value can meet both")
         return self
 
 
