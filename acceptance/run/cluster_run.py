@@ -168,28 +168,22 @@ class ClusterRun:
         record = self.evidence.probe(name, key, env)
         record.out_dir = str(out_dir.relative_to(self.evidence_dir))
         self.evidence.write()
+        run_id = f"{self.run_tag or self.profile.sha256[:12]}-{seq}-{key}"
+        where = {"topo": topo or self.topology, "placement": placement or self.placement, "out_dir": out_dir}
         try:
             self._meet_before(name, seq, key)
-            outcome = launch.run(
-                name,
-                spec,
-                out_dir=out_dir,
-                topo=topo or self.topology,
-                placement=placement or self.placement,
-                run_id=f"{self.run_tag or self.profile.sha256[:12]}-{seq}-{key}",
-                timeout_s=self.timeout(name),
-                env=launch.child_env(self.profile.model.env, env),
-            )
+            env = launch.child_env(self.profile.model.env, env)
+            outcome = launch.run(name, spec, run_id=run_id, timeout_s=self.timeout(name), env=env, **where)
         except (KeyboardInterrupt, SystemExit):  # the launcher has killed the ranks; say so before pytest unwinds
             record.status = "interrupted"
             self.evidence.write()
             raise
+        except launch.ProbeError as exc:
+            record.status, record.error = "failed", str(exc)
+            self.evidence.write()
+            return exc
         except Exception as exc:  # e.g. an unreadable result: a failure of this probe, kept like any other
-            error = (
-                exc
-                if isinstance(exc, launch.ProbeError)
-                else launch.ProbeError(f"probe {name} failed in the launcher: {type(exc).__name__}: {exc}")
-            )
+            error = launch.ProbeError(f"probe {name} failed in the launcher: {type(exc).__name__}: {exc}")
             record.status, record.error = "failed", str(error)
             self.evidence.write()
             return error
