@@ -82,14 +82,15 @@ def run_nodes(
 
 
 def assert_cluster_passed(nodes: list[Node], source: str) -> None:
+    """Every gate held on every node; these runs select part of the suite, so the verdict says PARTIAL."""
     for node in nodes:
         assert node.returncode == 0, node.output[-6000:]
         assert f"(from {source})" in node.output
-        assert node.evidence()["verdict"] == "PASS"
+        assert node.evidence()["verdict"] == "PARTIAL" and node.evidence()["errors"] == []
         assert list(node.evidence_dir.glob(f"node{node.rank}-*/junit-*.xml"))
     cluster = nodes[0].evidence()["cluster"]
     assert sorted(n["node_rank"] for n in cluster["nodes"]) == [0, 1]
-    assert [(v["node_rank"], v["verdict"]) for v in cluster["node_verdicts"]] == [(0, "PASS"), (1, "PASS")]
+    assert [(v["node_rank"], v["verdict"]) for v in cluster["node_verdicts"]] == [(0, "PARTIAL"), (1, "PARTIAL")]
     assert cluster["plan"]["digest"] == nodes[1].evidence()["cluster"]["plan"]["digest"]
 
 

@@ -86,7 +86,7 @@ def _case(test: Mapping[str, Any]) -> Any:
         case.add_skipped_info(message=message or outcome)
     elif outcome == "not_run":
         case.add_skipped_info(message=message or NOT_RUN)
-    elif outcome == "running":
+    elif outcome in ("running", "interrupted"):
         # the evidence was written before the test ended: a killed run must not read as a pass
         case.add_error_info(message=INTERRUPTED, output=longrepr)
     elif outcome not in PASSED:

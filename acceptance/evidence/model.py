@@ -15,7 +15,8 @@ from pydantic import BaseModel, ConfigDict, Field
 SCHEMA_ID = "cluster-acceptance/evidence/1"
 
 Verdict = Literal["PASS", "FAIL", "PARTIAL", "INCOMPLETE"]
-Outcome = Literal["running", "passed", "failed", "error", "skipped", "xfailed", "xpassed", "not_run"]
+# interrupted: the test was running when the run was stopped; not_run: the run was stopped before it
+Outcome = Literal["running", "passed", "failed", "error", "skipped", "xfailed", "xpassed", "interrupted", "not_run"]
 CheckVerdict = Literal["pass", "fail", "xfail", "info", "baseline_fail"]
 ProbeStatus = Literal["running", "ok", "failed", "interrupted"]
 

@@ -29,12 +29,12 @@ class Facts:
 
 
 def decide(facts: Facts) -> Verdict:
-    """The verdict of ``facts``; a run that checked no figure at all is a FAIL (see ``problems``)."""
+    """The verdict of ``facts``; a whole run that checked no figure at all is a FAIL (see ``problems``)."""
     failed = (
         any(o in FAILED_OUTCOMES for o in facts.outcomes)
         or any(v in ("fail", "baseline_fail") for v in facts.check_verdicts)
         or bool(facts.errors)
-        or not facts.check_verdicts
+        or (not facts.check_verdicts and not facts.interrupted)  # stopped before a figure: INCOMPLETE says it
     )
     verdicts: list[Verdict] = ["FAIL" if failed else "PASS"]
     if facts.interrupted:
@@ -55,7 +55,7 @@ NOTHING_MEASURED = "no figure was measured: every selected test was skipped or n
 
 def problems(facts: Facts) -> list[str]:
     """Run-level reasons a person needs beside a FAIL that no single test carries."""
-    return [] if facts.check_verdicts else [NOTHING_MEASURED]
+    return [] if facts.check_verdicts or facts.interrupted else [NOTHING_MEASURED]
 
 
 def effective(doc: Mapping[str, Any]) -> Verdict:

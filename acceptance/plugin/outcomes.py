@@ -46,7 +46,7 @@ def report_unrun(session: pytest.Session, evidence: Evidence, finished: set[str]
         location = (str(item.location[0]), item.location[1], item.location[2])
         if item.nodeid == running:
             reports = [pytest.TestReport(item.nodeid, location, keywords, "failed", INTERRUPTED, "setup")]
-            outcome: Outcome = "error"
+            outcome: Outcome = "interrupted"
             message = INTERRUPTED
         else:
             longrepr = (location[0], location[1] or 0, f"Skipped: {NOT_RUN}")

@@ -27,7 +27,8 @@ from acceptance.profile.metrics import FAMILY_MODULES, module_of
 from acceptance.run.cluster_run import ClusterRun
 from acceptance.run.placement import TopologyError, resolve
 
-STOPPED = (pytest.ExitCode.INTERRUPTED, pytest.ExitCode.INTERNAL_ERROR)
+# the run did not go to its end: Ctrl-C or SIGTERM, a crash of pytest, a node that disagreed or went missing
+STOPPED = (pytest.ExitCode.INTERRUPTED, pytest.ExitCode.INTERNAL_ERROR, pytest.ExitCode.USAGE_ERROR)
 
 
 def _interrupt_on_term(signum: int, frame: FrameType | None) -> None:
