@@ -3,25 +3,31 @@ nccl-tests', and the torch-free dtype table agrees with torch."""
 
 from __future__ import annotations
 
+from typing import get_args
+
 import pytest
 import torch
 import torch.distributed as dist
 
-from acceptance.families.collectives import COLLECTIVE_OPS, OPS, figures
+from acceptance.families.collectives import figures
 from acceptance.probes.ops import UNITS, Op
 from acceptance.probes.rank import TORCH_DTYPES
+from acceptance.profile.collectives import COLLECTIVE_OPS, OPS
 from acceptance.profile.dtypes import DTYPE_NAMES, DTYPES
-from acceptance.profile.model import Collectives, Compute
+from acceptance.profile.model import Collectives, Compute, Internode
 
 
 def test_both_halves_list_the_same_ops() -> None:
     assert list(UNITS) == list(OPS) == list(COLLECTIVE_OPS)
 
 
-def test_the_profile_accepts_exactly_the_units_ops() -> None:
-    assert Collectives.model_validate({"ops": list(COLLECTIVE_OPS)}).ops == list(COLLECTIVE_OPS)
+@pytest.mark.parametrize("section", [Collectives, Internode])
+def test_the_profile_accepts_exactly_the_units_ops(section: type[Collectives] | type[Internode]) -> None:
+    (choices,) = get_args(section.model_fields["ops"].annotation)
+    assert get_args(choices) == COLLECTIVE_OPS
+    assert section.model_validate({"ops": list(COLLECTIVE_OPS)}).ops == list(COLLECTIVE_OPS)
     with pytest.raises(ValueError, match="all_reduce"):
-        Collectives.model_validate({"ops": ["allreduce"]})
+        section.model_validate({"ops": ["allreduce"]})
 
 
 # nccl-tests src/*.cu, GetBw(): all_reduce 2(n-1)/n; all_gather, reduce_scatter, alltoall (n-1)/n;
@@ -82,6 +88,8 @@ def test_figures_use_the_bytes_moved_and_the_mean_over_ranks() -> None:
 
 def test_one_dtype_table() -> None:
     assert list(TORCH_DTYPES) == list(DTYPES) == list(DTYPE_NAMES)
+    assert get_args(Collectives.model_fields["dtype"].annotation) == DTYPE_NAMES
+    assert get_args(Compute.model_fields["matmul_dtype"].annotation) == DTYPE_NAMES
     for name in DTYPE_NAMES:
         assert Collectives.model_validate({"dtype": name}).dtype == name
         assert Compute.model_validate({"matmul_dtype": name}).matmul_dtype == name

@@ -14,10 +14,10 @@ from collections.abc import Iterator
 import pytest
 import torch
 
-from acceptance.families.collectives import OPS
 from acceptance.probes.ops import UNITS, Place
 from acceptance.probes.rank import TORCH_DTYPES
 from acceptance.probes.verifiable import count_wrong, summand, tag, target
+from acceptance.profile.collectives import OPS
 from acceptance.profile.dtypes import DTYPE_NAMES, DTYPES
 
 WORLD_SIZES = (2, 3, 7, 8, 64, 85, 96, 128, 256, 1000, 1024)

@@ -18,8 +18,8 @@ from acceptance.evidence.junit import junit_xml
 from acceptance.evidence.merge import merge
 from acceptance.evidence.store import EvidenceError, read_evidence
 from acceptance.evidence.verdict import effective
-from acceptance.families.collectives import COLLECTIVE_OPS
 from acceptance.profile import loader as profiles
+from acceptance.profile.collectives import COLLECTIVE_OPS
 from acceptance.profile.dtypes import DTYPE_NAMES
 from acceptance.reports import markdown as report
 from acceptance.run.launcher import ProbeError

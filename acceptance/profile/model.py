@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, TypeAdapter, model_validator
 
-from acceptance.families.collectives import COLLECTIVE_OPS
+from acceptance.profile.collectives import COLLECTIVE_OPS
 from acceptance.profile.dtypes import DTYPE_NAMES
 from acceptance.profile.sizes import canonical_size
 
