@@ -1,4 +1,4 @@
-"""Unit tables: sizes, busbw factors, threshold evaluation, number formatting."""
+"""Unit tables: sizes, threshold evaluation, number formatting."""
 
 from __future__ import annotations
 
@@ -7,7 +7,6 @@ import math
 import pytest
 
 from acceptance.numbers import fmt
-from acceptance.probes.collectives import BUSBW_FACTOR
 from acceptance.profile.loader import evaluate
 from acceptance.profile.model import Threshold
 from acceptance.profile.sizes import SizeError, canonical_size, format_size, parse_size
@@ -54,30 +53,6 @@ def test_format_size(nbytes: int, text: str) -> None:
 @pytest.mark.parametrize(("text", "canon"), [("1024K", "1M"), ("1024M", "1G"), ("65536", "64K"), ("3K", "3K")])
 def test_canonical_size(text: str, canon: str) -> None:
     assert canonical_size(text) == canon
-
-
-# nccl-tests src/*.cu, GetBw(): all_reduce 2(n-1)/n; all_gather, reduce_scatter, alltoall (n-1)/n;
-# broadcast, reduce, sendrecv 1. Written out per world size, not recomputed from the same formula.
-NCCL_TESTS_FACTORS = {
-    "all_reduce": {2: 1.0, 4: 1.5, 8: 1.75, 16: 1.875},
-    "all_gather": {2: 0.5, 4: 0.75, 8: 0.875, 16: 0.9375},
-    "reduce_scatter": {2: 0.5, 4: 0.75, 8: 0.875, 16: 0.9375},
-    "all_to_all": {2: 0.5, 4: 0.75, 8: 0.875, 16: 0.9375},
-    "broadcast": {2: 1.0, 4: 1.0, 8: 1.0, 16: 1.0},
-    "reduce": {2: 1.0, 4: 1.0, 8: 1.0, 16: 1.0},
-    "sendrecv": {2: 1.0, 4: 1.0, 8: 1.0, 16: 1.0},
-}
-
-
-@pytest.mark.parametrize(
-    ("op", "n", "factor"), [(op, n, f) for op, table in NCCL_TESTS_FACTORS.items() for n, f in table.items()]
-)
-def test_busbw_factor(op: str, n: int, factor: float) -> None:
-    assert BUSBW_FACTOR[op](n) == pytest.approx(factor)
-
-
-def test_every_op_has_a_factor() -> None:
-    assert set(BUSBW_FACTOR) == set(NCCL_TESTS_FACTORS)
 
 
 @pytest.mark.parametrize(
@@ -140,25 +115,3 @@ def test_threshold_rejects(fields: dict[str, float], message: str) -> None:
 )
 def test_fmt(value: float, text: str) -> None:
     assert fmt(value) == text
-
-
-def test_data_check_counts_nan_as_wrong() -> None:
-    import types
-    from typing import Any, cast
-
-    import torch
-    import torch.distributed as dist
-
-    from acceptance.probes.collectives import Op
-
-    ctx = cast(Any, types.SimpleNamespace(world_size=1, rank=0, device=torch.device("cpu")))
-    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)  # type: ignore[attr-defined]
-    try:
-        op = Op("all_reduce", 256, torch.float32, ctx)
-        op.fill()
-        assert op.wrong() == 0
-        op.out[3] = float("nan")
-        op.out[5] = 1e9
-        assert op.wrong() == 2
-    finally:
-        dist.destroy_process_group()

@@ -19,7 +19,8 @@ from acceptance.evidence.merge import merge
 from acceptance.evidence.store import EvidenceError, read_evidence
 from acceptance.evidence.verdict import effective
 from acceptance.profile import loader as profiles
-from acceptance.profile.model import COLLECTIVE_OPS
+from acceptance.profile.collectives import COLLECTIVE_OPS
+from acceptance.profile.dtypes import DTYPE_NAMES
 from acceptance.reports import markdown as report
 from acceptance.run.launcher import ProbeError
 from acceptance.run.placement import TopologyError
@@ -93,7 +94,7 @@ def add_sweep(sub: Any) -> None:
         default="all_reduce",
         help=f"comma-separated, from {', '.join(COLLECTIVE_OPS)} (default: all_reduce)",
     )
-    sw.add_argument("--dtype", choices=("float32", "float16", "bfloat16"), help="default: the profile's, else float32")
+    sw.add_argument("--dtype", choices=DTYPE_NAMES, help="default: the profile's, else float32")
     sw.add_argument("-w", "--warmup_iters", type=int, help="warm-up calls per size (default: the profile's, 5)")
     sw.add_argument("-n", "--iters", type=int, help="timed calls per size (default: the profile's, 20)")
     sw.add_argument("--nproc-per-node", type=int, help="ranks per node (default: the profile's, else every GPU or 2)")

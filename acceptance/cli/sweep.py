@@ -16,14 +16,11 @@ from typing import Any, TextIO
 from acceptance.evidence.folder import default_folder
 from acceptance.evidence.verdict import Facts, decide
 from acceptance.profile import loader as profiles
+from acceptance.profile.dtypes import DTYPES
 from acceptance.profile.sizes import format_size, parse_size
 from acceptance.run.cluster_run import MUST_BE_ZERO, ClusterRun
 from acceptance.run.launcher import ProbeError
 from acceptance.run.placement import resolve
-
-# nccl-tests' names for the types (its -d option), so the tables read alike
-TYPE_NAMES = {"float32": "float", "float16": "half", "bfloat16": "bfloat16"}
-ELEMENT_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
 
 
 @dataclass(frozen=True)
@@ -144,15 +141,15 @@ WIDTHS = (12, 12, 10, 16, 10, 8, 8, 7)
 
 
 def table(result: dict[str, Any]) -> str:
-    """nccl-tests' layout: one line per op and size, then the average bus bandwidth."""
+    """nccl-tests' layout: one line per op and size (the bytes the call moved, like its ``size`` column),
+    then the average bus bandwidth."""
     lines = [_line(("#", *COLUMNS)), _line(("#", *UNITS))]
-    dtype = result.get("dtype", "float32")
+    dtype = DTYPES[result["dtype"]]
     for row in result["rows"]:
-        count = row.get("count") or row["size_bytes"] // ELEMENT_BYTES.get(dtype, 4)
         cells = (
-            str(row["size_bytes"]),
-            str(count),
-            TYPE_NAMES.get(dtype, dtype),
+            str(row["bytes"]),
+            str(row["count"]),
+            dtype.nccl_tests,
             row["op"],
             f"{row['time_us']:.2f}",
             f"{row['algbw_gbps']:.2f}",

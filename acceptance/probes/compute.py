@@ -21,7 +21,7 @@ import torch
 import torch.distributed as dist
 
 from acceptance.families import compute as pergpu
-from acceptance.probes.rank import DTYPES, Ctx, main
+from acceptance.probes.rank import TORCH_DTYPES, Ctx, main
 from acceptance.profile.sizes import parse_size
 
 WARMUP_S = 1.0
@@ -73,7 +73,7 @@ def _random(shape: tuple[int, int], dtype: torch.dtype, device: torch.device, se
 
 def matmul(ctx: Ctx, cfg: dict[str, Any]) -> float:
     """TFLOP/s of an n x n x n matmul in the profile's dtype (2 n^3 floating-point operations per call)."""
-    n, dtype = cfg["matmul_size"], DTYPES[cfg["matmul_dtype"]]
+    n, dtype = cfg["matmul_size"], TORCH_DTYPES[cfg["matmul_dtype"]]
     a, b = _random((n, n), dtype, ctx.device, cfg["seed"]), _random((n, n), dtype, ctx.device, cfg["seed"] + 1)
     out = torch.empty((n, n), dtype=dtype, device=ctx.device)
     dist.barrier()
@@ -158,7 +158,7 @@ def burnin(ctx: Ctx, cfg: dict[str, Any]) -> dict[str, Any]:
     Every result must equal this GPU's first one (checked on the device, no copy per call), and the first
     one's digest must equal the other GPUs': a GPU that computes a different answer is corrupting data.
     """
-    n, dtype = cfg["matmul_size"], DTYPES[cfg["matmul_dtype"]]
+    n, dtype = cfg["matmul_size"], TORCH_DTYPES[cfg["matmul_dtype"]]
     a, b = _random((n, n), dtype, ctx.device, cfg["seed"]), _random((n, n), dtype, ctx.device, cfg["seed"] + 1)
     ref = torch.mm(a, b)
     digest = hashlib.sha256(ref.contiguous().view(torch.uint8).cpu().numpy().tobytes()).hexdigest()

@@ -20,7 +20,8 @@ from typing import Any
 
 import torch.distributed as dist
 
-from acceptance.probes.collectives import BUSBW_FACTOR, measure, nccl_version
+from acceptance.families.collectives import figures
+from acceptance.probes.collectives import measure, nccl_version
 from acceptance.probes.rank import Ctx, main
 from acceptance.profile.sizes import parse_size
 
@@ -57,16 +58,12 @@ def sweep(ctx: Ctx, scope: str, group: Any, cfg: dict[str, Any]) -> list[dict[st
 
 def figure(rows: list[dict[str, Any]], ranks: list[int]) -> dict[str, Any]:
     """One group's figure for one op and size: mean time over its ranks, busbw with its size's factor."""
-    mine = [r for r in rows if r["rank"] in ranks]
-    times = [r["seconds"] for r in mine]
-    mean = sum(times) / len(times)
-    algbw = mine[0]["size_bytes"] / mean / 1e9
+    mine = sorted((r for r in rows if r["rank"] in ranks), key=lambda r: r["rank"])
+    found = figures(mine[0]["op"], mine[0]["bytes"], [r["seconds"] for r in mine], len(ranks))
     return {
         "ranks": len(ranks),
-        "time_us": mean * 1e6,
-        "time_us_max": max(times) * 1e6,
-        "algbw_gbps": algbw,
-        "busbw_gbps": algbw * BUSBW_FACTOR[mine[0]["op"]](len(ranks)),
+        **found,
+        "slowest_rank": mine[int(found["slowest_rank"])]["rank"],
         "wrong": sum(r["wrong"] for r in mine),
         "timing": mine[0]["timing"],
     }

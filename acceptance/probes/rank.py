@@ -27,8 +27,10 @@ import torch
 import torch.distributed as dist
 from torch.distributed.elastic.multiprocessing.errors import record
 
-# the dtype names profiles use, for every probe
-DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
+from acceptance.profile.dtypes import DTYPE_NAMES
+
+# the profile's type names as torch types, for every probe (the names are torch's attribute names)
+TORCH_DTYPES: dict[str, torch.dtype] = {name: getattr(torch, name) for name in DTYPE_NAMES}
 FAULT_ENV = "ACCEPTANCE_TEST_FAULT"  # test-only knob: "crash@RANK" or "hang@RANK[:PHASE]"
 
 

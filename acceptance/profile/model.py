@@ -13,9 +13,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, TypeAdapter, model_validator
 
+from acceptance.profile.collectives import COLLECTIVE_OPS
+from acceptance.profile.dtypes import DTYPE_NAMES
 from acceptance.profile.sizes import canonical_size
-
-COLLECTIVE_OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "reduce", "sendrecv")
 
 Size = Annotated[str, BeforeValidator(canonical_size)]
 PositiveInt = Annotated[int, Field(gt=0)]
@@ -96,7 +96,7 @@ class Internode(Strict):
 class Collectives(Strict):
     ops: list[Literal[COLLECTIVE_OPS]] = ["all_reduce", "all_gather", "reduce_scatter", "all_to_all"]  # type: ignore[valid-type]
     sizes: list[Size] = ["1M", "16M", "256M", "1G"]
-    dtype: Literal["bfloat16", "float16", "float32"] = "bfloat16"
+    dtype: Literal[DTYPE_NAMES] = "bfloat16"  # type: ignore[valid-type]
     warmup_iters: Annotated[int, Field(ge=0)] = 5
     iters: PositiveInt = 20
     # auto: a CUDA graph on GPUs (takes Python's launch cost out of the figure), a host clock on the CPU
@@ -131,7 +131,7 @@ class Compute(Strict):
     """Per-GPU speed, every GPU at once; the slow one named against the median."""
 
     matmul_size: PositiveInt = 8192  # m = n = k
-    matmul_dtype: Literal["bfloat16", "float16", "float32"] = "bfloat16"
+    matmul_dtype: Literal[DTYPE_NAMES] = "bfloat16"  # type: ignore[valid-type]
     matmul_iters: PositiveInt = 100
     fp8: bool = True  # also an fp8 matmul (torch._scaled_mm) where the GPU has it (compute capability >= 8.9)
     copy_size: Size = "2G"  # bytes read per device copy; bytes read + written count toward GB/s
