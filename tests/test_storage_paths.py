@@ -142,7 +142,7 @@ def test_stopped_mid_checkpoint_leaves_nothing(
     folder = tmp_path / "shared"
     folder.mkdir()
     monkeypatch.setenv("ACCEPTANCE_TEST_FAULT", "hang@1:storage tmp: checkpoint write")
-    result, data = run_storage(suite, folder, "--cluster-timeout", "60")
+    _, data = run_storage(suite, folder, "--cluster-timeout", "60")
     assert "in phase 'storage tmp: checkpoint write'" in data["probes"][0]["error"]
     assert data["verdict"] == "FAIL"
     assert list(folder.iterdir()) == [], list(folder.rglob("*"))

@@ -179,7 +179,9 @@ def test_a_bad_checkpoint_size_is_refused(tmp_path: Path) -> None:
 
 
 def test_thresholds_must_name_a_path_of_the_profile(tmp_path: Path) -> None:
-    message = profile_error(tmp_path, "  paths: {shared: {path: /mnt/shared}}", "{storage.scratch.write_gbps: {min: 1}}")
+    message = profile_error(
+        tmp_path, "  paths: {shared: {path: /mnt/shared}}", "{storage.scratch.write_gbps: {min: 1}}"
+    )
     assert "storage_path 'scratch' is not in this profile's list ['shared']" in message
 
 
@@ -190,3 +192,14 @@ def test_storage_defaults_and_names(tmp_path: Path) -> None:
     assert profile.resolved["storage"] == {"paths": {"tmp": {"path": None, "shared": False}}, "checkpoint_size": "256M"}
     assert profile.model.timeouts.for_probe("storage") == 90
     assert module_of("storage.tmp.write_gbps_min") == module_of("storage.wall_s") == "test_storage"
+
+
+def test_why_no_checkpoint_points_at_the_test_naming_the_nodes() -> None:
+    same, other = {"size": 1024, "sha256": "ab" * 32}, {"error": "does not exist (ENOENT)"}
+    assert rules.not_run([node(0), node(1, problem="is not a folder")], None) == (
+        "the path is unusable on 1 of 2 nodes (see test_path_usable)"
+    )
+    assert rules.not_run([node(0, marker=same), node(1, marker=other)], MARKER) == (
+        "not one filesystem: 1 of 2 nodes differ (see test_same_files_on_every_node)"
+    )
+    assert rules.not_run([node(0, marker=same), node(1, marker=same)], MARKER) is None

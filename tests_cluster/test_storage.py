@@ -38,8 +38,9 @@ def found(storage: dict[str, Any], storage_path: str) -> dict[str, Any]:
 
 def _usable(found: dict[str, Any]) -> list[dict[str, Any]]:
     """The nodes' views; skip when the path is unusable: test_path_usable names the node and the path."""
-    if rules.unusable(found["nodes"]):
-        pytest.skip("not measured: the path is unusable on some node (see test_path_usable)")
+    reason = rules.not_run(found["nodes"], None)
+    if reason:
+        pytest.skip(f"not measured: {reason}")
     return found["nodes"]  # type: ignore[no-any-return]
 
 

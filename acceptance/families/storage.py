@@ -120,6 +120,17 @@ def not_shared(views: list[dict[str, Any]], marker: dict[str, Any]) -> list[str]
     return out
 
 
+def not_run(views: list[dict[str, Any]], marker: dict[str, Any] | None) -> str | None:
+    """Why no checkpoint is written to the path, pointing at the test that names the nodes; None: it is."""
+    bad = unusable(views)
+    if bad:
+        return f"the path is unusable on {len(bad)} of {len(views)} nodes (see test_path_usable)"
+    bad = not_shared(views, marker) if marker is not None else []
+    if bad:
+        return f"not one filesystem: {len(bad)} of {len(views)} nodes differ (see test_same_files_on_every_node)"
+    return None
+
+
 def mount_mismatch(views: list[dict[str, Any]]) -> list[str]:
     """Every node whose mount of a shared path has another filesystem type or source than node 0's."""
     ref, out = views[0], []

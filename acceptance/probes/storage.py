@@ -143,11 +143,11 @@ def check_path(ctx: Ctx, name: str, cfg: dict[str, Any], run_name: str, group: A
     with removed_on_error(run_dir):
         ctx.phase(f"storage {name}: look")
         result["nodes"] = nodes_only(ctx, lambda: prepare(ctx, path, need, run_dir))
-        result["skipped"] = "; ".join(rules.unusable(result["nodes"])) or None
+        result["skipped"] = rules.not_run(result["nodes"], None)
         if shared and not result["skipped"]:
             ctx.phase(f"storage {name}: same files")
             result["marker"] = same_files(ctx, run_dir, result["nodes"])
-            result["skipped"] = "; ".join(rules.not_shared(result["nodes"], result["marker"])) or None
+            result["skipped"] = rules.not_run(result["nodes"], result["marker"])
         if not result["skipped"]:
             result["checkpoint"] = checkpoint_all(ctx, name, run_dir, nbytes, shared, group)
         ctx.phase(f"storage {name}: clean up")
