@@ -1,5 +1,6 @@
 """The storage family on two "nodes" on loopback (two pytest processes, see test_multinode): their temporary
-folder is one folder, so it is shared; a node given another folder is named by both nodes."""
+folder is one folder, so it is shared; a node given another folder is named by both nodes, and the same
+folders pass as node-local scratch (one checkpoint per node)."""
 
 from __future__ import annotations
 
@@ -19,13 +20,13 @@ SUITE = [
 ]
 
 
-def two_nodes(tmp_path: Path, folders: list[Path]) -> list[Node]:
+def two_nodes(tmp_path: Path, folders: list[Path], extra: tuple[str, ...] = ()) -> list[Node]:
     """Two nodes whose temporary folder (the local-cpu profile's storage path) is ``folders[rank]``."""
     common = {"NNODES": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}
     for folder in folders:
         folder.mkdir(exist_ok=True)
     envs = [{**common, "NODE_RANK": str(r), "TMPDIR": str(folder)} for r, folder in enumerate(folders)]
-    return run_nodes(tmp_path / "evidence", envs, suite=SUITE)
+    return run_nodes(tmp_path / "evidence", envs, suite=[*SUITE, *extra])
 
 
 def by_name(data: dict[str, Any], name: str) -> dict[str, Any]:
@@ -51,7 +52,8 @@ def test_one_folder_for_both_nodes_is_shared(tmp_path: Path) -> None:
 
 def test_a_node_with_another_folder_is_named(tmp_path: Path) -> None:
     mine, other = tmp_path / "node0-tmp", tmp_path / "node1-tmp"
-    nodes = two_nodes(tmp_path, [mine, other])
+    # the same folders once more under another name, as node-local scratch: no finding there
+    nodes = two_nodes(tmp_path, [mine, other], ("--cluster-set", "storage.paths.scratch={path: null, shared: false}"))
     for node in nodes:
         assert node.returncode == 1, node.output[-6000:]
         data = node.evidence()
@@ -64,4 +66,6 @@ def test_a_node_with_another_folder_is_named(tmp_path: Path) -> None:
         where = f"{socket.gethostname()} (node 1): {second}"
         assert line.startswith(f"{where}: not the filesystem node 0 sees: cannot read node 0's file {first}/"), line
         assert line.endswith("from-node0.bin: does not exist (ENOENT)")
+        ranks = by_name(data, "test_checkpoint_intact[scratch]")["measurements"]["ranks"]
+        assert [(r["rank"], r["read_from"], r["wrong"]) for r in ranks] == [(0, 0, 0), (1, 1, 0)]
     assert list(mine.iterdir()) == [] and list(other.iterdir()) == []
