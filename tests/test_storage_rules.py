@@ -203,3 +203,10 @@ def test_why_no_checkpoint_points_at_the_test_naming_the_nodes() -> None:
         "not one filesystem: 1 of 2 nodes differ (see test_same_files_on_every_node)"
     )
     assert rules.not_run([node(0, marker=same), node(1, marker=same)], MARKER) is None
+
+
+def test_a_read_from_the_page_cache_is_said() -> None:
+    rows = [{"host": "gpu-0", "node_rank": 0, "cache_kept": "/x/__0_0.distcp: Invalid argument (EINVAL)"}, {}]
+    done = {"bytes": 10**9, "save_s": 1.0, "load_s": 1.0, "ranks": rows, "tensors_per_rank": 16}
+    assert "memory's: gpu-0 (node 0): /x/__0_0.distcp: Invalid argument (EINVAL)" in rules.aggregate(done, "read")[1]
+    assert "memory" not in rules.aggregate(done, "write")[1]

@@ -206,4 +206,9 @@ def aggregate(checkpoint: dict[str, Any], op: str) -> tuple[float, str]:
         f"{gib(nbytes)} by {len(checkpoint['ranks'])} ranks in {seconds:.3g} s "
         f"({checkpoint['tensors_per_rank']} tensors per rank, torch.distributed.checkpoint, fsync'd)"
     )
+    kept = [
+        f"{r['host']} (node {r['node_rank']}): {r['cache_kept']}" for r in checkpoint["ranks"] if r.get("cache_kept")
+    ]
+    if op == "read" and kept:
+        detail += "; the page cache could not be dropped, so the read may be memory's: " + "; ".join(kept)
     return nbytes / seconds / 1e9, detail

@@ -110,8 +110,7 @@ def checkpoint(ctx: Ctx, name: str, folder: Path, nbytes: int, read_from: int, g
     if row["error"]:  # then every rank has one: the checkpoint raises on all of them
         return row
     ctx.phase(f"storage {name}: checkpoint read")
-    if ctx.local_rank == 0:
-        files.drop_cache(folder)
+    row["cache_kept"] = files.drop_cache(folder) if ctx.local_rank == 0 else None
     row.update(read_shard(ctx, folder, nbytes, read_from, group))
     return row
 

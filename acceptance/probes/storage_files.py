@@ -135,13 +135,19 @@ def read_marker(run_dir: Path) -> dict[str, Any]:
     return {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
 
 
-def drop_cache(folder: Path) -> None:
+def drop_cache(folder: Path) -> str | None:
     """Evict the checkpoint's pages from this node's page cache (POSIX_FADV_DONTNEED, as fio's
     ``invalidate=1`` does), so the read measures the storage and not memory. The files are fsync'd:
-    their pages are clean and can go."""
+    their pages are clean and can go. Why it could not, if it could not: the read may then be memory's."""
+    if not hasattr(os, "posix_fadvise"):
+        return "posix_fadvise is not available on this system"
     for path in folder.iterdir():
-        fd = os.open(path, os.O_RDONLY)
         try:
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        finally:
-            os.close(fd)
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            return f"{path}: {why(exc)}"
+    return None
