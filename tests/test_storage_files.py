@@ -4,6 +4,8 @@ file, and the cleanup that leaves nothing behind."""
 from __future__ import annotations
 
 import errno
+import os
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -86,3 +88,15 @@ def test_node0s_file_reads_back_and_a_missing_one_says_so(tmp_path: Path) -> Non
     assert files.read_marker(tmp_path / "elsewhere") == {"error": "does not exist (ENOENT)"}
     assert files.drop_cache(tmp_path) is None  # the pages of fsync'd files may go; the file stays
     assert files.read_marker(tmp_path)["sha256"] == written["sha256"]
+
+
+def test_sigterm_unwinds_and_is_remembered() -> None:
+    """torchrun's SIGTERM becomes an exit that runs the cleanup; the handler before is put back."""
+    from acceptance.probes.storage import sigterm_unwinds
+
+    before = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(SystemExit) as info, sigterm_unwinds() as caught:
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(30)  # never reached in full: the signal arrives first
+    assert info.value.code == 128 + signal.SIGTERM and caught == [signal.SIGTERM]
+    assert signal.getsignal(signal.SIGTERM) is before

@@ -212,15 +212,18 @@ def removed_on_error(run_dir: Path) -> Iterator[None]:
 
 
 @contextmanager
-def sigterm_unwinds() -> Iterator[None]:
-    """torchrun stops its ranks with SIGTERM (then SIGKILL 30 s later): unwind, so the files go first."""
+def sigterm_unwinds() -> Iterator[list[int]]:
+    """torchrun stops its ranks with SIGTERM (then SIGKILL 30 s later): unwind, so the files go first.
+    Yields the signals caught: a checkpoint turns the exit into an error of its own and goes on."""
+    caught: list[int] = []
 
     def stop(signum: int, frame: object) -> None:
+        caught.append(signum)
         raise SystemExit(128 + signum)
 
     previous = signal.signal(signal.SIGTERM, stop)
     try:
-        yield
+        yield caught
     finally:
         signal.signal(signal.SIGTERM, previous)
 
@@ -239,10 +242,14 @@ def node_group(ctx: Ctx, paths: dict[str, Any]) -> Any:
 def run(ctx: Ctx) -> dict[str, Any]:
     cfg = ctx.spec["storage"]
     deadline = time.time() + float(ctx.spec.get("pg_timeout_s", 600)) + DEADLINE_MARGIN_S
-    with sigterm_unwinds():
+    paths: dict[str, Any] = {}
+    with sigterm_unwinds() as caught:
         run_name = ctx.gather(rules.run_dir_name(deadline, secrets.token_hex(4)) if ctx.rank == 0 else None)[0]
         group = node_group(ctx, cfg["paths"])
-        paths = {name: check_path(ctx, name, p, run_name, group) for name, p in cfg["paths"].items()}
+        for name, path in cfg["paths"].items():
+            paths[name] = check_path(ctx, name, path, run_name, group)
+            if caught:  # stopped inside the checkpoint, whose files are gone now: stop before the next path
+                raise SystemExit(128 + caught[0])
     return {"paths": paths, "checkpoint_size": cfg["checkpoint_size"], "run_folder": run_name}
 
 
