@@ -70,6 +70,13 @@ FAMILIES: list[Family] = [
     ),
     _family(r"training\.scaling_efficiency", "training.scaling_efficiency"),
     _family(r"training\.canary\.(?P<strategy>\w+)\.max_rel_diff", "training.canary.<strategy>.max_rel_diff"),
+    _family(
+        r"storage\.(?P<storage_path>\w+)\.(unusable_nodes|nodes_not_shared|mount_mismatch|free_gib_min"
+        r"|checkpoint_bad_ranks|write_gbps|read_gbps|write_gbps_min|read_gbps_min|write_below_median"
+        r"|read_below_median|checkpoint_s|restore_s|left_behind)",
+        "storage.<path>.<figure>",
+    ),
+    _family(r"storage\.wall_s", "storage.wall_s"),
 ]
 
 _DOMAINS: dict[str, Callable[[ProfileModel], tuple[str, ...]]] = {
@@ -78,6 +85,7 @@ _DOMAINS: dict[str, Callable[[ProfileModel], tuple[str, ...]]] = {
     "inter_op": lambda p: tuple(p.internode.ops),
     "inter_size": lambda p: tuple(p.internode.sizes),
     "strategy": lambda p: tuple(p.training.strategies),
+    "storage_path": lambda p: tuple(p.storage.paths),
 }
 
 

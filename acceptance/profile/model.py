@@ -72,6 +72,7 @@ class Timeouts(Strict):
     internode: Seconds | None = None
     rendezvous: Seconds = 300  # multi-node: how long the nodes wait for each other at the start and before a probe
     training: Seconds | None = None  # each strategy's run, and the scaling baseline's
+    storage: Seconds | None = None
 
     def for_probe(self, probe: str) -> float:
         value = getattr(self, probe, None)
@@ -202,6 +203,26 @@ class Training(Strict):
         return self
 
 
+def _absolute(text: str) -> str:
+    if not text.startswith("/"):
+        raise ValueError(f"expected an absolute path (each node resolves it on its own), got {text!r}")
+    return text
+
+
+class StoragePath(Strict):
+    """A folder checked on every node; ``path: null`` is each node's temporary folder ($TMPDIR, else /tmp)."""
+
+    path: Annotated[str, AfterValidator(_absolute)] | None = None
+    shared: bool = False  # true: one filesystem every node sees (node 0 writes a file, every node reads it back)
+
+
+class Storage(Strict):
+    """Paths every node must see, and a checkpoint written to each and read back; ``checkpoint_size`` per rank."""
+
+    paths: dict[RunName, StoragePath] = {"tmp": StoragePath()}  # the name goes into metric names and test ids
+    checkpoint_size: Size = "256M"
+
+
 class Threshold(Strict):
     min: float | None = None
     max: float | None = None
@@ -237,4 +258,5 @@ class ProfileModel(Strict):
     health: Health = Health()
     compute: Compute = Compute()
     training: Training = Training()
+    storage: Storage = Storage()
     thresholds: dict[str, Threshold] = {}

@@ -1,0 +1,214 @@
+"""Storage rules: where a path is mounted on each node, whether every node sees the same files there, how
+fast each node writes and reads a checkpoint, and the lines that name the node and the path.
+
+Free of torch and pytest: the storage probe gathers what each node saw (one "view" per node) and what each
+rank measured (one row per rank); these functions turn that into figures. A node is named
+``HOST (node N)`` with the path as that node resolved it.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from acceptance.families import compute as pergpu
+
+BASE_DIR = ".cluster-acceptance"  # the one folder the probe creates inside a checked path
+_RUN_DIR = re.compile(r"run-(\d+)-[0-9a-f]+")
+_OCTAL = re.compile(r"\\([0-7]{3})")
+# compared across nodes on a shared path. The device number is recorded, not compared: each host numbers
+# its own disks, and Linux gives network filesystems an anonymous device (major 0) per mount, so the
+# numbers of one export differ from host to host
+MOUNT_FIELDS = ("fstype", "source")
+
+
+@dataclass(frozen=True)
+class Mount:
+    mount_point: str
+    fstype: str
+    source: str
+    device: str  # major:minor
+    options: str
+
+
+def parse_mountinfo(text: str) -> list[Mount]:
+    """``/proc/self/mountinfo`` (proc(5)): ID, parent ID, major:minor, root, mount point, options, optional
+    fields, ``-``, filesystem type, mount source, superblock options."""
+    mounts = []
+    for line in text.splitlines():
+        fields = line.split(" ")
+        if "-" not in fields[6:]:
+            continue
+        sep = fields.index("-", 6)
+        if len(fields) < sep + 3:
+            continue
+        mounts.append(Mount(_unescape(fields[4]), fields[sep + 1], _unescape(fields[sep + 2]), fields[2], fields[5]))
+    return mounts
+
+
+def _unescape(field: str) -> str:
+    # the kernel writes space, tab, newline and backslash in paths as octal escapes (\040 ...)
+    return _OCTAL.sub(lambda m: chr(int(m.group(1), 8)), field)
+
+
+def mount_of(path: str, device: str, mounts: list[Mount]) -> Mount | None:
+    """The mount holding ``path`` (absolute, symlinks resolved): the longest mount point that is the path
+    or one of its parents, preferring mounts of the path's own device (``major:minor`` of ``stat``), so a
+    mount hidden under a later one is not taken; of equal ones the last, mounted over the others."""
+    best: Mount | None = None
+    for mount in mounts:
+        point = mount.mount_point.rstrip("/")
+        if not (path == point or path.startswith(point + "/") or point == ""):
+            continue
+        if best is None or _rank(mount, device) >= _rank(best, device):
+            best = mount
+    return best
+
+
+def _rank(mount: Mount, device: str) -> tuple[bool, int]:
+    return mount.device == device, len(mount.mount_point.rstrip("/"))
+
+
+def run_dir_name(deadline: float, token: str) -> str:
+    """The run folder's name carries the time after which its probe is certainly gone."""
+    return f"run-{int(deadline)}-{token}"
+
+
+def is_stale(name: str, now: float) -> bool:
+    """A run folder whose deadline has passed: a probe killed outright (SIGKILL) left it behind."""
+    match = _RUN_DIR.fullmatch(name)
+    return match is not None and int(match.group(1)) < now
+
+
+def where(view: dict[str, Any]) -> str:
+    return f"{view['host']} (node {view['node_rank']})"
+
+
+def space_problem(free: int, need: int) -> str | None:
+    if free >= need:
+        return None
+    return f"full: the checkpoint needs {gib(need)} free, {gib(free)} is free"
+
+
+def gib(nbytes: float) -> str:
+    return f"{nbytes / 2**30:.3g} GiB"
+
+
+def unusable(views: list[dict[str, Any]]) -> list[str]:
+    """Every node where the path is missing, not a folder, read-only, full or not writable."""
+    return [f"{where(v)}: {v['path']}: {v['problem']}" for v in views if v.get("problem")]
+
+
+def not_shared(views: list[dict[str, Any]], marker: dict[str, Any]) -> list[str]:
+    """Every node that did not read node 0's file back byte for byte (size and sha256)."""
+    if marker.get("error"):
+        return [f"{where(views[0])}: {views[0]['path']}: could not write {marker['file']}: {marker['error']}"]
+    out = []
+    for view in views:
+        seen = view.get("marker") or {"error": "not read"}
+        if seen.get("error"):
+            why = f"cannot read node 0's file {marker['file']}: {seen['error']}"
+        elif (seen["size"], seen["sha256"]) != (marker["size"], marker["sha256"]):
+            why = (
+                f"node 0's file {marker['file']} reads {seen['size']} bytes sha256 {seen['sha256'][:12]}, "
+                f"node 0 wrote {marker['size']} bytes sha256 {marker['sha256'][:12]}"
+            )
+        else:
+            continue
+        out.append(f"{where(view)}: {view['path']}: not the filesystem node 0 sees: {why}")
+    return out
+
+
+def not_run(views: list[dict[str, Any]], marker: dict[str, Any] | None) -> str | None:
+    """Why no checkpoint is written to the path, pointing at the test that names the nodes; None: it is."""
+    bad = unusable(views)
+    if bad:
+        return f"the path is unusable on {len(bad)} of {len(views)} nodes (see test_path_usable)"
+    bad = not_shared(views, marker) if marker is not None else []
+    if bad:
+        return f"not one filesystem: {len(bad)} of {len(views)} nodes differ (see test_same_files_on_every_node)"
+    return None
+
+
+def mount_mismatch(views: list[dict[str, Any]]) -> list[str]:
+    """Every node whose mount of a shared path has another filesystem type or source than node 0's."""
+    ref, out = views[0], []
+    for view in views[1:]:
+        diffs = [f"{f} {view.get(f)!r}, node 0 has {ref.get(f)!r}" for f in MOUNT_FIELDS if view.get(f) != ref.get(f)]
+        if diffs:
+            out.append(f"{where(view)}: {view['path']} mounted at {view.get('mount_point')}: {'; '.join(diffs)}")
+    return out
+
+
+def free_space(views: list[dict[str, Any]]) -> tuple[float, str]:
+    """The least free space on any node, in GiB, and which node that is."""
+    least = min(views, key=lambda v: v["free_bytes"])
+    return least["free_bytes"] / 2**30, f"least free: {where(least)} {least['path']} ({least.get('fstype')})"
+
+
+def failed_ranks(rows: list[dict[str, Any]]) -> list[str]:
+    """Every rank whose shard could not be written or read, or came back different."""
+    out = []
+    for row in rows:
+        who = f"{row['host']} (node {row['node_rank']}) rank {row['rank']}"
+        if row.get("error"):
+            out.append(f"{who}: {row['error']}")
+        elif row.get("wrong"):
+            read = f"{row['wrong']} of {row['tensors']} tensors of rank {row['read_from']}'s shard"
+            out.append(f"{who}: {read} read back differ from what was written")
+    return out
+
+
+def node_rates(rows: list[dict[str, Any]], op: str) -> list[dict[str, Any]]:
+    """Per node, GB/s (1e9 B/s) of ``op`` (write or read): the bytes its ranks moved over the longest of
+    their times in the storage layer, since the node's ranks share its link to the storage."""
+    by_node: dict[int, list[dict[str, Any]]] = {}
+    for row in rows:
+        by_node.setdefault(row["node_rank"], []).append(row)
+    out = []
+    for node_rank, members in sorted(by_node.items()):
+        seconds = max(m[f"{op}_s"] for m in members)
+        nbytes = sum(m["bytes"] for m in members)
+        gbps = nbytes / seconds / 1e9 if seconds > 0 else float("inf")
+        row = {"node_rank": node_rank, "host": members[0]["host"], "ranks": len(members), "bytes": nbytes}
+        out.append({**row, f"{op}_s": seconds, f"{op}_gbps": gbps})
+    return out
+
+
+def slowest_node(rows: list[dict[str, Any]], op: str) -> tuple[float, str]:
+    """The slowest node's GB/s, and a line naming it against the median of the nodes."""
+    slowest = min(pergpu.shortfalls(node_rates(rows, op), f"{op}_gbps"), key=lambda s: s.value)
+    return slowest.value, describe(slowest, op)
+
+
+def below_median(rows: list[dict[str, Any]], op: str) -> tuple[float, str]:
+    """How far the slowest node falls under the nodes' median (0.2 = 20%), and every node under it."""
+    shorts = pergpu.shortfalls(node_rates(rows, op), f"{op}_gbps")
+    under = [describe(s, op) for s in shorts if s.fraction > 0] or [describe(shorts[0], op)]
+    return shorts[0].fraction, "\n".join(under)
+
+
+def describe(short: pergpu.Shortfall, op: str) -> str:
+    """``gpu-node-3 (node 3) write 1.2 GB/s, 40% under the median 2.0``."""
+    return (
+        f"{where(short.row)} {op} {pergpu.fmt(short.value)} GB/s, "
+        f"{short.fraction:.0%} under {short.scope} {pergpu.fmt(short.median)}"
+    )
+
+
+def aggregate(checkpoint: dict[str, Any], op: str) -> tuple[float, str]:
+    """GB/s of the whole checkpoint: every rank's bytes over the time from the common start until the last
+    rank finished, planning and metadata included (``save_s`` / ``load_s``)."""
+    seconds = checkpoint["save_s" if op == "write" else "load_s"]
+    nbytes = checkpoint["bytes"]
+    detail = (
+        f"{gib(nbytes)} by {len(checkpoint['ranks'])} ranks in {seconds:.3g} s "
+        f"({checkpoint['tensors_per_rank']} tensors per rank, torch.distributed.checkpoint, fsync'd)"
+    )
+    kept = [
+        f"{r['host']} (node {r['node_rank']}): {r['cache_kept']}" for r in checkpoint["ranks"] if r.get("cache_kept")
+    ]
+    if op == "read" and kept:
+        detail += "; the page cache could not be dropped, so the read may be memory's: " + "; ".join(kept)
+    return nbytes / seconds / 1e9, detail

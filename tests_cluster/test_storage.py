@@ -1,0 +1,134 @@
+"""Does every node see each storage path, the same filesystem where it must be shared, and how fast does a
+checkpoint go there and come back, on every node?"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from acceptance.families import storage as rules
+from acceptance.plugin import MUST_BE_ZERO, NO_PROFILE, Checker, current, probe_result, probe_wall_s
+from acceptance.run.cluster_run import ClusterRun
+
+OPS = ("write", "read")
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """One case per path of ``storage.paths``, under the path's name."""
+    if "storage_path" not in metafunc.fixturenames:
+        return
+    run = current(metafunc.config)
+    if run is None:
+        metafunc.parametrize("storage_path", [pytest.param(None, marks=pytest.mark.skip(reason=NO_PROFILE))])
+        return
+    metafunc.parametrize("storage_path", list(run.profile.model.storage.paths))
+
+
+@pytest.fixture(scope="module")
+def storage(cluster: ClusterRun) -> dict[str, Any]:
+    return probe_result(cluster, "storage")
+
+
+@pytest.fixture
+def found(storage: dict[str, Any], storage_path: str) -> dict[str, Any]:
+    """What the probe found for this path."""
+    return storage["paths"][storage_path]  # type: ignore[no-any-return]
+
+
+def _usable(found: dict[str, Any]) -> list[dict[str, Any]]:
+    """The nodes' views; skip when the path is unusable: test_path_usable names the node and the path."""
+    reason = rules.not_run(found["nodes"], None)
+    if reason:
+        pytest.skip(f"not measured: {reason}")
+    return found["nodes"]  # type: ignore[no-any-return]
+
+
+def _checkpoint(found: dict[str, Any]) -> dict[str, Any]:
+    """The checkpoint's figures; skip when it did not run or did not finish, and say which test says why."""
+    if found["checkpoint"] is None:
+        pytest.skip(f"no checkpoint written: {found['skipped']}")
+    if found["checkpoint"]["failed"]:
+        pytest.skip("checkpoint not completed (see test_checkpoint_intact)")
+    return found["checkpoint"]  # type: ignore[no-any-return]
+
+
+def test_path_usable(found: dict[str, Any], storage_path: str, check: Checker) -> None:
+    """There on every node, a folder, writable, with room for the checkpoint."""
+    check.measurements("nodes", found["nodes"])
+    bad = rules.unusable(found["nodes"])
+    check(f"storage.{storage_path}.unusable_nodes", len(bad), "nodes", "\n".join(bad), default=MUST_BE_ZERO)
+
+
+def test_same_files_on_every_node(found: dict[str, Any], storage_path: str, check: Checker) -> None:
+    """A file node 0 writes reads back byte for byte (size, sha256) on every node."""
+    if not found["shared"]:
+        pytest.skip(f"not required: storage.paths.{storage_path}.shared is false (each node may have its own)")
+    views = _usable(found)
+    check.measurements("file_from_node0", found["marker"])
+    bad = rules.not_shared(views, found["marker"])
+    check(f"storage.{storage_path}.nodes_not_shared", len(bad), "nodes", "\n".join(bad), default=MUST_BE_ZERO)
+
+
+def test_same_mount_on_every_node(found: dict[str, Any], storage_path: str, check: Checker) -> None:
+    """The shared path has node 0's filesystem type and mount source on every node."""
+    if not found["shared"]:
+        pytest.skip(f"not required: storage.paths.{storage_path}.shared is false (each node may have its own)")
+    bad = rules.mount_mismatch(_usable(found))
+    check(f"storage.{storage_path}.mount_mismatch", len(bad), "nodes", "\n".join(bad), default=MUST_BE_ZERO)
+
+
+def test_free_space(found: dict[str, Any], storage_path: str, check: Checker) -> None:
+    value, detail = rules.free_space(_usable(found))
+    check(f"storage.{storage_path}.free_gib_min", value, "GiB", detail)
+
+
+def test_checkpoint_intact(found: dict[str, Any], storage_path: str, check: Checker) -> None:
+    """Every rank's shard written, read back, and equal to what was written."""
+    if found["checkpoint"] is None:
+        pytest.skip(f"no checkpoint written: {found['skipped']}")
+    check.measurements("ranks", found["checkpoint"]["ranks"])
+    bad = found["checkpoint"]["failed"]
+    check(f"storage.{storage_path}.checkpoint_bad_ranks", len(bad), "ranks", "\n".join(bad), default=MUST_BE_ZERO)
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_gbps(found: dict[str, Any], storage_path: str, op: str, check: Checker) -> None:
+    """The whole checkpoint's GB/s: every rank at once, from the common start until the last one is done."""
+    value, detail = rules.aggregate(_checkpoint(found), op)
+    check(f"storage.{storage_path}.{op}_gbps", value, "GB/s", detail)
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_slowest_node(found: dict[str, Any], storage_path: str, op: str, check: Checker) -> None:
+    rows = _checkpoint(found)["ranks"]
+    check.measurements(f"{op}_per_node", rules.node_rates(rows, op))
+    value, detail = rules.slowest_node(rows, op)
+    check(f"storage.{storage_path}.{op}_gbps_min", value, "GB/s", detail)
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_node_below_median(found: dict[str, Any], storage_path: str, op: str, check: Checker) -> None:
+    value, detail = rules.below_median(_checkpoint(found)["ranks"], op)
+    check(f"storage.{storage_path}.{op}_below_median", value, "fraction", detail)
+
+
+def test_checkpoint_time(found: dict[str, Any], storage_path: str, check: Checker) -> None:
+    """Seconds to save the checkpoint of every rank (what a training job waits for)."""
+    done = _checkpoint(found)
+    check(f"storage.{storage_path}.checkpoint_s", done["save_s"], "s", rules.aggregate(done, "write")[1])
+
+
+def test_restore_time(found: dict[str, Any], storage_path: str, check: Checker) -> None:
+    """Seconds to load it back on every rank (what a restart waits for)."""
+    done = _checkpoint(found)
+    check(f"storage.{storage_path}.restore_s", done["load_s"], "s", rules.aggregate(done, "read")[1])
+
+
+def test_nothing_left_behind(found: dict[str, Any], storage_path: str, check: Checker) -> None:
+    left = found["left_behind"]
+    check(f"storage.{storage_path}.left_behind", len(left), "files", "\n".join(left), default=MUST_BE_ZERO)
+
+
+def test_probe_time(cluster: ClusterRun, storage: dict[str, Any], check: Checker) -> None:
+    check("storage.wall_s", probe_wall_s(cluster, "storage"), "s", "torchrun start to finish, imports included")
