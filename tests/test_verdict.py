@@ -125,7 +125,7 @@ def test_one_marker_per_family_selects_exactly_it(pytester: pytest.Pytester) -> 
         test_health="def test_gpu(check):\n    check('health.gpu_count', 0, 'GPUs')\n",
     )
     markers = pytester.runpytest(*PLUGIN_ARGS, "--markers")
-    for family in ("connectivity", "collectives", "internode", "health", "compute", "training"):
+    for family in ("connectivity", "collectives", "internode", "health", "compute", "storage", "training"):
         markers.stdout.fnmatch_lines([f"@pytest.mark.{family}: the {family} family: *"])
     result = pytester.runpytest(*PLUGIN_ARGS, "--cluster-profile", "synthetic.yaml", "--cluster-evidence", "ev",
                                 "-m", "health")  # fmt: skip

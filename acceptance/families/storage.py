@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from acceptance.families import compute as pergpu
+from acceptance.numbers import fmt
 
 BASE_DIR = ".cluster-acceptance"  # the one folder the probe creates inside a checked path
 _RUN_DIR = re.compile(r"run-(\d+)-[0-9a-f]+")
@@ -192,8 +193,7 @@ def below_median(rows: list[dict[str, Any]], op: str) -> tuple[float, str]:
 def describe(short: pergpu.Shortfall, op: str) -> str:
     """``gpu-node-3 (node 3) write 1.2 GB/s, 40% under the median 2.0``."""
     return (
-        f"{where(short.row)} {op} {pergpu.fmt(short.value)} GB/s, "
-        f"{short.fraction:.0%} under {short.scope} {pergpu.fmt(short.median)}"
+        f"{where(short.row)} {op} {fmt(short.value)} GB/s, {short.fraction:.0%} under {short.scope} {fmt(short.median)}"
     )
 
 
