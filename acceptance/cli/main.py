@@ -1,4 +1,4 @@
-"""``cluster-acceptance``: profiles, evidence files, reports, and the standalone collective sweep."""
+"""``cluster-acceptance``: profiles, evidence files, reports, comparisons, and the standalone collective sweep."""
 
 from __future__ import annotations
 
@@ -11,11 +11,10 @@ from typing import Any
 
 import yaml
 
-from acceptance.cli import sweep
-from acceptance.evidence.document import junit_xml, merge, write_atomic
+from acceptance.cli import reports, sweep
+from acceptance.evidence.document import junit_xml, merge, read, write_atomic
 from acceptance.profile import loader as profiles
 from acceptance.profile.model import COLLECTIVE_OPS
-from acceptance.reports import markdown as report
 from acceptance.run.launcher import ProbeError
 from acceptance.run.placement import TopologyError
 
@@ -53,14 +52,7 @@ def parser() -> argparse.ArgumentParser:
     mrg.add_argument("-o", "--output", type=Path, required=True, help="merged evidence file to write")
     mrg.add_argument("--junit", type=Path, help="also write JUnit XML of the merged evidence here")
     mrg.set_defaults(func=cmd_merge)
-    cmp = sub.add_parser("compare", help="per metric: value in A, value in B, and B/A")
-    cmp.add_argument("a", type=Path)
-    cmp.add_argument("b", type=Path)
-    cmp.set_defaults(func=cmd_compare)
-    rep = sub.add_parser("report", help="a Markdown report (and busbw.png when matplotlib is installed)")
-    rep.add_argument("evidence", type=Path)
-    rep.add_argument("-o", "--output", type=Path, help="report file (default: report.md beside the evidence)")
-    rep.set_defaults(func=cmd_report)
+    reports.add(sub)
     add_sweep(sub)
     return top
 
@@ -92,14 +84,9 @@ def add_sweep(sub: Any) -> None:
 
 def read_evidence(path: Path) -> dict[str, Any]:
     try:
-        data = json.loads(path.read_text())
-    except OSError as exc:
-        raise CliError(f"cannot read {path}: {exc.strerror}") from None
+        return read(path)
     except ValueError as exc:
-        raise CliError(f"{path} is not JSON: {exc}") from None
-    if not isinstance(data, dict) or not str(data.get("schema", "")).startswith("cluster-acceptance/evidence/"):
-        raise CliError(f"{path} is not a cluster-acceptance evidence file (no 'schema' of that name)")
-    return data
+        raise CliError(str(exc)) from None
 
 
 def cmd_list(args: argparse.Namespace) -> int:
@@ -140,23 +127,6 @@ def cmd_merge(args: argparse.Namespace) -> int:
         write_atomic(args.junit, junit_xml(merged))
         print(f"wrote {args.junit}")
     return 0 if merged["verdict"] == "PASS" else 1
-
-
-def cmd_compare(args: argparse.Namespace) -> int:
-    a, b = read_evidence(args.a), read_evidence(args.b)
-    print(report.compare_text(a, b, (str(args.a), str(args.b))))
-    return 0
-
-
-def cmd_report(args: argparse.Namespace) -> int:
-    data = read_evidence(args.evidence)
-    output = args.output or args.evidence.parent / "report.md"
-    png = output.with_name(f"{output.stem}-busbw.png")
-    title = f"busbw, profile {data.get('profile', {}).get('name')}"
-    plotted = report.plot_busbw(report.sweep_rows(data), png, title)
-    write_atomic(output, report.markdown(data, png.name if plotted else None))
-    print(f"wrote {output}" + (f" and {png}" if plotted else ""))
-    return 0
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:

@@ -136,6 +136,19 @@ def write_atomic(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
+def read(path: Path) -> dict[str, Any]:
+    """An evidence file, or ValueError with one line naming the file and what is wrong with it."""
+    try:
+        data = json.loads(path.read_text())
+    except OSError as exc:
+        raise ValueError(f"cannot read {path}: {exc.strerror}") from None
+    except ValueError as exc:
+        raise ValueError(f"{path} is not JSON: {exc}") from None
+    if not isinstance(data, dict) or not str(data.get("schema", "")).startswith("cluster-acceptance/evidence/"):
+        raise ValueError(f"{path} is not a cluster-acceptance evidence file (no 'schema' of that name)")
+    return data
+
+
 def schema() -> dict[str, Any]:
     return json.loads((resources.files("acceptance.evidence") / "evidence.schema.json").read_text())
 
@@ -254,16 +267,19 @@ def merge(documents: list[dict[str, Any]]) -> dict[str, Any]:
     merged["tests"], merged["probes"], merged["merged_from"] = [], [], []
     for doc in documents:
         host = (doc.get("topology") or {}).get("host", "?")
+        # hosts can share a name (containers, loopback runs): the node rank tells the nodes apart in reports
+        node = f"node{(doc.get('topology') or {}).get('node_rank', len(merged['merged_from']))}-{host}"
         merged["merged_from"].append(
             {
                 "host": host,
+                "node": node,
                 "verdict": doc.get("verdict"),
                 "complete": doc.get("complete"),
                 "profile_sha256": doc.get("profile", {}).get("sha256"),
             }
         )
-        merged["tests"] += [{**t, "nodeid": f"{host}::{t['nodeid']}"} for t in doc.get("tests", [])]
-        merged["probes"] += doc.get("probes", [])
+        merged["tests"] += [{**t, "nodeid": f"{host}::{t['nodeid']}", "node": node} for t in doc.get("tests", [])]
+        merged["probes"] += [{**p, "node": node} for p in doc.get("probes", [])]
     merged["complete"] = all(d.get("complete") for d in documents)
     merged["verdict"] = "PASS" if all(d.get("verdict") == "PASS" for d in documents) else "FAIL"
     return merged

@@ -11,6 +11,8 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
+from acceptance.numbers import fmt
+
 # figure -> (what it is, unit); the keys are the rows' field names and the metric names' stems
 FIGURES: dict[str, tuple[str, str]] = {
     "matmul_tflops": ("matmul", "TFLOP/s"),
@@ -106,10 +108,6 @@ def describe(short: Shortfall, figure: str) -> str:
         f"{label(short.row)} {what} {fmt(short.value)} {unit}, "
         f"{short.fraction:.0%} under {short.scope} {fmt(short.median)}"
     )
-
-
-def fmt(value: float) -> str:
-    return f"{value:,.0f}" if abs(value) >= 100 else f"{value:.3g}"
 
 
 def burnin_verdict(rows: list[dict[str, Any]]) -> dict[str, Any]:

@@ -11,61 +11,75 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Literal
 
 from acceptance.profile.model import ProfileModel
 from acceptance.profile.sizes import SizeError, canonical_size
+
+Better = Literal["higher", "lower", "none"]  # none: a count to match (world size), or a value with no good side
 
 
 @dataclass(frozen=True)
 class Family:
     pattern: re.Pattern[str]
     doc: str
+    better: Better
 
 
-def _family(regex: str, doc: str) -> Family:
-    return Family(re.compile(rf"^{regex}$"), doc)
+def _family(regex: str, doc: str, better: Better) -> Family:
+    return Family(re.compile(rf"^{regex}$"), doc, better)
 
 
-# only the figures a test checks: a bound on a figure no test reads would be a gate that never closes
-_COLL_FIELDS = "busbw_gbps|time_us|wrong"
-_INTERNODE_FIELDS = "busbw_gbps|wrong"
+# only the figures a test checks: a bound on a figure no test reads would be a gate that never closes.
+# One entry per shape and direction: compare and --cluster-baseline read which way a change is worse here.
+_CONN = "connectivity.<figure>"
+_COLL = "collectives.<op>.<busbw_gbps|time_us|wrong>@<size>"
+_HEALTH = "health.<figure>"
+_COMPUTE = "compute.<figure>_<min|median|below_median>"
+_INTER = "collectives.internode.<all|intranode|one_gpu_per_node|ring>.<op>.<busbw_gbps|wrong>@<size>"
+_TRAIN = "training.<strategy>.<figure>"
+_INTER_PATH = r"collectives\.internode\.(all|intranode|one_gpu_per_node|ring)\.(?P<inter_op>\w+)"
+_HEALTH_COUNTS = (
+    r"nvml_unavailable|driver_too_old|gpu_model_mismatch|ecc_disabled|ecc_uncorrectable_volatile"
+    r"|ecc_uncorrectable_aggregate|retired_pages_pending|row_remap_failures|row_remap_pending|pcie_degraded"
+    r"|throttled|temperature_c_max|wall_s"
+)
+_COMPUTE_FIGURES = r"(matmul_tflops|matmul_fp8_tflops|copy_gbps|h2d_gbps|d2h_gbps)"
 FAMILIES: list[Family] = [
+    _family(r"connectivity\.(p2p_min_gbps)", _CONN, "higher"),
     _family(
-        r"connectivity\.(world_size|duplicate_uuids|missing_ranks|allreduce_wrong|p2p_wrong"
-        r"|rendezvous_s|barrier_latency_us|p2p_min_gbps)",
-        "connectivity.<figure>",
+        r"connectivity\.(duplicate_uuids|missing_ranks|allreduce_wrong|p2p_wrong|rendezvous_s|barrier_latency_us)",
+        _CONN,
+        "lower",
     ),
-    _family(
-        rf"collectives\.(?P<op>\w+)\.({_COLL_FIELDS})@(?P<size>\w+)",
-        "collectives.<op>.<busbw_gbps|time_us|wrong>@<size>",
-    ),
-    _family(
-        r"health\.(nvml_unavailable|gpu_count|gpu_model_mismatch|driver_too_old|ecc_disabled"
-        r"|ecc_uncorrectable_volatile|ecc_uncorrectable_aggregate|retired_pages_pending|row_remap_failures"
-        r"|row_remap_pending|nvlink_links_min|pcie_degraded|throttled|temperature_c_max|wall_s)",
-        "health.<figure>",
-    ),
-    _family(
-        r"compute\.((matmul_tflops|matmul_fp8_tflops|copy_gbps|h2d_gbps|d2h_gbps)_(min|median|below_median)"
-        r"|burnin_disagreeing_gpus|wall_s)",
-        "compute.<figure>_<min|median|below_median>",
-    ),
-    _family(
-        rf"collectives\.internode\.(all|intranode|one_gpu_per_node|ring)\.(?P<inter_op>\w+)\.({_INTERNODE_FIELDS})"
-        r"@(?P<inter_size>\w+)",
-        "collectives.internode.<all|intranode|one_gpu_per_node|ring>.<op>.<busbw_gbps|wrong>@<size>",
-    ),
+    _family(r"connectivity\.(world_size)", _CONN, "none"),
+    _family(r"collectives\.(?P<op>\w+)\.busbw_gbps@(?P<size>\w+)", _COLL, "higher"),
+    _family(r"collectives\.(?P<op>\w+)\.(time_us|wrong)@(?P<size>\w+)", _COLL, "lower"),
+    _family(rf"health\.({_HEALTH_COUNTS})", _HEALTH, "lower"),
+    _family(r"health\.(nvlink_links_min)", _HEALTH, "higher"),
+    _family(r"health\.(gpu_count)", _HEALTH, "none"),
+    _family(rf"compute\.{_COMPUTE_FIGURES}_(min|median)", _COMPUTE, "higher"),
+    _family(rf"compute\.({_COMPUTE_FIGURES}_below_median|burnin_disagreeing_gpus|wall_s)", _COMPUTE, "lower"),
+    _family(rf"{_INTER_PATH}\.busbw_gbps@(?P<inter_size>\w+)", _INTER, "higher"),
+    _family(rf"{_INTER_PATH}\.wrong@(?P<inter_size>\w+)", _INTER, "lower"),
     _family(
         r"collectives\.(?P<inter_op>\w+)\.internode_efficiency@(?P<inter_size>\w+)",
         "collectives.<op>.internode_efficiency@<size>",
+        "higher",
     ),
     _family(
-        r"training\.(?P<strategy>\w+)\.(tokens_per_s_per_gpu|tokens_per_s_per_gpu_median|step_time_s|step_time_std_s"
-        r"|peak_mem_gib|mfu|gpu_util_pct|loss_first|loss_last|loss_ratio|wall_s)",
-        "training.<strategy>.<figure>",
+        r"training\.(?P<strategy>\w+)\.(tokens_per_s_per_gpu|tokens_per_s_per_gpu_median|mfu|gpu_util_pct)",
+        _TRAIN,
+        "higher",
     ),
-    _family(r"training\.scaling_efficiency", "training.scaling_efficiency"),
-    _family(r"training\.canary\.(?P<strategy>\w+)\.max_rel_diff", "training.canary.<strategy>.max_rel_diff"),
+    _family(
+        r"training\.(?P<strategy>\w+)\.(step_time_s|step_time_std_s|peak_mem_gib|loss_last|loss_ratio|wall_s)",
+        _TRAIN,
+        "lower",
+    ),
+    _family(r"training\.(?P<strategy>\w+)\.(loss_first)", _TRAIN, "none"),
+    _family(r"training\.scaling_efficiency", "training.scaling_efficiency", "higher"),
+    _family(r"training\.canary\.(?P<strategy>\w+)\.max_rel_diff", "training.canary.<strategy>.max_rel_diff", "lower"),
 ]
 
 _DOMAINS: dict[str, Callable[[ProfileModel], tuple[str, ...]]] = {
@@ -104,8 +118,18 @@ def metric_problem(name: str, profile: ProfileModel) -> str | None:
             if value not in allowed:
                 return f"{group} {value!r} is not in this profile's list {list(allowed)}"
         return None
-    shapes = ", ".join(f.doc for f in FAMILIES)
+    shapes = ", ".join(dict.fromkeys(f.doc for f in FAMILIES))
     return f"no probe measures a metric of this name (known shapes: {shapes})"
+
+
+def better(metric: str) -> Better:
+    """Which way ``metric`` improves: ``higher`` (bandwidth, throughput), ``lower`` (time, errors), or
+    ``none`` (a count to match, or a name the registry does not know)."""
+    name = canonical_metric(metric)
+    for family in FAMILIES:
+        if family.pattern.match(name):
+            return family.better
+    return "none"
 
 
 def canonical_metric(name: str) -> str:

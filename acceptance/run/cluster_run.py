@@ -13,6 +13,7 @@ from typing import Any
 
 from acceptance.evidence.document import Evidence
 from acceptance.multinode.plan import Meeting, PlanError
+from acceptance.numbers import fmt as fmt  # re-exported: the plugin's messages use it
 from acceptance.profile.loader import Profile, evaluate
 from acceptance.profile.model import Threshold
 from acceptance.run import launcher as launch
@@ -237,10 +238,3 @@ class ClusterRun:
 
     def unchecked(self) -> list[str]:
         return sorted(set(self.profile.model.thresholds) - self.checked)
-
-
-def fmt(value: float) -> str:
-    """Figures the way people read them: 312.4, 191,900, 0.93."""
-    if isinstance(value, int) or abs(value) >= 1000:
-        return f"{value:,.0f}"
-    return f"{value:.4g}"
