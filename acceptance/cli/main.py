@@ -15,6 +15,7 @@ from acceptance.cli import reports, sweep
 from acceptance.evidence.document import junit_xml, merge, read, write_atomic
 from acceptance.profile import loader as profiles
 from acceptance.profile.model import COLLECTIVE_OPS
+from acceptance.reports.table import columns
 from acceptance.run.launcher import ProbeError
 from acceptance.run.placement import TopologyError
 
@@ -90,14 +91,15 @@ def read_evidence(path: Path) -> dict[str, Any]:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    found = profiles.available()
-    width = max((len(name) for name in found), default=0)
-    for name, path in found.items():
+    rows = []
+    for name, path in profiles.available().items():
         try:
             about = profiles.load(str(path)).model.description or "(no description)"
         except profiles.ProfileError as exc:
             about = f"INVALID: {str(exc).splitlines()[-1].strip()}"
-        print(f"{name.ljust(width)}  {about}  [{path}]")
+        rows.append((name, about, f"[{path}]"))
+    if rows:
+        print(columns(rows, "lll"))
     return 0
 
 

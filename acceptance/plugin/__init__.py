@@ -17,17 +17,20 @@ from typing import Any
 
 import pytest
 
-from acceptance.evidence.document import junit_xml, write_atomic
+from acceptance.evidence.document import junit_xml, read, write_atomic
 from acceptance.multinode import plan
+from acceptance.profile import baseline
 from acceptance.profile import loader as profiles
 from acceptance.profile.metrics import module_of
 from acceptance.profile.model import Threshold
+from acceptance.reports import summary
 from acceptance.run.cluster_run import MUST_BE_ZERO as MUST_BE_ZERO  # re-exported for test modules
-from acceptance.run.cluster_run import ClusterRun, fmt
+from acceptance.run.cluster_run import ClusterRun
 from acceptance.run.launcher import ProbeError
 from acceptance.run.placement import TopologyError, resolve
 
 RUN_KEY = pytest.StashKey[ClusterRun]()
+BASELINE_KEY = pytest.StashKey[dict[str, dict[str, Any]]]()
 NO_PROFILE = (
     "no cluster profile selected: pass --cluster-profile NAME (or set CLUSTER_PROFILE); "
     "`cluster-acceptance list` shows the profiles, local-cpu runs on any machine"
@@ -54,6 +57,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         metavar="KEY.PATH=VALUE",
         help="override one profile key for this run, e.g. training.micro_batch=8 (repeatable; "
         "validated like the file; default: none)",
+    )
+    group.addoption(
+        "--cluster-baseline",
+        type=Path,
+        default=None,
+        help="an earlier run's evidence (the handover): a gated figure worse than it beyond the profile's "
+        "baseline.tolerance (default 5%) fails, as `cluster-acceptance compare` judges (default: none)",
     )
     group.addoption(
         "--cluster-timeout",
@@ -124,6 +134,11 @@ def pytest_configure(config: pytest.Config) -> None:
     if _meets(placement.nodes, topo.launcher) and config.getoption("cluster_evidence"):
         # one pytest per node may share the folder (a shared filesystem, one volume): one subfolder each
         folder = Path(folder) / f"node{placement.node_rank}-{socket.gethostname()}"
+    if config.getoption("cluster_baseline"):
+        try:
+            config.stash[BASELINE_KEY] = baseline.figures(read(config.getoption("cluster_baseline")))
+        except ValueError as exc:
+            raise pytest.UsageError(f"--cluster-baseline: {exc}") from None
     config.stash[RUN_KEY] = ClusterRun(
         profile,
         placement,
@@ -223,6 +238,8 @@ class Checker:
             result = self.run.check(self.item.nodeid, metric, value, unit, detail, default)
             # what the record_property fixture does, without its warning under the default junit_family xunit2
             self.item.user_properties.append((metric, value))
+            if result.verdict == "pass":
+                failures += self._against_baseline(metric, value, bool(result.bound))
             if result.verdict == "fail":
                 failures.append(result.message)
             elif result.verdict == "xfail":
@@ -232,6 +249,22 @@ class Checker:
             pytest.fail("\n".join(failures), pytrace=False)
         if xfails:
             pytest.xfail("\n".join(xfails))
+
+    def _against_baseline(self, metric: str, value: float, gated: bool) -> list[str]:
+        """--cluster-baseline: the figure just checked against the earlier run's, by the rule of ``compare``."""
+        old = self.item.config.stash.get(BASELINE_KEY, None)
+        if old is None:
+            return []
+        tolerance = baseline.tolerance_for(self.run.profile.resolved, metric)
+        judged = baseline.judge(old, metric, value, gated, tolerance)
+        if judged is None:
+            return []
+        entry = self.run.evidence.test(self.item.nodeid)["checks"][-1]
+        entry["baseline"] = {"value": judged.change.old, "bound": judged.change.limit, "tolerance": tolerance}
+        if judged.ok:
+            return []
+        entry.update(verdict="baseline_fail", bound=f"{entry['bound']} and {judged.change.limit}")
+        return [f"{judged.message} [--cluster-baseline {self.item.config.getoption('cluster_baseline')}]"]
 
     def measurements(self, key: str, data: Any) -> None:
         """Attach a table (a sweep, a per-GPU list) to this test's evidence."""
@@ -348,7 +381,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if nothing_ran:
         data["errors"].append("no test was selected: nothing was measured")
     failed = any(t["outcome"] in ("failed", "error") for t in data["tests"]) or gate_off or nothing_ran
-    failed = failed or any(c["verdict"] == "fail" for c in run.evidence.checks())
+    failed = failed or any(c["verdict"] in ("fail", "baseline_fail") for c in run.evidence.checks())
     run.evidence.finish(complete=not interrupted, verdict="FAIL" if failed or interrupted else "PASS")
     plan.share_verdict(run)
     if run.evidence.data["verdict"] != "PASS" and session.exitstatus == pytest.ExitCode.OK:
@@ -362,22 +395,9 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     if run is None:
         return
     tr, data = terminalreporter, run.evidence.data
-    rows = [
-        (c["metric"], fmt(c["value"]), c["unit"], c["bound"] or "-", c["verdict"].upper())
-        for c in run.evidence.checks()
-    ]
     tr.section(f"cluster acceptance: profile {run.profile.name}")
-    if rows:
-        widths = [
-            max(len(str(r[i])) for r in [("metric", "value", "unit", "bound", "verdict"), *rows]) for i in range(5)
-        ]
-        for row in [("metric", "value", "unit", "bound", "verdict"), *rows]:
-            tr.write_line(
-                "  ".join(
-                    str(cell).rjust(w) if i == 1 else str(cell).ljust(w)
-                    for i, (cell, w) in enumerate(zip(row, widths, strict=True))
-                ).rstrip()
-            )
+    for line in summary.lines(data):
+        tr.write_line(line)
     if data["unchecked_thresholds"]:
         gate_off = any(e.startswith("thresholds that no test checked") for e in data["errors"])
         kind = "ERROR" if gate_off else "not enforced: their tests were not selected, or the run was interrupted"

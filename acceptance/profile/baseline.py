@@ -127,11 +127,8 @@ def judge(
     found = change(metric, old.get("value"), value, tolerance)
     if not found.beyond:
         return Judgement(True, found, "", bound)
-    worse = "not a number" if found.new is None else f"{_percent(found.worse_by)} worse than"
-    message = (
-        f"{metric} = {fmt(found.new)} {old.get('unit', '')}, {worse} the baseline {fmt(found.old)} "
-        f"(tolerance {found.tolerance:.0%}; needed {found.limit})"
-    )
+    worse = "not a number" if found.new is None else f"{_percent(found.worse_by)} worse than the baseline"
+    message = f"{metric} = {fmt(found.new)} {old.get('unit', '')}, {worse}; needed {found.limit}"
     return Judgement(False, found, message, bound)
 
 

@@ -15,7 +15,7 @@ from acceptance.reports.blocks import Block, Heading, Image, Table, Text, Verdic
 from acceptance.reports.table import Raw, render
 from acceptance.reports.view import VERDICTS
 
-CHECK_VERDICTS = ("PASS", "FAIL", "XFAIL", "INFO", *VERDICTS)
+CHECK_VERDICTS = ("PASS", "FAIL", "BASELINE_FAIL", "XFAIL", "INFO", *VERDICTS)
 
 CSS = """
 :root { --pass: #1b7f3b; --fail: #c62828; --warn: #b26a00; --ink: #1d2733; --muted: #5f6b7a; --line: #d9dee5; }
@@ -38,7 +38,8 @@ th { background: #f3f5f8; text-align: left; font-weight: 600; }
 tbody tr:nth-child(even) { background: #fafbfc; }
 td:nth-child(n+2) { font-variant-numeric: tabular-nums; }
 .v { font-weight: 700; padding: 1px 6px; border-radius: 4px; font-size: 11.5px; color: #fff; background: var(--warn); }
-.v.v-PASS { background: var(--pass); } .v.v-FAIL { background: var(--fail); } .v.v-INFO { background: #8a94a3; }
+.v.v-PASS { background: var(--pass); } .v.v-FAIL, .v.v-BASELINE_FAIL { background: var(--fail); }
+.v.v-INFO { background: #8a94a3; }
 figure { margin: 8px 0 18px; } figure img { max-width: 100%; height: auto; border: 1px solid var(--line); }
 figcaption, p.note { color: var(--muted); font-size: 12.5px; }
 @page { size: A4 landscape; margin: 12mm; }

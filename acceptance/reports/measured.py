@@ -37,7 +37,7 @@ RowKey = Callable[[dict[str, Any]], str]
 
 def _panels(data: Mapping[str, Any], rows: list[tuple[str, dict[str, Any]]], metric: RowKey) -> list[plots.Panel]:
     """One panel per op; a line per series label, points sorted by size (one line per node, no zigzag)."""
-    failing = {f.metric for f in view.figures(data) if f.verdict == "fail"}
+    failing = {f.metric for f in view.figures(data) if f.verdict in view.FAILED}
     panels = []
     for op in dict.fromkeys(r["op"] for _, r in rows):
         lines: dict[str, list[dict[str, Any]]] = {}

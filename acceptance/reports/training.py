@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from acceptance.families.training import canary
@@ -26,7 +26,7 @@ def _percent(value: Any) -> str:
     return f"{value:.1%}" if isinstance(value, (int, float)) else "-"
 
 
-def table(runs: list[Run], usd_per_gpu_hour: float | None) -> tuple[list[str], list[list[object]]]:
+def table(runs: Sequence[Run], usd_per_gpu_hour: float | None) -> tuple[list[str], list[list[object]]]:
     """One row per run: throughput (mean, per-step median and p10 - p90), tokens per dollar where the
     profile names a price, MFU, memory, step time, utilisation, loss and wall time."""
     head = ["strategy", "precision", "world", "tokens/s/GPU", "per-step median (p10 - p90)"]

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from typing import Any
 
 VERDICTS = ("PASS", "FAIL", "PARTIAL", "INCOMPLETE")
-CHECK_ORDER = {"fail": 0, "xfail": 1, "pass": 2, "info": 3}
+CHECK_ORDER = {"fail": 0, "baseline_fail": 0, "xfail": 1, "pass": 2, "info": 3}
+FAILED = ("fail", "baseline_fail")  # baseline_fail: the bound held, the figure is worse than --cluster-baseline
 EVERY_NODE = "every node"
 
 
@@ -21,7 +22,7 @@ def _failed_anything(data: Mapping[str, Any]) -> bool:
     return (
         bool(data.get("errors"))
         or any(t.get("outcome") in ("failed", "error") for t in tests)
-        or any(c.get("verdict") == "fail" for t in tests for c in t.get("checks") or [])
+        or any(c.get("verdict") in FAILED for t in tests for c in t.get("checks") or [])
         or any(p.get("status") == "failed" for p in data.get("probes") or [])
     )
 
