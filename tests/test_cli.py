@@ -92,7 +92,7 @@ def test_report(swept: tuple[Path, str], tmp_path: Path) -> None:
     assert text.startswith("# Cluster acceptance: PASS\n")
     assert "## Collectives" in text and re.search(r"^\| all_reduce +\| 64K +\| +65,536 \|", text, re.M), text
     page = out.read_text()
-    assert "<h1>Cluster acceptance: PASS</h1>" in page and "<h2 id=\"collectives\">Collectives</h2>" in page
+    assert "<h1>Cluster acceptance: PASS</h1>" in page and '<h2 id="collectives">Collectives</h2>' in page
     has_plot = (tmp_path / "r" / "report-busbw.png").is_file()
     assert has_plot == ("![busbw against message size" in text) == ("data:image/png;base64," in page)
 

@@ -30,7 +30,10 @@ def add(sub: Any) -> None:
     cmp.set_defaults(func=cmd_compare)
     reb = sub.add_parser("rebaseline", help="profile bounds (ref with a lower/upper relative bound) from evidence")
     reb.add_argument("evidence", type=Path)
-    reb.add_argument("--profile", help="bound the figures this profile bounds (default: those the evidence gated)")
+    reb.add_argument(
+        "--profile",
+        help="bound the figures this profile bounds, replacing its entries whole (default: those the evidence gated)",
+    )
     reb.add_argument("--all", action="store_true", help="bound every measured figure with a better side")
     reb.add_argument("--tolerance", action="append", default=[], metavar="[METRIC=]FRACTION",
                      help="default 0.1; METRIC may be a glob, e.g. 'training.*=0.15' (repeatable)")  # fmt: skip
@@ -96,7 +99,7 @@ def cmd_rebaseline(args: argparse.Namespace) -> int:
     figures = rebaseline.chosen(data, profile, args.all)
     if not figures:
         raise ValueError(f"{origin}: no measured figure to bound (try --all, or another --profile)")
-    _write(args.output, rebaseline.document(data, origin, figures, tol))
+    _write(args.output, rebaseline.document(data, origin, figures, tol, profile))
     return 0
 
 

@@ -82,17 +82,27 @@ def entry(figure: view.Figure, tolerance: float, origin: str, started: str) -> d
     }
 
 
-def document(data: Mapping[str, Any], origin: str, figures: list[view.Figure], tol: Tolerances) -> str:
-    """YAML: a commented ``thresholds:`` block, one entry per line, to put in a profile."""
+def document(
+    data: Mapping[str, Any],
+    origin: str,
+    figures: list[view.Figure],
+    tol: Tolerances,
+    profile: Mapping[str, Any] | None = None,
+) -> str:
+    """YAML: a commented ``thresholds:`` block, one entry per line, to put in a profile. With ``profile``
+    (the one the block goes into, or that it extends), each entry nulls the fields of that profile's entry
+    it replaces: ``extends`` merges an entry field by field, and ``null`` deletes."""
     started = str(data.get("started") or "unknown date")
-    profile = data.get("profile") or {}
+    measured = data.get("profile") or {}
     lines = [
-        f"# bounds from {origin}: profile {profile.get('name')} (sha256 {str(profile.get('sha256'))[:12]}),",
+        f"# bounds from {origin}: profile {measured.get('name')} (sha256 {str(measured.get('sha256'))[:12]}),",
         f"# run started {started}, verdict {view.verdict(data)}; ref = measured, lower/upper relative to ref",
         "thresholds:",
     ]
     for figure in figures:
         fields = entry(figure, tol.of(figure.metric), origin, started)
+        old = ((profile or {}).get("thresholds") or {}).get(figure.metric) or {}
+        fields.update({key: None for key, value in old.items() if value is not None and key not in fields})
         inner = ", ".join(f"{k}: {json.dumps(v)}" for k, v in fields.items())
         lines.append(f"  {figure.metric}: {{{inner}}}")
     return "\n".join(lines) + "\n"
