@@ -119,8 +119,9 @@ WORKLOAD = [
 
 
 def _suite(tmp_path: Path, folder: str, *extra: str, prefix: tuple[str, ...] = ()) -> subprocess.CompletedProcess[str]:
-    argv = [*prefix, sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--cluster-profile", "local-cpu",
-            "tests_cluster/test_collectives.py", "--cluster-evidence", str(tmp_path / folder), *WORKLOAD, *extra]  # fmt: skip
+    suite = ["tests_cluster/test_collectives.py", "--cluster-evidence", str(tmp_path / folder)]
+    argv = [*prefix, sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--cluster-profile", "local-cpu"]
+    argv += [*suite, *WORKLOAD, *extra]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)}
     return subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, env=env)
 
