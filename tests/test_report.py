@@ -14,6 +14,7 @@ import pytest
 from acceptance.cli.main import main
 from acceptance.cli.reports import load
 from acceptance.reports import html, measured, overview, pairs, plots, summary, training, view
+from acceptance.reports.blocks import Heading
 from acceptance.reports.table import Raw, render
 from tests.harness import ROOT
 
@@ -158,7 +159,7 @@ def test_h200_report_names_gpus_inventory_sources_and_training() -> None:
 
 def test_gated_figures_come_before_information() -> None:
     blocks = overview.blocks(evidence(H200), "x")
-    headings = [b.text for b in blocks if hasattr(b, "level")]
+    headings = [b.text for b in blocks if isinstance(b, Heading)]
     assert headings.index("Gated figures (112 pass)") < headings.index("Collectives")
     assert headings.index("Training") < headings.index("Information figures (recorded, not gated)")
 

@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from acceptance.families import compute as pergpu
+from acceptance.numbers import fmt
 from acceptance.plugin import MUST_BE_ZERO, Checker, probe_result, probe_wall_s
 from acceptance.profile.model import Threshold
 from acceptance.run.cluster_run import ClusterRun
@@ -63,7 +64,7 @@ def test_slowest(perf: dict[str, Any], figure: str, check: Checker) -> None:
 def test_median(perf: dict[str, Any], figure: str, check: Checker) -> None:
     found = _summary(perf, figure)
     unit = pergpu.FIGURES[figure][1]
-    spread = f"min {pergpu.fmt(found['min'])}, max {pergpu.fmt(found['max'])} over {found['count']} GPUs"
+    spread = f"min {fmt(found['min'])}, max {fmt(found['max'])} over {found['count']} GPUs"
     _check_every_gpu(check, perf, figure, (f"compute.{figure}_median", found["median"], unit, spread))
 
 
