@@ -176,7 +176,7 @@ def test_tokens_per_dollar_where_the_profile_names_a_price() -> None:
     assert re.search(r"^ddp .* 96,032,262 ", "\n".join(summary.lines(data)), re.M)
 
 
-def test_terminal_summary_lists_every_figure_failing_first() -> None:
+def test_terminal_summary_lists_every_figure() -> None:
     doc = json.loads((ROOT / "tests" / "data" / "evidence-fail.json").read_text())
     lines = summary.lines(doc)
     assert lines[0].split() == ["metric", "value", "unit", "bound", "verdict"]

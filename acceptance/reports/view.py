@@ -100,8 +100,9 @@ def _figure(check: Mapping[str, Any], test: str, node: str) -> Figure:
     )
 
 
-def figures(data: Mapping[str, Any]) -> list[Figure]:
-    """Every checked figure once, failing first; a figure the nodes of a merged file disagree on, per node."""
+def figures(data: Mapping[str, Any], failing_first: bool = True) -> list[Figure]:
+    """Every checked figure once, failing first (else in the order checked); a figure the nodes of a
+    merged file disagree on, once per node."""
     groups: dict[tuple[str, str], list[Figure]] = {}
     for test in data.get("tests") or []:
         test_id, node = _test_id(test, data), node_of(test, data)
@@ -115,7 +116,7 @@ def figures(data: Mapping[str, Any]) -> list[Figure]:
             out.append(first if len(found) == 1 else _renode(first, EVERY_NODE))
         else:
             out += found
-    return sorted(out, key=lambda f: CHECK_ORDER.get(f.verdict, 9))
+    return sorted(out, key=lambda f: CHECK_ORDER.get(f.verdict, 9)) if failing_first else out
 
 
 def tests(data: Mapping[str, Any], outcomes: tuple[str, ...]) -> list[tuple[str, str, Mapping[str, Any]]]:
