@@ -23,6 +23,7 @@ class Table:
     head: Sequence[str]
     rows: Sequence[Sequence[object]]
     align: Sequence[str] | None = None  # l/r/c per column; default: numbers right, text left
+    folded: str = ""  # HTML: folded under this line until opened (always open in print); Markdown: a caption
 
 
 @dataclass(frozen=True)

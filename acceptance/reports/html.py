@@ -40,6 +40,7 @@ td:nth-child(n+2) { font-variant-numeric: tabular-nums; }
 .v { font-weight: 700; padding: 1px 6px; border-radius: 4px; font-size: 11.5px; color: #fff; background: var(--warn); }
 .v.v-PASS { background: var(--pass); } .v.v-FAIL, .v.v-BASELINE_FAIL { background: var(--fail); }
 .v.v-INFO { background: #8a94a3; }
+details { margin: 6px 0 14px; } summary { cursor: pointer; color: #2b5f9e; }
 figure { margin: 8px 0 18px; } figure img { max-width: 100%; height: auto; border: 1px solid var(--line); }
 figcaption, p.note { color: var(--muted); font-size: 12.5px; }
 @page { size: A4 landscape; margin: 12mm; }
@@ -55,6 +56,9 @@ figcaption, p.note { color: var(--muted); font-size: 12.5px; }
 SELF_CHECK = """
 window.__errors = [];
 window.addEventListener("error", function (e) { window.__errors.push(String(e.message || e)); });
+window.addEventListener("beforeprint", function () {
+  document.querySelectorAll("details").forEach(function (d) { d.open = true; });
+});
 window.addEventListener("load", function () {
   var bad = [];
   var imgs = document.querySelectorAll("img");
@@ -78,7 +82,8 @@ def _cell(value: object) -> object:
 
 def _table(block: Table) -> str:
     rows = [[_cell(c) for c in row] for row in block.rows]
-    return f'<div class="scroll">{render(block.head, rows, block.align, style="html")}</div>'
+    table = f'<div class="scroll">{render(block.head, rows, block.align, style="html")}</div>'
+    return f"<details><summary>{html.escape(block.folded)}</summary>{table}</details>" if block.folded else table
 
 
 def _verdict(block: Verdict) -> str:

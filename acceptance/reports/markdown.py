@@ -21,7 +21,8 @@ def _block(block: Block, stem: str, images: dict[str, bytes]) -> str:
     if isinstance(block, Text):
         return f"_{block.text}_" if block.note else block.text
     if isinstance(block, Table):
-        return render(block.head, block.rows, block.align, style="markdown")
+        table = render(block.head, block.rows, block.align, style="markdown")
+        return f"{block.folded}:\n\n{table}" if block.folded else table
     name = f"{stem}-{block.name}.png"
     images[name] = block.png
     return f"![{block.alt}]({name})"

@@ -41,15 +41,25 @@ def _agree(data: Mapping[str, Any], found: list[view.Figure]) -> tuple[bool, lis
 
 
 def gated(data: Mapping[str, Any]) -> list[Block]:
+    """Every gated figure with its bound and source: the measured ones first, then (folded) the exact gates
+    that held: wrong elements, missing ranks, health counts, which read 0 == 0 on a good cluster."""
     found = [f for f in view.figures(data) if f.gated]
     nodes, note = _agree(data, found)
     head = ["verdict", "metric", "value", "unit", "bound", "source"] + (["node"] if nodes else [])
-    rows = [
-        [f.verdict.upper(), f.metric, f.value, f.unit, f.bound, f.source] + ([f.node] if nodes else []) for f in found
-    ]
+    exact = [f for f in found if f.bound.startswith("==") and f.verdict == "pass"]
+    measured_ = [f for f in found if f not in exact]
+
+    def rows(figures: list[view.Figure]) -> list[list[object]]:
+        return [[f.verdict.upper(), f.metric, f.value, f.unit, f.bound, f.source, *([f.node] if nodes else [])]
+                for f in figures]  # fmt: skip
+
     counts = {v: sum(1 for f in found if f.verdict == v) for v in view.CHECK_ORDER}
     summary = ", ".join(f"{n} {v}" for v, n in counts.items() if n) or "none"
-    return [Heading(f"Gated figures ({summary})"), *note, Table(head, rows) if rows else Text("No gated figure.")]
+    out: list[Block] = [Heading(f"Gated figures ({summary})"), *note]
+    out += [Table(head, rows(measured_))] if measured_ else []
+    fold = f"{len(exact)} exact gates held (correctness and health counts, == bounds)"
+    out += [Table(head, rows(exact), folded=fold)] if exact else []
+    return out if found else [*out, Text("No gated figure.")]
 
 
 def information(data: Mapping[str, Any]) -> list[Block]:
@@ -59,7 +69,8 @@ def information(data: Mapping[str, Any]) -> list[Block]:
     nodes, note = _agree(data, found)
     head = ["metric", "value", "unit", "test"] + (["node"] if nodes else [])
     rows = [[f.metric, f.value, f.unit, f.test] + ([f.node] if nodes else []) for f in found]
-    return [Heading("Information figures (recorded, not gated)"), *note, Table(head, rows)]
+    fold = f"{len(rows)} figures recorded without a bound"
+    return [Heading("Information figures (recorded, not gated)"), *note, Table(head, rows, folded=fold)]
 
 
 def _tests(data: Mapping[str, Any], outcomes: tuple[str, ...], title: str, last: str) -> list[Block]:
@@ -71,7 +82,8 @@ def _tests(data: Mapping[str, Any], outcomes: tuple[str, ...], title: str, last:
         [t.get("outcome"), test_id, _first_line(t.get("message"))] + ([node] if nodes else [])
         for test_id, node, t in found
     ]
-    return [Heading(title), Table(["outcome", "test", last] + (["node"] if nodes else []), rows)]
+    fold = f"{len(rows)} tests" if len(rows) > 8 and title.startswith("Skipped") else ""
+    return [Heading(title), Table(["outcome", "test", last] + (["node"] if nodes else []), rows, folded=fold)]
 
 
 def problems(data: Mapping[str, Any]) -> list[Block]:
@@ -113,7 +125,8 @@ def software(data: Mapping[str, Any]) -> list[Block]:
     chain = " <- ".join([str(profile.get("path")), *map(str, profile.get("extends") or [])])
     out: list[Block] = [Heading("Software and profile"), Table(["software", "version"], soft)]
     out += [Text(f"Profile {profile.get('name')}: {chain}; sha256 {profile.get('sha256')}", note=True)]
-    return out + ([Table(["environment", "value"], env)] if env else [])
+    fold = f"{len(env)} environment variables recorded (an allow-list: NCCL_*, CUDA_*, Slurm, rendezvous)"
+    return out + ([Table(["environment", "value"], env, folded=fold)] if env else [])
 
 
 def walls(data: Mapping[str, Any]) -> list[Block]:
