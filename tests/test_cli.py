@@ -90,7 +90,7 @@ def test_report(swept: tuple[Path, str], tmp_path: Path) -> None:
     assert main(["report", str(swept[0] / "evidence.json"), "-o", str(out)]) == 0
     text = (tmp_path / "r" / "report.md").read_text()
     assert text.startswith("# Cluster acceptance: PASS\n")
-    assert "## Collectives" in text and re.search(r"^\| all_reduce +\| 64K +\| +65,536 \|", text, re.M), text
+    assert "## Collectives" in text and re.search(r"^\| 65,536 +\| +16,384 \| float32 +\| all_reduce +\|", text, re.M)
     page = out.read_text()
     assert "<h1>Cluster acceptance: PASS</h1>" in page and '<h2 id="collectives">Collectives</h2>' in page
     has_plot = (tmp_path / "r" / "report-busbw.png").is_file()

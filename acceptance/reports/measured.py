@@ -80,18 +80,21 @@ def collectives(data: Mapping[str, Any]) -> list[Block]:
     about = f"{backend}, {first.get('dtype')}; busbw = algbw x nccl-tests' bus factor; GB = 1e9 B; sizes binary."
     png = plots.busbw(_panels(data, rows, lambda r: (f"collectives.{r['op']}.busbw_gbps@{r['size']}",)), "busbw (GB/s)")
     ops = list(dict.fromkeys(r["op"] for _, r in rows))
-    head = ["op", "size", "bytes", "time (us)", "algbw (GB/s)", "busbw (GB/s)", "#wrong", "timing"]
+    # nccl-tests' columns (size, count, type, op, time, algbw, busbw, #wrong), then how it was timed
+    head = ["size (B)", "count", "type", "op", "time (us)", "algbw (GB/s)", "busbw (GB/s)", "#wrong", "timing"]
     many = any(label for label, _ in rows)
     table = [
-        [r["op"], r["size"], int(_bytes(r)), f"{r.get('time_us', 0):.1f}", f"{r.get('algbw_gbps', 0):.2f}",
-         f"{r.get('busbw_gbps', 0):.2f}", r.get("wrong"), r.get("timing", "")] + ([label] if many else [])
+        [int(_bytes(r)), r.get("count", "-"), first.get("dtype", "-"), r["op"], f"{r.get('time_us', 0):.1f}",
+         f"{r.get('algbw_gbps', 0):.2f}", f"{r.get('busbw_gbps', 0):.2f}", r.get("wrong"), r.get("timing", "")]
+        + ([label] if many else [])
         for label, r in sorted(rows, key=lambda lr: (ops.index(lr[1]["op"]), _bytes(lr[1]), lr[0]))
     ]  # fmt: skip
+    fold = f"{len(table)} rows, nccl-tests' columns" if len(table) > 20 else ""
     return [
         Heading("Collectives"),
         Text(about, note=True),
         *image("busbw", png, "busbw against message size per op, bounds and failed points marked"),
-        Table(head + (["node"] if many else []), table),
+        Table(head + (["node"] if many else []), table, folded=fold),
     ]
 
 
