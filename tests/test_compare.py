@@ -16,7 +16,7 @@ import yaml
 from acceptance.cli.main import main
 from acceptance.profile import loader as profiles
 from acceptance.profile.baseline import change, tolerance_for
-from acceptance.profile.loader import evaluate, limits
+from acceptance.profile.bounds import evaluate, limits
 from acceptance.profile.metrics import better
 from acceptance.profile.model import Threshold
 from acceptance.reports import compare

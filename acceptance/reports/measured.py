@@ -9,7 +9,7 @@ from pydantic import ValidationError
 
 from acceptance.families.compute import FIGURES, shortfalls
 from acceptance.numbers import fmt
-from acceptance.profile.loader import limits
+from acceptance.profile.bounds import limits
 from acceptance.profile.model import Threshold
 from acceptance.profile.sizes import parse_size
 from acceptance.reports import pairs, plots, view
