@@ -19,11 +19,11 @@ from acceptance.evidence.folder import default_folder
 from acceptance.evidence.verdict import Facts, decide
 from acceptance.families import training as plan
 from acceptance.profile import loader as profiles
+from acceptance.reports import training as report
+from acceptance.reports.table import render
 from acceptance.run import launcher as launch
 from acceptance.run.cluster_run import ClusterRun
 from acceptance.run.placement import resolve
-
-COLUMNS = ("strategy", "precision", "world", "tokens/s/GPU", "MFU", "peak GiB", "step ms", "loss", "wall s")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -36,26 +36,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--baseline", action="store_true", help="also run the scaling baseline (default: no)")
     parser.add_argument("--evidence", type=Path, default=None, help="default: ./acceptance-results/bench-<time>")
     return parser.parse_args(argv)
-
-
-def row(strategy: str, result: dict[str, Any], wall_s: float) -> tuple[str, ...]:
-    mfu = f"{result['mfu']:.1%}" if result.get("mfu") is not None else "-"
-    return (
-        strategy,
-        str(result["precision"]),
-        str(result["world_size"]),
-        f"{result['tokens_per_s_per_gpu']:,.0f}",
-        mfu,
-        f"{result['peak_mem_gib']:.1f}",
-        f"{result['step_time_s'] * 1e3:.1f}",
-        f"{result['loss_first']:.3f}->{result['loss_last']:.3f}",
-        f"{wall_s:.1f}",
-    )
-
-
-def table(rows: list[tuple[str, ...]]) -> str:
-    widths = [max(len(r[i]) for r in [COLUMNS, *rows]) for i in range(len(COLUMNS))]
-    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in [COLUMNS, *rows])
 
 
 def one(cluster: ClusterRun, strategy: str, **world: int) -> tuple[str, dict[str, Any] | str, float]:
@@ -103,9 +83,10 @@ def main(argv: list[str] | None = None) -> int:
     base = plan.baseline(training, topo.nproc_per_node, placement.nodes)
     if args.baseline and not isinstance(base, str):
         runs.append(one(cluster, training.scaling_strategy, ranks_per_node=base.ranks_per_node, nodes=base.nodes))
-    rows = [row(label, result, wall) for label, result, wall in runs if isinstance(result, dict)]
+    done = [(label, result, wall) for label, result, wall in runs if isinstance(result, dict)]
+    usd = prof.model.cost.usd_per_gpu_hour if prof.model.cost else None
     print(f"profile {prof.name}, model {training.model}, seq {training.seq_len}, micro-batch {training.micro_batch}")
-    print(table(rows))
+    print(render(*report.table(done, usd)))
     found = {label: result for label, result, _ in runs if isinstance(result, dict)}
     full, small = found.get(training.scaling_strategy), found.get(f"{training.scaling_strategy} (baseline)")
     if full and small and not isinstance(base, str):

@@ -1,4 +1,4 @@
-"""``cluster-acceptance``: profiles, evidence files, reports, and the standalone collective sweep."""
+"""``cluster-acceptance``: profiles, evidence files, reports, comparisons, and the standalone collective sweep."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typing import Any
 import yaml
 
 from acceptance.atomic_file import write_atomic
-from acceptance.cli import sweep
+from acceptance.cli import reports, sweep
 from acceptance.evidence.folder import EvidenceFolderError
 from acceptance.evidence.junit import junit_xml
 from acceptance.evidence.merge import merge
@@ -21,7 +21,7 @@ from acceptance.evidence.verdict import effective
 from acceptance.profile import loader as profiles
 from acceptance.profile.collectives import COLLECTIVE_OPS
 from acceptance.profile.dtypes import DTYPE_NAMES
-from acceptance.reports import markdown as report
+from acceptance.reports.table import columns
 from acceptance.run.launcher import ProbeError
 from acceptance.run.placement import TopologyError
 
@@ -67,14 +67,7 @@ def parser() -> argparse.ArgumentParser:
     mrg.add_argument("-o", "--output", type=Path, required=True, help="merged evidence file to write")
     mrg.add_argument("--junit", type=Path, help="also write JUnit XML of the merged evidence here")
     mrg.set_defaults(func=cmd_merge)
-    cmp = sub.add_parser("compare", help="per metric: value in A, value in B, and B/A")
-    cmp.add_argument("a", type=Path)
-    cmp.add_argument("b", type=Path)
-    cmp.set_defaults(func=cmd_compare)
-    rep = sub.add_parser("report", help="a Markdown report (and busbw.png when matplotlib is installed)")
-    rep.add_argument("evidence", type=Path)
-    rep.add_argument("-o", "--output", type=Path, help="report file (default: report.md beside the evidence)")
-    rep.set_defaults(func=cmd_report)
+    reports.add(sub)
     add_sweep(sub)
     return top
 
@@ -105,14 +98,15 @@ def add_sweep(sub: Any) -> None:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    found = profiles.available()
-    width = max((len(name) for name in found), default=0)
-    for name, path in found.items():
+    rows = []
+    for name, path in profiles.available().items():
         try:
             about = profiles.load(str(path)).model.description or "(no description)"
         except profiles.ProfileError as exc:
             about = f"INVALID: {str(exc).splitlines()[-1].strip()}"
-        print(f"{name.ljust(width)}  {about}  [{path}]")
+        rows.append((name, about, f"[{path}]"))
+    if rows:
+        print(columns(rows, "lll"))
     return 0
 
 
@@ -142,23 +136,6 @@ def cmd_merge(args: argparse.Namespace) -> int:
         write_atomic(args.junit, junit_xml(merged))
         print(f"wrote {args.junit}")
     return 0 if effective(merged) == "PASS" else 1
-
-
-def cmd_compare(args: argparse.Namespace) -> int:
-    a, b = read_evidence(args.a), read_evidence(args.b)
-    print(report.compare_text(a, b, (str(args.a), str(args.b))))
-    return 0
-
-
-def cmd_report(args: argparse.Namespace) -> int:
-    data = read_evidence(args.evidence)
-    output = args.output or args.evidence.parent / "report.md"
-    png = output.with_name(f"{output.stem}-busbw.png")
-    title = f"busbw, profile {data.get('profile', {}).get('name')}"
-    plotted = report.plot_busbw(report.sweep_rows(data), png, title)
-    write_atomic(output, report.markdown(data, png.name if plotted else None))
-    print(f"wrote {output}" + (f" and {png}" if plotted else ""))
-    return 0
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:

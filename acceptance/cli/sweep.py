@@ -18,6 +18,7 @@ from acceptance.evidence.verdict import Facts, decide
 from acceptance.profile import loader as profiles
 from acceptance.profile.dtypes import DTYPES
 from acceptance.profile.sizes import format_size, parse_size
+from acceptance.reports.table import columns
 from acceptance.run.cluster_run import MUST_BE_ZERO, ClusterRun
 from acceptance.run.launcher import ProbeError
 from acceptance.run.placement import resolve
@@ -137,37 +138,25 @@ def header(cluster: ClusterRun) -> str:
 
 COLUMNS = ("size", "count", "type", "op", "time", "algbw", "busbw", "#wrong")
 UNITS = ("(B)", "(elements)", "", "", "(us)", "(GB/s)", "(GB/s)", "")
-WIDTHS = (12, 12, 10, 16, 10, 8, 8, 7)
 
 
 def table(result: dict[str, Any]) -> str:
-    """nccl-tests' layout: one line per op and size (the bytes the call moved, like its ``size`` column),
-    then the average bus bandwidth."""
-    lines = [_line(("#", *COLUMNS)), _line(("#", *UNITS))]
+    """nccl-tests' layout: two commented header lines, one line per op and size (the bytes the call moved,
+    like its ``size`` column), then the average bus bandwidth."""
     dtype = DTYPES[result["dtype"]]
+    lines = [("#", *COLUMNS), ("#", *UNITS)]
     for row in result["rows"]:
-        cells = (
-            str(row["bytes"]),
-            str(row["count"]),
-            dtype.nccl_tests,
-            row["op"],
-            f"{row['time_us']:.2f}",
-            f"{row['algbw_gbps']:.2f}",
-            f"{row['busbw_gbps']:.2f}",
-            str(row["wrong"]),
-        )
-        lines.append(_line(("", *cells)))
+        lines.append(
+            ("", str(row["bytes"]), str(row["count"]), dtype.nccl_tests, row["op"], f"{row['time_us']:.2f}",
+             f"{row['algbw_gbps']:.2f}", f"{row['busbw_gbps']:.2f}", str(row["wrong"]))
+        )  # fmt: skip
+    out = [columns(lines, ("l", *"r" * len(COLUMNS)))]
     rows = result["rows"]
     if rows:
         average = sum(r["busbw_gbps"] for r in rows) / len(rows)
         wrong = sum(1 for r in rows if r["wrong"])
-        lines.append(f"# Out of bounds values : {wrong} {'FAILED' if wrong else 'OK'}")
-        lines.append(f"# Avg bus bandwidth    : {average:.4g}")
+        out.append(f"# Out of bounds values : {wrong} {'FAILED' if wrong else 'OK'}")
+        out.append(f"# Avg bus bandwidth    : {average:.4g}")
     if result.get("nccl_version"):
-        lines.append(f"# NCCL {result['nccl_version']}, algorithm: {result.get('nccl_algo')}")
-    return "\n".join(lines)
-
-
-def _line(cells: tuple[str, ...]) -> str:
-    lead, rest = cells[0], cells[1:]
-    return (lead + "".join(cell.rjust(width + 1) for cell, width in zip(rest, WIDTHS, strict=True))).rstrip()
+        out.append(f"# NCCL {result['nccl_version']}, algorithm: {result.get('nccl_algo')}")
+    return "\n".join(out)

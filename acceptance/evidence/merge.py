@@ -17,16 +17,19 @@ def merge(documents: list[dict[str, Any]]) -> dict[str, Any]:
     merged["tests"], merged["probes"], merged["merged_from"] = [], [], []
     for doc in documents:
         host = (doc.get("topology") or {}).get("host", "?")
+        # hosts can share a name (containers, loopback runs): the node rank tells the nodes apart in reports
+        node = f"node{(doc.get('topology') or {}).get('node_rank', len(merged['merged_from']))}-{host}"
         merged["merged_from"].append(
             {
                 "host": host,
+                "node": node,
                 "verdict": doc.get("verdict"),
                 "complete": doc.get("complete"),
                 "profile_sha256": doc.get("profile", {}).get("sha256"),
             }
         )
-        merged["tests"] += [{**t, "nodeid": f"{host}::{t['nodeid']}"} for t in doc.get("tests", [])]
-        merged["probes"] += doc.get("probes", [])
+        merged["tests"] += [{**t, "nodeid": f"{host}::{t['nodeid']}", "node": node} for t in doc.get("tests", [])]
+        merged["probes"] += [{**p, "node": node} for p in doc.get("probes", [])]
     merged["complete"] = all(d.get("complete") for d in documents)
     merged["partial"] = any(d.get("partial") for d in documents)
     merged["verdict"] = worst(effective(d) for d in documents)

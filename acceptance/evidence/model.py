@@ -35,6 +35,7 @@ class Check(Part):
     verdict: CheckVerdict
     threshold: dict[str, Any] | None
     detail: str | None = None
+    baseline: dict[str, Any] | None = None  # --cluster-baseline: the earlier figure, its limit, the tolerance
 
 
 class Case(Part):

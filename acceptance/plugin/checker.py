@@ -7,6 +7,8 @@ from typing import Any
 import pytest
 
 from acceptance.evidence.junit import figure_properties
+from acceptance.evidence.model import Check
+from acceptance.profile import baseline
 from acceptance.profile.model import Threshold
 from acceptance.run.cluster_run import ClusterRun
 from acceptance.run.launcher import ProbeError
@@ -16,6 +18,12 @@ NO_PROFILE = (
     "no cluster profile selected: pass --cluster-profile NAME (or set CLUSTER_PROFILE); "
     "`cluster-acceptance list` shows the profiles, local-cpu runs on any machine"
 )
+
+
+def baseline_of(config: pytest.Config) -> dict[str, dict[str, Any]] | None:
+    """--cluster-baseline: the earlier run's figures by metric, or None."""
+    session = config.pluginmanager.get_plugin(SESSION_NAME)
+    return None if session is None else session.baseline  # type: ignore[no-any-return]
 
 
 def current(config: pytest.Config) -> ClusterRun | None:
@@ -76,6 +84,7 @@ class Checker:
             # the same properties the plugin's own JUnit carries (what record_property does, without its
             # warning under the default junit_family xunit2)
             c = judged.check
+            failures += self._against_baseline(c) if c.verdict == "pass" else []
             self.item.user_properties += figure_properties(metric, c.value, unit, c.bound, c.verdict)
             if judged.verdict == "fail":
                 failures.append(judged.message)
@@ -86,6 +95,22 @@ class Checker:
             pytest.fail("\n".join(failures), pytrace=False)
         if xfails:
             pytest.xfail("\n".join(xfails))
+
+    def _against_baseline(self, check: Check) -> list[str]:
+        """--cluster-baseline: the figure just checked against the earlier run's, by the rule of ``compare``;
+        a figure worse beyond the tolerance fails even where the profile's bound held."""
+        old = baseline_of(self.item.config)
+        if old is None or check.value is None:
+            return []
+        tolerance = baseline.tolerance_for(self.run.profile.resolved, check.metric)
+        judged = baseline.judge(old, check.metric, check.value, bool(check.bound), tolerance)
+        if judged is None:
+            return []
+        check.baseline = {"value": judged.change.old, "bound": judged.change.limit, "tolerance": tolerance}
+        if judged.ok:
+            return []
+        check.verdict, check.bound = "baseline_fail", f"{check.bound} and {judged.change.limit}"
+        return [f"{judged.message} [--cluster-baseline]"]
 
     def measurements(self, key: str, data: Any) -> None:
         """Attach a table (a sweep, a per-GPU list) to this test's evidence."""

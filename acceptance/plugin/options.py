@@ -67,6 +67,13 @@ OPTIONS: tuple[Option, ...] = (
         repeat=True,
         metavar="KEY.PATH=VALUE",
     ),
+    Option(
+        "cluster-baseline",
+        "an earlier run's evidence (the handover): a gated figure worse than it beyond the profile's "
+        "baseline tolerance (default 5%) fails, as `cluster-acceptance compare` judges",
+        env="CLUSTER_BASELINE",
+        convert=Path,
+    ),
     Option("cluster-timeout", "seconds per probe run, overriding the profile's timeouts", convert=positive_seconds),
     Option(
         "cluster-nodes", "number of nodes (default: Slurm, Kubernetes, NNODES, or the profile)", convert=positive_int

@@ -16,12 +16,14 @@ import pytest
 from acceptance.atomic_file import write_atomic
 from acceptance.evidence.folder import EvidenceFolderError, default_folder
 from acceptance.evidence.junit import junit_xml
+from acceptance.evidence.store import EvidenceError, read_evidence
 from acceptance.evidence.verdict import Facts, decide, problems
 from acceptance.multinode import meeting as meetings
 from acceptance.multinode.plan import Plan, versions
 from acceptance.plugin import options
 from acceptance.plugin.outcomes import outcome_of, report_unrun
 from acceptance.plugin.summary import header_lines, summary_lines
+from acceptance.profile import baseline
 from acceptance.profile import loader as profiles
 from acceptance.profile.metrics import FAMILY_MODULES, module_of
 from acceptance.run.cluster_run import ClusterRun
@@ -44,8 +46,9 @@ def _module(nodeid: str) -> str:
 class ClusterSession:
     """The run's state and hooks; registered with the plugin manager by ``pytest_configure``."""
 
-    def __init__(self, config: pytest.Config, run: ClusterRun) -> None:
+    def __init__(self, config: pytest.Config, run: ClusterRun, old: dict[str, dict[str, Any]] | None = None) -> None:
         self.config, self.run = config, run
+        self.baseline = old  # --cluster-baseline: the earlier run's figures, by metric
         self.collect_only = bool(config.option.collectonly)
         self.selected: list[str] = []
         self.deselected: set[str] = set()
@@ -76,9 +79,14 @@ class ClusterSession:
                 run_tag=os.environ.get("CLUSTER_RUN_ID", ""),
                 persist=not config.option.collectonly,
             )
+            old_path = options.value(config, "cluster_baseline")
+            old = baseline.figures(read_evidence(old_path)) if old_path else None
         except (profiles.ProfileError, TopologyError, EvidenceFolderError) as exc:
             raise pytest.UsageError(str(exc)) from None
-        return cls(config, run)
+        except EvidenceError as exc:
+            run.discard()
+            raise pytest.UsageError(f"--cluster-baseline: {exc}") from None
+        return cls(config, run, old)
 
     @property
     def meets(self) -> bool:

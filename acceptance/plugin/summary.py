@@ -6,8 +6,7 @@ from typing import Any
 
 import acceptance
 from acceptance.multinode.meeting import STORE_PORT_OFFSET
-from acceptance.numbers import fmt
-from acceptance.reports.table import render
+from acceptance.reports import summary
 from acceptance.run.cluster_run import ClusterRun
 
 VERDICT_WORDS = {
@@ -33,15 +32,7 @@ def header_lines(run: ClusterRun, meets: bool) -> list[str]:
 
 def summary_lines(data: dict[str, Any], path: str) -> list[tuple[str, str | None]]:
     """(line, colour) pairs: every checked figure, the unchecked thresholds, the errors, the verdict."""
-    rows = [
-        (c["metric"], fmt(c["value"]), c["unit"], c["bound"] or "-", c["verdict"].upper())
-        for test in data["tests"]
-        for c in test["checks"]
-    ]
-    out: list[tuple[str, str | None]] = []
-    if rows:
-        table = render(("metric", "value", "unit", "bound", "verdict"), rows, align=("l", "r", "l", "l", "l"))
-        out += [(line, None) for line in table.splitlines()]
+    out: list[tuple[str, str | None]] = [(line, None) for line in summary.lines(data)]
     if data["unchecked_thresholds"]:
         gate_off = any(e.startswith("thresholds that no test checked") for e in data["errors"])
         kind = "ERROR" if gate_off else "not enforced: their tests were not selected, or the run was interrupted"

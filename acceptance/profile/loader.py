@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -13,6 +12,8 @@ from typing import Any
 from pydantic import ValidationError
 
 from acceptance.masking import masked_profile
+from acceptance.profile.bounds import evaluate as evaluate  # re-exported: where the run and tests look
+from acceptance.profile.bounds import limits as limits
 from acceptance.profile.metrics import bound_problem, canonical_metric, metric_problem
 from acceptance.profile.model import ProfileModel, Threshold
 from acceptance.profile.strict_yaml import LineMap, parse, read
@@ -250,33 +251,16 @@ def _canonical_thresholds(model: ProfileModel, path: Path) -> ProfileModel:
 
 def _check_metric_names(model: ProfileModel, path: Path, lines: LineMap) -> None:
     problems = []
-    for key, bound in model.thresholds.items():
-        why = metric_problem(key, model)
+    named: list[tuple[str, ...]] = [("thresholds", key) for key in model.thresholds]
+    named += [("baseline", "tolerances", key) for key in model.baseline.tolerances]
+    for loc in named:
+        why = metric_problem(loc[-1], model)
         if why is not None:
-            problems.append(f"{_where(('thresholds', key), (path,), lines)}: thresholds.{key}: {why}")
+            problems.append(f"{_where(loc, (path,), lines)}: {'.'.join(loc)}: {why}")
             continue
-        field_why = bound_problem(key, bound)
+        field_why = bound_problem(loc[-1], model.thresholds[loc[-1]]) if loc[0] == "thresholds" else None
         if field_why is not None:
-            loc = ("thresholds", key, field_why[0])
-            problems.append(f"{_where(loc, (path,), lines)}: {'.'.join(loc)}: {field_why[1]}")
+            where = (*loc, field_why[0])
+            problems.append(f"{_where(where, (path,), lines)}: {'.'.join(where)}: {field_why[1]}")
     if problems:
         raise ProfileError("invalid profile:\n  " + "\n  ".join(problems))
-
-
-def evaluate(threshold: Threshold, value: float) -> tuple[bool, str]:
-    """Whether ``value`` meets ``threshold``, and the bound in words (``>= 350``)."""
-    parts: list[str] = []
-    ok = not (isinstance(value, float) and math.isnan(value))
-    if threshold.min is not None:
-        parts.append(f">= {threshold.min:g}")
-        ok = ok and value >= threshold.min
-    if threshold.max is not None:
-        parts.append(f"<= {threshold.max:g}")
-        ok = ok and value <= threshold.max
-    if threshold.eq is not None:
-        parts.append(f"== {threshold.eq:g}")
-        ok = ok and value == threshold.eq
-    if threshold.ref is not None and threshold.tol is not None:
-        parts.append(f"{threshold.ref:g} ± {threshold.tol:.0%}")
-        ok = ok and abs(value - threshold.ref) <= threshold.tol * abs(threshold.ref)
-    return ok, " and ".join(parts)

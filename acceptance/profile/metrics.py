@@ -11,72 +11,87 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Literal
 
 from acceptance.profile.model import ProfileModel, Threshold
 from acceptance.profile.sizes import SizeError, canonical_size
+
+Better = Literal["higher", "lower", "none"]  # none: a count to match (world size), or a value with no good side
 
 
 @dataclass(frozen=True)
 class Family:
     pattern: re.Pattern[str]
     doc: str
+    better: Better
     floor: float | None  # no figure of the family is ever below it; None: not known
 
 
 # Every figure the probes produce is a count, a duration, a rate, a ratio of those (efficiency, MFU, loss
 # ratio, shortfall under the median, clipped at 0), a temperature NVML reads as an unsigned integer, or a
 # cross-entropy loss: none is ever below 0. A family that adds a figure that can be must pass floor=None.
-def _family(regex: str, doc: str, floor: float | None = 0.0) -> Family:
-    return Family(re.compile(rf"^{regex}$"), doc, floor)
+def _family(regex: str, doc: str, better: Better, floor: float | None = 0.0) -> Family:
+    return Family(re.compile(rf"^{regex}$"), doc, better, floor)
 
 
-# only the figures a test checks: a bound on a figure no test reads would be a gate that never closes
-_COLL_FIELDS = "busbw_gbps|time_us|wrong"
-_INTERNODE_FIELDS = "busbw_gbps|wrong"
+# only the figures a test checks: a bound on a figure no test reads would be a gate that never closes.
+# One entry per shape and direction: compare and --cluster-baseline read which way a change is worse here.
+_CONN = "connectivity.<figure>"
+_COLL = "collectives.<op>.<busbw_gbps|time_us|wrong>@<size>"
+_HEALTH = "health.<figure>"
+_COMPUTE = "compute.<figure>_<min|median|below_median>"
+_INTER = "internode.<all|intranode|one_gpu_per_node|ring>.<op>.<busbw_gbps|wrong>@<size>"
+_TRAIN = "training.<strategy>.<figure>"
+_STORAGE = "storage.<path>.<figure>"
+_INTER_PATH = r"internode\.(all|intranode|one_gpu_per_node|ring)\.(?P<inter_op>\w+)"
+_HEALTH_COUNTS = (
+    r"nvml_unavailable|driver_too_old|gpu_model_mismatch|ecc_disabled|ecc_uncorrectable_volatile"
+    r"|ecc_uncorrectable_aggregate|retired_pages_pending|row_remap_failures|row_remap_pending|pcie_degraded"
+    r"|throttled|temperature_c_max|wall_s"
+)
+_COMPUTE_FIGURES = r"(matmul_tflops|matmul_fp8_tflops|copy_gbps|h2d_gbps|d2h_gbps)"
+_STORAGE_PATH = r"storage\.(?P<storage_path>\w+)"
 FAMILIES: list[Family] = [
+    _family(r"connectivity\.(p2p_min_gbps)", _CONN, "higher"),
     _family(
-        r"connectivity\.(world_size|duplicate_uuids|missing_ranks|allreduce_wrong|p2p_wrong"
-        r"|rendezvous_s|barrier_latency_us|p2p_min_gbps)",
-        "connectivity.<figure>",
+        r"connectivity\.(duplicate_uuids|missing_ranks|allreduce_wrong|p2p_wrong|rendezvous_s|barrier_latency_us)",
+        _CONN,
+        "lower",
+    ),
+    _family(r"connectivity\.(world_size)", _CONN, "none"),
+    _family(r"collectives\.(?P<op>\w+)\.busbw_gbps@(?P<size>\w+)", _COLL, "higher"),
+    _family(r"collectives\.(?P<op>\w+)\.(time_us|wrong)@(?P<size>\w+)", _COLL, "lower"),
+    _family(rf"health\.({_HEALTH_COUNTS})", _HEALTH, "lower"),
+    _family(r"health\.(nvlink_links_min)", _HEALTH, "higher"),
+    _family(r"health\.(gpu_count)", _HEALTH, "none"),
+    _family(rf"compute\.{_COMPUTE_FIGURES}_(min|median)", _COMPUTE, "higher"),
+    _family(rf"compute\.({_COMPUTE_FIGURES}_below_median|burnin_disagreeing_gpus|wall_s)", _COMPUTE, "lower"),
+    _family(rf"{_INTER_PATH}\.busbw_gbps@(?P<inter_size>\w+)", _INTER, "higher"),
+    _family(rf"{_INTER_PATH}\.wrong@(?P<inter_size>\w+)", _INTER, "lower"),
+    _family(
+        r"internode\.(?P<inter_op>\w+)\.efficiency@(?P<inter_size>\w+)", "internode.<op>.efficiency@<size>", "higher"
     ),
     _family(
-        rf"collectives\.(?P<op>\w+)\.({_COLL_FIELDS})@(?P<size>\w+)",
-        "collectives.<op>.<busbw_gbps|time_us|wrong>@<size>",
+        r"training\.(?P<strategy>\w+)\.(tokens_per_s_per_gpu|tokens_per_s_per_gpu_median|mfu|gpu_util_pct)",
+        _TRAIN,
+        "higher",
     ),
     _family(
-        r"health\.(nvml_unavailable|gpu_count|gpu_model_mismatch|driver_too_old|ecc_disabled"
-        r"|ecc_uncorrectable_volatile|ecc_uncorrectable_aggregate|retired_pages_pending|row_remap_failures"
-        r"|row_remap_pending|nvlink_links_min|pcie_degraded|throttled|temperature_c_max|wall_s)",
-        "health.<figure>",
+        r"training\.(?P<strategy>\w+)\.(step_time_s|step_time_std_s|peak_mem_gib|loss_last|loss_ratio|wall_s)",
+        _TRAIN,
+        "lower",
     ),
+    _family(r"training\.(?P<strategy>\w+)\.(loss_first)", _TRAIN, "none"),
+    _family(r"training\.scaling_efficiency", "training.scaling_efficiency", "higher"),
+    _family(r"training\.canary\.(?P<strategy>\w+)\.max_rel_diff", "training.canary.<strategy>.max_rel_diff", "lower"),
+    _family(rf"{_STORAGE_PATH}\.(write_gbps|read_gbps|write_gbps_min|read_gbps_min|free_gib_min)", _STORAGE, "higher"),
     _family(
-        r"compute\.((matmul_tflops|matmul_fp8_tflops|copy_gbps|h2d_gbps|d2h_gbps)_(min|median|below_median)"
-        r"|burnin_disagreeing_gpus|wall_s)",
-        "compute.<figure>_<min|median|below_median>",
-    ),
-    _family(
-        rf"internode\.(all|intranode|one_gpu_per_node|ring)\.(?P<inter_op>\w+)\.({_INTERNODE_FIELDS})"
-        r"@(?P<inter_size>\w+)",
-        "internode.<all|intranode|one_gpu_per_node|ring>.<op>.<busbw_gbps|wrong>@<size>",
-    ),
-    _family(
-        r"internode\.(?P<inter_op>\w+)\.efficiency@(?P<inter_size>\w+)",
-        "internode.<op>.efficiency@<size>",
-    ),
-    _family(
-        r"training\.(?P<strategy>\w+)\.(tokens_per_s_per_gpu|tokens_per_s_per_gpu_median|step_time_s|step_time_std_s"
-        r"|peak_mem_gib|mfu|gpu_util_pct|loss_first|loss_last|loss_ratio|wall_s)",
-        "training.<strategy>.<figure>",
-    ),
-    _family(r"training\.scaling_efficiency", "training.scaling_efficiency"),
-    _family(r"training\.canary\.(?P<strategy>\w+)\.max_rel_diff", "training.canary.<strategy>.max_rel_diff"),
-    _family(
-        r"storage\.(?P<storage_path>\w+)\.(unusable_nodes|nodes_not_shared|mount_mismatch|free_gib_min"
-        r"|checkpoint_bad_ranks|write_gbps|read_gbps|write_gbps_min|read_gbps_min|write_below_median"
+        rf"{_STORAGE_PATH}\.(unusable_nodes|nodes_not_shared|mount_mismatch|checkpoint_bad_ranks|write_below_median"
         r"|read_below_median|checkpoint_s|restore_s|left_behind)",
-        "storage.<path>.<figure>",
+        _STORAGE,
+        "lower",
     ),
-    _family(r"storage\.wall_s", "storage.wall_s"),
+    _family(r"storage\.wall_s", "storage.wall_s", "lower"),
 ]
 
 _DOMAINS: dict[str, Callable[[ProfileModel], tuple[str, ...]]] = {
@@ -145,7 +160,7 @@ def metric_problem(name: str, profile: ProfileModel) -> str | None:
             if value not in allowed:
                 return f"{group} {value!r} is not in this profile's list {list(allowed)}"
         return None
-    shapes = ", ".join(f.doc for f in FAMILIES)
+    shapes = ", ".join(dict.fromkeys(f.doc for f in FAMILIES))
     return f"no probe measures a metric of this name (known shapes: {shapes})"
 
 
@@ -165,6 +180,16 @@ def bound_problem(name: str, bound: Threshold) -> tuple[str, str] | None:
     if bound.min is not None and bound.min <= floor:
         return "min", f"min {bound.min:g} always holds: {never} (raise it, or remove it to record the figure)"
     return None
+
+
+def better(metric: str) -> Better:
+    """Which way ``metric`` improves: ``higher`` (bandwidth, throughput), ``lower`` (time, errors), or
+    ``none`` (a count to match, or a name the registry does not know)."""
+    name = canonical_metric(metric)
+    for family in FAMILIES:
+        if family.pattern.match(name):
+            return family.better
+    return "none"
 
 
 def canonical_metric(name: str) -> str:

@@ -228,7 +228,10 @@ class Threshold(Strict):
     max: float | None = None
     eq: float | None = None
     ref: float | None = None
-    tol: Annotated[float, Field(ge=0)] | None = None
+    tol: Annotated[float, Field(ge=0)] | None = None  # relative, both sides of ref: 0.05 = 5%
+    # ReFrame's reference shape: relative bounds on each side of ref, lower <= 0 <= upper; one may be left out
+    lower: Annotated[float, Field(ge=-1, le=0)] | None = None
+    upper: Annotated[float, Field(ge=0)] | None = None
     xfail: str | None = None
     source: str | None = None  # where the bound comes from
 
@@ -236,13 +239,33 @@ class Threshold(Strict):
     def _one_kind(self) -> Threshold:
         if self.min is None and self.max is None and self.eq is None and self.ref is None:
             raise ValueError("a threshold needs at least one of min, max, eq, ref")
-        if (self.ref is None) != (self.tol is None):
-            raise ValueError("ref and tol go together (tol is relative: 0.05 = 5%)")
+        relative = [k for k in ("tol", "lower", "upper") if getattr(self, k) is not None]
+        if (self.ref is None) != (not relative):
+            raise ValueError(
+                "ref and tol go together (tol is relative: 0.05 = 5%), or ref with lower and/or upper "
+                "(relative bounds below and above ref, ReFrame-style: lower -0.1 = 10% under ref)"
+            )
+        if self.tol is not None and len(relative) > 1:
+            raise ValueError("tol is both sides of ref at once: give tol, or lower and/or upper, not both")
         if self.eq is not None and (self.min is not None or self.max is not None):
             raise ValueError("eq cannot be combined with min or max")
         if self.min is not None and self.max is not None and self.min > self.max:
             raise ValueError(f"min {self.min:g} is above max {self.max:g}: no value can meet both")
         return self
+
+
+class Cost(Strict):
+    """What one GPU-hour costs, so training figures read as tokens per dollar beside tokens per second."""
+
+    usd_per_gpu_hour: Annotated[float, Field(gt=0)]
+    source: str | None = None  # the price list or contract it comes from
+
+
+class Baseline(Strict):
+    """How much worse than a baseline run a gated figure may get (``compare``, ``--cluster-baseline``)."""
+
+    tolerance: Annotated[float, Field(ge=0)] = 0.05  # relative: 0.05 = 5% worse than the baseline
+    tolerances: dict[str, Annotated[float, Field(ge=0)]] = {}  # per metric name, replacing the default
 
 
 class ProfileModel(Strict):
@@ -260,3 +283,5 @@ class ProfileModel(Strict):
     training: Training = Training()
     storage: Storage = Storage()
     thresholds: dict[str, Threshold] = {}
+    cost: Cost | None = None
+    baseline: Baseline = Baseline()

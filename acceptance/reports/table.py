@@ -1,21 +1,79 @@
-"""The one table renderer: every aligned plain-text table (terminal summary, CLI listings, sweeps)."""
+"""The one table renderer: every table of the terminal, the CLI, Markdown and HTML, through tabulate.
+
+Numbers in cells go through the one number formatter (``acceptance.numbers.fmt``); a missing figure
+reads ``-``. Cells are escaped for their target (``|`` in Markdown, ``<`` in HTML) except :class:`Raw`.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import html
+import math
+import re
+from collections.abc import Iterable, Sequence
+from typing import Literal
 
 from tabulate import tabulate
 
-ALIGN = {"l": "left", "r": "right", "c": "center"}
+from acceptance.numbers import fmt
+
+Style = Literal["text", "markdown", "html"]
+ALIGN = {"l": "left", "r": "right", "c": "center", "left": "left", "right": "right", "center": "center"}
+_FORMATS = {"text": "simple", "markdown": "github", "html": "unsafehtml"}
+_NUMERIC = re.compile(r"^[-+]?[\d,]*\.?\d+(e[-+]?\d+)?\s*%?$", re.IGNORECASE)
 
 
-def render(header: Sequence[str], rows: Sequence[Sequence[object]], align: Sequence[str] | None = None) -> str:
-    """A plain table: a header, a rule, one line per row; ``align``: "l", "r" or "c" per column."""
-    colalign = tuple(ALIGN[a] for a in align) if align else None
-    return tabulate(
-        [[str(cell) for cell in row] for row in rows],
-        headers=list(header),
-        tablefmt="simple",
-        colalign=colalign,
-        disable_numparse=True,
-    )
+class Raw(str):
+    """A cell already written in the target's markup (an HTML span): rendered as is, never escaped."""
+
+    __slots__ = ()
+
+
+def _cell(value: object, style: Style) -> str:
+    if isinstance(value, Raw):
+        return str(value)
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        text = "-"
+    elif isinstance(value, (int, float)) and not isinstance(value, bool):
+        text = fmt(value)
+    else:
+        text = str(value).replace("\n", " ")
+    if style == "markdown":
+        return text.replace("|", "\\|")
+    return html.escape(text) if style == "html" else text
+
+
+def _numeric(cell: str) -> bool:
+    return cell in ("", "-") or bool(_NUMERIC.match(cell.replace("±", "").replace(" ", "")))
+
+
+def _aligns(rows: list[list[str]], width: int) -> list[str]:
+    """Numbers right, text left (the first column always left); a column of numbers and dashes is numbers."""
+    out = []
+    for i in range(width):
+        cells = [row[i] for row in rows if i < len(row)]
+        numbers = i > 0 and any(c not in ("", "-") for c in cells) and all(_numeric(c) for c in cells)
+        out.append("right" if numbers else "left")
+    return out
+
+
+def render(
+    header: Sequence[str],
+    rows: Iterable[Sequence[object]],
+    align: Sequence[str] | None = None,
+    style: Style = "text",
+) -> str:
+    """A table: ``header`` over ``rows``. ``align`` per column: l/r/c (default: numbers right, text left).
+
+    ``text``: a header, a rule, one line per row (terminals); ``markdown``: a GitHub pipe table;
+    ``html``: a ``<table>``."""
+    body = [[_cell(c, style) for c in row] for row in rows]
+    colalign = [ALIGN[a] for a in align] if align is not None else _aligns(body, len(header))
+    heads = [_cell(h, style) for h in header]
+    text = tabulate(body, headers=heads, tablefmt=_FORMATS[style], colalign=colalign, disable_numparse=True)
+    return "\n".join(line.rstrip() for line in str(text).splitlines())
+
+
+def columns(rows: Iterable[Sequence[str]], align: Sequence[str]) -> str:
+    """Header-less fixed columns (nccl-tests' layout): each cell padded to its column, lines right-trimmed."""
+    text = tabulate(list(rows), tablefmt="plain", colalign=[ALIGN[a] for a in align], disable_numparse=True)
+    return "\n".join(line.rstrip() for line in str(text).splitlines())

@@ -1,0 +1,111 @@
+"""``cluster-acceptance report | compare | rebaseline | export``: evidence read for people and pipelines."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from acceptance.atomic_file import write_atomic
+from acceptance.evidence.merge import merge
+from acceptance.evidence.store import read_evidence as read
+from acceptance.profile import loader as profiles
+from acceptance.reports import compare, export, html, markdown, overview, rebaseline, view
+
+
+def add(sub: Any) -> None:
+    rep = sub.add_parser("report", help="an HTML report (one self-contained file) and the same in Markdown beside it")
+    rep.add_argument("evidence", type=Path, help="evidence.json, or its folder (a folder of node folders is merged)")
+    rep.add_argument("-o", "--output", type=Path, help="HTML file (default: report.html beside the evidence)")
+    rep.set_defaults(func=cmd_report)
+    cmp = sub.add_parser("compare", help="two runs, figure by figure, worst change first; exit 1 on a regression")
+    cmp.add_argument("old", type=Path, help="the earlier run (the handover): evidence.json or its folder")
+    cmp.add_argument("new", type=Path, help="the later run")
+    cmp.add_argument("--tolerance", type=float, help="relative, for every figure (default: the new profile's, 0.05)")
+    cmp.add_argument(
+        "--fail-on-regression",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="exit 1 when a gated figure got worse beyond tolerance or turned FAIL (default: on)",
+    )
+    cmp.set_defaults(func=cmd_compare)
+    reb = sub.add_parser("rebaseline", help="profile bounds (ref with a lower/upper relative bound) from evidence")
+    reb.add_argument("evidence", type=Path)
+    reb.add_argument(
+        "--profile",
+        help="bound the figures this profile bounds, replacing its entries whole (default: those the evidence gated)",
+    )
+    reb.add_argument("--all", action="store_true", help="bound every measured figure with a better side")
+    reb.add_argument("--tolerance", action="append", default=[], metavar="[METRIC=]FRACTION",
+                     help="default 0.1; METRIC may be a glob, e.g. 'training.*=0.15' (repeatable)")  # fmt: skip
+    reb.add_argument("-o", "--output", type=Path, help="YAML file to write (default: standard output)")
+    reb.set_defaults(func=cmd_rebaseline)
+    exp = sub.add_parser("export", help="figures as CSV: metric, value, unit, bound, verdict, node, gpu, source, test")
+    exp.add_argument("evidence", type=Path)
+    exp.add_argument("--csv", action="store_true", help="CSV (the default, and for now the only format)")
+    exp.add_argument("-o", "--output", type=Path, help="file to write (default: standard output)")
+    exp.set_defaults(func=cmd_export)
+
+
+def load(path: Path) -> tuple[dict[str, Any], str]:
+    """An evidence file, or a folder holding one, or a folder of node folders (merged): data and its name."""
+    if path.is_dir() and not (path / "evidence.json").is_file():
+        parts = sorted(path.glob("*/evidence.json"))
+        if not parts:
+            raise ValueError(f"{path}: no evidence.json in this folder or in its subfolders")
+        return merge([read(p) for p in parts]), f"{path} (merged: {', '.join(p.parent.name for p in parts)})"
+    file = path / "evidence.json" if path.is_dir() else path
+    return read(file), str(file)
+
+
+def _write(output: Path | None, text: str) -> None:
+    if output is None:
+        sys.stdout.write(text)
+    else:
+        write_atomic(output, text)
+        print(f"wrote {output}", file=sys.stderr)
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    data, origin = load(args.evidence)
+    folder = args.evidence if args.evidence.is_dir() else args.evidence.parent
+    output: Path = args.output or folder / "report.html"
+    blocks = overview.blocks(data, origin)
+    title = f"Cluster acceptance: {view.verdict(data)} ({(data.get('profile') or {}).get('name')})"
+    write_atomic(output, html.document(blocks, title))
+    text, images = markdown.document(blocks, output.stem)
+    for name, png in images.items():
+        (output.parent / name).write_bytes(png)
+    write_atomic(output.with_suffix(".md"), text)
+    print(f"wrote {output} and {output.with_suffix('.md')}" + (f" (+{len(images)} PNG)" if images else ""))
+    return 0
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    (old, old_name), (new, new_name) = load(args.old), load(args.new)
+    names = (old_name, new_name)
+    found = compare.rows(old, new, args.tolerance)
+    out = [*compare.summary(old, new, found, names)]
+    diffs = compare.differences(old, new)
+    out += ["differences:", *(f"  {d}" for d in diffs)] if diffs else ["differences: none in profile, software, env"]
+    print("\n".join([*out, "", compare.table(found)]))
+    regressed = any(r.regression for r in found)
+    return 1 if regressed and args.fail_on_regression else 0
+
+
+def cmd_rebaseline(args: argparse.Namespace) -> int:
+    data, origin = load(args.evidence)
+    profile = profiles.load(args.profile).resolved if args.profile else None
+    tol = rebaseline.tolerances(args.tolerance)
+    figures = rebaseline.chosen(data, profile, args.all)
+    if not figures:
+        raise ValueError(f"{origin}: no measured figure to bound (try --all, or another --profile)")
+    _write(args.output, rebaseline.document(data, origin, figures, tol, profile))
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    data, _ = load(args.evidence)
+    _write(args.output, export.csv_text(data))
+    return 0

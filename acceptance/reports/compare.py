@@ -1,0 +1,151 @@
+"""Two runs side by side: per figure which way is better, the change, whether it is beyond the tolerance,
+verdict changes, and what differs in the profile and the software; worst first.
+
+A gated figure (bounded in either run) that got worse beyond its tolerance, or whose verdict turned to
+FAIL, is a regression: ``cluster-acceptance compare`` exits 1 on one (``--no-fail-on-regression``: 0).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from acceptance.numbers import fmt
+from acceptance.profile.baseline import Change, change, figures, tolerance_for
+from acceptance.reports import view
+from acceptance.reports.table import render
+
+ARROWS = {"higher": "higher", "lower": "lower", "none": "-"}
+
+
+@dataclass(frozen=True)
+class Row:
+    change: Change
+    unit: str
+    old: Mapping[str, Any] | None  # the check in the old run, None where it was not measured
+    new: Mapping[str, Any] | None
+
+    @property
+    def gated(self) -> bool:
+        return any(c and c.get("bound") for c in (self.old, self.new))
+
+    @property
+    def verdicts(self) -> str:
+        before, after = (str(c.get("verdict", "")).upper() if c else "-" for c in (self.old, self.new))
+        return f"{before} -> {after}" if before != after else after
+
+    @property
+    def turned_fail(self) -> bool:
+        return self.new is not None and self.new.get("verdict") == "fail" and (self.old or {}).get("verdict") != "fail"
+
+    @property
+    def regression(self) -> bool:
+        measured = self.new is not None and self.old is not None
+        return self.gated and (self.turned_fail or (measured and self.change.beyond))
+
+
+def rows(old: Mapping[str, Any], new: Mapping[str, Any], tolerance: float | None = None) -> list[Row]:
+    """Every figure of either run, regressions first, then by how much worse, then the rest."""
+    before, after = figures(old), figures(new)
+    profile = view.resolved(new)
+    out = []
+    for metric in dict.fromkeys([*before, *after]):
+        a, b = before.get(metric), after.get(metric)
+        tol = tolerance_for(profile, metric, tolerance)
+        found = change(metric, (a or {}).get("value"), (b or {}).get("value"), tol)
+        out.append(Row(found, str((b or a or {}).get("unit", "")), a, b))
+    return sorted(out, key=_order)
+
+
+def _order(row: Row) -> tuple[int, float, float]:
+    worse = row.change.worse_by
+    gain = row.change.relative or 0.0
+    return (0 if row.regression else 1, -(worse if math.isfinite(worse) else 1e18), -abs(gain))
+
+
+def _change_text(c: Change) -> str:
+    if c.relative is None:
+        return "-" if c.old is None or c.new is None or c.old == c.new else "from 0"
+    return f"{c.relative:+.1%}"
+
+
+def _flag(row: Row) -> str:
+    if row.regression:
+        return "REGRESSION"
+    if row.change.beyond:
+        return "worse (not gated)"
+    if row.change.better != "none" and row.change.relative and row.change.worse_by == 0:
+        return "better" if abs(row.change.relative) > row.change.tolerance else ""
+    return ""
+
+
+def table(found: list[Row]) -> str:
+    head = ["metric", "better", "old", "new", "unit", "change", "tolerance",
+            "verdict", "bound (new)", ""]  # fmt: skip
+    body = [
+        [r.change.metric, ARROWS[r.change.better], r.change.old, r.change.new, r.unit,
+         _change_text(r.change), f"{r.change.tolerance:.0%}", r.verdicts, (r.new or r.old or {}).get("bound") or "-",
+         _flag(r)]
+        for r in found
+    ]  # fmt: skip
+    return render(head, body)
+
+
+def _flatten(value: Any, prefix: str = "") -> dict[str, Any]:
+    """A resolved profile as dotted keys; a threshold's metric name stays whole: thresholds[metric].min."""
+    if not isinstance(value, Mapping):
+        return {prefix: value}
+    out: dict[str, Any] = {}
+    for key, inner in value.items():
+        name = f"thresholds[{key}]" if prefix == "thresholds" else f"{prefix}.{key}" if prefix else str(key)
+        out.update(_flatten(inner, name))
+    return out
+
+
+def differences(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
+    """What differs between the runs' profiles (key by key), software versions and recorded environment."""
+    a_cluster, b_cluster = old.get("cluster") or {}, new.get("cluster") or {}
+    pairs = [
+        ("profile", _flatten(view.resolved(old)), _flatten(view.resolved(new))),
+        ("software", a_cluster.get("software") or {}, b_cluster.get("software") or {}),
+        ("env", a_cluster.get("env") or {}, b_cluster.get("env") or {}),
+    ]
+    out = []
+    for kind, a, b in pairs:
+        for key in dict.fromkeys([*a, *b]):
+            if a.get(key) != b.get(key):
+                out.append(f"{kind} {key}: {_show(a.get(key))} -> {_show(b.get(key))}")
+    return out
+
+
+def _num(value: float | None) -> str:
+    return "(not measured)" if value is None else fmt(value)
+
+
+def _show(value: Any) -> str:
+    return "(absent)" if value is None else str(value)
+
+
+def summary(old: Mapping[str, Any], new: Mapping[str, Any], found: list[Row], names: tuple[str, str]) -> list[str]:
+    """The heading lines: both runs' verdicts and profiles, then the regressions, each with its bound."""
+    lines = []
+    for label, data, name in (("old", old, names[0]), ("new", new, names[1])):
+        profile = data.get("profile") or {}
+        lines.append(
+            f"{label}: {name}: {view.verdict(data)}, profile {profile.get('name')} "
+            f"sha256 {str(profile.get('sha256'))[:12]}, started {data.get('started')}"
+        )
+    bad = [r for r in found if r.regression]
+    lines.append(f"regressions (gated figures worse beyond tolerance, or turned FAIL): {len(bad)}")
+    for r in bad:
+        worse = "" if r.change.worse_by == 0 else f", {r.change.worse_by:.1%} worse"
+        bound, earlier = (r.new or {}).get("bound") or "-", (r.old or {}).get("bound")
+        why = f"verdict {r.verdicts} against {bound}" if r.turned_fail else "beyond tolerance"
+        why += f" (the old run's bound: {earlier})" if r.turned_fail and earlier and earlier != bound else ""
+        lines.append(
+            f"  {r.change.metric}: {_num(r.change.old)} -> {_num(r.change.new)} {r.unit} "
+            f"({_change_text(r.change)}{worse}, {ARROWS[r.change.better]} is better): {why}"
+        )
+    return lines

@@ -1,0 +1,60 @@
+"""Figures as CSV for spreadsheets and dashboards: one row per checked figure, then one per GPU per
+per-GPU figure. Columns: metric, value, unit, bound, verdict, node, gpu, source, test."""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections.abc import Mapping
+from typing import Any
+
+from acceptance.families.compute import FIGURES, shortfalls
+from acceptance.reports import view
+
+COLUMNS = ("metric", "value", "unit", "bound", "verdict", "node", "gpu", "source", "test")
+
+
+def _gpu(row: Mapping[str, Any]) -> str:
+    where = f"GPU {row['gpu']}" if row.get("gpu") is not None else f"rank {row.get('rank')}"
+    return f"{where} {row['uuid']}" if row.get("uuid") else where
+
+
+def _culprits(data: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
+    """compute.<figure>_min and _below_median -> the GPU row they name (the slowest, furthest under)."""
+    out: dict[str, Mapping[str, Any]] = {}
+    for run in view.series(data, "compute"):
+        rows = run.result.get("rows") or []
+        median_of = str((run.result.get("config") or {}).get("median_of", "cluster"))
+        for figure in FIGURES:
+            found = shortfalls(rows, figure, median_of)
+            if found:
+                out[f"compute.{figure}_min"] = min(found, key=lambda s: s.value).row
+                out[f"compute.{figure}_below_median"] = found[0].row
+    return out
+
+
+def rows(data: Mapping[str, Any]) -> list[dict[str, Any]]:
+    culprits = _culprits(data)
+    out = []
+    for f in view.figures(data):
+        gpu = culprits.get(f.metric)
+        node = f.node or (str(gpu["host"]) if gpu else "")
+        out.append({"metric": f.metric, "value": f.value, "unit": f.unit, "bound": f.bound, "verdict": f.verdict,
+                    "node": node, "gpu": _gpu(gpu) if gpu else "", "source": f.source, "test": f.test})  # fmt: skip
+    for run in view.series(data, "compute"):
+        for r in run.result.get("rows") or []:
+            for figure, (_, unit) in FIGURES.items():
+                if isinstance(r.get(figure), (int, float)):
+                    out.append({"metric": f"compute.{figure}", "value": r[figure], "unit": unit, "bound": "",
+                                "verdict": "info", "node": r.get("host", ""), "gpu": _gpu(r), "source": "",
+                                "test": "per-GPU measurement"})  # fmt: skip
+    return out
+
+
+def csv_text(data: Mapping[str, Any]) -> str:
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=COLUMNS, lineterminator="\n")
+    writer.writeheader()
+    for row in rows(data):
+        writer.writerow({k: ("" if v is None else v) for k, v in row.items()})
+    return buffer.getvalue()

@@ -1,0 +1,155 @@
+"""--cluster-baseline: the regression rule as a gate during the run; the profile's baseline and cost keys.
+
+The end-to-end test slows the loopback network for real (a token-bucket filter on ``lo`` inside a network
+namespace, 80 Mbit/s): the profile's bound still holds, the baseline gate fails the run and names the figure.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from acceptance.profile import loader as profiles
+from acceptance.profile.baseline import figures, judge
+from tests.harness import ROOT, schema
+
+BASELINE = {
+    "compute.matmul_tflops_min": {"metric": "compute.matmul_tflops_min", "value": 100.0, "unit": "TFLOP/s",
+                                  "bound": ">= 50", "verdict": "pass"},
+    "connectivity.rendezvous_s": {"metric": "connectivity.rendezvous_s", "value": 1.0, "unit": "s", "bound": "",
+                                  "verdict": "info"},
+    "training.ddp.loss_first": {"metric": "training.ddp.loss_first", "value": 10.0, "unit": "nats",
+                                "bound": "<= 11", "verdict": "pass"},
+}  # fmt: skip
+
+
+def test_judge_fails_a_gated_figure_worse_beyond_tolerance() -> None:
+    judged = judge(BASELINE, "compute.matmul_tflops_min", 80.0, gated=True, tolerance=0.05)
+    assert judged is not None and not judged.ok and judged.baseline_bound == ">= 50"
+    assert judged.message == (
+        "compute.matmul_tflops_min = 80 TFLOP/s, 20.0% worse than the baseline; needed >= 95 (baseline 100 -5%)"
+    )
+    ok = judge(BASELINE, "compute.matmul_tflops_min", 96.0, gated=True, tolerance=0.05)
+    assert ok is not None and ok.ok and ok.message == ""
+
+
+def test_judge_applies_only_where_it_can() -> None:
+    assert judge(BASELINE, "compute.copy_gbps_min", 1.0, gated=True, tolerance=0.05) is None  # not in the baseline
+    assert judge(BASELINE, "connectivity.rendezvous_s", 9.0, gated=False, tolerance=0.05) is None  # info twice
+    assert judge(BASELINE, "training.ddp.loss_first", 99.0, gated=True, tolerance=0.05) is None  # no better side
+    gated_now = judge(BASELINE, "connectivity.rendezvous_s", 9.0, gated=True, tolerance=0.05)
+    assert gated_now is not None and not gated_now.ok  # gated now, information then: judged
+    missing = judge(BASELINE, "compute.matmul_tflops_min", None, gated=True, tolerance=0.05)
+    assert missing is not None and "not a number" in missing.message
+
+
+def test_figures_of_an_evidence_file_by_canonical_name() -> None:
+    data = json.loads((ROOT / "results" / "h200-x2" / "evidence.json").read_text())
+    found = figures(data)
+    assert found["collectives.all_reduce.busbw_gbps@1G"]["value"] == pytest.approx(332.534, abs=1e-3)
+
+
+def test_profile_baseline_and_cost_keys(tmp_path: Path) -> None:
+    good = tmp_path / "good.yaml"
+    good.write_text(
+        "name: good\nextends: local-cpu\ncost: {usd_per_gpu_hour: 2.5, source: list price}\n"
+        "baseline:\n  tolerance: 0.1\n  tolerances: {collectives.all_reduce.busbw_gbps@8M: 0.3}\n"
+    )
+    model = profiles.load(str(good)).model
+    assert model.cost is not None and model.cost.usd_per_gpu_hour == 2.5
+    assert model.baseline.tolerances == {"collectives.all_reduce.busbw_gbps@8M": 0.3}
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(
+        "name: bad\nextends: local-cpu\nbaseline:\n  tolerances: {collectives.all_reduce.busbw_gbps@2G: 0.3}\n"
+    )
+    with pytest.raises(profiles.ProfileError, match=r"bad.yaml:4: baseline.tolerances.collectives.all_reduce"):
+        profiles.load(str(bad))
+    free = tmp_path / "free.yaml"
+    free.write_text("name: free\nextends: local-cpu\ncost: {usd_per_gpu_hour: 0}\n")
+    with pytest.raises(profiles.ProfileError, match=r"cost.usd_per_gpu_hour: Input should be greater than 0"):
+        profiles.load(str(free))
+
+
+def _netns_unusable() -> str | None:
+    if os.geteuid() != 0:
+        return "a network namespace needs root"
+    if shutil.which("ip") is None or shutil.which("tc") is None:
+        return "needs ip and tc (iproute2)"
+    return None
+
+
+@pytest.fixture
+def slow_loopback() -> Iterator[list[str]]:
+    """argv prefix that runs a command in a fresh network namespace whose loopback moves 80 Mbit/s."""
+    why = _netns_unusable()
+    if why:
+        pytest.skip(why)
+    name = f"ca-slow-{uuid.uuid4().hex[:8]}"
+    steps = [
+        ["ip", "netns", "add", name],
+        ["ip", "netns", "exec", name, "ip", "link", "set", "lo", "mtu", "9000", "up"],
+        # a burst over the MTU: a packet larger than the bucket would wait forever
+        ["ip", "netns", "exec", name, "tc", "qdisc", "add", "dev", "lo", "root", "tbf", "rate", "80mbit", "burst",
+         "256kb", "latency", "400ms"],
+    ]  # fmt: skip
+    try:
+        for step in steps:
+            done = subprocess.run(step, capture_output=True, text=True)
+            if done.returncode != 0:
+                pytest.skip(f"cannot slow the loopback down: {' '.join(step)}: {done.stderr.strip()}")
+        yield ["ip", "netns", "exec", name]
+    finally:
+        subprocess.run(["ip", "netns", "delete", name], capture_output=True)
+
+
+# all_reduce of 1M only: the workload of both runs, small enough for a slow link; a floor the slow run meets
+WORKLOAD = [
+    "--cluster-set", "thresholds=null", "--cluster-set", "collectives.ops=[all_reduce]",
+    "--cluster-set", "collectives.sizes=[1M]",
+    "--cluster-set", "thresholds.collectives.all_reduce.busbw_gbps@1M={min: 0.0005, source: any working path}",
+]  # fmt: skip
+
+
+def _suite(tmp_path: Path, folder: str, *extra: str, prefix: tuple[str, ...] = ()) -> subprocess.CompletedProcess[str]:
+    suite = ["tests_cluster/test_collectives.py", "--cluster-evidence", str(tmp_path / folder)]
+    argv = [*prefix, sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--cluster-profile", "local-cpu"]
+    argv += [*suite, *WORKLOAD, *extra]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)}
+    return subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, env=env)
+
+
+def test_a_slower_network_fails_the_baseline_gate(tmp_path: Path, slow_loopback: list[str]) -> None:
+    import jsonschema
+
+    base = _suite(tmp_path, "handover")
+    assert base.returncode == 0, base.stdout[-3000:] + base.stderr[-3000:]
+    before = figures(json.loads((tmp_path / "handover" / "evidence.json").read_text()))
+    metric = "collectives.all_reduce.busbw_gbps@1M"
+    # a wide tolerance: only a real slow-down, not the noise of a shared machine, may fail it
+    slow = _suite(tmp_path, "rerun", "--cluster-baseline", str(tmp_path / "handover" / "evidence.json"),
+                  "--cluster-set", "baseline.tolerance=0.5", prefix=tuple(slow_loopback))  # fmt: skip
+    assert slow.returncode == 1, slow.stdout[-3000:] + slow.stderr[-3000:]
+    after = json.loads((tmp_path / "rerun" / "evidence.json").read_text())
+    jsonschema.validate(after, schema())
+    check = figures(after)[metric]
+    assert check["value"] < before[metric]["value"] * 0.5  # the link really got slower
+    assert check["verdict"] == "baseline_fail" and check["bound"].startswith(">= 0.0005 and >= ")
+    assert check["baseline"]["value"] == before[metric]["value"] and check["baseline"]["tolerance"] == 0.5
+    assert after["verdict"] == "FAIL"
+    assert f"{metric} = " in slow.stdout and "worse than the baseline; needed >= " in slow.stdout
+    assert f"[--cluster-baseline {tmp_path / 'handover' / 'evidence.json'}]" in slow.stdout
+
+
+def test_a_baseline_that_is_not_evidence_is_a_usage_error(tmp_path: Path) -> None:
+    (tmp_path / "x.json").write_text('{"a": 1}')
+    done = _suite(tmp_path, "run", "--cluster-baseline", str(tmp_path / "x.json"))
+    assert done.returncode == 4
+    assert f"--cluster-baseline: {tmp_path / 'x.json'} is not a cluster-acceptance evidence file" in done.stderr
