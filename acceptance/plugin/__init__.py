@@ -22,12 +22,16 @@ from acceptance.multinode import plan
 from acceptance.profile import loader as profiles
 from acceptance.profile.metrics import module_of
 from acceptance.profile.model import Threshold
+from acceptance.run import preflight
 from acceptance.run.cluster_run import MUST_BE_ZERO as MUST_BE_ZERO  # re-exported for test modules
 from acceptance.run.cluster_run import ClusterRun, fmt
-from acceptance.run.launcher import ProbeError
+from acceptance.run.launcher import ProbeError, child_env
 from acceptance.run.placement import TopologyError, resolve
 
 RUN_KEY = pytest.StashKey[ClusterRun]()
+PREFLIGHT_KEY = pytest.StashKey[preflight.PreflightResult]()
+# the families whose probes start a rank on every GPU of the node: pointless, and noisy, without them
+NEEDS_EVERY_GPU = ("connectivity", "health", "compute", "collectives", "internode", "training")
 NO_PROFILE = (
     "no cluster profile selected: pass --cluster-profile NAME (or set CLUSTER_PROFILE); "
     "`cluster-acceptance list` shows the profiles, local-cpu runs on any machine"
@@ -89,6 +93,7 @@ def _interrupt_on_term(signum: int, frame: object) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "cluster: an acceptance test that runs probes on the cluster")
+    config.addinivalue_line("markers", "cluster_preflight: fails with the preflight's line when the node lacks GPUs")
     name = config.getoption("cluster_profile")
     if not name:
         return
@@ -186,7 +191,9 @@ def probe_result(
     try:
         return run.probe(name, spec, key, env, ranks_per_node, nodes)
     except ProbeError as exc:
-        pytest.fail(str(exc), pytrace=False)
+        # shown once (no chained copy), yet the cause stays reachable as __context__: the report of every
+        # later test that hits it shrinks to one line
+        raise pytest.fail.Exception(str(exc), pytrace=False) from None
 
 
 def probe_wall_s(run: ClusterRun, key: str) -> float:
@@ -259,9 +266,32 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    failed = config.stash.get(PREFLIGHT_KEY, None)
     for item in items:
         if "cluster" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.cluster)
+        gpu_family = _module(item).removeprefix("test_") in NEEDS_EVERY_GPU
+        if failed and not failed.ok and gpu_family and not item.get_closest_marker("cluster_preflight"):
+            item.add_marker(pytest.mark.skip(reason=f"preflight failed: {failed.message}"))
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Before any probe: the GPUs this node has against the profile (see ``acceptance.run.preflight``)."""
+    run = current(session.config)
+    if run is None or session.config.option.collectonly or run.topology.device != "cuda":
+        return
+    result = preflight.check(run.profile.model, child_env(run.profile.model.env))
+    session.config.stash[PREFLIGHT_KEY] = result
+    run.evidence.data["cluster"]["preflight"] = {"ok": result.ok, "message": result.message, "gpus": result.gpus}
+    if not result.ok:
+        run.evidence.data["errors"].append(f"preflight: {result.message}")
+    run.evidence.write()
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    failed = item.config.stash.get(PREFLIGHT_KEY, None)
+    if failed is not None and not failed.ok and item.get_closest_marker("cluster_preflight"):
+        pytest.fail(f"preflight: {failed.message}", pytrace=False)
 
 
 def _meet(session: pytest.Session) -> None:
@@ -288,6 +318,7 @@ def pytest_runtest_makereport(
 ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
     report = yield
     run = current(item.config)
+    _shorten_repeated_probe_error(item, call, report, run)
     if run is None or not _in_evidence(report, run):
         return report
     entry = run.evidence.test(report.nodeid)
@@ -300,6 +331,23 @@ def pytest_runtest_makereport(
             entry["longrepr"] = str(report.longrepr)[-4000:] if report.longrepr else None
     run.evidence.write()
     return report
+
+
+def _shorten_repeated_probe_error(
+    item: pytest.Item, call: pytest.CallInfo[None], report: pytest.TestReport, run: ClusterRun | None
+) -> None:
+    """A probe's failure in full once, in the first test it fails; one line that points there afterwards."""
+    cause = call.excinfo.value.__context__ if call.excinfo is not None else None
+    if not isinstance(cause, ProbeError) or not report.failed:
+        return
+    if cause.shown_in is None:
+        cause.shown_in = item.nodeid
+        return
+    folder = cause.out_dir
+    if folder is not None and run is not None and folder.is_relative_to(run.evidence_dir):
+        folder = folder.relative_to(run.evidence_dir)
+    headline = str(cause).split("\n", 1)[0].split(":", 1)[0]
+    report.longrepr = f"{headline}: see {cause.shown_in} above" + (f" (evidence {folder})" if folder else "")
 
 
 def _in_evidence(report: pytest.TestReport, run: ClusterRun) -> bool:
@@ -339,7 +387,9 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     deselected: set[str] = session.config.stash.get(_DESELECTED_MODULES, set())
     whole = selected - deselected
     enforced = [m for m in unchecked if module_of(m) in whole]
-    gate_off = bool(enforced) and not interrupted
+    # a failed preflight skipped the checks: its line is the cause, the unchecked thresholds are not news
+    preflight_failed = any(e.startswith("preflight: ") for e in data["errors"])
+    gate_off = bool(enforced) and not interrupted and not preflight_failed
     if gate_off:
         data["errors"].append(f"thresholds that no test checked: {', '.join(enforced)}")
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
@@ -347,7 +397,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     nothing_ran = not session.items
     if nothing_ran:
         data["errors"].append("no test was selected: nothing was measured")
-    failed = any(t["outcome"] in ("failed", "error") for t in data["tests"]) or gate_off or nothing_ran
+    # an error recorded in the evidence (a failed preflight, a gate off, nothing run) is never a pass
+    failed = any(t["outcome"] in ("failed", "error") for t in data["tests"]) or bool(data["errors"])
     failed = failed or any(c["verdict"] == "fail" for c in run.evidence.checks())
     run.evidence.finish(complete=not interrupted, verdict="FAIL" if failed or interrupted else "PASS")
     plan.share_verdict(run)
@@ -378,6 +429,9 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
                     for i, (cell, w) in enumerate(zip(row, widths, strict=True))
                 ).rstrip()
             )
+    for error in data["errors"]:
+        if error.startswith("preflight: "):
+            tr.write_line(error, red=True)
     if data["unchecked_thresholds"]:
         gate_off = any(e.startswith("thresholds that no test checked") for e in data["errors"])
         kind = "ERROR" if gate_off else "not enforced: their tests were not selected, or the run was interrupted"

@@ -155,7 +155,7 @@ class ClusterRun:
             self.evidence.write()
             raise
         except Exception as exc:  # e.g. an unreadable result: a failure of this probe, kept like any other
-            error = launch.ProbeError(f"probe {name} failed in the launcher: {type(exc).__name__}: {exc}")
+            error = launch.ProbeError(f"probe {name} failed in the launcher: {type(exc).__name__}: {exc}", out_dir)
             record.update(status="failed", error=str(error), out_dir=str(out_dir.relative_to(self.evidence_dir)))
             self.evidence.write()
             return error
