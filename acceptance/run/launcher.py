@@ -150,11 +150,25 @@ def run(
     (out_dir / "spec.json").write_text(json.dumps(full_spec, indent=1, sort_keys=True))
     argv = torchrun_argv(probe, out_dir, topo, placement, run_id, join_timeout_s=timeout_s, env=env)
     outcome = ProbeRun(probe=probe, argv=argv, out_dir=out_dir)
-    start = time.monotonic()
+    stalled, starting = _supervise(outcome, env, timeout_s)
+    outcome.ranks = diagnose.rank_states(out_dir)
+    result_path = out_dir / "result.json"
+    if outcome.returncode == 0 and not outcome.timed_out and result_path.is_file():
+        outcome.result = json.loads(result_path.read_text())
+        return outcome
+    outcome.error = _diagnose(outcome, timeout_s, stalled, starting)
+    raise ProbeError(outcome.error, out_dir)
+
+
+def _supervise(outcome: ProbeRun, env: Mapping[str, str], timeout_s: float) -> tuple[list[diagnose.Stall], int]:
+    """Start torchrun (through the watchdog: it dies with us) and wait for it; on timeout or interrupt end
+    it and its ranks. Returns what the heartbeats and the process table showed at the timeout: the
+    unfinished ranks, and how many rank processes torchrun had started."""
+    out_dir, start = outcome.out_dir, time.monotonic()
     stalled: list[diagnose.Stall] = []
     starting = 0
+    guarded = [sys.executable, "-m", "acceptance.run.watchdog", "--parent", str(os.getpid()), "--", *outcome.argv]
     with open(out_dir / "torchrun.log", "wb") as log:
-        guarded = [sys.executable, "-m", "acceptance.run.watchdog", "--parent", str(os.getpid()), "--", *argv]
         proc = subprocess.Popen(
             guarded,
             stdout=log,
@@ -169,20 +183,14 @@ def run(
             outcome.timed_out = True
             # before the kill: the process table still shows who stopped, and who never started
             stalled, starting = diagnose.stalls(out_dir), len(reaper.children(proc.pid))
-            reaper.end(proc, _local_ranks(out_dir), hung=True)
+            reaper.end(proc, lambda: _local_ranks(out_dir), hung=True)
             outcome.returncode = proc.returncode
         except BaseException:
-            reaper.end(proc, _local_ranks(out_dir), hung=False)
+            reaper.end(proc, lambda: _local_ranks(out_dir), hung=False)
             raise
         finally:
             outcome.wall_s = time.monotonic() - start
-    outcome.ranks = diagnose.rank_states(out_dir)
-    result_path = out_dir / "result.json"
-    if outcome.returncode == 0 and not outcome.timed_out and result_path.is_file():
-        outcome.result = json.loads(result_path.read_text())
-        return outcome
-    outcome.error = _diagnose(outcome, timeout_s, stalled, starting)
-    raise ProbeError(outcome.error, out_dir)
+    return stalled, starting
 
 
 def _local_ranks(out_dir: Path) -> list[int]:

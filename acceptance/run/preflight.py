@@ -101,8 +101,8 @@ def _why_out(gpu: dict[str, Any]) -> str:
 
 def describe(gpu: dict[str, Any]) -> str:
     index = gpu.get("cuda_index", gpu.get("nvml_index"))
-    parts = [p for p in (gpu.get("pci_bus_id"), gpu.get("uuid"), gpu.get("name")) if p]
-    return f"GPU {index if index is not None else '?'} ({', '.join(parts)})"
+    parts = ", ".join(p for p in (gpu.get("pci_bus_id"), gpu.get("uuid"), gpu.get("name")) if p)
+    return f"GPU {index} ({parts})" if index is not None else f"the GPU at {parts}"
 
 
 def bus_id(raw: Any) -> str | None:
@@ -137,7 +137,15 @@ def inventory(answers: dict[str, Any]) -> list[dict[str, Any]]:
     for gpu in answers.get("nvml") or []:
         key = bus_id(gpu.get("pci_bus_id"))
         uuid = gpu.get("uuid") if isinstance(gpu.get("uuid"), str) else None
-        add(key, str(uuid or f"nvml-{gpu.get('index')}"), nvml_index=gpu.get("index"), pci_bus_id=key, uuid=uuid)
+        name = gpu.get("name") if isinstance(gpu.get("name"), str) else None
+        add(
+            key,
+            str(uuid or f"nvml-{gpu.get('index')}"),
+            nvml_index=gpu.get("index"),
+            pci_bus_id=key,
+            uuid=uuid,
+            name=name,
+        )
     for raw in answers.get("pci") or []:
         key = bus_id(raw)
         add(key, str(raw), pci_bus_id=key)

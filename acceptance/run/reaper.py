@@ -18,7 +18,7 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 GRACE_S = 5.0  # how long a rank and torchrun get to exit on SIGTERM before SIGKILL
@@ -82,13 +82,16 @@ def signal_groups(pids: Iterable[int], sig: signal.Signals) -> None:
                 os.killpg(pid, sig)
 
 
-def end(proc: subprocess.Popen[bytes], ranks: Iterable[int], hung: bool) -> None:
+def end(proc: subprocess.Popen[bytes], find_ranks: Callable[[], Iterable[int]], hung: bool) -> None:
     """End torchrun (``proc``) and its ranks on this node within about GRACE_S, whatever state they are in.
 
-    ``hung``: the probe ran out of time, so its ranks get SIGKILL at once; otherwise (an interrupt) they
-    get SIGTERM first. Safe against a second interrupt: whatever is still alive is killed on the way out."""
-    groups = {proc.pid, *ranks, *children(proc.pid)}
+    ``find_ranks``: the pids of the ranks (their groups are signalled too). ``hung``: the probe ran out of
+    time, so its ranks get SIGKILL at once; on an interrupt they get SIGTERM first. A second interrupt
+    cuts the grace short: torchrun is SIGKILLed first thing on the way out, and its ranks die with it
+    (``acceptance.run.watchdog``) even if nothing after that runs."""
+    groups = {proc.pid}
     try:
+        groups |= {*find_ranks(), *children(proc.pid)}
         if hung:
             signal_groups(groups - {proc.pid}, signal.SIGKILL)
         signal_groups(groups, signal.SIGTERM)
@@ -96,5 +99,6 @@ def end(proc: subprocess.Popen[bytes], ranks: Iterable[int], hung: bool) -> None
         while time.monotonic() < deadline and (proc.poll() is None or any(alive(p) for p in groups - {proc.pid})):
             time.sleep(0.1)
     finally:
+        signal_groups([proc.pid], signal.SIGKILL)
         signal_groups(groups | set(children(proc.pid)), signal.SIGKILL)
         proc.wait()
