@@ -136,7 +136,7 @@ def test_the_rank_short_of_the_collective_is_named(tmp_path: Path) -> None:
 
 def test_a_rank_whose_heartbeat_stopped_comes_first(tmp_path: Path) -> None:
     heartbeat(tmp_path, 0, progress=12, ago=40)
-    heartbeat(tmp_path, 1, progress=12, ago=40, beat_at=time.time() - 39)
+    heartbeat(tmp_path, 1, progress=12, ago=40, beat_at=time.time() - 39)  # on another node: no process table
     first = diagnose.stalls(tmp_path)[0]
     assert first.rank == 1 and first.frozen == "no heartbeat for 39 s"
 

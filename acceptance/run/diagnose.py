@@ -21,7 +21,9 @@ from typing import Any
 from acceptance.run import reaper
 
 TAIL_LINES = 30
-STALE_BEAT_S = 5.0  # a heartbeat older than this (ranks beat every second) means the process is not running
+# a heartbeat older than this (ranks beat every second) means the process is not running; only for ranks on
+# other nodes, whose process table we cannot read, and with room for a loaded node's scheduling
+STALE_BEAT_S = 10.0
 # the last line of a Python traceback: the exception and its message (the first one in a log is the cause)
 EXCEPTION_LINE = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception|Interrupt|Exit|Failure)\b:? ?.*")
 HINTS = {
@@ -62,10 +64,13 @@ def stalls(out_dir: Path, now: float | None = None) -> list[Stall]:
     for state in rank_states(out_dir):
         if state.get("status") == "done":
             continue
-        frozen = reaper.state(int(state.get("pid", 0))) if state.get("host") == here else None
         beat_age = now - float(state.get("beat_at", now))
-        if frozen is None and beat_age > STALE_BEAT_S:
+        if state.get("host") == here:
+            frozen = reaper.state(int(state.get("pid", 0)))
+        elif beat_age > STALE_BEAT_S:
             frozen = f"no heartbeat for {beat_age:.0f} s"
+        else:
+            frozen = None
         found.append(Stall(state, now - float(state.get("progress_at", now)), frozen))
     found.sort(key=lambda s: (s.frozen is None, int(s.state.get("progress", 0)), -s.idle_s, s.rank))
     return found

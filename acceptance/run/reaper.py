@@ -52,10 +52,10 @@ def state(pid: int) -> str | None:
     return STATES.get(found[0])
 
 
-def runs(pid: int, marker: str) -> bool:
-    """Whether ``pid`` is a live process whose command line holds ``marker`` (a recorded pid may be reused)."""
+def runs(pid: int, argument: str) -> bool:
+    """Whether ``pid`` is a live process with ``argument`` on its command line (a recorded pid may be reused)."""
     try:
-        return marker in (PROC / str(pid) / "cmdline").read_bytes().decode(errors="replace")
+        return argument in (PROC / str(pid) / "cmdline").read_bytes().decode(errors="replace").split("\0")
     except OSError:
         return False
 
