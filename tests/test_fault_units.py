@@ -192,7 +192,7 @@ def test_the_watchdog_child_dies_with_its_parent() -> None:
     with subprocess.Popen([sys.executable, "-c", PARENT], stdout=subprocess.PIPE, text=True) as parent:
         assert parent.stdout is not None
         child = int(parent.stdout.readline())
-        while "sleep" not in Path(f"/proc/{child}/cmdline").read_text():  # until it became the program
+        while Path(f"/proc/{child}/comm").read_text().strip() != "sleep":  # until it has become the program
             time.sleep(0.05)
         parent.kill()
     deadline = time.monotonic() + HARNESS_LIMIT_S
