@@ -136,8 +136,10 @@ def test_hanging_rank_is_killed_at_the_timeout(suite: pytest.Pytester, monkeypat
     result.assert_outcomes(errors=8)
     host = re.escape(socket.gethostname())
     out = result.stdout.str()
-    assert re.search(r"probe connectivity timed out after 20 s and was killed; unfinished: ", out), out
-    assert re.search(rf"rank 1 \(host {host}, local rank 1\) in phase 'barrier latency'", out), out
+    assert re.search(r"probe connectivity timed out after 20 s and was killed: ", out), out
+    assert re.search(
+        rf"rank 1 \(host {host}, local rank 1\) stopped progressing \d+ s ago in phase 'barrier latency'", out
+    )
     # one probe, killed at 20 s plus the launcher's grace period: far less than a hang that nothing ends
     assert elapsed < RUN_TIMEOUT_S
     data = assert_valid(folder)

@@ -92,6 +92,7 @@ class ClusterRecord(Part):
     env: dict[str, str] = {}
     plan: dict[str, Any] | None = None
     node_verdicts: list[dict[str, Any]] | None = None
+    preflight: dict[str, Any] | None = None  # GPU profiles: what this node has against the profile
 
 
 class EvidenceDoc(BaseModel):

@@ -46,6 +46,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "cluster: an acceptance test that runs probes on the cluster")
+    config.addinivalue_line("markers", "cluster_preflight: fails with the preflight's line when the node lacks GPUs")
     for family, doc in FAMILY_DOCS.items():
         config.addinivalue_line("markers", f"{family}: the {family} family: {doc}")
     name = options.value(config, "cluster_profile")

@@ -22,6 +22,13 @@ from acceptance.multinode import meeting as meetings
 from acceptance.multinode.plan import Plan, versions
 from acceptance.plugin import options
 from acceptance.plugin.outcomes import outcome_of, report_unrun
+from acceptance.plugin.preflight_hooks import (
+    PREFIX,
+    fail_the_gate,
+    run_preflight,
+    shorten_repeated_probe_error,
+    skip_without_gpus,
+)
 from acceptance.plugin.summary import header_lines, summary_lines
 from acceptance.profile import baseline
 from acceptance.profile import loader as profiles
@@ -55,6 +62,7 @@ class ClusterSession:
         self.finished: set[str] = set()
         self.running: str | None = None
         self.previous_term: Any = None
+        self.preflight: Any = None
         if not self.collect_only and threading.current_thread() is threading.main_thread():
             self.previous_term = signal.signal(signal.SIGTERM, _interrupt_on_term)
 
@@ -95,6 +103,16 @@ class ClusterSession:
 
     def pytest_report_header(self, config: pytest.Config) -> list[str]:
         return header_lines(self.run, self.meets)
+
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        if not self.collect_only:
+            self.preflight = run_preflight(self.run)
+
+    def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
+        skip_without_gpus(self.preflight, items)
+
+    def pytest_runtest_setup(self, item: pytest.Item) -> None:
+        fail_the_gate(self.preflight, item)
 
     def pytest_deselected(self, items: list[pytest.Item]) -> None:
         self.deselected |= {item.nodeid for item in items}
@@ -146,6 +164,7 @@ class ClusterSession:
         self, item: pytest.Item, call: pytest.CallInfo[None]
     ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
         report = yield
+        shorten_repeated_probe_error(item, call, report, self.run)
         if self.run.evidence.has_test(report.nodeid) or "cluster" in report.keywords:
             self._record(report)
         return report
@@ -188,7 +207,9 @@ class ClusterSession:
         unchecked = run.unchecked()
         run.evidence.doc.unchecked_thresholds = unchecked
         enforced = [m for m in unchecked if module_of(m) in whole]
-        if enforced and not interrupted:
+        # a failed preflight skipped the checks: its line is the cause, the unchecked thresholds are not news
+        preflight_failed = any(e.startswith(PREFIX) for e in run.evidence.doc.errors)
+        if enforced and not interrupted and not preflight_failed:
             run.evidence.error(f"thresholds that no test checked: {', '.join(enforced)}")
         subset = bool(self.deselected) or not set(FAMILY_MODULES.values()) <= ran_modules
         return Facts(

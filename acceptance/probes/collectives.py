@@ -27,6 +27,7 @@ def time_eager(op: Op, ctx: Ctx, warmup: int, iters: int) -> float:
     for _ in range(warmup):
         op()
     ctx.sync()
+    ctx.progress()
     dist.barrier(group=op.group)
     start = time.perf_counter()
     for _ in range(iters):
@@ -49,6 +50,7 @@ def time_graph(op: Op, ctx: Ctx, warmup: int, iters: int) -> float:
             op()
     graph.replay()
     ctx.sync()
+    ctx.progress()
     begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     dist.barrier(group=op.group)
     begin.record()
@@ -66,9 +68,11 @@ def measure(ctx: Ctx, name: str, nbytes: int, cfg: dict[str, Any], group: Any = 
     wrong = 0
     if cfg.get("check_data", True):
         op.fill()
+        ctx.progress()
         op()
         ctx.sync()
         wrong = op.wrong()
+    ctx.progress()
     mode = cfg["timing"]
     if mode == "auto":
         mode = "cuda_graph" if ctx.is_cuda else "eager"

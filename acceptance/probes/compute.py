@@ -49,6 +49,7 @@ def seconds_per_call(ctx: Ctx, fn: Callable[[], object], warmup: int, iters: int
         for _ in range(max(1, warmup)):
             fn()
         ctx.sync()
+        ctx.progress()
         if not ctx.is_cuda or time.perf_counter() - start_warm >= WARMUP_S:
             break
     if ctx.is_cuda:
@@ -145,6 +146,7 @@ def host_links(ctx: Ctx, cfg: dict[str, Any]) -> dict[str, float | str]:
     out: dict[str, float | str] = {}
     for turn in turns:
         for figure, call in calls.items():
+            ctx.progress()
             dist.barrier()
             if turn is None or turn == ctx.local_rank:
                 seconds = seconds_per_call(ctx, call, cfg["warmup_iters"], cfg["host_copy_iters"])
@@ -164,6 +166,7 @@ def burnin(ctx: Ctx, cfg: dict[str, Any]) -> dict[str, Any]:
     digest = hashlib.sha256(ref.contiguous().view(torch.uint8).cpu().numpy().tobytes()).hexdigest()
     out = torch.empty_like(ref)
     bad = torch.zeros((), dtype=torch.int64, device=ctx.device)
+    ctx.progress()
     dist.barrier()
     t0, calls = time.perf_counter(), 0
     while time.perf_counter() - t0 < cfg["duration_s"]:
@@ -171,6 +174,7 @@ def burnin(ctx: Ctx, cfg: dict[str, Any]) -> dict[str, Any]:
             torch.mm(a, b, out=out)
             bad += (out != ref).any()
         ctx.sync()
+        ctx.progress()
         calls += BURNIN_BATCH
     elapsed = time.perf_counter() - t0
     return {

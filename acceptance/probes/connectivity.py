@@ -69,6 +69,7 @@ def p2p_ring(ctx: Ctx, nbytes: int, iters: int) -> list[dict[str, Any]]:
         ctx.phase(f"p2p {src}->{dst}")
         times = []
         for _ in range(iters + 1):
+            ctx.progress()
             dist.barrier()
             t0 = time.perf_counter()
             # batched P2P: NCCL runs it on the process group's communicator without serialising warnings
@@ -101,7 +102,9 @@ def _wait(works: list[Any]) -> None:
 
 def barrier_latency_us(ctx: Ctx, iters: int) -> float:
     ctx.phase("barrier latency")
+    ctx.progress()
     dist.barrier()
+    ctx.progress()
     t0 = time.perf_counter()
     for _ in range(iters):
         dist.barrier()

@@ -4,8 +4,11 @@ Every probe is ``python -m acceptance.probes.NAME --spec SPEC.json --out DIR`` u
 initialises the process group, runs the probe's function on every rank, broadcasts rank 0's result so
 that every node's pytest sees the same figures, and writes:
 
-* ``DIR/rank-<r>.json`` on every rank: pid, host, the phase it is in, and ``"status": "done"`` at the end
-  (a rank whose file never says done is the one that hung or died);
+* ``DIR/rank-<r>.json`` on every rank, its heartbeat: pid, host, GPU, the phase it is in, how far it got
+  (``progress``, counted by ``Ctx.progress`` in the probes' loops, and ``progress_at``), the time of the
+  last beat (``beat_at``, rewritten every BEAT_S by a thread), and ``"status": "done"`` at the end. A rank
+  whose progress stopped while its beat goes on is stuck; one whose beat stopped too is stopped or dead;
+  the launcher names the one that stopped first;
 * ``DIR/result.json`` on local rank 0 of every node: the probe's result for the whole cluster.
 """
 
@@ -15,11 +18,13 @@ import argparse
 import datetime
 import json
 import os
+import signal
 import socket
 import sys
+import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +36,9 @@ from acceptance.profile.dtypes import DTYPE_NAMES
 
 # the profile's type names as torch types, for every probe (the names are torch's attribute names)
 TORCH_DTYPES: dict[str, torch.dtype] = {name: getattr(torch, name) for name in DTYPE_NAMES}
-FAULT_ENV = "ACCEPTANCE_TEST_FAULT"  # test-only knob: "crash@RANK" or "hang@RANK[:PHASE]"
+# test-only knob: "crash@RANK", "hang@RANK[:PHASE]" (sleeps), "stop@RANK[:PHASE]" (SIGSTOPs itself)
+FAULT_ENV = "ACCEPTANCE_TEST_FAULT"
+BEAT_S = 1.0  # heartbeat period: a stopped rank's beat is at most this old when it stopped
 
 
 def write_json(path: Path, data: Any) -> None:
@@ -39,6 +46,47 @@ def write_json(path: Path, data: Any) -> None:
     tmp = path.with_name(f".{path.name}.{socket.gethostname()}.{os.getpid()}.tmp")
     tmp.write_text(json.dumps(data, indent=1, sort_keys=True, default=str))
     os.replace(tmp, path)
+
+
+class Heartbeat:
+    """This rank's ``rank-<r>.json``. ``phase`` writes at once; ``tick`` only counts, so it is cheap enough
+    for a timed loop, and a thread writes the count with the beat every BEAT_S."""
+
+    def __init__(self, out: Path, ident: dict[str, Any]) -> None:
+        now = time.time()
+        self.path = out / f"rank-{ident['rank']}.json"
+        self.started = now
+        self.state: dict[str, Any] = {
+            **ident,
+            "pid": os.getpid(),
+            "phase": "init process group",
+            "status": "running",
+            "progress": 0,
+            "progress_at": now,
+        }
+        self.lock = threading.Lock()
+        self.write()
+        threading.Thread(target=self._beat, name="heartbeat", daemon=True).start()
+
+    def tick(self) -> None:
+        self.state["progress"] += 1
+        self.state["progress_at"] = time.time()
+
+    def update(self, **changes: Any) -> None:
+        self.state.update(changes)
+        self.tick()
+        self.write()
+
+    def write(self) -> None:
+        with self.lock:  # the beat thread writes too, through the same temporary file
+            now = time.time()
+            self.state.update(beat_at=now, elapsed_s=round(now - self.started, 3))
+            write_json(self.path, dict(self.state))
+
+    def _beat(self) -> None:
+        while self.state["status"] == "running":
+            time.sleep(BEAT_S)
+            self.write()
 
 
 @dataclass
@@ -53,8 +101,8 @@ class Ctx:
     backend: str
     spec: dict[str, Any]
     out: Path
+    beat: Heartbeat
     init_s: float = 0.0
-    started: float = field(default_factory=time.time)
 
     @property
     def is_cuda(self) -> bool:
@@ -71,21 +119,15 @@ class Ctx:
         return out
 
     def phase(self, name: str) -> None:
-        """Record what this rank is doing, so a hang can be located afterwards."""
-        write_json(self.out / f"rank-{self.rank}.json", self._status(name, "running"))
+        """Record what this rank is doing, so a hang can be located while it lasts and afterwards."""
+        self.beat.update(phase=name)
         _maybe_fault(self.rank, name)
 
-    def _status(self, phase: str, status: str) -> dict[str, Any]:
-        return {
-            "rank": self.rank,
-            "node_rank": self.node_rank,
-            "local_rank": self.local_rank,
-            "host": self.host,
-            "pid": os.getpid(),
-            "phase": phase,
-            "status": status,
-            "elapsed_s": round(time.time() - self.started, 3),
-        }
+    def progress(self) -> None:
+        """Count one step of the current phase (a block of collective calls, a training step, a
+        measurement). Call it before work that needs the other ranks: a rank that stops short of a
+        collective then shows less progress than the peers that wait in it."""
+        self.beat.tick()
 
 
 def _maybe_fault(rank: int, phase: str) -> None:
@@ -101,17 +143,19 @@ def _maybe_fault(rank: int, phase: str) -> None:
     if mode == "hang":
         while True:
             time.sleep(3600)
+    if mode == "stop":
+        os.kill(os.getpid(), signal.SIGSTOP)
 
 
-def _init(spec: dict[str, Any], out: Path) -> Ctx:
-    rank = int(os.environ["RANK"])
-    local_rank = int(os.environ["LOCAL_RANK"])
+def _init(spec: dict[str, Any], out: Path, beat: Heartbeat) -> Ctx:
+    rank, local_rank = beat.state["rank"], beat.state["local_rank"]
     backend = spec["backend"]
     device = torch.device("cuda", local_rank) if spec["device"] == "cuda" else torch.device("cpu")
     timeout = datetime.timedelta(seconds=float(spec.get("pg_timeout_s", 600)))
     t0 = time.perf_counter()
     if device.type == "cuda":
         torch.cuda.set_device(device)
+        beat.update(gpu_uuid=f"GPU-{torch.cuda.get_device_properties(device).uuid}")
         dist.init_process_group(backend, timeout=timeout, device_id=device)
     else:
         dist.init_process_group(backend, timeout=timeout)
@@ -122,12 +166,13 @@ def _init(spec: dict[str, Any], out: Path) -> Ctx:
         world_size=dist.get_world_size(),
         local_rank=local_rank,
         local_world_size=int(os.environ["LOCAL_WORLD_SIZE"]),
-        node_rank=int(os.environ["GROUP_RANK"]),
-        host=socket.gethostname(),
+        node_rank=beat.state["node_rank"],
+        host=beat.state["host"],
         device=device,
         backend=backend,
         spec=spec,
         out=out,
+        beat=beat,
     )
 
 
@@ -147,22 +192,11 @@ def main(run: Callable[[Ctx], dict[str, Any]], argv: list[str] | None = None) ->
 def _main(run: Callable[[Ctx], dict[str, Any]], argv: list[str] | None) -> None:
     spec, out = parse_args(argv)
     t0 = time.perf_counter()
-    # before the process group exists: a rank that hangs in its rendezvous is still found and killed by pid
     env = os.environ
-    write_json(
-        out / f"rank-{env['RANK']}.json",
-        {
-            "rank": int(env["RANK"]),
-            "node_rank": int(env["GROUP_RANK"]),
-            "local_rank": int(env["LOCAL_RANK"]),
-            "host": socket.gethostname(),
-            "pid": os.getpid(),
-            "phase": "init process group",
-            "status": "running",
-            "elapsed_s": 0.0,
-        },
-    )
-    ctx = _init(spec, out)
+    # before the process group exists: a rank that hangs in its rendezvous is still found and killed by pid
+    ident = {"rank": int(env["RANK"]), "node_rank": int(env["GROUP_RANK"]), "local_rank": int(env["LOCAL_RANK"])}
+    beat = Heartbeat(out, {**ident, "host": socket.gethostname()})
+    ctx = _init(spec, out, beat)
     ctx.phase("start")
     result = run(ctx)
     ctx.phase("broadcast result")
@@ -172,6 +206,6 @@ def _main(run: Callable[[Ctx], dict[str, Any]], argv: list[str] | None) -> None:
         payload = dict(box[0] or {})
         payload.setdefault("wall_s", round(time.perf_counter() - t0, 3))
         write_json(out / "result.json", payload)
-    write_json(out / f"rank-{ctx.rank}.json", ctx._status("end", "done"))
+    beat.update(phase="end", status="done")
     dist.destroy_process_group()
     sys.stdout.flush()

@@ -51,12 +51,14 @@ def timed_steps(runner: Runner, batches: list[list[torch.Tensor]], ctx: Ctx) -> 
     """(losses, per-step seconds, seconds for the whole loop)."""
     losses: list[Any] = []
     ctx.sync()
+    ctx.progress()
     dist.barrier()
     if ctx.is_cuda:
         events = [torch.cuda.Event(enable_timing=True) for _ in range(len(batches) + 1)]
         start = time.perf_counter()
         events[0].record()
         for i, micro in enumerate(batches):
+            ctx.progress()
             losses.append(runner.step(micro))
             events[i + 1].record()
         ctx.sync()
@@ -64,6 +66,7 @@ def timed_steps(runner: Runner, batches: list[list[torch.Tensor]], ctx: Ctx) -> 
         return losses, [a.elapsed_time(b) / 1e3 for a, b in itertools.pairwise(events)], total
     stamps = [time.perf_counter()]
     for micro in batches:
+        ctx.progress()
         losses.append(runner.step(micro))
         stamps.append(time.perf_counter())
     return losses, [b - a for a, b in itertools.pairwise(stamps)], stamps[-1] - stamps[0]
@@ -92,7 +95,10 @@ def measure(ctx: Ctx) -> dict[str, Any]:
     ctx.phase(f"wrap {name}")
     runner = make_runner(name, model, t, ctx, ctx.spec.get("deepspeed_user"))
     ctx.phase("warm-up steps")
-    warm = [runner.step(micro) for micro in batches[: t["warmup_steps"]]]
+    warm = []
+    for micro in batches[: t["warmup_steps"]]:
+        ctx.progress()
+        warm.append(runner.step(micro))
     ctx.phase("timed steps")
     sampler = UtilSampler(ctx.device)
     sampler.start()

@@ -183,7 +183,7 @@ class ClusterRun:
             self.evidence.write()
             return exc
         except Exception as exc:  # e.g. an unreadable result: a failure of this probe, kept like any other
-            error = launch.ProbeError(f"probe {name} failed in the launcher: {type(exc).__name__}: {exc}")
+            error = launch.ProbeError(f"probe {name} failed in the launcher: {type(exc).__name__}: {exc}", out_dir)
             record.status, record.error = "failed", str(error)
             self.evidence.write()
             return error

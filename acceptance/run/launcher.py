@@ -1,16 +1,15 @@
 """Start a probe under torchrun, bound it in time, and turn what the ranks left behind into a result.
 
-No shell is ever involved. torchrun runs in a new session; each rank it starts is a session leader of
-its own (torch.distributed.elastic starts workers with ``start_new_session``), so on timeout or
-interrupt we signal torchrun's group, then every rank's group by the pid each rank recorded.
+No shell is ever involved. torchrun starts through ``acceptance.run.watchdog`` and starts each rank
+through it, so that none of them outlives its parent (pytest, then torchrun), even after SIGKILL. On
+timeout or interrupt ``acceptance.run.reaper`` ends torchrun and every rank within seconds, and
+``acceptance.run.diagnose`` names the rank that stopped, from the heartbeats read before the kill.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -22,14 +21,18 @@ from typing import Any
 
 import acceptance
 from acceptance.profile.model import Topology
+from acceptance.run import diagnose, reaper
 from acceptance.run.placement import Placement
-
-GRACE_S = 35.0  # torchrun gives its workers 30 s to exit after it is signalled (elastic agent default)
-TAIL_LINES = 30
 
 
 class ProbeError(Exception):
-    """A probe that crashed, hung or produced no result; the message says which rank and why."""
+    """A probe that crashed, hung or produced no result; the message says which rank and why.
+    ``out_dir``: the probe's folder (logs, heartbeats); ``shown_in``: the test that reported it in full."""
+
+    def __init__(self, message: str, out_dir: Path | None = None) -> None:
+        super().__init__(message)
+        self.out_dir = out_dir
+        self.shown_in: str | None = None
 
 
 @dataclass
@@ -79,6 +82,8 @@ def torchrun_argv(
             f"--rdzv-id={run_id}",
             f"--rdzv-conf={_rdzv_conf(topo, placement, join_timeout_s)}",
         ]
+    # each rank dies with torchrun (see acceptance.run.watchdog)
+    argv += ["-m", "acceptance.run.watchdog", "--agent", "--", sys.executable]
     argv += ["-m", f"acceptance.probes.{probe}", "--spec", str(out_dir / "spec.json"), "--out", str(out_dir)]
     return [*srun_prefix(topo, placement, probe, env or {}), *argv] if srun else argv
 
@@ -119,6 +124,9 @@ def child_env(profile_env: Mapping[str, str], extra: Mapping[str, str] | None = 
     root = str(Path(acceptance.__file__).resolve().parent.parent)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
     env["PYTHONUNBUFFERED"] = "1"
+    # torchrun's grace for the peers of a failed rank (torch/distributed/launcher/api.py reads it; 30 s by
+    # default): a stopped peer never takes it, and the verdict should not wait for it
+    env.setdefault("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", reaper.SHUTDOWN_TIMEOUT_S)
     return env
 
 
@@ -142,124 +150,61 @@ def run(
     (out_dir / "spec.json").write_text(json.dumps(full_spec, indent=1, sort_keys=True))
     argv = torchrun_argv(probe, out_dir, topo, placement, run_id, join_timeout_s=timeout_s, env=env)
     outcome = ProbeRun(probe=probe, argv=argv, out_dir=out_dir)
-    start = time.monotonic()
+    stalled, starting = _supervise(outcome, env, timeout_s)
+    outcome.ranks = diagnose.rank_states(out_dir)
+    result_path = out_dir / "result.json"
+    if outcome.returncode == 0 and not outcome.timed_out and result_path.is_file():
+        outcome.result = json.loads(result_path.read_text())
+        return outcome
+    outcome.error = _diagnose(outcome, timeout_s, stalled, starting)
+    raise ProbeError(outcome.error, out_dir)
+
+
+def _supervise(outcome: ProbeRun, env: Mapping[str, str], timeout_s: float) -> tuple[list[diagnose.Stall], int]:
+    """Start torchrun (through the watchdog: it dies with us) and wait for it; on timeout or interrupt end
+    it and its ranks. Returns what the heartbeats and the process table showed at the timeout: the
+    unfinished ranks, and how many rank processes torchrun had started."""
+    out_dir, start = outcome.out_dir, time.monotonic()
+    stalled: list[diagnose.Stall] = []
+    starting = 0
+    guarded = [sys.executable, "-m", "acceptance.run.watchdog", "--parent", str(os.getpid()), "--", *outcome.argv]
     with open(out_dir / "torchrun.log", "wb") as log:
         proc = subprocess.Popen(
-            argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=dict(env), start_new_session=True
+            guarded,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=dict(env),
+            start_new_session=True,
         )
         try:
             outcome.returncode = proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
             outcome.timed_out = True
-            outcome.returncode = _kill(proc, out_dir)
+            # before the kill: the process table still shows who stopped, and who never started
+            stalled, starting = diagnose.stalls(out_dir), len(reaper.children(proc.pid))
+            reaper.end(proc, lambda: _local_ranks(out_dir), hung=True)
+            outcome.returncode = proc.returncode
         except BaseException:
-            _kill(proc, out_dir)
+            reaper.end(proc, lambda: _local_ranks(out_dir), hung=False)
             raise
         finally:
             outcome.wall_s = time.monotonic() - start
-    outcome.ranks = _rank_states(out_dir)
-    result_path = out_dir / "result.json"
-    if outcome.returncode == 0 and not outcome.timed_out and result_path.is_file():
-        outcome.result = json.loads(result_path.read_text())
-        return outcome
-    outcome.error = _diagnose(outcome, timeout_s)
-    raise ProbeError(outcome.error)
+    return stalled, starting
 
 
-def _kill(proc: subprocess.Popen[bytes], out_dir: Path) -> int | None:
-    _signal_group(proc.pid, signal.SIGTERM)
-    try:
-        proc.wait(timeout=GRACE_S)
-    except subprocess.TimeoutExpired:
-        _signal_group(proc.pid, signal.SIGKILL)
-        proc.wait()
-    # ranks on other nodes (srun, or a shared evidence folder) are not ours to signal: a pid means
-    # nothing on another host, and their own torchrun or srun ends them
+def _local_ranks(out_dir: Path) -> list[int]:
+    """The pids of this node's ranks of this probe: a pid on another host means nothing here, and a
+    recorded pid that now runs something else (reused) is left alone."""
     here = socket.gethostname()
-    for state in _rank_states(out_dir):
-        if state.get("host") == here:
-            _signal_group(int(state.get("pid", 0)), signal.SIGKILL)
-    return proc.returncode
+    pids = [int(s.get("pid", 0)) for s in diagnose.rank_states(out_dir) if s.get("host") == here]
+    return [pid for pid in pids if reaper.runs(pid, str(out_dir))]
 
 
-def _signal_group(pid: int, sig: signal.Signals) -> None:
-    if pid <= 0:
-        return
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pid, sig)
-
-
-def _rank_states(out_dir: Path) -> list[dict[str, Any]]:
-    states = []
-    for path in sorted(out_dir.glob("rank-*.json"), key=lambda p: int(p.stem.split("-")[1])):
-        try:
-            states.append(json.loads(path.read_text()))
-        except (OSError, ValueError):
-            continue
-    return states
-
-
-def _diagnose(run: ProbeRun, timeout_s: float) -> str:
-    errors = _error_files(run.out_dir)
-    if errors:
-        rank, message = errors[0]
-        where = _rank_label(run.ranks, rank)
-        return f"probe {run.probe} failed: {where} raised {message}\n{_tail(run.out_dir, rank)}"
-    unfinished = [s for s in run.ranks if s.get("status") != "done"]
+def _diagnose(run: ProbeRun, timeout_s: float, stalled: list[diagnose.Stall], starting: int) -> str:
+    crashed = diagnose.crash(run.probe, run.out_dir)
+    if crashed:
+        return crashed
     if run.timed_out:
-        stuck = "; ".join(f"{_rank_label(run.ranks, int(s['rank']))} in phase {s.get('phase')!r}" for s in unfinished)
-        first = int(unfinished[0]["rank"]) if unfinished else 0
-        return (
-            f"probe {run.probe} timed out after {timeout_s:g} s and was killed; "
-            f"unfinished: {stuck or 'no rank started'}\n{_tail(run.out_dir, first)}"
-        )
-    return (
-        f"probe {run.probe} exited with status {run.returncode} and left no result"
-        f"\n{_tail_file(run.out_dir / 'torchrun.log')}"
-    )
-
-
-def _rank_label(states: list[dict[str, Any]], rank: int) -> str:
-    for state in states:
-        if int(state.get("rank", -1)) == rank:
-            return f"rank {rank} (host {state.get('host')}, local rank {state.get('local_rank')})"
-    return f"rank {rank}"
-
-
-def _error_files(out_dir: Path) -> list[tuple[int, str]]:
-    """torchrun's per-rank error.json (written by ``@record``): (global rank, last line of the error), the
-    first written first: a rank that crashes makes its peers fail too, and the first error is the cause."""
-    found = []
-    paths = sorted((out_dir / "logs").glob("*/attempt_*/*/error.json"), key=lambda p: p.stat().st_mtime_ns)
-    for path in paths:
-        try:
-            data = json.loads(path.read_text())
-            message = data["message"]
-            text = message["message"] if isinstance(message, dict) else str(message)
-            local_rank = int(path.parent.name)
-        except (OSError, ValueError, KeyError, TypeError):
-            continue
-        found.append((_global_rank(out_dir, local_rank), text.strip().splitlines()[-1] if text.strip() else "an error"))
-    return found
-
-
-def _global_rank(out_dir: Path, local_rank: int) -> int:
-    for state in _rank_states(out_dir):
-        if state.get("local_rank") == local_rank:
-            return int(state["rank"])
-    return local_rank
-
-
-def _tail(out_dir: Path, rank: int) -> str:
-    local_rank = next((int(s["local_rank"]) for s in _rank_states(out_dir) if int(s["rank"]) == rank), rank)
-    logs = sorted((out_dir / "logs").glob(f"*/attempt_*/{local_rank}/std*.log"))
-    text = "\n".join(f"--- {p.relative_to(out_dir)} (last {TAIL_LINES} lines) ---\n{_tail_file(p)}" for p in logs)
-    return text or _tail_file(out_dir / "torchrun.log")
-
-
-def _tail_file(path: Path) -> str:
-    try:
-        lines = path.read_text(errors="replace").splitlines()
-    except OSError:
-        return f"({path} is missing)"
-    return "\n".join(lines[-TAIL_LINES:])
+        return diagnose.hang(run.probe, timeout_s, stalled, run.out_dir, starting)
+    return diagnose.exited(run.probe, run.returncode, run.out_dir)

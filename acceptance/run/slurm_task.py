@@ -5,13 +5,15 @@ SLURM_NODEID and tells torchrun whether it hosts the c10d rendezvous store: node
 controller named, does. torchrun's own guess compares the endpoint with this machine's names, which a
 Slurm node name need not match. (The node ranks inside the probes come from the rendezvous itself;
 torchrun ignores ``--node-rank`` with c10d.) Then it replaces itself with torchrun, so srun's signals
-reach the agent directly.
+reach the agent directly, and its ranks know their agent's pid (``acceptance.run.watchdog``).
 """
 
 from __future__ import annotations
 
 import os
 import sys
+
+from acceptance.run.watchdog import AGENT_ENV
 
 
 def torchrun_args(args: list[str], node_id: int) -> list[str]:
@@ -33,6 +35,7 @@ def main(argv: list[str] | None = None) -> None:
     if not node_id.isdigit():
         sys.exit(f"acceptance.run.slurm_task: SLURM_NODEID={node_id!r}; run me under srun, one task per node")
     full = [sys.executable, "-m", "torch.distributed.run", *torchrun_args(args, int(node_id))]
+    os.environ[AGENT_ENV] = str(os.getpid())  # this process becomes the agent; the launcher's pid is remote
     os.execv(sys.executable, full)
 
 

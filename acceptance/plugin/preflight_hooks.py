@@ -1,0 +1,62 @@
+"""The preflight in the session: the GPUs this node has against the profile, before any probe.
+
+A node that lacks a GPU (or a CPU-only torch under a GPU profile) gets one line: the health family's
+``gpu_count`` test fails with it, and every test of the families that start a rank per GPU is skipped
+with it, instead of each failing on its own. The line is an error in the evidence, so the verdict is FAIL.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from acceptance.run import preflight
+from acceptance.run.cluster_run import ClusterRun
+from acceptance.run.launcher import ProbeError, child_env
+
+# the families whose probes start a rank on every GPU of the node: pointless, and noisy, without them
+NEEDS_EVERY_GPU = ("connectivity", "health", "compute", "collectives", "internode", "training")
+PREFIX = "preflight: "
+
+
+def run_preflight(run: ClusterRun) -> preflight.PreflightResult | None:
+    if run.topology.device != "cuda":
+        return None
+    result = preflight.check(run.profile.model, child_env(run.profile.model.env))
+    run.evidence.cluster.preflight = {"ok": result.ok, "message": result.message, "gpus": result.gpus}
+    if not result.ok:
+        run.evidence.error(f"{PREFIX}{result.message}")
+    run.evidence.write()
+    return result
+
+
+def skip_without_gpus(result: preflight.PreflightResult | None, items: list[pytest.Item]) -> None:
+    if result is None or result.ok:
+        return
+    for item in items:
+        family = Path(item.nodeid.split("::")[0]).stem.removeprefix("test_")
+        if family in NEEDS_EVERY_GPU and not item.get_closest_marker("cluster_preflight"):
+            item.add_marker(pytest.mark.skip(reason=f"preflight failed: {result.message}"))
+
+
+def fail_the_gate(result: preflight.PreflightResult | None, item: pytest.Item) -> None:
+    if result is not None and not result.ok and item.get_closest_marker("cluster_preflight"):
+        pytest.fail(f"{PREFIX}{result.message}", pytrace=False)
+
+
+def shorten_repeated_probe_error(
+    item: pytest.Item, call: pytest.CallInfo[None], report: pytest.TestReport, run: ClusterRun
+) -> None:
+    """A probe's failure in full once, in the first test it fails; one line that points there afterwards."""
+    cause = call.excinfo.value.__context__ if call.excinfo is not None else None
+    if not isinstance(cause, ProbeError) or not report.failed:
+        return
+    if cause.shown_in is None:
+        cause.shown_in = item.nodeid
+        return
+    folder = cause.out_dir
+    if folder is not None and folder.is_relative_to(run.evidence_dir):
+        folder = folder.relative_to(run.evidence_dir)
+    headline = str(cause).split("\n", 1)[0].split(":", 1)[0]
+    report.longrepr = f"{headline}: see {cause.shown_in} above" + (f" (evidence {folder})" if folder else "")

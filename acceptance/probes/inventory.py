@@ -1,0 +1,70 @@
+"""What this node offers the probes, before any probe starts: ``python -m acceptance.probes.inventory``.
+
+One process, no torchrun: prints one JSON object with three views of the GPUs, so that a missing one
+can be named by what is left of it: the PCI bus (``/sys/bus/pci/devices``: a GPU that fell off NVML is
+often still listed there), NVML (``acceptance.probes.nvml``: index, bus id, UUID, name; it ignores
+CUDA_VISIBLE_DEVICES), and torch (what the ranks will get: the build's CUDA, the devices CUDA shows, NCCL).
+``acceptance.run.preflight`` judges the answers against the profile.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from acceptance.probes import nvml
+
+PCI_DEVICES = Path("/sys/bus/pci/devices")
+NVIDIA_VENDOR = "0x10de"  # PCI-SIG vendor id of NVIDIA
+GPU_CLASSES = ("0x0300", "0x0302")  # PCI class codes: VGA controller, 3D controller (NVSwitches are bridges)
+NVML_KEYS = ("index", "name", "uuid", "pci_bus_id", nvml.NOT_MEASURED)
+
+
+def pci_gpus(root: Path = PCI_DEVICES) -> list[str]:
+    """Bus ids of the NVIDIA GPUs on the PCI bus, whatever the driver thinks of them."""
+    found = []
+    for dev in sorted(root.glob("*")):
+        try:
+            vendor, cls = (dev / "vendor").read_text().strip(), (dev / "class").read_text().strip()
+        except OSError:
+            continue
+        if vendor == NVIDIA_VENDOR and cls[:6] in GPU_CLASSES:
+            found.append(dev.name)
+    return found
+
+
+def torch_view() -> dict[str, Any]:
+    try:
+        import torch
+        import torch.distributed as dist
+    except ImportError as exc:
+        return {"error": f"torch cannot be imported: {exc}"}
+    view: dict[str, Any] = {"version": torch.__version__, "cuda": torch.version.cuda, "devices": []}
+    view["nccl"] = bool(dist.is_available() and dist.is_nccl_available())
+    try:
+        view["available"] = torch.cuda.is_available()
+        for index in range(torch.cuda.device_count() if view["available"] else 0):
+            props = torch.cuda.get_device_properties(index)
+            # older builds lack the PCI fields (as in acceptance.probes.connectivity)
+            part = [getattr(props, f"pci_{p}_id", None) for p in ("domain", "bus", "device")]
+            pci = f"{part[0]:04x}:{part[1]:02x}:{part[2]:02x}.0" if None not in part else None
+            view["devices"].append({"index": index, "name": props.name, "uuid": f"GPU-{props.uuid}", "pci_bus_id": pci})
+    except (RuntimeError, AssertionError) as exc:  # a driver that is missing or too old for this build
+        view["error"] = str(exc).strip().splitlines()[0]
+    return view
+
+
+def read() -> dict[str, Any]:
+    node = nvml.read_node()
+    gpus = node.get("gpus")
+    if isinstance(gpus, list):
+        listed, error = [{k: g[k] for k in NVML_KEYS if k in g} for g in gpus], None
+    else:  # NVML missing, or it could not count: the reason is on the node or on its count
+        listed, error = None, str(node.get(nvml.NOT_MEASURED) or dict(gpus or {}).get(nvml.NOT_MEASURED))
+    return {"pci": pci_gpus(), "nvml": listed, "nvml_error": error, "torch": torch_view()}
+
+
+if __name__ == "__main__":
+    json.dump(read(), sys.stdout, default=str)

@@ -1,0 +1,152 @@
+"""Before any probe: does this node have what the profile needs (the GPUs, a torch that can use them)?
+
+Without this, a node one GPU short starts a rank per expected GPU and the missing one dies on "invalid
+device ordinal" in every probe, and a CPU-only torch fails every test on ``_cuda_setDevice``: thousands
+of lines, none of which says what is wrong. Here the answer is one line: what the profile expects, what
+is present (index, PCI bus id, UUID) and what is missing.
+
+The answers come from ``python -m acceptance.probes.inventory`` in a subprocess (it imports torch and
+NVML; pytest does not, and the profile's environment, CUDA_VISIBLE_DEVICES included, applies to it as to
+the ranks). ``check`` takes them through an injectable ``detect`` so recorded answers can be judged.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from acceptance.profile.model import ProfileModel
+
+DETECT_TIMEOUT_S = 120.0  # importing torch and initialising NVML; minutes would mean a wedged driver
+Detect = Callable[[Mapping[str, str]], dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class PreflightResult:
+    ok: bool
+    message: str  # one line; empty when ok
+    gpus: list[dict[str, Any]] = field(default_factory=list)  # every GPU any view saw, merged by PCI bus id
+    answers: dict[str, Any] = field(default_factory=dict)  # the raw answers, for the evidence
+
+
+def detect(env: Mapping[str, str]) -> dict[str, Any]:
+    """This node's answers, from a subprocess with the ranks' environment."""
+    argv = [sys.executable, "-m", "acceptance.probes.inventory"]
+    try:
+        done = subprocess.run(argv, env=dict(env), capture_output=True, text=True, timeout=DETECT_TIMEOUT_S)
+        return dict(json.loads(done.stdout))
+    except (subprocess.TimeoutExpired, ValueError, OSError) as exc:
+        return {"error": f"{' '.join(argv[1:])} gave no answer: {type(exc).__name__}: {exc}"}
+
+
+def check(model: ProfileModel, env: Mapping[str, str], detect: Detect = detect) -> PreflightResult:
+    """Judge this node against ``model``'s topology; a CPU profile needs nothing and is not inspected."""
+    topo = model.topology
+    if topo.device != "cuda":
+        return PreflightResult(True, "")
+    answers = detect(env)
+    gpus = inventory(answers)
+    problem = _problem(model, answers, gpus, env)
+    return PreflightResult(problem is None, problem or "", gpus, answers)
+
+
+def _problem(
+    model: ProfileModel, answers: dict[str, Any], gpus: list[dict[str, Any]], env: Mapping[str, str]
+) -> str | None:
+    topo, name = model.topology, model.name
+    torch = answers.get("torch") or {}
+    if answers.get("error") or (torch.get("error") and not torch.get("version")):
+        failure = answers.get("error") or torch["error"]
+        return f"profile {name} needs CUDA GPUs, but this node could not be inspected: {failure}"
+    build = f"torch {torch.get('version')}"
+    if not torch.get("cuda"):
+        return (
+            f"profile {name} runs on CUDA GPUs (topology.device: cuda), but this {build} is a CPU-only build: "
+            "install a CUDA build of torch, or pick a CPU profile such as local-cpu"
+        )
+    if topo.backend == "nccl" and not torch.get("nccl"):
+        return f"profile {name} uses NCCL (topology.backend: nccl), but this {build} has no NCCL"
+    need = max(topo.gpus_per_node, topo.nproc_per_node)
+    usable = [g for g in gpus if g.get("cuda_index") is not None]
+    if len(usable) >= need:
+        return None
+    why = f" ({torch['error']})" if torch.get("error") else ""
+    hidden = f", CUDA_VISIBLE_DEVICES={env['CUDA_VISIBLE_DEVICES']}" if "CUDA_VISIBLE_DEVICES" in env else ""
+    model_name = f" {topo.gpu_model}" if topo.gpu_model else ""
+    present = ", ".join(describe(g) for g in usable) or "none"
+    return (
+        f"profile {name} expects {need}{model_name} GPU(s) on this node, {build} (CUDA {torch['cuda']}{hidden}) "
+        f"finds {len(usable)}{why}: present {present}; missing {_missing(gpus, need - len(usable), answers)}"
+    )
+
+
+def _missing(gpus: list[dict[str, Any]], count: int, answers: dict[str, Any]) -> str:
+    """The GPUs some view saw that CUDA cannot use, with the reason each is out; else how many are gone."""
+    named = [f"{describe(g)} ({_why_out(g)})" for g in gpus if g.get("cuda_index") is None]
+    if named:
+        return ", ".join(named)
+    nvml_note = f"; NVML: {answers['nvml_error']}" if answers.get("nvml_error") else ""
+    return f"{count} GPU(s) that neither the PCI bus, NVML nor CUDA lists{nvml_note}"
+
+
+def _why_out(gpu: dict[str, Any]) -> str:
+    if gpu.get("nvml_index") is not None:
+        return "NVML lists it, CUDA does not: hidden by CUDA_VISIBLE_DEVICES, or CUDA cannot use it"
+    return "on the PCI bus, not answering NVML: fallen off the bus, or no driver bound"
+
+
+def describe(gpu: dict[str, Any]) -> str:
+    index = gpu.get("cuda_index", gpu.get("nvml_index"))
+    parts = ", ".join(p for p in (gpu.get("pci_bus_id"), gpu.get("uuid"), gpu.get("name")) if p)
+    return f"GPU {index} ({parts})" if index is not None else f"the GPU at {parts}"
+
+
+def bus_id(raw: Any) -> str | None:
+    """NVML writes 00000000:18:00.0, sysfs and torch 0000:18:00.0: one spelling to compare them."""
+    if not isinstance(raw, str) or raw.count(":") != 2:
+        return None
+    domain, rest = raw.lower().split(":", 1)
+    try:
+        return f"{int(domain, 16):04x}:{rest}"
+    except ValueError:
+        return None
+
+
+def inventory(answers: dict[str, Any]) -> list[dict[str, Any]]:
+    """One entry per GPU seen by any view, merged by bus id (or UUID): what CUDA, NVML and PCI say."""
+    merged: dict[str, dict[str, Any]] = {}
+
+    def add(key: str | None, fallback: str, **fields: Any) -> None:
+        entry = merged.setdefault(key or fallback, {})
+        entry.update({k: v for k, v in fields.items() if v is not None and k not in entry})
+
+    for dev in (answers.get("torch") or {}).get("devices", []):
+        key = bus_id(dev.get("pci_bus_id"))
+        add(
+            key,
+            str(dev.get("uuid")),
+            cuda_index=dev.get("index"),
+            pci_bus_id=key,
+            uuid=dev.get("uuid"),
+            name=dev.get("name"),
+        )
+    for gpu in answers.get("nvml") or []:
+        key = bus_id(gpu.get("pci_bus_id"))
+        uuid = gpu.get("uuid") if isinstance(gpu.get("uuid"), str) else None
+        name = gpu.get("name") if isinstance(gpu.get("name"), str) else None
+        add(
+            key,
+            str(uuid or f"nvml-{gpu.get('index')}"),
+            nvml_index=gpu.get("index"),
+            pci_bus_id=key,
+            uuid=uuid,
+            name=name,
+        )
+    for raw in answers.get("pci") or []:
+        key = bus_id(raw)
+        add(key, str(raw), pci_bus_id=key)
+    return sorted(merged.values(), key=lambda g: (g.get("cuda_index") is None, g.get("pci_bus_id") or ""))

@@ -1,0 +1,220 @@
+"""The pieces of fault handling on their own: the preflight on recorded NVML/CUDA/PCI answers, naming the
+stalled rank from recorded heartbeats, and the process side (parent-death signal, ending stopped processes)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from acceptance.profile.model import ProfileModel
+from acceptance.run import diagnose, preflight, reaper
+
+H200 = "NVIDIA H200"
+BUS = ("0000:18:00.0", "0000:2a:00.0")
+UUID = ("GPU-8f3a0000-0000-0000-0000-000000000000", "GPU-c41b0000-0000-0000-0000-000000000000")
+
+
+def model(**topology: Any) -> ProfileModel:
+    topo = {"gpus_per_node": 2, "gpu_model": H200, **topology}
+    return ProfileModel.model_validate({"name": "h200-x2", "topology": topo})
+
+
+def cuda(*indices: int) -> dict[str, Any]:
+    devices = [{"index": n, "name": H200, "uuid": UUID[i], "pci_bus_id": BUS[i]} for n, i in enumerate(indices)]
+    return {"version": "2.6.0+cu124", "cuda": "12.4", "nccl": True, "available": bool(indices), "devices": devices}
+
+
+def nvml(*indices: int) -> list[dict[str, Any]]:
+    # NVML spells the bus id with an 8-digit domain
+    return [{"index": n, "name": H200, "uuid": UUID[i], "pci_bus_id": f"0000{BUS[i]}"} for n, i in enumerate(indices)]
+
+
+def judge(answers: dict[str, Any], env: dict[str, str] | None = None, **topology: Any) -> preflight.PreflightResult:
+    seen: list[dict[str, str]] = []
+
+    def detect(env: Any) -> dict[str, Any]:
+        seen.append(dict(env))
+        return answers
+
+    result = preflight.check(model(**topology), env or {}, detect)
+    assert seen == [env or {}], "the answers come from the ranks' environment"
+    assert "\n" not in result.message
+    return result
+
+
+def test_every_gpu_present_passes() -> None:
+    result = judge({"pci": list(BUS), "nvml": nvml(0, 1), "torch": cuda(0, 1)})
+    assert result.ok and result.message == ""
+    assert [(g["cuda_index"], g["nvml_index"], g["pci_bus_id"]) for g in result.gpus] == [
+        (0, 0, BUS[0]),
+        (1, 1, BUS[1]),
+    ]
+
+
+def test_a_gpu_fallen_off_nvml_is_named_by_its_bus_id() -> None:
+    result = judge({"pci": list(BUS), "nvml": nvml(0), "torch": cuda(0)})
+    assert not result.ok
+    assert result.message == (
+        f"profile h200-x2 expects 2 {H200} GPU(s) on this node, torch 2.6.0+cu124 (CUDA 12.4) finds 1: "
+        f"present GPU 0 ({BUS[0]}, {UUID[0]}, {H200}); missing the GPU at {BUS[1]} "
+        "(on the PCI bus, not answering NVML: fallen off the bus, or no driver bound)"
+    )
+
+
+def test_a_gpu_hidden_from_cuda_is_named_with_the_variable() -> None:
+    result = judge({"pci": list(BUS), "nvml": nvml(0, 1), "torch": cuda(0)}, {"CUDA_VISIBLE_DEVICES": "0"})
+    assert "(CUDA 12.4, CUDA_VISIBLE_DEVICES=0) finds 1" in result.message
+    assert f"missing GPU 1 ({BUS[1]}, {UUID[1]}, {H200}) (NVML lists it, CUDA does not" in result.message
+
+
+def test_a_gpu_gone_from_every_view_is_counted() -> None:
+    result = judge({"pci": [BUS[0]], "nvml": None, "nvml_error": "NVML init: Driver Not Loaded", "torch": cuda(0)})
+    assert result.message.endswith(
+        "missing 1 GPU(s) that neither the PCI bus, NVML nor CUDA lists; NVML: NVML init: Driver Not Loaded"
+    )
+
+
+def test_more_ranks_than_gpus_counts_the_ranks() -> None:
+    result = judge({"pci": list(BUS), "nvml": nvml(0, 1), "torch": cuda(0, 1)}, ranks_per_node=4)
+    assert not result.ok and "expects 4 NVIDIA H200 GPU(s) on this node" in result.message
+
+
+@pytest.mark.parametrize(
+    ("torch", "expected"),
+    [
+        ({"version": "2.13.0+cpu", "cuda": None, "nccl": False, "available": False, "devices": []},
+         "profile h200-x2 runs on CUDA GPUs (topology.device: cuda), but this torch 2.13.0+cpu is a CPU-only build: "
+         "install a CUDA build of torch, or pick a CPU profile such as local-cpu"),
+        ({**cuda(0, 1), "nccl": False},
+         "profile h200-x2 uses NCCL (topology.backend: nccl), but this torch 2.6.0+cu124 has no NCCL"),
+        ({"error": "torch cannot be imported: No module named 'torch'"},
+         "profile h200-x2 needs CUDA GPUs, but this node could not be inspected: torch cannot be imported: "
+         "No module named 'torch'"),
+    ],
+    ids=["cpu-only-build", "no-nccl", "no-torch"],
+)  # fmt: skip
+def test_a_torch_that_cannot_run_the_profile_is_one_line(torch: dict[str, Any], expected: str) -> None:
+    result = judge({"pci": list(BUS), "nvml": nvml(0, 1), "torch": torch})
+    assert not result.ok and result.message == expected
+
+
+def test_a_cpu_profile_inspects_nothing() -> None:
+    def detect(env: Any) -> dict[str, Any]:
+        raise AssertionError("a CPU profile needs no GPU inventory")
+
+    cpu = ProfileModel.model_validate({"name": "local", "topology": {"device": "cpu", "backend": "gloo"}})
+    assert preflight.check(cpu, {}, detect).ok
+
+
+def heartbeat(folder: Path, rank: int, progress: int, ago: float, **extra: Any) -> None:
+    now = time.time()
+    state = {"rank": rank, "local_rank": rank, "host": "gpu-node-7", "pid": 1, "phase": "all_reduce 1G",
+             "status": "running", "progress": progress, "progress_at": now - ago, "beat_at": now, **extra}  # fmt: skip
+    (folder / f"rank-{rank}.json").write_text(json.dumps(state))
+
+
+def test_the_rank_short_of_the_collective_is_named(tmp_path: Path) -> None:
+    heartbeat(tmp_path, 0, progress=12, ago=40)
+    heartbeat(tmp_path, 1, progress=11, ago=41, gpu_uuid=UUID[1])
+    heartbeat(tmp_path, 2, progress=12, ago=40)
+    message = diagnose.hang("collectives", 60, diagnose.stalls(tmp_path), tmp_path)
+    assert message.startswith(
+        "probe collectives timed out after 60 s and was killed: rank 1 (host gpu-node-7, local rank 1, "
+        f"{UUID[1]}) stopped progressing 41 s ago in phase 'all_reduce 1G' (progress 11); the others wait for it: "
+        "rank 0 (host gpu-node-7, local rank 0) in phase 'all_reduce 1G', progress 12, last 40 s ago; rank 2 "
+    )
+
+
+def test_a_rank_whose_heartbeat_stopped_comes_first(tmp_path: Path) -> None:
+    heartbeat(tmp_path, 0, progress=12, ago=40)
+    heartbeat(tmp_path, 1, progress=12, ago=40, beat_at=time.time() - 39)  # on another node: no process table
+    first = diagnose.stalls(tmp_path)[0]
+    assert first.rank == 1 and first.frozen == "no heartbeat for 39 s"
+
+
+def test_ranks_nothing_tells_apart_are_all_listed(tmp_path: Path) -> None:
+    heartbeat(tmp_path, 0, progress=12, ago=40)
+    heartbeat(tmp_path, 1, progress=12, ago=40)
+    message = diagnose.hang("collectives", 60, diagnose.stalls(tmp_path), tmp_path)
+    assert "no rank stands out; all stopped progressing at the same point: rank 0 (" in message
+    assert "; rank 1 (host gpu-node-7, local rank 1) in phase 'all_reduce 1G'" in message
+
+
+def test_a_stopped_process_on_this_node_is_named_by_the_process_table(tmp_path: Path) -> None:
+    with subprocess.Popen(["sleep", "600"], start_new_session=True) as stopped:
+        try:
+            os.kill(stopped.pid, signal.SIGSTOP)
+            while reaper.state(stopped.pid) is None:  # the signal is delivered asynchronously
+                time.sleep(0.05)
+            heartbeat(tmp_path, 0, progress=12, ago=40, host=socket.gethostname(), pid=os.getpid())
+            heartbeat(tmp_path, 1, progress=12, ago=40, host=socket.gethostname(), pid=stopped.pid)
+            first = diagnose.stalls(tmp_path)[0]
+            assert first.rank == 1 and first.frozen == "stopped (SIGSTOP or a debugger)"
+        finally:
+            stopped.kill()
+
+
+def test_a_busy_port_is_the_headline_of_a_failed_torchrun(tmp_path: Path) -> None:
+    log = ["Traceback (most recent call last):", '  File "x.py", line 1, in <module>',
+           "torch.distributed.DistNetworkError: The server socket has failed to listen on any local network "
+           "address. port: 29400, useIpv6: false, code: -98, name: EADDRINUSE, message: address already in use",
+           "", "The above exception was the direct cause of the following exception:", "",
+           *[f"  frame {n}" for n in range(40)],
+           "torch.distributed.elastic.rendezvous.api.RendezvousConnectionError: The connection to the C10d store "
+           "has failed. See inner exception for details."]  # fmt: skip
+    (tmp_path / "torchrun.log").write_text("\n".join(log))
+    first, hint = diagnose.exited("connectivity", 1, tmp_path).splitlines()[:2]
+    assert first.startswith("probe connectivity exited with status 1 and left no result; torchrun.log says: ")
+    assert first.endswith("port: 29400, useIpv6: false, code: -98, name: EADDRINUSE, message: address already in use")
+    assert hint.startswith("  hint: the rendezvous port is taken on this host")
+
+
+PARENT = """
+import os, subprocess, sys
+watchdog = [sys.executable, "-m", "acceptance.run.watchdog", "--parent", str(os.getpid()), "--"]
+child = subprocess.Popen([*watchdog, "sleep", "600"])
+print(child.pid, flush=True)
+child.wait()
+"""
+HARNESS_LIMIT_S = 60.0  # only so that a broken watchdog fails instead of hanging the run
+
+
+def test_the_watchdog_child_dies_with_its_parent() -> None:
+    with subprocess.Popen([sys.executable, "-c", PARENT], stdout=subprocess.PIPE, text=True) as parent:
+        assert parent.stdout is not None
+        child = int(parent.stdout.readline())
+        while Path(f"/proc/{child}/comm").read_text().strip() != "sleep":  # until it has become the program
+            time.sleep(0.05)
+        parent.kill()
+    deadline = time.monotonic() + HARNESS_LIMIT_S
+    while reaper.alive(child) and time.monotonic() < deadline:  # the parent-death signal comes as the parent exits
+        time.sleep(0.05)
+    assert not reaper.alive(child), f"pid {child} outlived its parent"
+
+
+def test_the_watchdog_refuses_when_its_parent_is_already_gone() -> None:
+    # pid 1 is never our parent: as if the launcher had died before the child asked to die with it
+    done = subprocess.run([sys.executable, "-m", "acceptance.run.watchdog", "--parent", "1", "--", "true"],
+                          capture_output=True, text=True)  # fmt: skip
+    assert done.returncode == 1 and "parent 1 is gone; not starting" in done.stderr
+
+
+def test_ending_a_probe_ends_a_stopped_rank_and_a_torchrun_that_ignores_sigterm() -> None:
+    stubborn = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print(flush=True); time.sleep(600)"
+    agent = subprocess.Popen([sys.executable, "-c", stubborn], start_new_session=True, stdout=subprocess.PIPE)
+    assert agent.stdout is not None and agent.stdout.readline() == b"\n"  # SIGTERM is ignored from now on
+    rank = subprocess.Popen(["sleep", "600"], start_new_session=True)
+    os.kill(rank.pid, signal.SIGSTOP)
+    reaper.end(agent, lambda: [rank.pid], hung=True)
+    agent.stdout.close()
+    assert agent.returncode == -signal.SIGKILL
+    assert rank.wait() == -signal.SIGKILL
