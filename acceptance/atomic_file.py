@@ -11,15 +11,17 @@ import socket
 from pathlib import Path
 
 
-def write_atomic(path: Path, text: str) -> None:
+def write_atomic(path: Path, text: str, durable: bool = True) -> None:
     """Write ``text`` to a temporary file beside ``path``, fsync it, then rename it over ``path``.
 
     The temporary name holds the host and pid: ranks of several nodes may share one folder, and a crash
-    must never leave a half-written file under the real name."""
+    must never leave a half-written file under the real name. ``durable=False`` skips the fsync, for
+    files rewritten every second (heartbeats) whose loss in a power cut costs nothing."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{socket.gethostname()}.{os.getpid()}.tmp")
     with open(tmp, "w", encoding="utf-8") as handle:
         handle.write(text)
         handle.flush()
-        os.fsync(handle.fileno())
+        if durable:
+            os.fsync(handle.fileno())
     os.replace(tmp, path)

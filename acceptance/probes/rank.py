@@ -32,6 +32,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed.elastic.multiprocessing.errors import record
 
+from acceptance.atomic_file import write_atomic
 from acceptance.profile.dtypes import DTYPE_NAMES
 
 # the profile's type names as torch types, for every probe (the names are torch's attribute names)
@@ -41,11 +42,8 @@ FAULT_ENV = "ACCEPTANCE_TEST_FAULT"
 BEAT_S = 1.0  # heartbeat period: a stopped rank's beat is at most this old when it stopped
 
 
-def write_json(path: Path, data: Any) -> None:
-    """Atomic: a reader sees the old file or the new one, never half of one."""
-    tmp = path.with_name(f".{path.name}.{socket.gethostname()}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data, indent=1, sort_keys=True, default=str))
-    os.replace(tmp, path)
+def write_json(path: Path, data: Any, durable: bool = True) -> None:
+    write_atomic(path, json.dumps(data, indent=1, sort_keys=True, default=str), durable)
 
 
 class Heartbeat:
@@ -81,7 +79,7 @@ class Heartbeat:
         with self.lock:  # the beat thread writes too, through the same temporary file
             now = time.time()
             self.state.update(beat_at=now, elapsed_s=round(now - self.started, 3))
-            write_json(self.path, dict(self.state))
+            write_json(self.path, dict(self.state), durable=False)
 
     def _beat(self) -> None:
         while self.state["status"] == "running":
