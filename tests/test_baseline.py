@@ -152,4 +152,4 @@ def test_a_baseline_that_is_not_evidence_is_a_usage_error(tmp_path: Path) -> Non
     (tmp_path / "x.json").write_text('{"a": 1}')
     done = _suite(tmp_path, "run", "--cluster-baseline", str(tmp_path / "x.json"))
     assert done.returncode == 4
-    assert f"--cluster-baseline: {tmp_path / 'x.json'} is not a cluster-acceptance evidence file" in done.stderr
+    assert f"--cluster-baseline: {tmp_path / 'x.json'}: not a cluster-acceptance evidence file" in done.stderr

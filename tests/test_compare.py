@@ -57,7 +57,7 @@ def set_value(data: dict[str, Any], metric: str, factor: float) -> float:
         ("health.nvlink_links_min", "higher"),
         ("health.temperature_c_max", "lower"),
         ("connectivity.world_size", "none"),
-        ("collectives.internode.one_gpu_per_node.all_reduce.busbw_gbps@16M", "higher"),
+        ("internode.one_gpu_per_node.all_reduce.busbw_gbps@16M", "higher"),
         ("no.such.metric", "none"),
     ],
 )

@@ -8,6 +8,7 @@ import pytest
 
 from acceptance.evidence.junit import figure_properties
 from acceptance.evidence.model import Check
+from acceptance.plugin import options
 from acceptance.profile import baseline
 from acceptance.profile.model import Threshold
 from acceptance.run.cluster_run import ClusterRun
@@ -112,7 +113,7 @@ class Checker:
         if judged.ok:
             return []
         check.verdict, check.bound = "baseline_fail", f"{check.bound} and {judged.change.limit}"
-        return [f"{judged.message} [--cluster-baseline]"]
+        return [f"{judged.message} [--cluster-baseline {options.value(self.item.config, 'cluster_baseline')}]"]
 
     def measurements(self, key: str, data: Any) -> None:
         """Attach a table (a sweep, a per-GPU list) to this test's evidence."""

@@ -16,7 +16,7 @@ from acceptance.run.cluster_run import ClusterRun
 from acceptance.run.launcher import ProbeError, child_env
 
 # the families whose probes start a rank on every GPU of the node: pointless, and noisy, without them
-NEEDS_EVERY_GPU = ("connectivity", "health", "compute", "collectives", "internode", "training")
+NEEDS_EVERY_GPU = ("connectivity", "health", "compute", "storage", "collectives", "internode", "training")
 PREFIX = "preflight: "
 
 
