@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+import acceptance
 from acceptance.evidence.document import junit_xml, write_atomic
 from acceptance.multinode import plan
 from acceptance.profile import loader as profiles
@@ -153,6 +154,7 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
         return []
     p, place, topo = run.profile, run.placement, run.topology
     return [
+        f"cluster-acceptance {acceptance.__version__} ({Path(acceptance.__file__).parent})",
         f"cluster profile: {p.name} ({p.path}) sha256 {p.sha256[:16]}",
         f"cluster topology: {place.nodes} node(s) x {topo.nproc_per_node} rank(s), {topo.device}/{topo.backend}, "
         f"node rank {place.node_rank}, head {place.endpoint} (from {place.source})",

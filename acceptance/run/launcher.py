@@ -119,6 +119,12 @@ def child_env(profile_env: Mapping[str, str], extra: Mapping[str, str] | None = 
     root = str(Path(acceptance.__file__).resolve().parent.parent)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
     env["PYTHONUNBUFFERED"] = "1"
+    # DeepSpeed compiles its CPU op into TORCH_EXTENSIONS_DIR, by default ~/.cache/torch_extensions, which
+    # every environment of the user shares: another environment's torch or DeepSpeed makes the cached op
+    # stale, so each switch rebuilds it (a minute or more). One folder per environment, unless the user
+    # chose one; an environment we cannot write to (a system Python) keeps DeepSpeed's default.
+    if "TORCH_EXTENSIONS_DIR" not in env and os.access(sys.prefix, os.W_OK):
+        env["TORCH_EXTENSIONS_DIR"] = str(Path(sys.prefix) / "var" / "cache" / "torch_extensions")
     return env
 
 
