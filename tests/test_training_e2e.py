@@ -14,6 +14,8 @@ from typing import Any
 
 import pytest
 
+pytestmark = pytest.mark.e2e  # every test here starts pytest processes that start torchrun
+
 ROOT = Path(__file__).resolve().parent.parent
 INSTALLED = any(ep.value == "acceptance.plugin" for ep in entry_points(group="pytest11"))
 PLUGIN_ARGS: tuple[str, ...] = () if INSTALLED else ("-p", "acceptance.plugin")
