@@ -194,6 +194,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     data = read_evidence(args.evidence)
     output = args.output or args.evidence.parent / "report.md"
     png = output.with_name(f"{output.stem}-busbw.png")
+    output.parent.mkdir(parents=True, exist_ok=True)  # the plot is written first, beside the report
     title = f"busbw, profile {data.get('profile', {}).get('name')}"
     plotted = report.plot_busbw(report.sweep_rows(data), png, title)
     write_atomic(output, report.markdown(data, png.name if plotted else None))
