@@ -34,8 +34,11 @@ chmod 755 "$work"  # munged wants every folder above its socket searchable by al
 pids=()
 stop() {
     local status=$?
-    # jobs first (their processes belong to the slurmd), then the daemons, newest first
-    [[ -n "${SLURM_CONF:-}" ]] && scancel --quiet --full --state=RUNNING --partition=ci 2>/dev/null && sleep 2
+    # the jobs first, until Slurm has seen them end (their steps answer to the slurmd), then the daemons
+    if [[ -n "${SLURM_CONF:-}" ]] && (( ${#pids[@]} > 2 )); then
+        scancel --quiet --full --partition=ci 2>/dev/null || true
+        for _ in {1..90}; do [[ -z "$(squeue -h --partition=ci 2>/dev/null)" ]] && break; sleep 1; done
+    fi
     for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
     for pid in "${pids[@]}"; do
         for _ in {1..50}; do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
@@ -112,13 +115,16 @@ unset CLUSTER_RUN_ID NNODES NODE_RANK
 submit() {
     local script="$1" nodes="$2" dir="$work/job-${1%.sbatch}-$2"
     mkdir -p "$dir"
-    local set=()
-    (( nodes > 1 )) && set=(--cluster-set topology.nodes="$nodes")  # local-cpu is a one-node profile
+    local set=() exclusive=()
+    # local-cpu is a one-node profile; --exclusive is optional for the scripts: the two-node jobs use it
+    (( nodes > 1 )) && set=(--cluster-set topology.nodes="$nodes") exclusive=(--exclusive)
     say "sbatch --nodes=$nodes $script"
     local start=$SECONDS status=0
+    # in the background: bash runs a trap (Ctrl-C, a CI cancel) only once its foreground command returns
     MASTER_PORT="$(free_port)" PYTEST_ARGS="${set[*]}" \
-        sbatch --wait --parsable --chdir="$dir" --nodes="$nodes" --exclusive --time=30 \
-        "$scripts/$script" >"$dir/job-id" || status=$?
+        sbatch --wait --parsable --chdir="$dir" --nodes="$nodes" "${exclusive[@]}" --time=30 \
+        "$scripts/$script" >"$dir/job-id" &
+    wait $! || status=$?
     JOB="$(cut -d';' -f1 "$dir/job-id")"
     [[ -n "$JOB" ]] || fail "sbatch refused $scripts/$script on $nodes node(s) (exit $status)"
     local out
