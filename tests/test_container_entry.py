@@ -18,6 +18,7 @@ def test_profile_and_evidence_from_the_environment(tmp_path: Path) -> None:
     assert pytest_args(env, ["-k", "connectivity"]) == [
         "-p",
         "no:cacheprovider",
+        f"--rootdir={tmp_path}",
         str(tmp_path),
         "--cluster-profile",
         "h200-x2",
@@ -43,7 +44,7 @@ def test_without_a_run_id_each_run_gets_a_new_folder_named_by_time_and_host(tmp_
 
 def test_the_installed_suite_is_the_default(tmp_path: Path) -> None:
     args = pytest_args({"CLUSTER_PROFILE": "p", "CLUSTER_RUN_ID": "r"}, [])
-    suite = Path(args[2])
+    suite = Path(args[3])
     assert suite == container.suite_dir()
     assert (suite / "conftest.py").is_file() and (suite / "test_connectivity.py").is_file()
 

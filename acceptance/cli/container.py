@@ -42,9 +42,11 @@ def suite_dir() -> Path:
 
 
 def suite_args(tests: Path | str, profile: str, evidence: str | None, extra: list[str]) -> list[str]:
-    """pytest's arguments for one run of the suite (no cache folder: the suite may be read-only)."""
+    """pytest's arguments for one run of the suite: no cache folder (the suite may be read-only), and the
+    suite as rootdir, so test ids (``test_connectivity.py::test_world_size``, compared between the nodes)
+    do not depend on where the package is installed or where the run starts."""
     out = ["--cluster-evidence", evidence] if evidence else []
-    return ["-p", "no:cacheprovider", str(tests), "--cluster-profile", profile, *out, *extra]
+    return ["-p", "no:cacheprovider", f"--rootdir={tests}", str(tests), "--cluster-profile", profile, *out, *extra]
 
 
 def run_id(env: Mapping[str, str]) -> str:
