@@ -32,6 +32,7 @@ def swept(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     return folder, out.stdout
 
 
+@pytest.mark.e2e
 def test_sweep_prints_an_nccl_tests_table(swept: tuple[Path, str]) -> None:
     _, text = swept
     lines = text.splitlines()
@@ -50,6 +51,7 @@ def test_sweep_prints_an_nccl_tests_table(swept: tuple[Path, str]) -> None:
     assert "# Out of bounds values : 0 OK" in lines
 
 
+@pytest.mark.e2e
 def test_sweep_writes_valid_evidence(swept: tuple[Path, str]) -> None:
     folder, _ = swept
     data = json.loads((folder / "evidence.json").read_text())
@@ -60,6 +62,7 @@ def test_sweep_writes_valid_evidence(swept: tuple[Path, str]) -> None:
     assert probe["status"] == "ok" and (folder / probe["out_dir"] / "result.json").is_file()
 
 
+@pytest.mark.e2e
 def test_junit_from_evidence(swept: tuple[Path, str], tmp_path: Path) -> None:
     folder, _ = swept
     assert main(["junit", str(folder / "evidence.json"), "-o", str(tmp_path / "j.xml")]) == 0
@@ -68,6 +71,7 @@ def test_junit_from_evidence(swept: tuple[Path, str], tmp_path: Path) -> None:
     assert "collectives.all_reduce.busbw_gbps@64K" in (suite.findtext("testcase/system-out") or "")
 
 
+@pytest.mark.e2e
 def test_merge_and_compare(swept: tuple[Path, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     ev = str(swept[0] / "evidence.json")
     merged, junit = tmp_path / "merged.json", tmp_path / "merged.xml"
@@ -85,6 +89,7 @@ def test_merge_and_compare(swept: tuple[Path, str], tmp_path: Path, capsys: pyte
     assert busbw and busbw[0][1] == "higher" and busbw[0][2] == busbw[0][3] and busbw[0][4] == "GB/s"
 
 
+@pytest.mark.e2e
 def test_report(swept: tuple[Path, str], tmp_path: Path) -> None:
     out = tmp_path / "r" / "report.html"
     assert main(["report", str(swept[0] / "evidence.json"), "-o", str(out)]) == 0
@@ -148,6 +153,7 @@ def test_not_evidence(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Non
     assert "not a cluster-acceptance evidence file" in capsys.readouterr().err
 
 
+@pytest.mark.e2e
 def test_console_script_is_declared() -> None:
     text = (ROOT / "pyproject.toml").read_text()
     assert 'cluster-acceptance = "acceptance.cli.main:main"' in text

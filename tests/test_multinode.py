@@ -19,6 +19,8 @@ import pytest
 
 from tests.harness import free_port
 
+pytestmark = pytest.mark.e2e  # every test here starts pytest processes that start torchrun
+
 ROOT = Path(__file__).resolve().parent.parent
 HARNESS_TIMEOUT_S = 300  # only so that a broken run cannot hang CI; nothing here measures time
 PLACEMENT_VARS = ("SLURM_", "NNODES", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT", "JOB_COMPLETION_INDEX", "CLUSTER_")

@@ -129,6 +129,7 @@ def suite(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.
     return pytester
 
 
+@pytest.mark.e2e
 def test_compute_probe_cpu_path_on_local_cpu(suite: pytest.Pytester) -> None:
     """One real torchrun job: the CPU path measures, the burn-in agrees, and an impossible bound fails
     with a message that names the slowest rank."""

@@ -47,6 +47,7 @@ def assert_no_rank_alive(probe_dir: Path) -> None:
         )
 
 
+@pytest.mark.e2e
 def test_local_cpu_spine_passes_as_a_partial_run(suite: pytest.Pytester) -> None:
     junit = suite.path / "junit.xml"
     result, folder = run_suite(suite, "--cluster-profile", "local-cpu", *SMALL, f"--junitxml={junit}", *SPINE_MODULES)
@@ -88,6 +89,7 @@ def test_local_cpu_spine_passes_as_a_partial_run(suite: pytest.Pytester) -> None
     assert {"collectives.all_reduce.busbw_gbps@8M", "connectivity.p2p_min_gbps"} <= props
 
 
+@pytest.mark.e2e
 def test_impossible_bound_fails_with_one_line(suite: pytest.Pytester) -> None:
     bound = "--cluster-set=thresholds.collectives.all_reduce.busbw_gbps@8M.min=1e6"
     result, folder = run_suite(
@@ -111,6 +113,7 @@ def test_impossible_bound_fails_with_one_line(suite: pytest.Pytester) -> None:
     assert failed[0]["threshold"]["min"] == 1e6
 
 
+@pytest.mark.e2e
 def test_crashing_rank_fails_with_its_error(suite: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ACCEPTANCE_TEST_FAULT", "crash@1")
     result, folder = run_suite(suite, "--cluster-profile", "local-cpu", "tests_cluster/test_connectivity.py")
@@ -126,6 +129,7 @@ def test_crashing_rank_fails_with_its_error(suite: pytest.Pytester, monkeypatch:
     assert_no_rank_alive(folder / probe["out_dir"])
 
 
+@pytest.mark.e2e
 def test_hanging_rank_is_killed_at_the_timeout(suite: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ACCEPTANCE_TEST_FAULT", "hang@1:barrier latency")
     start = time.monotonic()
@@ -149,6 +153,7 @@ def test_hanging_rank_is_killed_at_the_timeout(suite: pytest.Pytester, monkeypat
     assert_no_rank_alive(folder / probe["out_dir"])
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_interrupt_leaves_incomplete_evidence(
     suite: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, sig: signal.Signals

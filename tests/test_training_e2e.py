@@ -14,11 +14,11 @@ from typing import Any
 
 import pytest
 
+pytestmark = pytest.mark.e2e  # every test here starts pytest processes that start torchrun
+
 ROOT = Path(__file__).resolve().parent.parent
 INSTALLED = any(ep.value == "acceptance.plugin" for ep in entry_points(group="pytest11"))
 PLUGIN_ARGS: tuple[str, ...] = () if INSTALLED else ("-p", "acceptance.plugin")
-# pytester gives its runs a new HOME; DeepSpeed's CPU op, built once (about a minute), is cached under the real one
-EXTENSIONS = os.environ.get("TORCH_EXTENSIONS_DIR") or str(Path.home() / ".cache" / "torch_extensions")
 RUN_TIMEOUT_S = 400  # only so that a broken launcher cannot hang CI (DeepSpeed's first CPU run builds an op)
 # the profile's own bounds belong to other probes; these runs bound only what they test
 SMALL = (
@@ -36,7 +36,7 @@ def suite(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.
     shutil.copytree(ROOT / "tests_cluster", pytester.path / "tests_cluster")
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p))
     monkeypatch.delenv("CLUSTER_PROFILE", raising=False)
-    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", EXTENSIONS)
+    # DeepSpeed's CPU op (built once, about a minute) is cached in this environment, not under pytester's HOME
     return pytester
 
 

@@ -1,4 +1,5 @@
-"""``cluster-acceptance``: profiles, evidence files, reports, comparisons, and the standalone collective sweep."""
+"""``cluster-acceptance``: the installed suite, profiles, evidence files, reports, comparisons, and the
+collective sweep."""
 
 from __future__ import annotations
 
@@ -11,8 +12,9 @@ from typing import Any
 
 import yaml
 
+import acceptance
 from acceptance.atomic_file import write_atomic
-from acceptance.cli import reports, sweep
+from acceptance.cli import container, reports, sweep
 from acceptance.evidence.folder import EvidenceFolderError
 from acceptance.evidence.junit import junit_xml
 from acceptance.evidence.merge import merge
@@ -31,7 +33,12 @@ class CliError(Exception):
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
+    top = parser()
+    # `run` passes what it does not know to pytest; every other command takes only its own options
+    args, rest = top.parse_known_args(argv)
+    if rest and args.command != "run":
+        top.error(f"unrecognized arguments: {' '.join(rest)}")
+    args.pytest_args = [a for a in rest if a != "--"] if args.command == "run" else []
     try:
         return int(args.func(args))
     except (
@@ -52,11 +59,21 @@ def main(argv: list[str] | None = None) -> int:
 
 def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(prog="cluster-acceptance", description=__doc__)
+    top.add_argument("--version", action="version", version=f"%(prog)s {acceptance.__version__}")
     sub = top.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    run = sub.add_parser(
+        "run",
+        help="the acceptance suite as installed (no checkout needed); other arguments go to pytest",
+        usage="%(prog)s [--profile NAME] [--evidence DIR] [PYTEST-ARGS...]",
+    )
+    run.add_argument("--profile", default=os.environ.get("CLUSTER_PROFILE"), help="default: $CLUSTER_PROFILE")
+    run.add_argument("--evidence", help="evidence folder (default: a new folder under ./acceptance-results/)")
+    run.set_defaults(func=cmd_run)
     sub.add_parser("list", help="the profiles that --cluster-profile NAME finds").set_defaults(func=cmd_list)
     show = sub.add_parser("show", help="a profile as resolved (extends merged, overrides applied) and its sha256")
     show.add_argument("name", help="profile name or YAML path")
     show.add_argument("--set", action="append", default=[], metavar="KEY.PATH=VALUE", help="as --cluster-set")
+    show.add_argument("--get", metavar="KEY.PATH", help="print only this key's value, e.g. topology.gpus_per_node")
     show.set_defaults(func=cmd_show)
     junit = sub.add_parser("junit", help="rebuild JUnit XML from an evidence file")
     junit.add_argument("evidence", type=Path)
@@ -110,12 +127,34 @@ def cmd_list(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_run(args: argparse.Namespace) -> int:
+    import pytest
+
+    if not args.profile:
+        raise CliError("name the profile: --profile NAME (or set CLUSTER_PROFILE); see `cluster-acceptance list`")
+    return int(pytest.main(container.suite_args(container.suite_dir(), args.profile, args.evidence, args.pytest_args)))
+
+
 def cmd_show(args: argparse.Namespace) -> int:
     prof = profiles.load(args.name, args.set)
+    if args.get:
+        print(_lookup(prof.resolved, args.get))
+        return 0
     chain = " <- ".join(str(p) for p in prof.chain)
     print(f"# profile {prof.name}: {chain}\n# sha256 {prof.sha256}")
     print(yaml.safe_dump(prof.resolved, sort_keys=False, default_flow_style=False, width=120), end="")
     return 0
+
+
+def _lookup(resolved: dict[str, Any], path: str) -> Any:
+    value: Any = resolved
+    for i, key in enumerate(path.split(".")):
+        if not isinstance(value, dict) or key not in value:
+            known = ", ".join(value) if isinstance(value, dict) else "none (not a section)"
+            where = ".".join(path.split(".")[:i]) or "the profile"
+            raise CliError(f"--get {path}: {where} has no key {key!r}; its keys: {known}")
+        value = value[key]
+    return json.dumps(value) if isinstance(value, (dict, list)) else value
 
 
 def cmd_junit(args: argparse.Namespace) -> int:

@@ -127,6 +127,12 @@ def child_env(profile_env: Mapping[str, str], extra: Mapping[str, str] | None = 
     # torchrun's grace for the peers of a failed rank (torch/distributed/launcher/api.py reads it; 30 s by
     # default): a stopped peer never takes it, and the verdict should not wait for it
     env.setdefault("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", reaper.SHUTDOWN_TIMEOUT_S)
+    # DeepSpeed compiles its CPU op into TORCH_EXTENSIONS_DIR, by default ~/.cache/torch_extensions, which
+    # every environment of the user shares: another environment's torch or DeepSpeed makes the cached op
+    # stale, so each switch rebuilds it (a minute or more). One folder per environment, unless the user
+    # chose one; an environment we cannot write to (a system Python) keeps DeepSpeed's default.
+    if "TORCH_EXTENSIONS_DIR" not in env and os.access(sys.prefix, os.W_OK):
+        env["TORCH_EXTENSIONS_DIR"] = str(Path(sys.prefix) / "var" / "cache" / "torch_extensions")
     return env
 
 

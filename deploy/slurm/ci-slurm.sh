@@ -1,0 +1,169 @@
+#!/bin/bash
+# A real Slurm on this one machine, to run the batch scripts as a cluster would: Debian's slurm-wlm and
+# munge, one slurmctld and two slurmd (NodeNames c1 and c2 on distinct ports, `slurmd -N`), all with a
+# private configuration, munge socket and state under a temporary folder. It submits
+#   acceptance.sbatch             (one pytest per node)   on 1 and on 2 nodes
+#   acceptance-controller.sbatch  (one pytest, srun)      on 1 and on 2 nodes
+# with the local-cpu profile, from a folder outside the checkout, and requires for each job: exit 0,
+# evidence complete with verdict PASS for the job's node count, node-labelled output, and nothing new
+# in the checkout. Every daemon it started is stopped on exit, whatever happened.
+#
+#   deploy/slurm/ci-slurm.sh [SCRIPT-DIR]       (root; SCRIPT-DIR defaults to this script's folder)
+#
+# Variables: VENV, the environment with the package installed (default: the python3 on PATH's);
+# CI_SLURM_KEEP=1 keeps the temporary folder (logs, evidence) for a look afterwards.
+set -euo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+scripts="$(realpath "${1:-$here}")"
+checkout="$(cd "$here/../.." && pwd)"
+python="$(command -v "${VENV:+$VENV/bin/}python3")"
+VENV="${VENV:-$("$python" -c 'import sys; print(sys.prefix)')}"
+say() { echo "ci-slurm: $*"; }
+fail() { echo "ci-slurm: FAIL: $*" >&2; exit 1; }
+[[ $EUID -eq 0 ]] || fail "run me as root: I install packages and start slurmd, which launches the jobs"
+
+if ! command -v slurmctld >/dev/null || ! command -v munged >/dev/null; then
+    say "installing slurm-wlm and munge"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends slurm-wlm munge >/dev/null
+fi
+
+work="$(mktemp -d /tmp/ci-slurm.XXXXXX)"
+chmod 755 "$work"  # munged wants every folder above its socket searchable by all
+pids=()
+stop() {
+    local status=$?
+    # the jobs first, until Slurm has seen them end (their steps answer to the slurmd), then the daemons
+    if [[ -n "${SLURM_CONF:-}" ]] && (( ${#pids[@]} > 2 )); then
+        scancel --quiet --full --partition=ci 2>/dev/null || true
+        for _ in {1..90}; do [[ -z "$(squeue -h --partition=ci 2>/dev/null)" ]] && break; sleep 1; done
+    fi
+    for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+    for pid in "${pids[@]}"; do
+        for _ in {1..50}; do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
+        kill -9 "$pid" 2>/dev/null || true
+    done
+    if (( status != 0 )); then
+        for log in "$work"/*.log; do echo "--- $log (last lines)"; tail -n 20 "$log"; done >&2
+    fi
+    if [[ "${CI_SLURM_KEEP:-}" == 1 ]]; then say "kept $work"; else rm -rf "$work"; fi
+    exit "$status"
+}
+trap stop EXIT
+trap 'exit 130' INT TERM
+
+free_port() { "$python" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+pid_of() { for _ in {1..50}; do [[ -s "$1" ]] && { cat "$1"; return; }; sleep 0.2; done; fail "no pid file $1"; }
+
+mungekey -c -k "$work/munge.key"
+munged --socket="$work/munge.sock" --key-file="$work/munge.key" --pid-file="$work/munged.pid" \
+    --log-file="$work/munged.log" --seed-file="$work/munged.seed"
+pids+=("$(pid_of "$work/munged.pid")")
+
+host="$(hostname)"
+cpus="$(nproc)"
+mkdir -p "$work/state" "$work/spool/c1" "$work/spool/c2"
+cat >"$work/slurm.conf" <<EOF
+ClusterName=ci
+SlurmctldHost=$host(127.0.0.1)
+SlurmctldPort=$(free_port)
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+CredType=cred/munge
+AuthInfo=socket=$work/munge.sock
+StateSaveLocation=$work/state
+SlurmdSpoolDir=$work/spool/%n
+SlurmctldPidFile=$work/slurmctld.pid
+SlurmdPidFile=$work/slurmd-%n.pid
+SlurmctldLogFile=$work/slurmctld.log
+SlurmdLogFile=$work/slurmd-%n.log
+ProctrackType=proctrack/pgid
+TaskPlugin=task/none
+MpiDefault=none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_CPU
+ReturnToService=2
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+NodeName=c1 NodeHostname=$host NodeAddr=127.0.0.1 Port=$(free_port) CPUs=$cpus State=UNKNOWN
+NodeName=c2 NodeHostname=$host NodeAddr=127.0.0.1 Port=$(free_port) CPUs=$cpus State=UNKNOWN
+PartitionName=ci Nodes=c1,c2 Default=YES MaxTime=60 State=UP
+EOF
+export SLURM_CONF="$work/slurm.conf"
+slurmctld
+pids+=("$(pid_of "$work/slurmctld.pid")")
+for node in c1 c2; do
+    slurmd -N "$node"
+    pids+=("$(pid_of "$work/slurmd-$node.pid")")
+done
+for _ in {1..60}; do
+    [[ "$(sinfo -h -o '%T' -n c1,c2 | sort -u)" == idle ]] && break
+    sleep 1
+done
+[[ "$(sinfo -h -o '%T' -n c1,c2 | sort -u)" == idle ]] || fail "the nodes did not come up: $(sinfo -h -N)"
+say "slurmctld and slurmd c1, c2 up: $(sinfo -h -o '%P %D %T %N')"
+
+# the checkout must not change: every file a job writes goes to its working directory under $work
+before="$(git -C "$checkout" status --porcelain --untracked-files=all 2>/dev/null || true)"
+# both "nodes" are this machine: the rendezvous head is its loopback address, not the name c1
+export MASTER_ADDR=127.0.0.1 VENV CLUSTER_PROFILE=local-cpu
+unset CLUSTER_RUN_ID NNODES NODE_RANK
+
+# submit SCRIPT on NODES nodes, wait for it, and check what it left: JOB=<id> on success
+submit() {
+    local script="$1" nodes="$2" dir="$work/job-${1%.sbatch}-$2"
+    mkdir -p "$dir"
+    local set=() exclusive=()
+    # local-cpu is a one-node profile; --exclusive is optional for the scripts: the two-node jobs use it
+    (( nodes > 1 )) && set=(--cluster-set topology.nodes="$nodes") exclusive=(--exclusive)
+    say "sbatch --nodes=$nodes $script"
+    local start=$SECONDS status=0
+    # in the background: bash runs a trap (Ctrl-C, a CI cancel) only once its foreground command returns
+    MASTER_PORT="$(free_port)" PYTEST_ARGS="${set[*]}" \
+        sbatch --wait --parsable --chdir="$dir" --nodes="$nodes" "${exclusive[@]}" --time=30 \
+        "$scripts/$script" >"$dir/job-id" &
+    wait $! || status=$?
+    JOB="$(cut -d';' -f1 "$dir/job-id")"
+    [[ -n "$JOB" ]] || fail "sbatch refused $scripts/$script on $nodes node(s) (exit $status)"
+    local out
+    out="$(compgen -G "$dir/*-$JOB.out")" || fail "$script on $nodes node(s): no job output in $dir"
+    say "job $JOB ended with status $status after $((SECONDS - start)) s; its output: $out"
+    if (( status != 0 )); then tail -n 40 "$out" >&2; fail "$script on $nodes node(s): job $JOB failed"; fi
+    check "$script" "$nodes" "$dir/acceptance-results/slurm-$JOB" "$out"
+}
+
+# the evidence of a job: PASS, complete, the job's node count; per node when one pytest ran per node
+check() {
+    local script="$1" nodes="$2" run_dir="$3" out="$4"
+    local files=("$run_dir/evidence.json")
+    if [[ "$script" == acceptance.sbatch && "$nodes" -gt 1 ]]; then
+        files=("$run_dir"/node0-*/evidence.json "$run_dir"/node1-*/evidence.json)
+        # srun --label: every line of node R's pytest begins with "R: "
+        for r in 0 1; do grep -q "^ *$r: .*verdict: PASS" "$out" || fail "$out: no line of node $r's verdict"; done
+    elif (( nodes > 1 )); then
+        # the probes' srun --label: node 1's torchrun agent speaks in its probe's log with "1: " first
+        grep -q "^ *1: " "$run_dir"/probes/*/torchrun.log || fail "$run_dir/probes: no line labelled with node 1"
+    fi
+    grep -q "^cluster evidence: ${files[0]}$" "$out" || fail "$out: the cluster evidence is not named as ${files[0]}"
+    "$python" - "$nodes" "${files[@]}" <<'PY' || fail "$script on $nodes node(s): evidence"
+import json
+import sys
+
+nodes = int(sys.argv[1])
+for path in sys.argv[2:]:
+    data = json.load(open(path))
+    found = (data["complete"], data["verdict"], data["topology"]["nodes"])
+    print(f"  {path}: complete={found[0]} verdict={found[1]} nodes={found[2]}")
+    if found != (True, "PASS", nodes):
+        sys.exit(f"{path}: expected complete, PASS on {nodes} node(s)")
+PY
+}
+
+for script in acceptance.sbatch acceptance-controller.sbatch; do
+    for nodes in 1 2; do submit "$script" "$nodes"; done
+done
+after="$(git -C "$checkout" status --porcelain --untracked-files=all 2>/dev/null || true)"
+[[ "$before" == "$after" ]] || fail "the jobs changed the checkout: $(diff <(echo "$before") <(echo "$after"))"
+say "PASS: both batch scripts on 1 and 2 nodes"

@@ -1,0 +1,153 @@
+"""What an installation gives: one version everywhere, the suite inside the package (``cluster-acceptance
+run``), and a DeepSpeed op cache per environment."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+import zipfile
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+import acceptance
+from acceptance.cli import container
+from acceptance.cli.main import main
+from acceptance.profile import loader as profiles
+from acceptance.run.launcher import child_env
+from tests.harness import PLUGIN_ARGS, ROOT, evidence
+
+
+def suite_files(folder: Path) -> set[str]:
+    return {p.name for p in folder.glob("*.py")}
+
+
+def test_version_is_the_package_attribute(capsys: pytest.CaptureFixture[str]) -> None:
+    assert 'version = {attr = "acceptance.__version__"}' in (ROOT / "pyproject.toml").read_text()
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--version"])
+    assert exit_info.value.code == 0
+    assert capsys.readouterr().out == f"cluster-acceptance {acceptance.__version__}\n"
+
+
+def test_the_pytest_header_names_the_version(pytester: pytest.Pytester) -> None:
+    result = pytester.runpytest(*PLUGIN_ARGS, "--cluster-profile", "local-cpu", "--collect-only")
+    result.stdout.fnmatch_lines([f"cluster-acceptance {acceptance.__version__} (*)", "cluster profile: local-cpu *"])
+
+
+def test_the_suite_is_found_with_every_module() -> None:
+    found = container.suite_dir()
+    assert suite_files(found) == suite_files(ROOT / "tests_cluster")
+    assert {"__init__.py", "conftest.py", "test_connectivity.py"} <= suite_files(found)
+
+
+def recorder(seen: list[list[str]], status: int) -> Callable[[list[str]], int]:
+    """A stand-in for pytest.main that records its arguments."""
+
+    def fake(args: list[str]) -> int:
+        seen.append(args)
+        return status
+
+    return fake
+
+
+def test_run_hands_the_installed_suite_to_pytest(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[list[str]] = []
+    monkeypatch.setattr(pytest, "main", recorder(seen, 0))
+    assert main(["run", "--profile", "local-cpu", "--evidence", "ev", "--", "-k", "connectivity", "-x"]) == 0
+    suite = str(container.suite_dir())
+    assert seen == [["-p", "no:cacheprovider", f"--rootdir={suite}", suite, "--cluster-profile", "local-cpu",
+                     "--cluster-evidence", "ev", "-k", "connectivity", "-x"]]  # fmt: skip
+
+
+def test_run_takes_the_profile_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[list[str]] = []
+    monkeypatch.setattr(pytest, "main", recorder(seen, 3))
+    monkeypatch.setenv("CLUSTER_PROFILE", "h200-x2")
+    assert main(["run"]) == 3  # pytest's exit status
+    assert seen[0][4:6] == ["--cluster-profile", "h200-x2"] and "--cluster-evidence" not in seen[0]
+
+
+def test_run_without_a_profile_is_refused(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.delenv("CLUSTER_PROFILE", raising=False)
+    monkeypatch.setattr(pytest, "main", lambda args: pytest.fail(f"pytest ran: {args}"))
+    assert main(["run", "-k", "connectivity"]) == 2
+    assert "cluster-acceptance run: name the profile: --profile NAME" in capsys.readouterr().err
+
+
+def test_other_commands_refuse_arguments_they_do_not_know(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["list", "-k", "x"])
+    assert exit_info.value.code == 2
+    assert "unrecognized arguments: -k x" in capsys.readouterr().err
+
+
+def test_show_get_prints_one_value(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["show", "local-cpu", "--get", "topology.gpus_per_node"]) == 0
+    assert main(["show", "local-cpu", "--get", "collectives.iters", "--set", "collectives.iters=3"]) == 0
+    assert main(["show", "local-cpu", "--get", "collectives.sizes"]) == 0
+    sizes = json.dumps(profiles.load("local-cpu").resolved["collectives"]["sizes"])
+    assert capsys.readouterr().out == f"0\n3\n{sizes}\n"
+
+
+def test_show_get_names_the_keys_there_are(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["show", "local-cpu", "--get", "topology.gpus"]) == 2
+    err = capsys.readouterr().err
+    assert "--get topology.gpus: topology has no key 'gpus'; its keys: nodes, ranks_per_node, gpus_per_node" in err
+
+
+def test_report_help_names_the_plot_it_writes(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", "200")  # argparse wraps help at the terminal's width, and breaks at hyphens
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    out = capsys.readouterr().out
+    assert "report-busbw.png" in out and " busbw.png" not in out
+
+
+def test_probes_get_an_op_cache_of_this_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("TORCH_EXTENSIONS_DIR", raising=False)
+    assert child_env({})["TORCH_EXTENSIONS_DIR"] == str(Path(sys.prefix) / "var" / "cache" / "torch_extensions")
+
+
+def test_an_op_cache_the_user_chose_stays(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", "/scratch/ops")
+    assert child_env({})["TORCH_EXTENSIONS_DIR"] == "/scratch/ops"
+    monkeypatch.delenv("TORCH_EXTENSIONS_DIR")
+    assert child_env({"TORCH_EXTENSIONS_DIR": "/from/profile"})["TORCH_EXTENSIONS_DIR"] == "/from/profile"
+
+
+@pytest.mark.e2e
+def test_the_wheel_carries_the_suite_and_the_profiles(tmp_path: Path) -> None:
+    source = tmp_path / "src"
+    for name in ("acceptance", "thresholds", "tests_cluster"):
+        shutil.copytree(ROOT / name, source / name, ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, source / name)
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path), str(source)],
+                   check=True, capture_output=True, timeout=600)  # fmt: skip
+    (wheel,) = tmp_path.glob("cluster_acceptance-*.whl")
+    assert wheel.name.startswith(f"cluster_acceptance-{acceptance.__version__}-")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    shipped = {f"acceptance/suite/{name}" for name in suite_files(ROOT / "tests_cluster")}
+    assert shipped <= names and "acceptance/thresholds/local-cpu.yaml" in names
+    assert not any(n.startswith(("tests/", "tests_cluster/")) for n in names)
+
+
+@pytest.mark.e2e
+def test_run_passes_the_installed_suite_through_pytest(tmp_path: Path) -> None:
+    folder = tmp_path / "ev"
+    argv = [sys.executable, "-m", "acceptance.cli.main", "run", "--profile", "local-cpu", "--evidence", str(folder),
+            "--", "-k", "connectivity"]  # fmt: skip
+    out = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert re.search(r"^cluster-acceptance \S+ \(", out.stdout, re.M), out.stdout
+    data = evidence(folder)
+    passed = [t["nodeid"] for t in data["tests"] if t["outcome"] == "passed"]
+    # test ids relative to the suite, wherever it is installed and wherever the run started
+    assert passed and all(nodeid.startswith("test_connectivity.py::") for nodeid in passed), passed

@@ -1,0 +1,1 @@
+"""The acceptance suite; installed as ``acceptance.suite`` (``cluster-acceptance run`` runs it from there)."""
