@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from acceptance.reports.table import render
 from tests import netns
 from tests.test_isolation_netns import FLOOR
 from tests.test_multinode import base_env
@@ -86,11 +87,6 @@ def one(nodes: int, rate: str, folder: Path, timeout_s: int) -> tuple[object, ..
     )
 
 
-def markdown(rows: list[tuple[object, ...]]) -> str:
-    lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
-    return "\n".join(lines + ["| " + " | ".join(str(c) for c in row) + " |" for row in rows])
-
-
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     why = netns.missing()
@@ -100,9 +96,9 @@ def main(argv: list[str] | None = None) -> int:
     rows: list[tuple[Any, ...]] = []
     for nodes in args.counts:
         rows.append(one(nodes, args.rate, args.out / f"n{nodes}", args.timeout))
-        print(markdown(rows[-1:]).splitlines()[-1], flush=True)
+        print(render(COLUMNS, rows[-1:]), flush=True)
     print(f"\nslow node: the last one, its link at {args.rate} both ways; evidence under {args.out}\n")
-    print(markdown(rows))
+    print(render(COLUMNS, rows, style="markdown"))
     return 0
 
 
