@@ -24,7 +24,9 @@ pytestmark = pytest.mark.e2e  # every test here starts pytest processes that sta
 ROOT = Path(__file__).resolve().parent.parent
 HARNESS_TIMEOUT_S = 300  # only so that a broken run cannot hang CI; nothing here measures time
 PLACEMENT_VARS = ("SLURM_", "NNODES", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT", "JOB_COMPLETION_INDEX", "CLUSTER_")
+# one rank per node has no link inside a node to bound: its rails are the internode family's
 QUICK = ["tests_cluster/", "-k", "connectivity", "--cluster-set", "topology.ranks_per_node=1"]
+QUICK += ["--cluster-set", "thresholds.connectivity.p2p_min_gbps=null"]
 # two ranks per node, so that the intra-node figure and the internode efficiency exist
 ACROSS = ["tests_cluster/", "-k", "connectivity or internode"]
 
@@ -105,6 +107,10 @@ def test_two_slurm_nodes_reach_the_same_verdict_across_nodes(tmp_path: Path) -> 
     efficiency = checks["internode.all_reduce.efficiency@1M"]
     assert efficiency["value"] > 0 and "inside one node" in efficiency["detail"]
     assert checks["internode.one_gpu_per_node.all_reduce.wrong@1M"]["verdict"] == "pass"
+    rails = checks["internode.rail_min_gbps"]
+    assert rails["value"] > 0 and "4 rail links, 1M each way in 1 round(s); slowest: " in rails["detail"]
+    assert checks["internode.isolation_culprits"]["value"] == 0, "a healthy cluster runs no isolation"
+    assert not [p for p in nodes[0].evidence()["probes"] if p["key"].startswith("isolation")]
     # both nodes recorded the same figures: the probe's result is cluster-wide
     other = {c["metric"]: c["value"] for t in nodes[1].evidence()["tests"] for c in t["checks"]}
     assert other == {name: c["value"] for name, c in checks.items()}
@@ -136,3 +142,19 @@ def test_a_missing_node_is_named_after_the_rendezvous_timeout(tmp_path: Path) ->
     assert node.returncode == pytest.ExitCode.USAGE_ERROR, node.output[-6000:]
     assert "missing node ranks: [1]" in node.output
     assert "missing node ranks: [1]" in node.evidence()["errors"][0]
+
+
+def test_two_nodes_whose_rails_miss_their_bound_can_only_blame_their_pair(tmp_path: Path) -> None:
+    common = {"NNODES": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}
+    suite = ["tests_cluster/test_internode.py", "-k", "rail"]
+    suite += ["--cluster-set", "thresholds.internode.rail_min_gbps.min=1e6"]  # no link is that fast
+    nodes = run_nodes(tmp_path, [{**common, "NODE_RANK": str(r)} for r in range(2)], suite=suite)
+    for node in nodes:
+        assert node.returncode == pytest.ExitCode.TESTS_FAILED, node.output[-6000:]
+        assert "two nodes can only blame their pair, not one node; rail GPU" in node.output, node.output[-6000:]
+        evidence = node.evidence()
+        assert evidence["verdict"] == "FAIL"
+        rounds = [p for p in evidence["probes"] if p["key"].startswith("isolation")]
+        assert [(p["key"], p["status"]) for p in rounds] == [("isolation-1", "ok"), ("isolation-2", "ok")]
+        (found,) = [t["measurements"]["isolation"] for t in evidence["tests"] if "isolation" in t["measurements"]]
+        assert found["pair_matrix"]["matrix"][0][1] > 0 and len(found["rails"]) == 4  # 2 rails, both ways

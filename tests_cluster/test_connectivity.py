@@ -1,4 +1,5 @@
-"""Is every rank there, on the node it should be, with its own GPU, and can every rank reach the next?"""
+"""Is every rank there, on the node it should be, with its own GPU, and does every GPU pair inside a node
+carry data, both ways, at speed? (The rails across nodes are the internode family's.)"""
 
 from __future__ import annotations
 
@@ -6,14 +7,17 @@ from typing import Any
 
 import pytest
 
-from acceptance.plugin import MUST_BE_ZERO, Checker, probe_result, require_ranks
+from acceptance.families import links
+from acceptance.plugin import MUST_BE_ZERO, Checker, probe_result
 from acceptance.profile.model import Threshold
+from acceptance.run import isolation
 from acceptance.run.cluster_run import ClusterRun
 
 
 @pytest.fixture(scope="module")
 def conn(cluster: ClusterRun) -> dict[str, Any]:
-    return probe_result(cluster, "connectivity")
+    # nodes named by their own rank, as the isolation rounds name them
+    return probe_result(cluster, "connectivity", env=isolation.node_env(cluster))
 
 
 def test_world_size(conn: dict[str, Any], check: Checker) -> None:
@@ -44,25 +48,26 @@ def test_allreduce_correct(conn: dict[str, Any], check: Checker) -> None:
     check("connectivity.allreduce_wrong", conn["allreduce_wrong"], "elements", default=MUST_BE_ZERO)
 
 
-def test_p2p_ring_correct(cluster: ClusterRun, conn: dict[str, Any], check: Checker) -> None:
-    require_ranks(cluster, 2, "the point-to-point ring")
-    bad = [
-        f"{p['src']}({p['src_host']})->{p['dst']}({p['dst_host']}): {p['wrong']} wrong"
-        for p in conn["p2p"]
-        if p["wrong"]
-    ]
-    check("connectivity.p2p_wrong", conn["p2p_wrong"], "elements", "; ".join(bad), default=MUST_BE_ZERO)
+def require_node_peers(run: ClusterRun) -> None:
+    if run.topology.nproc_per_node < 2:
+        pytest.skip(f"links inside a node need at least 2 ranks per node; profile {run.profile.name} runs 1")
+
+
+def test_p2p_correct(cluster: ClusterRun, conn: dict[str, Any], check: Checker) -> None:
+    require_node_peers(cluster)
+    check("connectivity.p2p_wrong", conn["p2p_wrong"], "elements", links.wrong(conn["p2p"]), default=MUST_BE_ZERO)
 
 
 def test_p2p_slowest_link(cluster: ClusterRun, conn: dict[str, Any], check: Checker) -> None:
-    require_ranks(cluster, 2, "the point-to-point ring")
-    check.measurements("p2p", conn["p2p"])
-    slow = conn["p2p_slowest"]
+    require_node_peers(cluster)
+    measured = conn["p2p"]
+    check.measurements("p2p", measured)
+    check.measurements("pair_matrices", links.matrices(measured, "node"))
     detail = (
-        f"slowest link: rank {slow['src']} ({slow['src_host']}) -> rank {slow['dst']} ({slow['dst_host']}), "
-        f"{slow['gbps']:.2f} GB/s for {conn['p2p_size']}"
+        f"{len(measured)} links inside nodes, {conn['p2p_size']} each way in {conn['p2p_rounds']} round(s); "
+        f"slowest: {links.slowest(measured)}"
     )
-    check("connectivity.p2p_min_gbps", slow["gbps"], "GB/s", detail)
+    check("connectivity.p2p_min_gbps", conn["p2p_slowest"]["gbps"], "GB/s", detail)
 
 
 def test_barrier_latency(conn: dict[str, Any], check: Checker) -> None:

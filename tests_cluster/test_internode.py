@@ -1,5 +1,7 @@
 """Across nodes: busbw over every node next to busbw inside one node (their ratio is the internode
-efficiency), optionally with NCCL_ALGO=Ring and with one GPU per node (the network alone).
+efficiency), optionally with NCCL_ALGO=Ring and with one GPU per node (the network alone), and every rail
+(GPU i of one node to GPU i of another). When the all-nodes figure or the rails miss their bound, the
+isolation rounds name the node and the rail to blame in the failure.
 
 On one node these tests skip and say so; they need one pytest per node or the srun controller.
 """
@@ -10,7 +12,10 @@ from typing import Any
 
 import pytest
 
+from acceptance.families import links
+from acceptance.families.isolation import Isolation
 from acceptance.plugin import MUST_BE_ZERO, NO_PROFILE, Checker, current, probe_result
+from acceptance.run import isolation
 from acceptance.run.cluster_run import ClusterRun
 
 
@@ -79,10 +84,23 @@ def _detail(row: dict[str, Any]) -> str:
     return f"{row['op']} {row['size']} over {row['ranks']} ranks, timing {row['timing']}; {groups}"
 
 
-def test_internode_busbw(internode: dict[str, Any], inter_case: tuple[str, str], check: Checker) -> None:
+def _isolating(run: ClusterRun, check: Checker, metric: str, value: float, detail: str) -> tuple[str, Isolation | None]:
+    """The figure's detail; when the figure misses its bound, with the isolation's verdict (one line) added."""
+    if not (isolation.enabled(run) and isolation.would_fail(run, metric, value)):
+        return detail, None
+    found = isolation.isolate(run)
+    check.measurements("isolation", found.evidence())
+    return f"{detail}\n{found.message()}", found
+
+
+def test_internode_busbw(
+    cluster: ClusterRun, internode: dict[str, Any], inter_case: tuple[str, str], check: Checker
+) -> None:
     row = _row(internode, "all", inter_case)
     check.measurements("row", row)
-    check(f"internode.all.{row['op']}.busbw_gbps@{row['size']}", row["busbw_gbps"], "GB/s", _detail(row))
+    metric = f"internode.all.{row['op']}.busbw_gbps@{row['size']}"
+    detail, _ = _isolating(cluster, check, metric, row["busbw_gbps"], _detail(row))
+    check(metric, row["busbw_gbps"], "GB/s", detail)
 
 
 def test_intranode_busbw(
@@ -136,3 +154,39 @@ def test_ring_data_correct(ring: dict[str, Any], inter_case: tuple[str, str], ch
     row = _row(ring, "all", inter_case)
     metric = f"internode.ring.{row['op']}.wrong@{row['size']}"
     check(metric, row["wrong"], "elements", default=MUST_BE_ZERO)
+
+
+@pytest.fixture(scope="module")
+def rails(cluster: ClusterRun) -> dict[str, Any]:
+    require_nodes(cluster, "the rails across nodes")
+    # the connectivity probe measures every link in one job: inside nodes first, then the rails
+    return probe_result(cluster, "connectivity", env=isolation.node_env(cluster))
+
+
+def test_rail_data_correct(rails: dict[str, Any], check: Checker) -> None:
+    check("internode.rail_wrong", rails["rails_wrong"], "elements", links.wrong(rails["rails"]), default=MUST_BE_ZERO)
+
+
+def test_rail_slowest(cluster: ClusterRun, rails: dict[str, Any], check: Checker) -> None:
+    """Last in this module: an isolation that an earlier figure started is replayed here, so its count of
+    culprits is recorded once per run, and 0 when no figure across nodes missed its bound."""
+    measured = rails["rails"]
+    check.measurements("rails", measured)
+    check.measurements("rail_matrices", links.matrices(measured, "gpu"))
+    detail = (
+        f"{len(measured)} rail links, {rails['p2p_size']} each way in {rails['rails_rounds']} round(s); "
+        f"slowest: {links.slowest(measured)}"
+    )
+    value = rails["rails_slowest"]["gbps"]
+    detail, found = _isolating(cluster, check, "internode.rail_min_gbps", value, detail)
+    found = found or isolation.earlier(cluster)
+    if found is not None:
+        check.measurements("isolation", found.evidence())
+    culprits = len(found.culprits) if found else 0
+    verdict = found.message() if found else "no figure across nodes missed its bound: no isolation ran"
+    check.all(
+        [
+            ("internode.rail_min_gbps", value, "GB/s", detail),
+            ("internode.isolation_culprits", culprits, "nodes", verdict),
+        ]
+    )

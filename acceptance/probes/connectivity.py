@@ -1,14 +1,15 @@
 """Connectivity: who is there, can everyone talk to everyone, and which link is slowest.
 
 All-gathers each rank's identity (host, node rank, local rank, device name, GPU UUID), checks the
-shape of the world, runs a small all-reduce whose result is checked, a point-to-point ring in which
-each rank sends to the next in turn (so a slow link is named, not averaged away), and barrier latency.
+shape of the world, runs a small all-reduce whose result is checked, measures every link in concurrent
+rounds (``acceptance.families.links``: every GPU pair inside each node, then every rail across nodes,
+each in both directions, every element checked), so a slow link is named, not averaged away, and
+barrier latency.
 """
 
 from __future__ import annotations
 
 import socket
-import statistics
 import time
 from collections import Counter
 from typing import Any
@@ -16,6 +17,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from acceptance.families import links
+from acceptance.probes.links import measure_rounds, name_links, ranks_by_node, stable_node
 from acceptance.probes.rank import Ctx, main
 from acceptance.profile.sizes import format_size, parse_size
 
@@ -24,6 +27,7 @@ def identity(ctx: Ctx) -> dict[str, Any]:
     ident: dict[str, Any] = {
         "rank": ctx.rank,
         "node_rank": ctx.node_rank,
+        "node": stable_node(ctx),  # the node's own rank, as isolation rounds name it
         "local_rank": ctx.local_rank,
         "host": ctx.host,
         "ip": _ip(),
@@ -58,48 +62,6 @@ def small_allreduce(ctx: Ctx) -> int:
     return int((x != expected).sum().item())
 
 
-def p2p_ring(ctx: Ctx, nbytes: int, iters: int) -> list[dict[str, Any]]:
-    """Each rank in turn sends to the next one alone on the wire; the receiver times and checks it."""
-    n, mine = ctx.world_size, []
-    count = nbytes // 4
-    send = torch.full((count,), float(ctx.rank), device=ctx.device)
-    recv = torch.empty(count, device=ctx.device)
-    for src in range(n):
-        dst = (src + 1) % n
-        ctx.phase(f"p2p {src}->{dst}")
-        times = []
-        for _ in range(iters + 1):
-            ctx.progress()
-            dist.barrier()
-            t0 = time.perf_counter()
-            # batched P2P: NCCL runs it on the process group's communicator without serialising warnings
-            if ctx.rank == src:
-                _wait(dist.batch_isend_irecv([dist.P2POp(dist.isend, send, dst)]))
-            elif ctx.rank == dst:
-                _wait(dist.batch_isend_irecv([dist.P2POp(dist.irecv, recv, src)]))
-            ctx.sync()
-            times.append(time.perf_counter() - t0)
-        if ctx.rank == dst:
-            seconds = statistics.median(times[1:])
-            wrong = int((recv != float(src)).sum().item())
-            mine.append(
-                {
-                    "src": src,
-                    "dst": dst,
-                    "bytes": nbytes,
-                    "time_us": seconds * 1e6,
-                    "gbps": nbytes / seconds / 1e9,
-                    "wrong": wrong,
-                }
-            )
-    return mine
-
-
-def _wait(works: list[Any]) -> None:
-    for work in works:
-        work.wait()
-
-
 def barrier_latency_us(ctx: Ctx, iters: int) -> float:
     ctx.phase("barrier latency")
     ctx.progress()
@@ -111,22 +73,34 @@ def barrier_latency_us(ctx: Ctx, iters: int) -> float:
     return (time.perf_counter() - t0) / iters * 1e6
 
 
+def every_link(ctx: Ctx, ranks: list[dict[str, Any]], cfg: dict[str, Any]) -> dict[str, Any]:
+    """Inside nodes, then across them: the two never share a round, so each figure is the link's own."""
+    nodes = list(ranks_by_node(ranks, key="node").values())
+    plan = {"p2p": links.intranode_rounds(nodes), "rails": links.rail_rounds(nodes)}
+    nbytes = parse_size(cfg["p2p_size"])
+    out: dict[str, Any] = {}
+    for kind, rounds in plan.items():
+        measured = [k for mine in ctx.gather(measure_rounds(ctx, rounds, nbytes, cfg["p2p_iters"])) for k in mine]
+        named = name_links(measured, ranks, node_of={r["rank"]: r["node"] for r in ranks})
+        out[kind] = named
+        out[f"{kind}_rounds"] = len(rounds)
+        out[f"{kind}_slowest"] = min(named, key=lambda k: k["gbps"]) if named else None
+        out[f"{kind}_wrong"] = sum(k["wrong"] for k in named)
+    return out
+
+
 def run(ctx: Ctx) -> dict[str, Any]:
     cfg = ctx.spec["connectivity"]
     expected_world = int(ctx.spec["expected_world_size"])
     ranks = ctx.gather(identity(ctx))
     wrong = sum(ctx.gather(small_allreduce(ctx)))
-    pairs = p2p_ring(ctx, parse_size(cfg["p2p_size"]), cfg["p2p_iters"]) if ctx.world_size > 1 else []
-    pairs = [pair for per_rank in ctx.gather(pairs) for pair in per_rank]
+    measured = every_link(ctx, ranks, cfg)
     latency = barrier_latency_us(ctx, cfg["barrier_iters"])
     by_rank = {r["rank"]: r for r in ranks}
-    for pair in pairs:
-        pair["src_host"], pair["dst_host"] = by_rank[pair["src"]]["host"], by_rank[pair["dst"]]["host"]
     nodes: dict[str, list[int]] = {}
     for r in ranks:
         nodes.setdefault(f"{r['node_rank']}:{r['host']}", []).append(r["rank"])
     uuids = Counter(r["uuid"] for r in ranks if "uuid" in r)
-    slowest = min(pairs, key=lambda p: p["gbps"]) if pairs else None
     return {
         "world_size": ctx.world_size,
         "expected_world_size": expected_world,
@@ -137,10 +111,8 @@ def run(ctx: Ctx) -> dict[str, Any]:
         "missing_ranks": sorted(set(range(expected_world)) - set(by_rank)),
         "duplicate_uuids": sorted(u for u, c in uuids.items() if c > 1),
         "allreduce_wrong": wrong,
-        "p2p": pairs,
+        **measured,
         "p2p_size": format_size(parse_size(cfg["p2p_size"])),
-        "p2p_slowest": slowest,
-        "p2p_wrong": sum(p["wrong"] for p in pairs),
         "barrier_latency_us": sum(ctx.gather(latency)) / ctx.world_size,
         "rendezvous_s": max(r["init_s"] for r in ranks),
         "software": {

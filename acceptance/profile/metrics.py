@@ -92,6 +92,12 @@ FAMILIES: list[Family] = [
         "lower",
     ),
     _family(r"storage\.wall_s", "storage.wall_s", "lower"),
+    _family(r"internode\.(rail_min_gbps)", "internode.<rail_min_gbps|rail_wrong|isolation_culprits>", "higher"),
+    _family(
+        r"internode\.(rail_wrong|isolation_culprits)",
+        "internode.<rail_min_gbps|rail_wrong|isolation_culprits>",
+        "lower",
+    ),
 ]
 
 _DOMAINS: dict[str, Callable[[ProfileModel], tuple[str, ...]]] = {

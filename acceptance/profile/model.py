@@ -92,6 +92,10 @@ class Internode(Strict):
     sizes: list[Size] = ["256M", "1G"]
     ring: bool = False  # also across nodes with NCCL_ALGO=Ring
     one_gpu_per_node: bool = False  # also with local rank 0 of each node only: the network alone
+    # when a figure across nodes fails: name the node and the rail in rounds of node pairs (none when healthy)
+    isolation: bool = True
+    # in those rounds a pair is slow under this fraction of the best pair's figure
+    slow_pair_fraction: Annotated[float, Field(gt=0, le=1)] = 0.5
 
 
 class Collectives(Strict):

@@ -1,0 +1,126 @@
+"""Link coverage: which pairs a round exercises, and how the measured links read. Torch-free.
+
+* Inside a node, every GPU pair: the circle method of a round-robin tournament (fix one player, rotate the
+  others one seat per round) pairs n players in n - 1 rounds (n even; n rounds with a bye for n odd), every
+  pair exactly once and the pairs of a round disjoint, so a whole round runs at once.
+* Across nodes, every rail (GPU i of node a <-> GPU i of node b) of node pairs chosen as in recursive
+  doubling: round k pairs node a with a XOR 2^k, so ceil(log2 N) rounds reach log2 N partners per node,
+  however many pairs there are. With N not a power of two, a node whose partner does not exist sits the
+  round out, paired with another such node where that pair is new; every node still gets a partner.
+
+A link is one direction of one pair: a dict with ``src``/``dst`` (global ranks), ``src_node``/``dst_node``,
+``src_host``/``dst_host``, ``src_gpu``/``dst_gpu`` (local ranks), optional ``src_uuid``/``dst_uuid``, and
+the receiver's figures ``gbps``, ``time_us``, ``wrong`` and ``round``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+Pair = tuple[int, int]
+Link = dict[str, Any]
+
+
+def circle_rounds(n: int) -> list[list[Pair]]:
+    """Round-robin pairings of 0..n-1: every unordered pair once, disjoint within each round."""
+    if n < 2:
+        return []
+    seats: list[int | None] = [*range(n), *([None] if n % 2 else [])]
+    rounds = []
+    for _ in range(len(seats) - 1):
+        half = len(seats) // 2
+        pairs = [(seats[i], seats[-1 - i]) for i in range(half)]
+        rounds.append(sorted((min(a, b), max(a, b)) for a, b in pairs if a is not None and b is not None))
+        seats = [seats[0], seats[-1], *seats[1:-1]]
+    return rounds
+
+
+def hypercube_rounds(n: int) -> list[list[Pair]]:
+    """Node pairs per round, recursive-doubling style: ceil(log2 n) rounds, disjoint pairs in each."""
+    seen: set[Pair] = set()
+    rounds = []
+    for k in range(math.ceil(math.log2(n)) if n > 1 else 0):
+        bit = 1 << k
+        pairs = [(a, a ^ bit) for a in range(n) if a < a ^ bit < n]
+        idle = [a for a in range(n) if a ^ bit >= n]
+        pairs += [(a, b) for a, b in zip(idle[::2], idle[1::2], strict=False) if (a, b) not in seen]
+        seen.update(pairs)
+        rounds.append(sorted(pairs))
+    return rounds
+
+
+def intranode_rounds(nodes: list[list[int]]) -> list[list[Pair]]:
+    """Global-rank pairs per round: every node plays its circle round r at the same time.
+
+    ``nodes[i]`` holds node i's global ranks in local-rank order."""
+    per_node = [circle_rounds(len(ranks)) for ranks in nodes]
+    count = max((len(r) for r in per_node), default=0)
+    return [
+        [
+            (ranks[a], ranks[b])
+            for ranks, rounds in zip(nodes, per_node, strict=True)
+            if r < len(rounds)
+            for a, b in rounds[r]
+        ]
+        for r in range(count)
+    ]
+
+
+def rail_rounds(nodes: list[list[int]]) -> list[list[Pair]]:
+    """Global-rank pairs per round: every rail of every node pair of the round at once."""
+    return [
+        [(nodes[a][i], nodes[b][i]) for a, b in pairs for i in range(min(len(nodes[a]), len(nodes[b])))]
+        for pairs in hypercube_rounds(len(nodes))
+    ]
+
+
+def endpoint(link: Link, side: str) -> str:
+    """``host GPU i (UUID)``: what a person needs to find the device."""
+    uuid = link.get(f"{side}_uuid")
+    return f"{link[f'{side}_host']} GPU {link[f'{side}_gpu']}" + (f" ({uuid})" if uuid else "")
+
+
+def slowest(links: list[Link], count: int = 3) -> str:
+    """The slowest links, by host, GPU index and UUID, slowest first."""
+    worst = sorted(links, key=lambda link: _rate(link))[:count]
+    return "; ".join(f"{endpoint(k, 'src')} -> {endpoint(k, 'dst')} {k['gbps']:.3g} GB/s" for k in worst)
+
+
+def wrong(links: list[Link]) -> str:
+    """The links whose data came back wrong, by host, GPU index and UUID, with their counts."""
+    return "; ".join(f"{endpoint(k, 'src')} -> {endpoint(k, 'dst')}: {k['wrong']} wrong" for k in links if k["wrong"])
+
+
+def _rate(link: Link) -> float:
+    value = float(link["gbps"])
+    return value if value == value else -1.0  # a NaN sorts first: a link that never delivered is the worst
+
+
+def matrices(links: list[Link], group: str) -> dict[str, dict[str, Any]]:
+    """Pair matrices ``{labels, matrix, unit}``, rows sending and columns receiving, GB/s (null: not measured).
+
+    ``group="node"``: one matrix per node over its GPUs (the links inside nodes); ``group="gpu"``: one
+    matrix per GPU index over the nodes (the rails)."""
+    out: dict[str, dict[str, Any]] = {}
+    for link in links:
+        if group == "node":
+            key, src, dst = f"node {link['src_node']} ({link['src_host']})", link["src_gpu"], link["dst_gpu"]
+            label = {src: f"GPU {src}", dst: f"GPU {dst}"}
+        else:
+            key, src, dst = f"GPU {link['src_gpu']}", link["src_node"], link["dst_node"]
+            label = {src: f"node {src} ({link['src_host']})", dst: f"node {dst} ({link['dst_host']})"}
+        table = out.setdefault(key, {"labels": {}, "cells": {}})
+        table["labels"].update(label)
+        table["cells"][(src, dst)] = link["gbps"]
+    return {key: _square(table) for key, table in sorted(out.items())}
+
+
+def _square(table: dict[str, Any]) -> dict[str, Any]:
+    order = sorted(table["labels"])
+    cells = table["cells"]
+    return {
+        "labels": [table["labels"][i] for i in order],
+        "matrix": [[cells.get((a, b)) for b in order] for a in order],  # [sender][receiver]
+        "unit": "gbps",
+    }
