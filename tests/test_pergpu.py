@@ -58,6 +58,22 @@ def test_the_slow_gpu_is_named_against_the_median() -> None:
     )
 
 
+def test_the_clock_events_seen_while_timing_come_with_the_gpu() -> None:
+    capped = {"matmul_tflops": {"clock_events": {"sw_power_cap": 1.0, "hw_thermal": 0.25}}}
+    rows = [gpu(1, i, 784.0) for i in range(4)] + [gpu(1, 4, 611.0, clocks=capped)]
+    worst = pergpu.shortfalls(rows, "matmul_tflops")[0]
+    assert pergpu.describe(worst, "matmul_tflops").endswith(
+        "under the median 784 (clock events while timed: sw_power_cap 100%, hw_thermal 25%)"
+    )
+    assert pergpu.summary(rows, "matmul_tflops")["slowest_clocks"].startswith("clock events while timed")  # type: ignore[index]
+    unsampled = {
+        "matmul_tflops": {"clock_events": None, "clock_events_reason": "no GPU: sampled with NVML on GPUs only"}
+    }
+    assert pergpu.clocks(gpu(0, 0, 1.0, clocks=unsampled), "matmul_tflops") == (
+        "clock events not sampled: no GPU: sampled with NVML on GPUs only"
+    )
+
+
 def test_within_tolerance_when_no_gpu_lags() -> None:
     shorts = pergpu.shortfalls(cluster(slow=780.0), "matmul_tflops")
     assert max(s.fraction for s in shorts) < 0.01
@@ -167,6 +183,7 @@ def test_compute_probe_cpu_path_on_local_cpu(suite: pytest.Pytester) -> None:
     assert [r["rank"] for r in rows["per_gpu"]] == [0, 1]
     assert all(r["matmul_tflops"] > 0 and r["copy_gbps"] > 0 and r["burnin"]["calls"] > 0 for r in rows["per_gpu"])
     assert rows["summary"]["h2d_gbps"] is None
+    assert all(r["clocks"]["matmul_tflops"]["clock_events_reason"].startswith("no GPU") for r in rows["per_gpu"])
     assert [p["status"] for p in data["probes"]] == ["ok"]
 
 

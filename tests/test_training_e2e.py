@@ -1,6 +1,7 @@
 """The training tests end to end on local-cpu: real torchrun jobs, one small strategy set per run.
 
-Each run keeps to one or two strategies and skips the scaling baseline, so it costs seconds on two cores.
+Each run keeps to one or two strategies and skips the scaling baseline, so it costs seconds on two cores;
+the strategies of a run share one job, and a strategy that fails takes only itself down.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ def suite(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.
     return pytester
 
 
-def run(suite: pytest.Pytester, *sets: str) -> tuple[pytest.RunResult, dict[str, Any]]:
+def run(suite: pytest.Pytester, *sets: str, tests: str = "") -> tuple[pytest.RunResult, dict[str, Any]]:
     folder = suite.path / "evidence"
     args = [a for s in sets for a in ("--cluster-set", s)]
     result = suite.runpytest_subprocess(
@@ -53,7 +54,7 @@ def run(suite: pytest.Pytester, *sets: str) -> tuple[pytest.RunResult, dict[str,
         str(folder),
         *SMALL,
         *args,
-        "tests_cluster/test_training.py",
+        f"tests_cluster/test_training.py{tests}",
         timeout=RUN_TIMEOUT_S,
     )
     return result, json.loads((folder / "evidence.json").read_text())
@@ -68,7 +69,7 @@ def test_tokens_bound_fails_with_the_figure(suite: pytest.Pytester) -> None:
         suite, "training.strategies=[ddp]", "thresholds={training.ddp.tokens_per_s_per_gpu: {min: 1.0e+12}}"
     )
     # skipped: mfu and GPU utilisation (no GPU), scaling (no baseline), canary (one strategy: nothing to compare)
-    result.assert_outcomes(failed=1, passed=7, skipped=4)
+    result.assert_outcomes(failed=1, passed=6, skipped=4)
     result.stdout.fnmatch_lines(
         [
             "training.ddp.tokens_per_s_per_gpu = * tokens/s, expected >= 1e+12 (profile local-cpu)",
@@ -78,12 +79,22 @@ def test_tokens_bound_fails_with_the_figure(suite: pytest.Pytester) -> None:
     test = outcome(data, "test_tokens_per_s[ddp]")
     assert test["outcome"] == "failed"
     assert "ddp tiny fp32 on 2 rank(s)" in test["message"]  # the run's summary comes with the verdict
+    assert "median of 3 timed windows (4 steps): IQR" in test["message"]  # and the figure's spread
+    assert "clock events: no GPU" in test["message"]
     assert data["verdict"] == "FAIL"
+    # live progress: the job's start and end, and the strategy as it finished
+    result.stdout.fnmatch_lines(
+        [
+            "[[]cluster[]] training: started (training probe on 1 node(s) x 2 rank(s), timeout * s)",
+            "[[]cluster[]] training: ddp ok in * s",
+            "[[]cluster[]] training: ok in * s",
+        ]
+    )
 
 
 def test_loss_that_does_not_fall_fails(suite: pytest.Pytester) -> None:
     result, data = run(suite, "training.strategies=[ddp]", "training.lr=0")
-    result.assert_outcomes(failed=1, passed=7, skipped=4)
+    result.assert_outcomes(failed=1, passed=6, skipped=4)
     result.stdout.fnmatch_lines(
         [
             "training.ddp.loss_ratio = * last/first, expected <= 0.99 (profile local-cpu)",
@@ -98,10 +109,10 @@ def test_user_deepspeed_config_auto_resolved_and_canary(suite: pytest.Pytester) 
         "{base: zero2, config: {train_micro_batch_size_per_gpu: auto, zero_optimization: {reduce_bucket_size: auto}}}"
     )
     result, data = run(suite, "training.strategies=[ddp, tuned]", f"training.deepspeed={{tuned: {tuned}}}")
-    result.assert_outcomes(passed=17, skipped=5)
+    result.assert_outcomes(passed=15, skipped=5)
     assert result.ret == 0
-    record = next(p for p in data["probes"] if p["key"] == "training-tuned")
-    run_result = record["result"]
+    assert [p["key"] for p in data["probes"]] == ["training"]  # both strategies in one job
+    run_result = data["probes"][0]["result"]["strategies"]["tuned"]
     assert run_result["deepspeed_auto_resolved"] == {
         "train_micro_batch_size_per_gpu": 4,
         "zero_optimization.reduce_bucket_size": 128 * 128,  # hidden size squared, transformers' rule
@@ -110,3 +121,36 @@ def test_user_deepspeed_config_auto_resolved_and_canary(suite: pytest.Pytester) 
     canary = outcome(data, "test_canary[tuned]")
     assert canary["measurements"]["curves"]["ddp"] and canary["measurements"]["curves"]["tuned"]
     assert canary["checks"][0]["metric"] == "training.canary.tuned.max_rel_diff"
+
+
+def test_a_strategy_that_raises_on_every_rank_fails_alone_in_the_shared_job(suite: pytest.Pytester) -> None:
+    """DeepSpeed refuses the config on every rank: the error is that strategy's, and ddp after it still runs
+    in the same job."""
+    bad = "{bad: {base: zero2, config: {optimizer: {type: AdamW}}}}"
+    result, data = run(suite, "training.strategies=[bad, ddp]", f"training.deepspeed={bad}", tests="::test_loss_falls")
+    result.assert_outcomes(failed=1, passed=1)
+    message = outcome(data, "test_loss_falls[bad]")["message"]
+    assert "training bad: bad failed on rank(s) 0, 1: rank 0 raised DeepSpeedConfigError" in message
+    assert "Remove the optimizer section" in message
+    assert outcome(data, "test_loss_falls[ddp]")["outcome"] == "passed"
+    assert [p["key"] for p in data["probes"]] == ["training"]
+    result.stdout.fnmatch_lines(["[[]cluster[]] training: bad failed in * s", "[[]cluster[]] training: ddp ok in * s"])
+
+
+def test_a_rank_that_crashes_alone_fails_its_strategy_and_the_next_job_runs_the_rest(
+    suite: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Rank 1 raises in fsdp while rank 0 goes on into a collective: the job ends, fsdp fails with rank 1's
+    error, and ddp, after fsdp, runs in a new job."""
+    monkeypatch.setenv("ACCEPTANCE_TEST_FAULT", "crash@1:fsdp: wrap")
+    result, data = run(suite, "training.strategies=[fsdp, ddp]", tests="::test_loss_falls")
+    result.assert_outcomes(failed=1, passed=1)
+    message = outcome(data, "test_loss_falls[fsdp]")["message"]
+    assert "rank 1 (host" in message and "RuntimeError: injected crash on rank 1" in message
+    assert outcome(data, "test_loss_falls[ddp]")["outcome"] == "passed"
+    first, second = data["probes"]
+    assert [(first["key"], first["status"]), (second["key"], second["status"])] == [
+        ("training", "failed"),
+        ("training-2", "ok"),
+    ]
+    assert list(second["result"]["strategies"]) == ["ddp"]

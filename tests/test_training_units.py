@@ -1,4 +1,4 @@
-"""The training probe's arithmetic and configuration: FLOPs, DeepSpeed configs, "auto", canary, scaling."""
+"""The training probe's arithmetic and configuration: FLOPs, DeepSpeed configs, "auto", windows, jobs, canary."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ import torch
 
 from acceptance.families import training as plan
 from acceptance.probes import train_ds, train_model
-from acceptance.probes.training import figures
 from acceptance.profile import loader as profiles
 from acceptance.profile.model import Training
 
@@ -146,7 +145,7 @@ def test_scaling_efficiency() -> None:
     assert plan.scaling_efficiency({"tokens_per_s_per_gpu": 90.0}, {"tokens_per_s_per_gpu": 100.0}) == 0.9
 
 
-def _rank(rank: int, step_s: list[float], util: float | None) -> dict[str, Any]:
+def _rank(rank: int, step_s: list[float], util: float | None, events: dict[str, float] | None = None) -> dict[str, Any]:
     reason = None if util is not None else "no GPU"
     return {
         "rank": rank,
@@ -154,25 +153,62 @@ def _rank(rank: int, step_s: list[float], util: float | None) -> dict[str, Any]:
         "step_s": step_s,
         "loop_s": sum(step_s),
         "mem_gib": 1.0 + rank,
-        "util": {"mean_pct": util, "reason": reason},
+        "util": {"mean_pct": util, "reason": reason, "clock_events": events, "clock_events_reason": reason},
     }
 
 
-def test_figures_take_the_slowest_rank() -> None:
-    t = {**TRAINING, "micro_batch": 2, "grad_accum": 1, "seq_len": 100, "peak_tflops": 1e-6, "peak_tflops_source": "x"}
+PEAKS = {"bf16": 1e-6, "fp16": 1e-6, "fp32": 0.5e-6}
+
+
+def test_figures_take_the_slowest_rank_per_window() -> None:
+    t = {**TRAINING, "micro_batch": 2, "grad_accum": 1, "seq_len": 100, "windows": 2, "peak_tflops": PEAKS}
+    t["peak_tflops_source"] = "x"
     raw = {
-        "ranks": [_rank(0, [0.1, 0.1, 0.1, 0.1], 90.0), _rank(1, [0.1, 0.2, 0.1, 0.2], 60.0)],
+        "ranks": [_rank(0, [0.1, 0.1, 0.1, 0.1], 90.0, {"sw_power_cap": 1.0}), _rank(1, [0.1, 0.2, 0.1, 0.2], 60.0)],
         "losses": [8.0, 6.0],
         "shape": {"flops_per_token": 1000},
         "mem_source": "test",
     }
-    out = figures(raw, t, world_size=2)
-    assert out["tokens_per_s_per_gpu"] == pytest.approx(200 * 4 / 0.6)  # rank 1's loop
+    out = plan.figures(raw, t, world_size=2)
+    # two windows of two steps, each as long as on rank 1: 0.3 s for 400 tokens
+    assert [w["steps"] for w in out["windows"]] == [[0, 2], [2, 4]]
+    assert out["tokens_per_s_per_gpu"] == pytest.approx(400 / 0.3)
+    assert out["tokens_per_s_per_gpu_spread"] == pytest.approx(0)
+    assert out["tokens_per_s_per_gpu_loop"] == pytest.approx(200 * 4 / 0.6)  # rank 1's loop
     assert out["step_times_s"] == [0.1, 0.2, 0.1, 0.2]
     assert out["step_time_s"] == pytest.approx(0.15)
     assert out["peak_mem_gib"] == 2.0 and out["gpu_util_pct"] == 60.0
-    assert out["mfu"] == pytest.approx(out["tokens_per_s_per_gpu"] * 1000 / 1e6)
+    assert out["mfu"] == pytest.approx(out["tokens_per_s_per_gpu"] * 1000 / 1e6)  # the bf16 peak
+    assert out["clock_events"] == {"0": {"sw_power_cap": 1.0}}
     assert out["loss_ratio"] == 0.75
+
+
+def test_throughput_is_the_median_window_with_its_spread() -> None:
+    # five windows of one step: 100 tokens over 1, 2, 1, 1, 4 s on the slower rank
+    ranks = [_rank(0, [1.0, 2.0, 1.0, 1.0, 4.0], None), _rank(1, [0.5, 0.5, 0.5, 0.5, 0.5], None)]
+    out = plan.throughput(ranks, 5, 100)
+    assert out["tokens_per_s_per_gpu"] == 100.0  # rates 100, 50, 100, 100, 25: the median
+    assert (out["tokens_per_s_per_gpu_min"], out["tokens_per_s_per_gpu_max"]) == (25.0, 100.0)
+    assert (out["tokens_per_s_per_gpu_q1"], out["tokens_per_s_per_gpu_q3"]) == (50.0, 100.0)
+    assert out["tokens_per_s_per_gpu_spread"] == pytest.approx(0.75)
+    assert out["tokens_per_s_per_gpu_loop"] == pytest.approx(500 / 9)
+
+
+def test_windows_cover_every_step_once() -> None:
+    assert [plan.window_count({"steps": s, "windows": None}) for s in (3, 20)] == [3, 5]
+    assert plan.window_count({"steps": 20, "windows": 4}) == 4
+    found = plan.windows([_rank(0, [1.0] * 7, None)], 3, 10)
+    assert [w["steps"] for w in found] == [[0, 2], [2, 5], [5, 7]]
+    assert [w["tokens_per_s"] for w in found] == [10.0, 10.0, 10.0]
+
+
+def test_mfu_divides_by_the_peak_of_the_run_precision() -> None:
+    raw = {"ranks": [_rank(0, [0.1], None)], "losses": [1.0, 0.5], "shape": {"flops_per_token": 1}, "mem_source": "x"}
+    fp32 = plan.figures(raw, {**TRAINING, "windows": 1, "precision": "fp32", "peak_tflops": PEAKS}, world_size=1)
+    bf16 = plan.figures(raw, {**TRAINING, "windows": 1, "precision": "bf16", "peak_tflops": PEAKS}, world_size=1)
+    assert fp32["peak_tflops"] == 0.5e-6 and fp32["mfu"] == pytest.approx(2 * bf16["mfu"])
+    only_bf16 = plan.figures(raw, {**TRAINING, "windows": 1, "precision": "fp32", "peak_tflops": {"bf16": 1.0}}, 1)
+    assert only_bf16["mfu"] is None and "no peak for precision fp32" in only_bf16["mfu_reason"]
 
 
 def test_figures_without_peak_or_gpu_say_why() -> None:
@@ -182,9 +218,51 @@ def test_figures_without_peak_or_gpu_say_why() -> None:
         "shape": {"flops_per_token": 1},
         "mem_source": "rss",
     }
-    out = figures(raw, TRAINING, world_size=1)
+    out = plan.figures(raw, {**TRAINING, "windows": 1}, world_size=1)
     assert out["mfu"] is None and "peak_tflops" in out["mfu_reason"]
     assert out["gpu_util_pct"] is None and out["gpu_util_reason"] == "no GPU"
+    assert out["clock_events"] == {} and out["clock_events_reason"] == "no GPU"
+
+
+def _jobs(script: dict[str, tuple[list[str], str | None]]) -> tuple[plan.Launch, list[tuple[list[str], str]]]:
+    """A launcher that finishes the strategies ``script[key][0]`` of each job, then dies with ``script[key][1]``."""
+    calls: list[tuple[list[str], str]] = []
+
+    def launch(pending: list[str], key: str) -> tuple[dict[str, dict[str, Any]], str | None]:
+        calls.append((list(pending), key))
+        finished, died = script[key]
+        return {s: {"strategy": s, "wall_s": 1.0} for s in finished}, died
+
+    return launch, calls
+
+
+def test_one_job_runs_every_strategy() -> None:
+    launch, calls = _jobs({"training": (["ddp", "fsdp", "zero2"], None)})
+    found = plan.run_jobs(["ddp", "fsdp", "zero2"], launch)
+    assert calls == [(["ddp", "fsdp", "zero2"], "training")]
+    assert all("error" not in r for r in found.values())
+
+
+def test_a_job_that_dies_blames_its_strategy_and_the_rest_run_on() -> None:
+    script = {
+        "training": (["ddp"], "probe training timed out; unfinished: rank 1 in phase 'fsdp: timed steps'"),
+        "training-2": ([], "probe training failed: rank 0 raised RuntimeError: boom"),
+        "training-3": (["zero3"], None),
+    }
+    launch, calls = _jobs(script)
+    found = plan.run_jobs(["ddp", "fsdp", "zero2", "zero3"], launch)
+    assert [c[0] for c in calls] == [["ddp", "fsdp", "zero2", "zero3"], ["zero2", "zero3"], ["zero3"]]
+    assert "error" not in found["ddp"] and "error" not in found["zero3"]
+    assert "fsdp: timed steps" in found["fsdp"]["error"] and found["fsdp"]["job"] == "training"
+    assert "RuntimeError: boom" in found["zero2"]["error"] and found["zero2"]["job"] == "training-2"
+
+
+def test_a_strategy_the_job_recorded_as_failed_costs_no_new_job() -> None:
+    def launch(pending: list[str], key: str) -> tuple[dict[str, dict[str, Any]], str | None]:
+        return {"ddp": {"wall_s": 1.0}, "zero2": {"error": "zero2 failed on rank(s) 0, 1: ..."}}, None
+
+    found = plan.run_jobs(["ddp", "zero2"], launch)
+    assert found["zero2"]["error"].startswith("zero2 failed")
 
 
 def test_user_config_file_beside_profile(tmp_path: Path) -> None:
@@ -205,7 +283,9 @@ def test_user_config_file_beside_profile(tmp_path: Path) -> None:
     [
         ("training.strategies=[ddp, zero4]", "neither built in"),
         ("training.strategies=[ddp, ddp]", "each once"),
-        ("training.peak_tflops=989", "peak_tflops_source go together"),
+        ("training.peak_tflops={bf16: 989.4}", "peak_tflops_source go together"),
+        ("training.peak_tflops=989", "give the dense peak per precision"),
+        ("training.windows=7", "windows (7) exceeds steps (6)"),
         ("training.scaling_strategy=zero1", "scaling_strategy 'zero1' is not in strategies"),
         ("training.model=gpt5", "training.model"),
         ("thresholds={training.zero1.mfu: {min: 0.4}}", "strategy 'zero1' is not in this profile's list"),

@@ -57,7 +57,8 @@ def test_every_rank_measured(cluster: ClusterRun, perf: dict[str, Any], check: C
 def test_slowest(perf: dict[str, Any], figure: str, check: Checker) -> None:
     found = _summary(perf, figure)
     unit = pergpu.FIGURES[figure][1]
-    _check_every_gpu(check, perf, figure, (f"compute.{figure}_min", found["min"], unit, f"slowest: {found['slowest']}"))
+    detail = f"slowest: {found['slowest']}" + (f" ({found['slowest_clocks']})" if found["slowest_clocks"] else "")
+    _check_every_gpu(check, perf, figure, (f"compute.{figure}_min", found["min"], unit, detail))
 
 
 @pytest.mark.parametrize("figure", FIGURES)
@@ -65,6 +66,7 @@ def test_median(perf: dict[str, Any], figure: str, check: Checker) -> None:
     found = _summary(perf, figure)
     unit = pergpu.FIGURES[figure][1]
     spread = f"min {fmt(found['min'])}, max {fmt(found['max'])} over {found['count']} GPUs"
+    spread += f"; slowest GPU's {found['slowest_clocks']}" if found["slowest_clocks"] else ""
     _check_every_gpu(check, perf, figure, (f"compute.{figure}_median", found["median"], unit, spread))
 
 

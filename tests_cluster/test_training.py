@@ -1,4 +1,8 @@
-"""Short real training runs per strategy: throughput, step time, memory, MFU, utilisation, loss, scaling, canary."""
+"""Short real training runs per strategy: throughput, step time, memory, MFU, utilisation, loss, scaling, canary.
+
+Every strategy the selected tests need runs in one torchrun job (``acceptance.run.training_jobs``); each
+test reads its strategy's figures, or fails with its strategy's own error, out of that job's result.
+"""
 
 from __future__ import annotations
 
@@ -7,85 +11,120 @@ from typing import Any
 import pytest
 
 from acceptance.families import training as plan
-from acceptance.plugin import Checker, probe_result, probe_wall_s
+from acceptance.families.answers import clock_events_text
+from acceptance.numbers import fmt
+from acceptance.plugin import Checker, probe_wall_s
 from acceptance.profile.model import Threshold
 from acceptance.run.cluster_run import ClusterRun
+from acceptance.run.launcher import ProbeError
+from acceptance.run.training_jobs import baseline_run, strategy_runs
 
 LOSS_MUST_FALL = Threshold(max=0.99, source="built-in: the loss must fall by at least 1% over the run")
 
 
-def run_of(cluster: ClusterRun, strategy: str) -> dict[str, Any]:
-    """One torchrun job per strategy, run once per session whichever test asks first."""
-    try:
-        spec = plan.spec(
-            cluster.profile, strategy, cluster.world_size, cluster.topology.nproc_per_node, cluster.placement.nodes
-        )
-    except plan.TrainingPlanError as exc:
-        pytest.fail(str(exc), pytrace=False)
-    return probe_result(cluster, plan.PROBE, spec, key=plan.key(strategy))
+def _needed(cluster: ClusterRun, items: list[pytest.Item]) -> list[str]:
+    """The strategies the selected tests of this module read, in the profile's order."""
+    training = cluster.profile.model.training
+    wanted: set[str] = set()
+    for item in items:
+        if item.path.stem != "test_training":
+            continue
+        params = getattr(item, "callspec", None)
+        found = params.params if params is not None else {}
+        wanted |= {v for k, v in found.items() if k in ("train_strategy", "canary_strategy")}
+        if "canary_strategy" in found:
+            wanted.add(training.strategies[0])  # the reference curve
+        if item.name == "test_scaling_efficiency" and training.scaling_baseline != "none":
+            wanted.add(training.scaling_strategy)
+    return [s for s in training.strategies if s in wanted]
+
+
+@pytest.fixture(scope="module")
+def runs(cluster: ClusterRun, request: pytest.FixtureRequest) -> dict[str, dict[str, Any]]:
+    return strategy_runs(cluster, _needed(cluster, request.session.items))
+
+
+def run_of(runs: dict[str, dict[str, Any]], strategy: str) -> dict[str, Any]:
+    """One strategy's figures; its own error as the test's failure."""
+    found = runs.get(strategy) or {"error": f"{strategy} was not run (no selected test asked for it)"}
+    if found.get("error"):
+        pytest.fail(f"training {strategy}: {found['error']}", pytrace=False)
+    return found
+
+
+def _spread(run: dict[str, Any]) -> str:
+    count = len(run["windows"])
+    steps = run["setup"]["steps"]
+    return (
+        f"median of {count} timed windows ({steps} steps): IQR {run['tokens_per_s_per_gpu_q1']:,.0f}-"
+        f"{run['tokens_per_s_per_gpu_q3']:,.0f}, min {run['tokens_per_s_per_gpu_min']:,.0f}, "
+        f"max {run['tokens_per_s_per_gpu_max']:,.0f} ((max - min) / median {run['tokens_per_s_per_gpu_spread']:.1%})"
+    )
+
+
+def _clocks(run: dict[str, Any]) -> str:
+    found = run.get("clock_events") or {}
+    if not found:
+        return f"clock events: {run.get('clock_events_reason') or 'none seen during the timed steps'}"
+    return "clock events during the timed steps: " + "; ".join(
+        f"rank {rank} {clock_events_text(events)}" for rank, events in found.items()
+    )
 
 
 def _summary(run: dict[str, Any]) -> str:
     return (
         f"{run['strategy']} {run['model']} {run['precision']} on {run['world_size']} rank(s), "
-        f"compile {run['compile']}: "
-        f"{run['tokens_per_s_per_gpu']:,.0f} tokens/s/GPU (per step: median {run['tokens_per_s_per_gpu_median']:,.0f}, "
-        f"p10 {run['tokens_per_s_per_gpu_p10']:,.0f}, p90 {run['tokens_per_s_per_gpu_p90']:,.0f}), "
-        f"step {run['step_time_s'] * 1e3:.1f} ms ± {run['step_time_std_s'] * 1e3:.1f}"
+        f"compile {run['compile']}: {run['tokens_per_s_per_gpu']:,.0f} tokens/s/GPU, {_spread(run)}; "
+        f"step {run['step_time_s'] * 1e3:.1f} ms ± {run['step_time_std_s'] * 1e3:.1f}\n{_clocks(run)}"
     )
 
 
-def test_tokens_per_s(cluster: ClusterRun, train_strategy: str, check: Checker) -> None:
-    run = run_of(cluster, train_strategy)
+def test_tokens_per_s(runs: dict[str, dict[str, Any]], train_strategy: str, check: Checker) -> None:
+    run = run_of(runs, train_strategy)
     check.measurements("run", run)
     check(f"training.{train_strategy}.tokens_per_s_per_gpu", run["tokens_per_s_per_gpu"], "tokens/s", _summary(run))
 
 
-def test_tokens_per_s_median(cluster: ClusterRun, train_strategy: str, check: Checker) -> None:
-    run = run_of(cluster, train_strategy)
-    metric = f"training.{train_strategy}.tokens_per_s_per_gpu_median"
-    check(metric, run["tokens_per_s_per_gpu_median"], "tokens/s", _summary(run))
-
-
-def test_step_time(cluster: ClusterRun, train_strategy: str, check: Checker) -> None:
-    run = run_of(cluster, train_strategy)
+def test_step_time(runs: dict[str, dict[str, Any]], train_strategy: str, check: Checker) -> None:
+    run = run_of(runs, train_strategy)
     check(f"training.{train_strategy}.step_time_s", run["step_time_s"], "s", _summary(run))
 
 
-def test_step_time_std(cluster: ClusterRun, train_strategy: str, check: Checker) -> None:
-    run = run_of(cluster, train_strategy)
+def test_step_time_std(runs: dict[str, dict[str, Any]], train_strategy: str, check: Checker) -> None:
+    run = run_of(runs, train_strategy)
     check.measurements("step_times_s", run["step_times_s"])
     check(f"training.{train_strategy}.step_time_std_s", run["step_time_std_s"], "s", _summary(run))
 
 
-def test_peak_memory(cluster: ClusterRun, train_strategy: str, check: Checker) -> None:
-    run = run_of(cluster, train_strategy)
+def test_peak_memory(runs: dict[str, dict[str, Any]], train_strategy: str, check: Checker) -> None:
+    run = run_of(runs, train_strategy)
     per_rank = ", ".join(f"{m:.2f}" for m in run["peak_mem_per_rank_gib"])
     detail = f"max over ranks of {run['peak_mem_source']}; per rank GiB: {per_rank}"
     check(f"training.{train_strategy}.peak_mem_gib", run["peak_mem_gib"], "GiB", detail)
 
 
-def test_mfu(cluster: ClusterRun, train_strategy: str, check: Checker) -> None:
-    run = run_of(cluster, train_strategy)
+def test_mfu(runs: dict[str, dict[str, Any]], train_strategy: str, check: Checker) -> None:
+    run = run_of(runs, train_strategy)
     if run["mfu"] is None:
         pytest.skip(f"MFU not measured: {run['mfu_reason']}")
     detail = (
         f"{run['tokens_per_s_per_gpu']:,.0f} tokens/s x {run['flops_per_token']:.4g} FLOP/token "
-        f"({run['model_shape']['flops_formula']}) / peak {run['peak_tflops']:g} TFLOP/s ({run['peak_tflops_source']})"
+        f"({run['model_shape']['flops_formula']}) / dense {run['precision']} peak {run['peak_tflops']:g} TFLOP/s "
+        f"({run['peak_tflops_source']})\n{_clocks(run)}"
     )
     check(f"training.{train_strategy}.mfu", run["mfu"], "fraction", detail)
 
 
-def test_gpu_utilisation(cluster: ClusterRun, train_strategy: str, check: Checker) -> None:
-    run = run_of(cluster, train_strategy)
+def test_gpu_utilisation(runs: dict[str, dict[str, Any]], train_strategy: str, check: Checker) -> None:
+    run = run_of(runs, train_strategy)
     if run["gpu_util_pct"] is None:
         pytest.skip(f"GPU utilisation not measured: {run['gpu_util_reason']}")
-    detail = f"lowest over ranks; per rank: {run['gpu_util_per_rank_pct']}"
+    detail = f"lowest over ranks; per rank: {run['gpu_util_per_rank_pct']}\n{_clocks(run)}"
     check(f"training.{train_strategy}.gpu_util_pct", run["gpu_util_pct"], "%", detail)
 
 
-def test_loss_values(cluster: ClusterRun, train_strategy: str, check: Checker) -> None:
-    run = run_of(cluster, train_strategy)
+def test_loss_values(runs: dict[str, dict[str, Any]], train_strategy: str, check: Checker) -> None:
+    run = run_of(runs, train_strategy)
     check.measurements("losses", run["losses"])
     check.all(
         [
@@ -95,8 +134,8 @@ def test_loss_values(cluster: ClusterRun, train_strategy: str, check: Checker) -
     )
 
 
-def test_loss_falls(cluster: ClusterRun, train_strategy: str, check: Checker) -> None:
-    run = run_of(cluster, train_strategy)
+def test_loss_falls(runs: dict[str, dict[str, Any]], train_strategy: str, check: Checker) -> None:
+    run = run_of(runs, train_strategy)
     detail = (
         f"loss {run['loss_first']:.4f} at the first step, {run['loss_last']:.4f} at step {len(run['losses'])}: "
         f"a run that does not learn is broken (data, optimizer, precision or gradient reduction)"
@@ -104,40 +143,43 @@ def test_loss_falls(cluster: ClusterRun, train_strategy: str, check: Checker) ->
     check(f"training.{train_strategy}.loss_ratio", run["loss_ratio"], "last/first", detail, default=LOSS_MUST_FALL)
 
 
-def test_wall_time(cluster: ClusterRun, train_strategy: str, check: Checker) -> None:
-    run_of(cluster, train_strategy)
-    detail = "the torchrun job from start to exit: imports, rendezvous, model build, compilation and the steps"
-    check(f"training.{train_strategy}.wall_s", probe_wall_s(cluster, plan.key(train_strategy)), "s", detail)
+def test_wall_time(cluster: ClusterRun, runs: dict[str, dict[str, Any]], train_strategy: str, check: Checker) -> None:
+    run = run_of(runs, train_strategy)
+    job = run["job"]
+    shared = [s for s, r in runs.items() if r.get("job") == job]
+    detail = (
+        f"{train_strategy}'s part of the training job {job}: model build, wrap and compilation, warm-up, timed "
+        f"steps, teardown; the job ran {', '.join(shared)} in {probe_wall_s(cluster, job):.1f} s, "
+        "torchrun start-up, imports and rendezvous included"
+    )
+    check(f"training.{train_strategy}.wall_s", run["wall_s"], "s", detail)
 
 
-def test_scaling_efficiency(cluster: ClusterRun, check: Checker) -> None:
+def test_scaling_efficiency(cluster: ClusterRun, runs: dict[str, dict[str, Any]], check: Checker) -> None:
     training = cluster.profile.model.training
     base = plan.baseline(training, cluster.topology.nproc_per_node, cluster.placement.nodes)
     if isinstance(base, str):
         pytest.skip(f"no scaling baseline: {base}")
     strategy = training.scaling_strategy
-    full = run_of(cluster, strategy)
-    spec = plan.spec(cluster.profile, strategy, base.world_size, base.ranks_per_node, base.nodes)
-    small = probe_result(
-        cluster,
-        plan.PROBE,
-        spec,
-        key=f"{plan.key(strategy)}-baseline",
-        ranks_per_node=base.ranks_per_node,
-        nodes=base.nodes,
-    )
+    full = run_of(runs, strategy)
+    try:
+        small = baseline_run(cluster, base, strategy)
+    except ProbeError as exc:
+        pytest.fail(str(exc), pytrace=False)
     check.measurements("baseline", small)
     detail = (
         f"{strategy}: {full['tokens_per_s_per_gpu']:,.0f} tokens/s/GPU on {full['world_size']} ranks over "
-        f"{small['tokens_per_s_per_gpu']:,.0f} on the baseline, {base.label}"
+        f"{small['tokens_per_s_per_gpu']:,.0f} on the baseline, {base.label} (medians over timed windows; "
+        f"spread (max - min) / median {fmt(full['tokens_per_s_per_gpu_spread'])} and "
+        f"{fmt(small['tokens_per_s_per_gpu_spread'])})"
     )
     check("training.scaling_efficiency", plan.scaling_efficiency(full, small), "fraction", detail)
 
 
-def test_canary(cluster: ClusterRun, canary_strategy: str, check: Checker) -> None:
+def test_canary(cluster: ClusterRun, runs: dict[str, dict[str, Any]], canary_strategy: str, check: Checker) -> None:
     training = cluster.profile.model.training
     reference_name = training.strategies[0]
-    reference, other = run_of(cluster, reference_name), run_of(cluster, canary_strategy)
+    reference, other = run_of(runs, reference_name), run_of(runs, canary_strategy)
     steps = training.canary_steps
     found = plan.canary(reference["losses"], other["losses"], steps, training.canary_rtol)
     check.measurements(

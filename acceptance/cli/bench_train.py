@@ -2,8 +2,8 @@
 
     python -m acceptance.cli.bench_train --profile h200-x2 --strategies ddp,fsdp --set training.compile=model
 
-Runs exactly what ``tests_cluster/test_training.py`` runs (same probe, launcher and profile), one torchrun
-job per strategy, plus the scaling baseline with ``--baseline``; checks no bound. Evidence (every run's
+Runs exactly what ``tests_cluster/test_training.py`` runs (same probe, launcher and profile), every strategy
+in one torchrun job, plus the scaling baseline with ``--baseline``; checks no bound. Evidence (every run's
 result, argv and logs) goes to ``--evidence``. The exit status is 1 when a run failed.
 """
 
@@ -24,6 +24,7 @@ from acceptance.reports.table import render
 from acceptance.run import launcher as launch
 from acceptance.run.cluster_run import ClusterRun
 from acceptance.run.placement import resolve
+from acceptance.run.training_jobs import baseline_run, strategy_runs
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -38,20 +39,23 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def one(cluster: ClusterRun, strategy: str, **world: int) -> tuple[str, dict[str, Any] | str, float]:
-    ranks = world.get("ranks_per_node", cluster.topology.nproc_per_node)
-    nodes = world.get("nodes", cluster.placement.nodes)
-    label = strategy + (" (baseline)" if world else "")
+def baseline(cluster: ClusterRun, strategy: str, base: plan.Baseline) -> tuple[str, dict[str, Any] | str, float]:
+    label = f"{strategy} (baseline)"
     try:
-        spec = plan.spec(cluster.profile, strategy, ranks * nodes, ranks, nodes)
-        key = plan.key(strategy) + ("-baseline" if world else "")
-        result = cluster.probe(
-            plan.PROBE, spec, key=key, ranks_per_node=world.get("ranks_per_node"), nodes=world.get("nodes")
-        )
-    except (launch.ProbeError, plan.TrainingPlanError) as exc:
+        result = baseline_run(cluster, base, strategy)
+    except launch.ProbeError as exc:
         return label, str(exc), 0.0
-    wall = next(p.wall_s or 0.0 for p in reversed(cluster.evidence.doc.probes) if p.status == "ok")
-    return label, result, wall
+    return label, result, float(result["wall_s"])
+
+
+def measure(cluster: ClusterRun, base: plan.Baseline | str | None) -> list[tuple[str, dict[str, Any] | str, float]]:
+    """Every strategy in one job, then the baseline when asked for: (label, figures or error, wall s)."""
+    training = cluster.profile.model.training
+    found = strategy_runs(cluster, list(training.strategies))
+    runs = [(s, r.get("error") or r, float(r.get("wall_s") or 0.0)) for s, r in found.items()]
+    if isinstance(base, plan.Baseline):
+        runs.append(baseline(cluster, training.scaling_strategy, base))
+    return runs
 
 
 def load(args: argparse.Namespace) -> profiles.Profile:
@@ -77,12 +81,10 @@ def main(argv: list[str] | None = None) -> int:
     topo = prof.model.topology
     placement = resolve(os.environ, topo.nodes, default_port=topo.rdzv_port)
     folder = args.evidence or default_folder(f"bench-{prof.name}")
-    cluster = ClusterRun(prof, placement, folder)
+    cluster = ClusterRun(prof, placement, folder, progress=lambda line: print(line, file=sys.stderr, flush=True))
     training = prof.model.training
-    runs = [one(cluster, s) for s in training.strategies]
     base = plan.baseline(training, topo.nproc_per_node, placement.nodes)
-    if args.baseline and not isinstance(base, str):
-        runs.append(one(cluster, training.scaling_strategy, ranks_per_node=base.ranks_per_node, nodes=base.nodes))
+    runs = measure(cluster, base if args.baseline else None)
     done = [(label, result, wall) for label, result, wall in runs if isinstance(result, dict)]
     usd = prof.model.cost.usd_per_gpu_hour if prof.model.cost else None
     print(f"profile {prof.name}, model {training.model}, seq {training.seq_len}, micro-batch {training.micro_batch}")

@@ -24,3 +24,10 @@ def gpu_label(host: str, gpu: dict[str, Any]) -> str:
     uuid = gpu.get("uuid")
     short = f"{uuid[:8]}..." if isinstance(uuid, str) else "UUID not measured"
     return f"{host} GPU {gpu.get('index')} ({short})"
+
+
+def clock_events_text(events: dict[str, float]) -> str:
+    """``sw_power_cap 100%, hw_thermal 12%`` (each reason's share of the samples), or ``none``."""
+    if not events:
+        return "none"
+    return ", ".join(f"{name} {share:.0%}" for name, share in sorted(events.items(), key=lambda e: -e[1]))

@@ -11,6 +11,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
+from acceptance.families.answers import clock_events_text
 from acceptance.numbers import fmt
 
 # figure -> (what it is, unit); the keys are the rows' field names and the metric names' stems
@@ -31,6 +32,17 @@ def label(row: dict[str, Any]) -> str:
     return f"{row['host']} GPU {row['gpu']} ({uuid[:8]}...)" if uuid else f"{row['host']} GPU {row['gpu']}"
 
 
+def clocks(row: dict[str, Any], figure: str) -> str:
+    """What held this GPU's clocks back while ``figure`` was timed (``clock events while timed: sw_power_cap
+    100%``), why that is not known, or "" for a row with no record of it."""
+    found = (row.get("clocks") or {}).get(figure)
+    if not found:
+        return ""
+    if found.get("clock_events") is None:
+        return f"clock events not sampled: {found.get('clock_events_reason')}"
+    return f"clock events while timed: {clock_events_text(found['clock_events'])}"
+
+
 def _measured(rows: list[dict[str, Any]], figure: str) -> list[dict[str, Any]]:
     return [r for r in rows if isinstance(r.get(figure), (int, float))]
 
@@ -48,6 +60,7 @@ def summary(rows: list[dict[str, Any]], figure: str) -> dict[str, Any] | None:
         "max": max(values),
         "count": len(values),
         "slowest": label(slowest),
+        "slowest_clocks": clocks(slowest, figure),
     }
 
 
@@ -102,11 +115,12 @@ def shortfalls(rows: list[dict[str, Any]], figure: str, median_of: str = "cluste
 
 
 def describe(short: Shortfall, figure: str) -> str:
-    """``gpu-node-1 GPU 5 (GPU-3f2a...) matmul 611 TFLOP/s, 22% under the median 784``."""
+    """``gpu-node-1 GPU 5 (GPU-3f2a...) matmul 611 TFLOP/s, 22% under the median 784 (clock events ...)``."""
     what, unit = FIGURES[figure]
+    seen = clocks(short.row, figure)
     return (
         f"{label(short.row)} {what} {fmt(short.value)} {unit}, "
-        f"{short.fraction:.0%} under {short.scope} {fmt(short.median)}"
+        f"{short.fraction:.0%} under {short.scope} {fmt(short.median)}" + (f" ({seen})" if seen else "")
     )
 
 

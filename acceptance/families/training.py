@@ -1,13 +1,19 @@
 """The training runs a profile asks for, and the figures computed across them (scaling, numerics canary).
 
 Free of torch and pytest: the acceptance tests and ``acceptance.cli.bench_train`` both plan runs with it.
-One torchrun job per strategy, so a strategy that crashes or hangs takes only its own figures down, and
-each job's peak memory is its own; the scaling baseline is one more job on a smaller world.
+Every strategy of a run shares one torchrun job (start-up, imports and rendezvous are paid once); the probe
+tears each strategy down before the next and records a failure under the strategy's name. A strategy that
+kills its job (a crash on some ranks only, a hang until the timeout) takes only itself down: the job's
+finished strategies are kept, it is named with the job's error, and the strategies after it run in a new
+job. The scaling baseline needs a smaller world, so it is a job of its own.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
+import statistics
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,8 +28,12 @@ class TrainingPlanError(ValueError):
     """A training section that names something unusable (a DeepSpeed JSON that cannot be read)."""
 
 
-def key(strategy: str) -> str:
-    return f"{PROBE}-{strategy}"
+BASELINE_KEY = f"{PROBE}-baseline"
+
+
+def job_key(attempt: int) -> str:
+    """The first job is ``training``; one resumed after a strategy killed its job, ``training-2``, ..."""
+    return PROBE if attempt == 0 else f"{PROBE}-{attempt + 1}"
 
 
 def user_config(profile: Profile, strategy: str) -> dict[str, Any] | None:
@@ -48,15 +58,42 @@ def user_config(profile: Profile, strategy: str) -> dict[str, Any] | None:
     return data
 
 
-def spec(profile: Profile, strategy: str, world_size: int, ranks_per_node: int, nodes: int) -> dict[str, Any]:
+def spec(profile: Profile, strategies: list[str], world_size: int, ranks_per_node: int, nodes: int) -> dict[str, Any]:
+    """The probe's spec for one job; raises TrainingPlanError for a strategy whose DeepSpeed JSON is unusable."""
     return {
         PROBE: profile.resolved[PROBE],
-        "strategy": strategy,
-        "deepspeed_user": user_config(profile, strategy),
+        "strategies": list(strategies),
+        "deepspeed_user": {s: user_config(profile, s) for s in strategies},
         "expected_world_size": world_size,
         "ranks_per_node": ranks_per_node,
         "nodes": nodes,
     }
+
+
+# (strategies, job key) -> (the job's per-strategy results, or what the job died of with the results it
+# finished before that): the caller launches the job, this module decides what to run and who failed
+Launch = Callable[[list[str], str], tuple[dict[str, dict[str, Any]], str | None]]
+
+
+def run_jobs(strategies: list[str], launch: Launch) -> dict[str, dict[str, Any]]:
+    """Every strategy's result (its figures, or ``{"error": ...}``), in as few jobs as the failures allow.
+
+    A job that dies is blamed on the first strategy it had not finished (the one it was in); the strategies
+    after that one run in the next job. At most one job per strategy, whatever fails.
+    """
+    results: dict[str, dict[str, Any]] = {}
+    pending, attempt = list(strategies), 0
+    while pending:
+        key = job_key(attempt)
+        done, died = launch(pending, key)
+        results.update({s: done[s] for s in pending if s in done})
+        rest = [s for s in pending if s not in done]
+        if died is None and rest:
+            died = f"the training job ended without a result for {', '.join(rest)}"
+        if rest:
+            results[rest[0]] = {"error": died, "strategy": rest[0], "job": key}
+        pending, attempt = rest[1:], attempt + 1
+    return results
 
 
 @dataclass(frozen=True)
@@ -106,3 +143,105 @@ def canary(reference: list[float], other: list[float], steps: int, rtol: float) 
 def curves_text(reference_name: str, reference: list[float], name: str, other: list[float], steps: int) -> str:
     rows = [f"step {i}: {reference_name} {reference[i]:.6f}  {name} {other[i]:.6f}" for i in range(steps)]
     return "\n".join(rows)
+
+
+def quartiles(values: list[float]) -> tuple[float, float, float]:
+    """(first quartile, median, third quartile), interpolated between the values (``method="inclusive"``)."""
+    if len(values) == 1:
+        return values[0], values[0], values[0]
+    q1, median, q3 = statistics.quantiles(values, n=4, method="inclusive")
+    return q1, median, q3
+
+
+DEFAULT_WINDOWS = 5  # the median and both quartiles fall on a window of their own
+
+
+def window_count(t: dict[str, Any]) -> int:
+    """``training.windows``, or by default five (one per step when there are fewer)."""
+    return int(t.get("windows") or min(DEFAULT_WINDOWS, int(t["steps"])))
+
+
+def windows(ranks: list[dict[str, Any]], count: int, tokens_per_step: int) -> list[dict[str, Any]]:
+    """The timed steps cut into ``count`` consecutive windows (sizes differ by one step at most); a window
+    lasts as long as on its slowest rank, and its figure is the tokens per GPU over that time."""
+    steps = len(ranks[0]["step_s"])
+    count = max(1, min(count, steps))
+    edges = [round(i * steps / count) for i in range(count + 1)]
+    out = []
+    for first, end in itertools.pairwise(edges):
+        seconds = max(sum(r["step_s"][first:end]) for r in ranks)
+        rate = tokens_per_step * (end - first) / seconds
+        out.append({"steps": [first, end], "seconds": seconds, "tokens_per_s": rate})
+    return out
+
+
+def throughput(ranks: list[dict[str, Any]], count: int, tokens_per_step: int) -> dict[str, Any]:
+    """The median over the timed windows, and its spread: the figure a bound applies to."""
+    found = windows(ranks, count, tokens_per_step)
+    rates = sorted(w["tokens_per_s"] for w in found)
+    q1, median, q3 = quartiles(rates)
+    loop_s = max(r["loop_s"] for r in ranks)
+    return {
+        "tokens_per_s_per_gpu": median,
+        "tokens_per_s_per_gpu_q1": q1,
+        "tokens_per_s_per_gpu_q3": q3,
+        "tokens_per_s_per_gpu_min": rates[0],
+        "tokens_per_s_per_gpu_max": rates[-1],
+        "tokens_per_s_per_gpu_spread": (rates[-1] - rates[0]) / median,  # (max - min) / median
+        # the whole timed loop between two host synchronisations, as earlier versions reported it
+        "tokens_per_s_per_gpu_loop": tokens_per_step * len(ranks[0]["step_s"]) / loop_s,
+        "windows": found,
+    }
+
+
+def peak_for(t: dict[str, Any]) -> tuple[float | None, str | None]:
+    """The dense peak for the run's precision (bf16/fp16: tensor cores; fp32: TF32), or why there is none."""
+    peaks = t.get("peak_tflops") or {}
+    peak = peaks.get(t["precision"])
+    if peak is not None:
+        return float(peak), None
+    if not peaks:
+        return None, "the profile sets no training.peak_tflops"
+    return None, f"training.peak_tflops gives no peak for precision {t['precision']} (it has {', '.join(peaks)})"
+
+
+def clock_events(ranks: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
+    """Per rank, the clock-event reasons seen during the timed steps and their share of samples."""
+    return {str(r["rank"]): r["util"].get("clock_events") or {} for r in ranks if r["util"].get("clock_events")}
+
+
+def figures(raw: dict[str, Any], t: dict[str, Any], world_size: int) -> dict[str, Any]:
+    """The cluster's figures from every rank's measurements (the slowest rank's pace, the largest memory)."""
+    ranks, shape, losses = raw["ranks"], raw["shape"], raw["losses"]
+    tokens_per_step = t["micro_batch"] * t["grad_accum"] * t["seq_len"]
+    step_s = [max(r["step_s"][i] for r in ranks) for i in range(len(ranks[0]["step_s"]))]
+    rate = throughput(ranks, window_count(t), tokens_per_step)
+    utils = [r["util"]["mean_pct"] for r in ranks]
+    peak, no_peak = peak_for(t)
+    return {
+        "tokens_per_step_per_gpu": tokens_per_step,
+        **rate,
+        "step_time_s": statistics.median(step_s),
+        "step_time_std_s": statistics.pstdev(step_s),
+        "step_times_s": step_s,
+        "timed_loop_s": max(r["loop_s"] for r in ranks),
+        "peak_mem_gib": max(r["mem_gib"] for r in ranks),
+        "peak_mem_per_rank_gib": [r["mem_gib"] for r in ranks],
+        "peak_mem_source": raw["mem_source"],
+        "flops_per_token": shape["flops_per_token"],
+        "mfu": rate["tokens_per_s_per_gpu"] * shape["flops_per_token"] / (peak * 1e12) if peak else None,
+        "mfu_reason": no_peak,
+        "peak_tflops": peak,
+        "peak_tflops_source": t.get("peak_tflops_source"),
+        "gpu_util_pct": min(utils) if None not in utils else None,
+        "gpu_util_per_rank_pct": utils,
+        "gpu_util_reason": next((r["util"]["reason"] for r in ranks if r["util"]["reason"]), None),
+        "clock_events": clock_events(ranks),
+        "clock_events_reason": next((r["util"].get("clock_events_reason") for r in ranks), None),
+        "losses": losses,
+        "loss_first": losses[0],
+        "loss_last": losses[-1],
+        "loss_ratio": losses[-1] / losses[0] if losses[0] else float("nan"),
+        "world_size": world_size,
+        "per_rank": [{k: r[k] for k in ("rank", "host", "loop_s", "mem_gib", "util")} for r in ranks],
+    }

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -65,6 +66,17 @@ class ClusterSession:
         self.preflight: Any = None
         if not self.collect_only and threading.current_thread() is threading.main_thread():
             self.previous_term = signal.signal(signal.SIGTERM, _interrupt_on_term)
+        run.progress = self.say
+
+    def say(self, line: str) -> None:
+        """A progress line on the terminal while a test runs: past pytest's output capture, as live logging
+        writes (``CaptureManager.global_and_fixture_disabled``); nothing with the terminal reporter off."""
+        reporter = self.config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is None:
+            return
+        capture = self.config.pluginmanager.get_plugin("capturemanager")
+        with capture.global_and_fixture_disabled() if capture is not None else contextlib.nullcontext():
+            reporter.write_line(f"[cluster] {line}")
 
     @classmethod
     def start(cls, config: pytest.Config, name: str) -> ClusterSession:

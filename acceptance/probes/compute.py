@@ -1,9 +1,10 @@
 """Per-GPU speed, every GPU at once: matmul TFLOP/s, device copy and host-link bandwidth, a burn-in.
 
-Every rank measures its own GPU while all the others measure theirs (a barrier starts each timed loop
-together), so a GPU that falls behind under the node's real power and thermal load shows up. A timed
-loop runs after warm-up and is bounded by CUDA events on GPUs, by the host clock on the CPU, where the
-same code measures an fp32 matmul and a memory copy (host links do not apply there).
+Every rank measures its own GPU while all the others measure theirs (a barrier after every rank's warm-up
+starts the timed loops together), so a GPU that falls behind under the node's real power and thermal load
+shows up. A timed loop runs after warm-up and is bounded by CUDA events on GPUs, by the host clock on the
+CPU, where the same code measures an fp32 matmul and a memory copy (host links do not apply there). While a
+loop is timed, NVML's clock-event reasons are sampled: a sustained figure under the power cap says so.
 
 Bandwidths are decimal (GB/s = 1e9 bytes/s); a device copy counts the bytes read plus the bytes written,
 as the reference figures do. Inputs are random, not zeros: a matmul on zeros draws less power and
@@ -15,19 +16,34 @@ from __future__ import annotations
 import hashlib
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
 from acceptance.families import compute as pergpu
+from acceptance.probes.gpu_sampler import GpuSampler
 from acceptance.probes.rank import TORCH_DTYPES, Ctx, main
 from acceptance.profile.sizes import parse_size
 
 WARMUP_S = 1.0
 BURNIN_BATCH = 10  # matmuls between two checks of the clock: long enough to keep the GPU fed
 FP8_MIN_CAPABILITY = (8, 9)  # Ada and Hopper have fp8 tensor cores (CUDA C Programming Guide, compute capabilities)
-Measure = Callable[[Ctx, dict[str, Any]], "float | str"]
+CLOCK_SAMPLE_S = 0.01  # a timed matmul loop lasts ~0.2 s on an H200: enough samples to say "throughout"
+
+
+@dataclass
+class Timed:
+    """Mean seconds per call, and the clock-event reasons sampled while the loop ran (GpuSampler.stop())."""
+
+    seconds: float
+    clocks: dict[str, Any]
+
+
+# a figure, or why it was not measured; and the clocks while it was timed (None when it was not)
+Measured = tuple["float | str", "dict[str, Any] | None"]
+Measure = Callable[[Ctx, dict[str, Any]], Measured]
 
 
 def identity(ctx: Ctx) -> dict[str, Any]:
@@ -38,12 +54,9 @@ def identity(ctx: Ctx) -> dict[str, Any]:
     return row
 
 
-def seconds_per_call(ctx: Ctx, fn: Callable[[], object], warmup: int, iters: int) -> float:
-    """Mean seconds per call of ``fn`` over ``iters`` back-to-back calls after ``warmup`` calls.
-
-    On a GPU the warm-up also lasts at least WARMUP_S: an idle GPU's clocks take a while to ramp, and a
-    timed loop that starts before they have would measure the ramp rather than the GPU.
-    """
+def warm_up(ctx: Ctx, fn: Callable[[], object], warmup: int) -> None:
+    """``warmup`` calls; on a GPU for at least WARMUP_S: an idle GPU's clocks take a while to ramp, and a timed
+    loop that starts before they have would measure the ramp rather than the GPU."""
     start_warm = time.perf_counter()
     while True:
         for _ in range(max(1, warmup)):
@@ -51,7 +64,28 @@ def seconds_per_call(ctx: Ctx, fn: Callable[[], object], warmup: int, iters: int
         ctx.sync()
         ctx.progress()
         if not ctx.is_cuda or time.perf_counter() - start_warm >= WARMUP_S:
-            break
+            return
+
+
+def seconds_per_call(ctx: Ctx, fn: Callable[[], object], warmup: int, iters: int, together: bool = True) -> Timed:
+    """Mean seconds per call of ``fn`` over ``iters`` back-to-back calls after the warm-up.
+
+    ``together``: every rank is measuring, and a barrier after every rank's warm-up starts their timed loops
+    at once (a warm-up lasts as long as its GPU needs, so a barrier before it would let the loops drift
+    apart). A rank whose warm-up fails still meets the barrier, then raises.
+    """
+    failed: RuntimeError | None = None
+    try:
+        warm_up(ctx, fn, warmup)
+    except RuntimeError as exc:
+        failed = exc
+    if together:
+        ctx.progress()
+        dist.barrier()
+    if failed is not None:
+        raise failed
+    sampler = GpuSampler(ctx.device, period_s=CLOCK_SAMPLE_S)
+    sampler.start()
     if ctx.is_cuda:
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
@@ -59,11 +93,14 @@ def seconds_per_call(ctx: Ctx, fn: Callable[[], object], warmup: int, iters: int
             fn()
         end.record()
         end.synchronize()
-        return start.elapsed_time(end) / 1e3 / iters
-    t0 = time.perf_counter()
-    for _ in range(iters):
-        fn()
-    return (time.perf_counter() - t0) / iters
+        seconds = start.elapsed_time(end) / 1e3
+    else:
+        t0 = time.perf_counter()
+        for _ in range(iters):
+            fn()
+        seconds = time.perf_counter() - t0
+    sampled = sampler.stop()
+    return Timed(seconds / iters, {k: sampled[k] for k in ("clock_events", "clock_events_reason")})
 
 
 def _random(shape: tuple[int, int], dtype: torch.dtype, device: torch.device, seed: int) -> torch.Tensor:
@@ -72,37 +109,36 @@ def _random(shape: tuple[int, int], dtype: torch.dtype, device: torch.device, se
     return torch.randn(shape, generator=gen, device=device, dtype=dtype)
 
 
-def matmul(ctx: Ctx, cfg: dict[str, Any]) -> float:
+def matmul(ctx: Ctx, cfg: dict[str, Any]) -> Measured:
     """TFLOP/s of an n x n x n matmul in the profile's dtype (2 n^3 floating-point operations per call)."""
     n, dtype = cfg["matmul_size"], TORCH_DTYPES[cfg["matmul_dtype"]]
     a, b = _random((n, n), dtype, ctx.device, cfg["seed"]), _random((n, n), dtype, ctx.device, cfg["seed"] + 1)
     out = torch.empty((n, n), dtype=dtype, device=ctx.device)
-    dist.barrier()
-    seconds = seconds_per_call(ctx, lambda: torch.mm(a, b, out=out), cfg["warmup_iters"], cfg["matmul_iters"])
-    return 2 * n**3 / seconds / 1e12
+    timed = seconds_per_call(ctx, lambda: torch.mm(a, b, out=out), cfg["warmup_iters"], cfg["matmul_iters"])
+    return 2 * n**3 / timed.seconds / 1e12, timed.clocks
 
 
-def fp8_matmul(ctx: Ctx, cfg: dict[str, Any]) -> float | str:
+def fp8_matmul(ctx: Ctx, cfg: dict[str, Any]) -> Measured:
     """TFLOP/s of an e4m3 matmul with bf16 output (torch._scaled_mm), or why it was not measured."""
     reason = _fp8_unavailable(ctx, cfg)
-    dist.barrier()  # every rank passes the same number of barriers, measured or not
     if reason:
-        return reason
+        dist.barrier()  # every rank passes the same number of barriers, measured or not
+        return reason, None
     n, fp8 = cfg["matmul_size"], torch.float8_e4m3fn
     a = _random((n, n), torch.bfloat16, ctx.device, cfg["seed"]).to(fp8)
     # cuBLASLt takes the second operand column-major: the transpose of a row-major tensor is that
     b = _random((n, n), torch.bfloat16, ctx.device, cfg["seed"] + 1).to(fp8).t()
     scale = torch.ones((), dtype=torch.float32, device=ctx.device)
     try:
-        seconds = seconds_per_call(
+        timed = seconds_per_call(
             ctx,
             lambda: torch._scaled_mm(a, b, scale, scale, out_dtype=torch.bfloat16),
             cfg["warmup_iters"],
             cfg["matmul_iters"],
         )
     except RuntimeError as exc:
-        return f"fp8 matmul: torch._scaled_mm failed: {str(exc).splitlines()[0]}"
-    return 2 * n**3 / seconds / 1e12
+        return f"fp8 matmul: torch._scaled_mm failed: {str(exc).splitlines()[0]}", None
+    return 2 * n**3 / timed.seconds / 1e12, timed.clocks
 
 
 def _fp8_unavailable(ctx: Ctx, cfg: dict[str, Any]) -> str | None:
@@ -118,21 +154,20 @@ def _fp8_unavailable(ctx: Ctx, cfg: dict[str, Any]) -> str | None:
     return None
 
 
-def device_copy(ctx: Ctx, cfg: dict[str, Any]) -> float:
+def device_copy(ctx: Ctx, cfg: dict[str, Any]) -> Measured:
     """GB/s of a copy within the GPU's memory (or the host's), counting bytes read plus bytes written."""
     nbytes = parse_size(cfg["copy_size"])
     src = torch.empty(nbytes, dtype=torch.uint8, device=ctx.device).random_(0, 256)
     dst = torch.empty_like(src)
-    dist.barrier()
-    seconds = seconds_per_call(ctx, lambda: dst.copy_(src), cfg["warmup_iters"], cfg["copy_iters"])
-    return 2 * nbytes / seconds / 1e9
+    timed = seconds_per_call(ctx, lambda: dst.copy_(src), cfg["warmup_iters"], cfg["copy_iters"])
+    return 2 * nbytes / timed.seconds / 1e9, timed.clocks
 
 
-def host_links(ctx: Ctx, cfg: dict[str, Any]) -> dict[str, float | str]:
+def host_links(ctx: Ctx, cfg: dict[str, Any]) -> dict[str, Measured]:
     """Pinned host-to-device and device-to-host GB/s, each direction alone on the link."""
     if not ctx.is_cuda:
         reason = "host links: not applicable on the CPU (no device memory to copy to)"
-        return {"h2d_gbps": reason, "d2h_gbps": reason}
+        return {"h2d_gbps": (reason, None), "d2h_gbps": (reason, None)}
     nbytes = parse_size(cfg["host_copy_size"])
     # DMA speed does not depend on the bytes; filling a large host buffer would only cost start-up time
     host = torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
@@ -141,16 +176,19 @@ def host_links(ctx: Ctx, cfg: dict[str, Any]) -> dict[str, float | str]:
         "h2d_gbps": lambda: dev.copy_(host, non_blocking=True),
         "d2h_gbps": lambda: host.copy_(dev, non_blocking=True),
     }
+    # together: every GPU of the node copies at once, timed from the barrier after every warm-up;
     # one_at_a_time: the node's GPUs take turns (all nodes in step), so no two links share the root complex
-    turns: list[int | None] = [None] if cfg["host_links"] == "together" else list(range(ctx.local_world_size))
-    out: dict[str, float | str] = {}
+    together = cfg["host_links"] == "together"
+    turns: list[int | None] = [None] if together else list(range(ctx.local_world_size))
+    out: dict[str, Measured] = {}
     for turn in turns:
         for figure, call in calls.items():
             ctx.progress()
-            dist.barrier()
+            if not together:
+                dist.barrier()  # the previous GPU's turn is over
             if turn is None or turn == ctx.local_rank:
-                seconds = seconds_per_call(ctx, call, cfg["warmup_iters"], cfg["host_copy_iters"])
-                out[figure] = nbytes / seconds / 1e9
+                timed = seconds_per_call(ctx, call, cfg["warmup_iters"], cfg["host_copy_iters"], together)
+                out[figure] = (nbytes / timed.seconds / 1e9, timed.clocks)
     return out
 
 
@@ -191,16 +229,15 @@ MEASURES: dict[str, Measure] = {"matmul_tflops": matmul, "matmul_fp8_tflops": fp
 
 def run(ctx: Ctx) -> dict[str, Any]:
     cfg = ctx.spec["compute"]
-    row, skipped = identity(ctx), {}
+    row, found = identity(ctx), {}
     for figure, measure in MEASURES.items():
         ctx.phase(figure)
-        row[figure] = measure(ctx, cfg)
+        found[figure] = measure(ctx, cfg)
     ctx.phase("host links")
-    row.update(host_links(ctx, cfg))
-    for figure in pergpu.FIGURES:
-        if isinstance(row.get(figure), str):
-            skipped[figure] = row.pop(figure)
-    row["not_measured"] = skipped
+    found.update(host_links(ctx, cfg))
+    row["not_measured"] = {f: value for f, (value, _) in found.items() if isinstance(value, str)}
+    row.update({f: value for f, (value, _) in found.items() if not isinstance(value, str)})
+    row["clocks"] = {f: clocks for f, (_, clocks) in found.items() if clocks is not None}
     if cfg["duration_s"] > 0:
         ctx.phase("burn-in")
         row["burnin"] = burnin(ctx, cfg)

@@ -166,11 +166,18 @@ def _nvlink_active(lib: Any, handle: Any) -> Any:
     return active
 
 
+CLOCK_EVENT_QUERIES = ("nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetCurrentClocksThrottleReasons")
+
+
+def clock_event_names(bits: int) -> list[str]:
+    """The reasons of CLOCK_EVENT_BITS set in an NVML clock-event bit mask, by name."""
+    return sorted(name for name, bit in CLOCK_EVENT_BITS.items() if int(bits) & bit)
+
+
 def _clock_events(ask: _Asker, lib: Any, handle: Any) -> Any:
-    names = ("nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetCurrentClocksThrottleReasons")
     # drivers before 535 know the query only by its older name
     bits: Any = not_measured("clock event reasons: this pynvml has neither query")
-    for name in names:
+    for name in CLOCK_EVENT_QUERIES:
         query = getattr(lib, name, None)
         if query is not None:
             bits = ask("clock event reasons", query, handle)
@@ -178,4 +185,4 @@ def _clock_events(ask: _Asker, lib: Any, handle: Any) -> Any:
                 break
     if not is_measured(bits):
         return bits
-    return sorted(name for name, bit in CLOCK_EVENT_BITS.items() if int(bits) & bit)
+    return clock_event_names(int(bits))

@@ -27,12 +27,25 @@ DTYPE = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": None}
 BETAS, WEIGHT_DECAY = (0.9, 0.95), 0.1
 
 
+def _nothing() -> None:
+    return None
+
+
+def _no_counters() -> dict[str, Any]:
+    return {}
+
+
 @dataclass
 class Runner:
-    """``step(micro_batches)`` runs forward, backward and one optimizer step; returns the mean loss (on device)."""
+    """``step(micro_batches)`` runs forward, backward and one optimizer step; returns the mean loss (on device).
+    ``close()`` undoes what the strategy set up beyond its own objects, so the next strategy of the same
+    process starts as in a fresh one; ``counters()`` reads the strategy's own counters (DeepSpeed's skipped
+    steps and loss scale)."""
 
     step: Callable[[list[torch.Tensor]], torch.Tensor]
     info: dict[str, Any] = field(default_factory=dict)
+    close: Callable[[], None] = _nothing
+    counters: Callable[[], dict[str, Any]] = _no_counters
 
 
 def adamw(params: Iterator[nn.Parameter], lr: float, device: torch.device, offload: bool = False) -> Any:
@@ -163,7 +176,28 @@ def deepspeed_runner(name: str, model: Any, t: dict[str, Any], ctx: Ctx, user: d
         "deepspeed_auto_resolved": resolved,
         "optimizer": type(engine.optimizer).__name__,
     }
-    return Runner(step, info)
+    return Runner(step, info, close=lambda: close_deepspeed(engine), counters=lambda: loss_scaling(engine))
+
+
+def loss_scaling(engine: Any) -> dict[str, Any]:
+    """fp16's dynamic loss scaling so far: optimizer steps skipped on an overflow, and the current scale."""
+    scale = getattr(engine.optimizer, "loss_scale", None)
+    return {"skipped_steps": int(engine.skipped_steps), "loss_scale": float(scale) if scale is not None else None}
+
+
+def close_deepspeed(engine: Any) -> None:
+    """Remove the engine's hooks and free its buffers (``DeepSpeedEngine.destroy``), then destroy the process
+    groups DeepSpeed cached for itself: the next engine in this process creates its own, as a new job would."""
+    import deepspeed.comm
+    from deepspeed.utils import groups
+
+    engine.destroy()
+    # groups.py caches the data-parallel clone of the world (and, for some configs, ZeRO++'s intra-node
+    # group) in module globals; destroy_process_group also drops DeepSpeed's references to them
+    for name in ("_WORLD_GROUP", "_ZERO_PARAM_INTRA_PARALLEL_GROUP"):
+        group = getattr(groups, name, None)
+        if group is not None and group is not dist.group.WORLD:
+            deepspeed.comm.destroy_process_group(group)
 
 
 def make_runner(name: str, model: nn.Module, t: dict[str, Any], ctx: Ctx, user: dict[str, Any] | None) -> Runner:

@@ -1,9 +1,17 @@
-"""A short real training run of one strategy: tokens/s per GPU, step times, memory, MFU, utilisation, loss curve.
+"""Short real training runs, every strategy of the run in this one job: tokens/s per GPU, memory, MFU, loss.
 
-Named after the profile section it reads (``training:``), like every probe. ``warmup_steps`` untimed steps
-(compilation, allocator and NCCL warm-up), then ``steps`` timed ones. On GPUs each step is timed by CUDA
-events on the stream, so the host never waits inside the timed loop; the rate over the loop is taken
-between two synchronisations. The cluster's figure is the slowest rank's: a job runs at its pace.
+Named after the profile section it reads (``training:``), like every probe. Per strategy: a fresh model from
+the seed, ``warmup_steps`` untimed steps (compilation, allocator and communicator warm-up), then ``steps``
+timed ones. On GPUs each step is timed by CUDA events on the stream, so the host never waits inside the timed
+loop. The cluster's figure is the slowest rank's: a job runs at its pace.
+
+Between strategies the probe tears the last one down (its objects, DeepSpeed's hooks and process groups,
+compiled graphs, cached GPU memory) and every rank agrees on how it ended, through the job's store (not a
+collective, which a stuck rank would never join): a strategy that raised on every rank is recorded with its
+error and the next one runs. A rank that raised
+while another is still inside the strategy (stuck in a collective that will never complete) re-raises after
+AGREE_WAIT_S, which ends the job; the launcher names the rank and the phase, ``<strategy>: <what>``. After
+each strategy local rank 0 writes ``partial.json``, so a job that dies keeps what it finished.
 
 The data are synthetic but learnable, so the loss must fall: each sequence counts up from a random start
 with a random stride through a small part of the vocabulary, with 10% of the tokens replaced by noise.
@@ -11,23 +19,38 @@ with a random stride through a small part of the vocabulary, with 10% of the tok
 
 from __future__ import annotations
 
+import contextlib
+import datetime
+import gc
 import itertools
+import json
+import os
 import resource
-import statistics
+import signal
+import sys
 import time
+import traceback
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import torch
 import torch.distributed as dist
+from torch._C._distributed_c10d import PrefixStore, TCPStore  # typed here; torch.distributed re-exports them
 
-from acceptance.probes.gpu_sampler import UtilSampler
-from acceptance.probes.rank import Ctx, main
+from acceptance.families.training import figures
+from acceptance.probes.gpu_sampler import GpuSampler
+from acceptance.probes.rank import Ctx, main, write_json
 from acceptance.probes.train_model import build_model, describe
 from acceptance.probes.train_strategies import Runner, global_mean, make_runner
 
 DATA_VOCAB = 1024  # the synthetic text's alphabet: small enough that a few steps visibly learn it
 NOISE = 0.1
 GIB = 1 << 30
+# how long a rank that raised waits for the others to finish the strategy too; longer than ranks of one
+# job drift apart at the same line of code, far shorter than a probe timeout
+AGREE_WAIT_S = 30.0
+PEAK_RSS_RESET = Path("/proc/self/clear_refs")  # writing "5" resets VmHWM (Linux >= 4.0, proc(5))
 
 
 def synthetic_batches(t: dict[str, Any], vocab: int, ctx: Ctx, count: int) -> list[list[torch.Tensor]]:
@@ -72,111 +95,174 @@ def timed_steps(runner: Runner, batches: list[list[torch.Tensor]], ctx: Ctx) -> 
     return losses, [b - a for a, b in itertools.pairwise(stamps)], stamps[-1] - stamps[0]
 
 
-def peak_mem(ctx: Ctx) -> tuple[float, str]:
-    if ctx.is_cuda:
-        return torch.cuda.max_memory_allocated(ctx.device) / GIB, "torch.cuda.max_memory_allocated"
-    # the process's peak resident set (KiB on Linux): model, optimizer and the runtime itself
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / GIB, "peak RSS (getrusage ru_maxrss)"
-
-
-def _setup(ctx: Ctx) -> None:
-    torch.set_float32_matmul_precision("high")  # fp32 matrix products on tensor cores (TF32), as training code does
+def reset_peak_mem(ctx: Ctx) -> bool:
+    """Start this strategy's peak-memory count; False where the host's peak RSS cannot be reset."""
     if ctx.is_cuda:
         torch.cuda.reset_peak_memory_stats(ctx.device)
+        return True
+    try:
+        PEAK_RSS_RESET.write_text("5")
+    except OSError:
+        return False
+    return True
 
 
-def measure(ctx: Ctx) -> dict[str, Any]:
-    t, name = ctx.spec["training"], ctx.spec["strategy"]
-    _setup(ctx)
-    ctx.phase("build model")
+def peak_mem(ctx: Ctx, was_reset: bool) -> tuple[float, str]:
+    if ctx.is_cuda:
+        return torch.cuda.max_memory_allocated(ctx.device) / GIB, "torch.cuda.max_memory_allocated"
+    if was_reset:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):  # kB
+                return int(line.split()[1]) * 1024 / GIB, "peak RSS during this strategy (VmHWM)"
+    # the process's peak resident set since it started (KiB on Linux), earlier strategies included
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / GIB, "peak RSS of the job (ru_maxrss)"
+
+
+def measure(ctx: Ctx, name: str) -> dict[str, Any]:
+    """One strategy from a fresh model to every rank's measurements; its runner is closed however it ends."""
+    t = ctx.spec["training"]
+    mem_reset = reset_peak_mem(ctx)
+    ctx.phase(f"{name}: build model")
     model = build_model(t["model"], t["seq_len"], ctx.device, int(t["seed"]))
     shape = describe(model, t["seq_len"])
     batches = synthetic_batches(t, shape["vocab_size"], ctx, t["warmup_steps"] + t["steps"])
-    ctx.phase(f"wrap {name}")
-    runner = make_runner(name, model, t, ctx, ctx.spec.get("deepspeed_user"))
-    ctx.phase("warm-up steps")
-    warm = []
-    for micro in batches[: t["warmup_steps"]]:
-        ctx.progress()
-        warm.append(runner.step(micro))
-    ctx.phase("timed steps")
-    sampler = UtilSampler(ctx.device)
-    sampler.start()
-    losses, step_s, loop_s = timed_steps(runner, batches[t["warmup_steps"] :], ctx)
-    util = sampler.stop()
-    ctx.phase("gather figures")
-    mem, mem_source = peak_mem(ctx)
-    mine = {"rank": ctx.rank, "host": ctx.host, "step_s": step_s, "loop_s": loop_s, "mem_gib": mem, "util": util}
+    ctx.phase(f"{name}: wrap")
+    with unwinding_on_term():
+        runner = make_runner(name, model, t, ctx, ctx.spec["deepspeed_user"].get(name))
+    try:
+        ctx.phase(f"{name}: warm-up steps")
+        warm = []
+        for micro in batches[: t["warmup_steps"]]:
+            ctx.progress()
+            warm.append(runner.step(micro))
+        before = runner.counters()
+        ctx.phase(f"{name}: timed steps")
+        sampler = GpuSampler(ctx.device)
+        sampler.start()
+        losses, step_s, loop_s = timed_steps(runner, batches[t["warmup_steps"] :], ctx)
+        util = sampler.stop()
+        ctx.phase(f"{name}: gather figures")
+        mem, mem_source = peak_mem(ctx, mem_reset)
+        counters = {"before_timed_steps": before, "after": runner.counters()} if before else {}
+        mine = {"rank": ctx.rank, "host": ctx.host, "step_s": step_s, "loop_s": loop_s, "mem_gib": mem, "util": util}
+        return {
+            "ranks": ctx.gather(mine),
+            "losses": global_mean(warm + losses, ctx),
+            "shape": shape,
+            "info": {**runner.info, **({"loss_scaling": counters} if counters else {})},
+            "mem_source": mem_source,
+        }
+    finally:
+        runner.close()
+
+
+def release(ctx: Ctx) -> None:
+    """What a strategy leaves in the process beyond its objects: compiled graphs and cached GPU memory."""
+    gc.collect()  # DeepSpeed's engine and optimizer hold reference cycles
+    torch._dynamo.reset()  # another model's graphs: a fresh process would compile its own, and so do we
+    if ctx.is_cuda:
+        torch.cuda.empty_cache()
+
+
+def held_mem_gib(ctx: Ctx) -> float:
+    """What this rank still holds after a strategy's teardown: GPU memory allocated through torch, or the
+    process's resident set on the CPU; a figure that grows from strategy to strategy is a leak."""
+    if ctx.is_cuda:
+        return torch.cuda.memory_allocated(ctx.device) / GIB
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):  # kB
+            return int(line.split()[1]) * 1024 / GIB
+    return float("nan")
+
+
+def agree(ctx: Ctx, store: Any, name: str, failure: BaseException | None) -> list[tuple[str | None, float]]:
+    """Every rank's error for the strategy just run (None where it finished) and the memory it still holds,
+    once all ranks are out of the strategy. Through the job's store, where each rank waits as long as it
+    chooses: a rank that raised waits AGREE_WAIT_S, the others as long as the probe may take."""
+    error = None if failure is None else f"{type(failure).__name__}: {failure}".strip()
+    store.set(f"agree/{name}/{ctx.rank}", json.dumps([error, round(held_mem_gib(ctx), 3)]))
+    keys = [f"agree/{name}/{rank}" for rank in range(ctx.world_size)]
+    wait = AGREE_WAIT_S if failure is not None else float(ctx.spec.get("pg_timeout_s", 600))
+    try:
+        store.wait(keys, datetime.timedelta(seconds=wait))
+    except RuntimeError:  # DistStoreError: a rank is still inside the strategy
+        if failure is not None:  # stuck in a collective that will never complete: only ending the job frees it
+            raise failure from None
+        raise
+    return [tuple(json.loads(store.get(key))) for key in keys]  # type: ignore[misc]
+
+
+def job_store() -> Any:
+    """A client of the store torchrun's agent keeps for this job (MASTER_ADDR:MASTER_PORT, where every rank
+    met for init_process_group), under a prefix of our own."""
+    env = os.environ
+    client = TCPStore(env["MASTER_ADDR"], int(env["MASTER_PORT"]), is_master=False)
+    return PrefixStore("acceptance-training", client)
+
+
+def one_strategy(ctx: Ctx, name: str, store: Any) -> dict[str, Any]:
+    t, start = ctx.spec["training"], time.perf_counter()
+    failure: BaseException | None = None
+    out: dict[str, Any] = {}
+    try:
+        raw = measure(ctx, name)
+        out = figures(raw, t, ctx.world_size)
+        out.update(model_shape=raw["shape"], **raw["info"])
+    except Exception as exc:
+        traceback.print_exception(exc)
+        traceback.clear_frames(exc.__traceback__)  # the frames hold the model: let it go
+        failure = exc
+    ctx.phase(f"{name}: teardown")
+    release(ctx)
+    ended = agree(ctx, store, name, failure)
+    dist.barrier()  # on the training group: nothing of this strategy is left in flight
+    failed = [(rank, e) for rank, (e, _) in enumerate(ended) if e is not None]
+    if failed:
+        ranks = ", ".join(str(rank) for rank, _ in failed)
+        out = {"error": f"{name} failed on rank(s) {ranks}: rank {failed[0][0]} raised {failed[0][1]}"}
+    out["held_after_teardown_gib"] = [held for _, held in ended]
+    return {**out, **common(ctx, name), "wall_s": round(time.perf_counter() - start, 3)}
+
+
+def common(ctx: Ctx, name: str) -> dict[str, Any]:
+    t = ctx.spec["training"]
     return {
-        "ranks": ctx.gather(mine),
-        "losses": global_mean(warm + losses, ctx),
-        "shape": shape,
-        "info": runner.info,
-        "mem_source": mem_source,
+        "strategy": name,
+        "model": t["model"],
+        "precision": t["precision"],
+        "world_size": ctx.world_size,
+        "device_name": torch.cuda.get_device_name(ctx.device) if ctx.is_cuda else "cpu",
+        "torch_version": torch.__version__,
+        "setup": {k: t[k] for k in ("seq_len", "micro_batch", "grad_accum", "warmup_steps", "steps", "lr", "seed")},
     }
 
 
-def _quantile(ordered: list[float], q: float) -> float:
-    """The nearest-rank quantile of an ascending list."""
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+def _exit_on_term(signum: int, frame: Any) -> None:
+    sys.exit(128 + signum)
 
 
-def figures(raw: dict[str, Any], t: dict[str, Any], world_size: int) -> dict[str, Any]:
-    """The cluster's figures from every rank's measurements (the slowest rank's pace, the largest memory)."""
-    ranks, shape = raw["ranks"], raw["shape"]
-    tokens_per_step = t["micro_batch"] * t["grad_accum"] * t["seq_len"]
-    loop_s = max(r["loop_s"] for r in ranks)
-    step_s = [max(r["step_s"][i] for r in ranks) for i in range(len(ranks[0]["step_s"]))]
-    per_step = sorted(tokens_per_step / s for s in step_s)
-    rate = tokens_per_step * len(step_s) / loop_s
-    utils = [r["util"]["mean_pct"] for r in ranks]
-    peak = t.get("peak_tflops")
-    losses = raw["losses"]
-    return {
-        "tokens_per_step_per_gpu": tokens_per_step,
-        "tokens_per_s_per_gpu": rate,
-        "tokens_per_s_per_gpu_median": statistics.median(per_step),
-        "tokens_per_s_per_gpu_p10": _quantile(per_step, 0.1),
-        "tokens_per_s_per_gpu_p90": _quantile(per_step, 0.9),
-        "step_time_s": statistics.median(step_s),
-        "step_time_std_s": statistics.pstdev(step_s),
-        "step_times_s": step_s,
-        "timed_loop_s": loop_s,
-        "peak_mem_gib": max(r["mem_gib"] for r in ranks),
-        "peak_mem_per_rank_gib": [r["mem_gib"] for r in ranks],
-        "peak_mem_source": raw["mem_source"],
-        "flops_per_token": shape["flops_per_token"],
-        "mfu": rate * shape["flops_per_token"] / (peak * 1e12) if peak else None,
-        "mfu_reason": None if peak else "the profile sets no training.peak_tflops",
-        "peak_tflops": peak,
-        "peak_tflops_source": t.get("peak_tflops_source"),
-        "gpu_util_pct": min(utils) if None not in utils else None,
-        "gpu_util_per_rank_pct": utils,
-        "gpu_util_reason": next((r["util"]["reason"] for r in ranks if r["util"]["reason"]), None),
-        "losses": losses,
-        "loss_first": losses[0],
-        "loss_last": losses[-1],
-        "loss_ratio": losses[-1] / losses[0] if losses[0] else float("nan"),
-        "world_size": world_size,
-        "per_rank": [{k: r[k] for k in ("rank", "host", "loop_s", "mem_gib", "util")} for r in ranks],
-    }
+@contextlib.contextmanager
+def unwinding_on_term() -> Iterator[None]:
+    """While a strategy is set up (where DeepSpeed JIT-builds its ops), SIGTERM, the first signal of a timeout
+    or an interrupt, unwinds the stack, so that a build in progress removes its lock file in its own
+    ``finally``: the default action would leave the lock behind, and every later build of the op would wait
+    on it forever. Only here: elsewhere a rank blocked inside a collective could not run the handler."""
+    previous = signal.signal(signal.SIGTERM, _exit_on_term)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def run(ctx: Ctx) -> dict[str, Any]:
-    raw = measure(ctx)
-    t = ctx.spec["training"]
-    out = figures(raw, t, ctx.world_size)
-    out.update(
-        strategy=ctx.spec["strategy"],
-        model=t["model"],
-        model_shape=raw["shape"],
-        precision=t["precision"],
-        device_name=torch.cuda.get_device_name(ctx.device) if ctx.is_cuda else "cpu",
-        torch_version=torch.__version__,
-        setup={k: t[k] for k in ("seq_len", "micro_batch", "grad_accum", "warmup_steps", "steps", "lr", "seed")},
-        **raw["info"],
-    )
-    return out
+    torch.set_float32_matmul_precision("high")  # fp32 matrix products on tensor cores (TF32), as training code does
+    store = job_store()
+    results: dict[str, dict[str, Any]] = {}
+    for name in ctx.spec["strategies"]:
+        results[name] = one_strategy(ctx, name, store)
+        if ctx.local_rank == 0:
+            write_json(ctx.out / "partial.json", {"parts": results})
+    return {"strategies": results}
 
 
 if __name__ == "__main__":

@@ -39,11 +39,13 @@ class Profile:
 
 
 def shipped_dir() -> Path:
-    """Installed: the ``acceptance.thresholds`` package; a source checkout: ``thresholds/`` beside the package."""
-    try:
-        return Path(str(resources.files("acceptance.thresholds")))
-    except ModuleNotFoundError:
-        return Path(__file__).resolve().parents[2] / "thresholds"
+    """A source checkout: ``thresholds/`` beside the package that was imported (an editable install's
+    ``acceptance.thresholds`` would name the checkout it was installed from, which may be another one);
+    installed: the ``acceptance.thresholds`` package."""
+    beside = Path(__file__).resolve().parents[2] / "thresholds"
+    if (beside / "__init__.py").is_file():
+        return beside
+    return Path(str(resources.files("acceptance.thresholds")))
 
 
 def available() -> dict[str, Path]:

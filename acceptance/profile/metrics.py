@@ -72,7 +72,7 @@ FAMILIES: list[Family] = [
         r"internode\.(?P<inter_op>\w+)\.efficiency@(?P<inter_size>\w+)", "internode.<op>.efficiency@<size>", "higher"
     ),
     _family(
-        r"training\.(?P<strategy>\w+)\.(tokens_per_s_per_gpu|tokens_per_s_per_gpu_median|mfu|gpu_util_pct)",
+        r"training\.(?P<strategy>\w+)\.(tokens_per_s_per_gpu|mfu|gpu_util_pct)",
         _TRAIN,
         "higher",
     ),

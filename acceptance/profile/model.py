@@ -15,6 +15,7 @@ from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Fie
 
 from acceptance.profile.collectives import COLLECTIVE_OPS
 from acceptance.profile.dtypes import DTYPE_NAMES
+from acceptance.profile.peaks import Peaks, Precision
 from acceptance.profile.sizes import canonical_size
 
 Size = Annotated[str, BeforeValidator(canonical_size)]
@@ -166,7 +167,7 @@ class DeepSpeedRun(Strict):
 
 
 class Training(Strict):
-    """Short real training runs, one torchrun job per strategy; ``steps`` are timed after ``warmup_steps``."""
+    """Short real training runs, all strategies in one torchrun job; ``steps`` timed after ``warmup_steps``."""
 
     model: Literal[TRAIN_MODELS] = "gpt2-124m"  # type: ignore[valid-type]
     seq_len: PositiveInt = 1024
@@ -174,14 +175,15 @@ class Training(Strict):
     grad_accum: PositiveInt = 1
     warmup_steps: Annotated[int, Field(ge=0)] = 5
     steps: PositiveInt = 20
-    precision: Literal["bf16", "fp16", "fp32"] = "bf16"
+    windows: PositiveInt | None = None  # of the timed steps: tokens/s is their median; None: 5 (at most steps)
+    precision: Precision = "bf16"
     compile: Literal["none", "blocks", "model"] = "none"  # blocks: each decoder layer, a short cold start
     lr: Annotated[float, Field(ge=0)] = 3e-4  # constant: the same for every strategy, so curves compare
     grad_clip: Annotated[float, Field(ge=0)] = 1.0  # 0: off
     seed: int = 1234
     strategies: list[RunName] = ["ddp", "fsdp", "zero2", "zero3"]
     deepspeed: dict[RunName, DeepSpeedRun] = {}
-    peak_tflops: Annotated[float, Field(gt=0)] | None = None  # per GPU, dense, at this precision (1 TFLOP/s = 1e12)
+    peak_tflops: Peaks = None  # per GPU, dense, per precision (1 TFLOP/s = 1e12); MFU takes ``precision``'s
     peak_tflops_source: str | None = None
     scaling_baseline: Literal["one_gpu", "one_node", "none"] = "one_gpu"
     scaling_strategy: RunName = "ddp"
@@ -202,6 +204,8 @@ class Training(Strict):
             raise ValueError("peak_tflops and peak_tflops_source go together (say where the peak comes from)")
         if self.scaling_baseline != "none" and self.scaling_strategy not in self.strategies:
             raise ValueError(f"scaling_strategy {self.scaling_strategy!r} is not in strategies {self.strategies}")
+        if self.windows is not None and self.windows > self.steps:
+            raise ValueError(f"windows ({self.windows}) exceeds steps ({self.steps}): every timed window needs a step")
         if self.canary_steps > self.warmup_steps + self.steps:
             raise ValueError("canary_steps exceeds warmup_steps + steps: the runs would not have that many losses")
         return self

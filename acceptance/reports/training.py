@@ -15,6 +15,11 @@ Run = tuple[str, Mapping[str, Any], float | None]  # label, the training probe's
 
 
 def _spread(result: Mapping[str, Any]) -> str:
+    """The spread of tokens/s: the timed windows' quartiles and range, or (evidence written before the
+    windows) the per-step median and p10 - p90."""
+    q1, q3, low, high = (result.get(f"tokens_per_s_per_gpu_{k}") for k in ("q1", "q3", "min", "max"))
+    if q1 is not None and q3 is not None:
+        return f"{fmt(q1)} - {fmt(q3)} ({fmt(low)} - {fmt(high)})"
     median, p10, p90 = (result.get(k) for k in ("tokens_per_s_per_gpu_median", "tokens_per_s_per_gpu_p10",
                                                "tokens_per_s_per_gpu_p90"))  # fmt: skip
     if median is None:
@@ -22,16 +27,29 @@ def _spread(result: Mapping[str, Any]) -> str:
     return f"{fmt(median)} ({fmt(p10)} - {fmt(p90)})" if p10 is not None and p90 is not None else fmt(median)
 
 
+def _skipped(result: Mapping[str, Any]) -> str:
+    """Optimizer steps DeepSpeed skipped on an fp16 overflow during the timed steps, of the timed steps."""
+    scaling = result.get("loss_scaling")
+    if not scaling:
+        return "-"
+    count = scaling["after"]["skipped_steps"] - scaling["before_timed_steps"]["skipped_steps"]
+    return f"{count}/{(result.get('setup') or {}).get('steps', '?')}"
+
+
 def _percent(value: Any) -> str:
     return f"{value:.1%}" if isinstance(value, (int, float)) else "-"
 
 
 def table(runs: Sequence[Run], usd_per_gpu_hour: float | None) -> tuple[list[str], list[list[object]]]:
-    """One row per run: throughput (mean, per-step median and p10 - p90), tokens per dollar where the
-    profile names a price, MFU, memory, step time, utilisation, loss and wall time."""
-    head = ["strategy", "precision", "world", "tokens/s/GPU", "per-step median (p10 - p90)"]
+    """One row per run: throughput (the median over timed windows, their quartiles and range), tokens per
+    dollar where the profile names a price, MFU, memory, step time, utilisation, loss, fp16 overflow skips
+    where a run has them, and wall time (a strategy's part of its job)."""
+    skips = any(r.get("loss_scaling") and r.get("precision") == "fp16" for _, r, _ in runs)
+    head = ["strategy", "precision", "world", "tokens/s/GPU", "IQR (min - max)"]
     head += ["tokens/$"] if usd_per_gpu_hour else []
-    head += ["MFU", "peak GiB", "step ms (± std)", "GPU util %", "loss first -> last", "wall s"]
+    head += ["MFU", "peak GiB", "step ms (± std)", "GPU util %", "loss first -> last"]
+    head += ["skipped steps"] if skips else []
+    head += ["wall s"]
     rows: list[list[object]] = []
     for label, r, wall in runs:
         tps = r.get("tokens_per_s_per_gpu")
@@ -44,18 +62,38 @@ def table(runs: Sequence[Run], usd_per_gpu_hour: float | None) -> tuple[list[str
             f"{step * 1e3:.1f}" + (f" ± {std * 1e3:.1f}" if std is not None else "") if step is not None else "-",
             f"{r['gpu_util_pct']:.0f}" if isinstance(r.get("gpu_util_pct"), (int, float)) else "-",
             f"{r.get('loss_first', 0):.3f} -> {r.get('loss_last', 0):.3f}" if "loss_last" in r else "-",
-            f"{wall:.1f}" if wall is not None else "-",
         ]
+        row += [_skipped(r)] if skips else []
+        row += [f"{wall:.1f}" if wall is not None else "-"]
         rows.append(row)
     return head, rows
 
 
+def _strategies(result: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]]:
+    """A training job's strategies: under ``strategies`` (``parts`` in a failed job's partial result), or
+    the job itself in evidence written with a job per strategy."""
+    found = result.get("strategies") or result.get("parts")
+    if isinstance(found, Mapping):
+        return [(str(name), r) for name, r in found.items() if isinstance(r, Mapping) and not r.get("error")]
+    return [(str(result.get("strategy") or "?"), result)]
+
+
 def runs(data: Mapping[str, Any]) -> list[Run]:
+    """Every strategy that produced figures, with its part of the job's wall time (the job's, in evidence
+    written with a job per strategy); a failed job's finished strategies too."""
+    found = [(s.key, s.label, s.result, s.wall_s) for s in view.series(data, "training")]
+    found += [
+        (str(p.get("key")), "", p["result"], None)
+        for p in data.get("probes") or []
+        if p.get("name") == "training" and p.get("status") == "failed" and isinstance(p.get("result"), Mapping)
+    ]
     out: list[Run] = []
-    for s in view.series(data, "training"):
-        label = str(s.result.get("strategy") or s.key.removeprefix("training-"))
-        label += " (scaling baseline)" if s.key.endswith("-baseline") else ""
-        out.append((label + (f" [{s.label}]" if s.label else ""), s.result, s.wall_s))
+    for key, label, result, wall in found:
+        for name, r in _strategies(result):
+            text = (
+                name + (" (scaling baseline)" if key.endswith("-baseline") else "") + (f" [{label}]" if label else "")
+            )
+            out.append((text, r, r.get("wall_s", wall) if "strategies" in result or "parts" in result else wall))
     return out
 
 

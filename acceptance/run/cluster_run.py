@@ -6,8 +6,12 @@ Kept free of pytest so that the console script can drive the same probes; ``plug
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import socket
+import threading
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,6 +25,7 @@ from acceptance.profile.loader import Profile, evaluate
 from acceptance.profile.model import Threshold
 from acceptance.run import launcher as launch
 from acceptance.run.placement import Placement
+from acceptance.run.progress import Watch
 
 DEVICE_FIELDS = ("rank", "local_rank", "device", "device_name", "uuid", "pci_bus_id", "memory_gib")
 MUST_BE_ZERO = Threshold(eq=0, source="built-in: correctness is never mere information")
@@ -48,10 +53,13 @@ class ClusterRun:
     run_tag: str = ""
     meeting: Meeting | None = None  # multi-node, one pytest per node: the nodes' shared store
     persist: bool = True  # False: --collect-only, nothing is created or written
+    progress: Callable[[str], None] | None = None  # one line at a time: a probe starts, finishes, builds
     evidence: Evidence = field(init=False)
     lock: FolderLock | None = field(init=False, default=None)
     checked: set[str] = field(default_factory=set)
     _probes: dict[str, dict[str, Any] | launch.ProbeError] = field(default_factory=dict)
+    _partials: dict[str, dict[str, Any]] = field(default_factory=dict)
+    _say_lock: threading.Lock = field(default_factory=threading.Lock)
 
     def __post_init__(self) -> None:
         """Claim the evidence folder (raises EvidenceFolderError) and write the first evidence."""
@@ -117,8 +125,16 @@ class ClusterRun:
             "nodes": self.placement.nodes,
         }
 
-    def timeout(self, probe: str) -> float:
-        return self.timeout_override or self.profile.model.timeouts.for_probe(probe)
+    def timeout(self, probe: str, parts: int = 1) -> float:
+        """The probe's time limit; a job of ``parts`` parts that each have the limit (the training
+        strategies of one job) gets it ``parts`` times."""
+        return (self.timeout_override or self.profile.model.timeouts.for_probe(probe)) * parts
+
+    def say(self, line: str) -> None:
+        """One progress line, from the main thread or a probe's watcher."""
+        if self.progress is not None:
+            with self._say_lock:
+                self.progress(line)
 
     def probe(
         self,
@@ -128,21 +144,27 @@ class ClusterRun:
         env: dict[str, str] | None = None,
         ranks_per_node: int | None = None,
         nodes: int | None = None,
+        parts: int = 1,
     ) -> dict[str, Any]:
         """Run a probe once per session (per ``key``); later callers get the same result or the same error.
 
         ``env`` adds variables for this run only (e.g. NCCL_ALGO, read when NCCL creates a communicator).
         ``ranks_per_node`` / ``nodes`` run it on a smaller world (a scaling baseline); ``nodes=1`` on a
-        multi-node cluster runs one job per node, each on its own node."""
+        multi-node cluster runs one job per node, each on its own node. ``parts``: the job runs that many
+        parts, each within the probe's timeout (see ``timeout``)."""
         key = key or name
         if key not in self._probes:
             where = self._shrink(ranks_per_node, nodes)
             spec = spec if spec is not None else self.spec(name)
-            self._probes[key] = self._run(name, spec, key, env or {}, *where)
+            self._probes[key] = self._run(name, spec, key, env or {}, *where, timeout_s=self.timeout(name, parts))
         found = self._probes[key]
         if isinstance(found, launch.ProbeError):
             raise found
         return found
+
+    def partial(self, key: str) -> dict[str, Any]:
+        """The parts a failed probe finished before it failed (its ``partial.json``: ``{"parts": {...}}``)."""
+        return self._partials.get(key, {})
 
     def _shrink(self, ranks_per_node: int | None, nodes: int | None) -> tuple[Any, Placement]:
         topo, place = self.topology, self.placement
@@ -162,46 +184,63 @@ class ClusterRun:
         env: dict[str, str],
         topo: Any = None,
         placement: Placement | None = None,
+        timeout_s: float = 0.0,
     ) -> dict[str, Any] | launch.ProbeError:
         seq = len(self._probes) + 1
         out_dir = self.evidence_dir / "probes" / f"{seq:02d}-{key}"
         record = self.evidence.probe(name, key, env)
         record.out_dir = str(out_dir.relative_to(self.evidence_dir))
         self.evidence.write()
-        run_id = f"{self.run_tag or self.profile.sha256[:12]}-{seq}-{key}"
         where = {"topo": topo or self.topology, "placement": placement or self.placement, "out_dir": out_dir}
+        ranks = f"{where['placement'].nodes} node(s) x {where['topo'].nproc_per_node} rank(s)"
+        self.say(f"{key}: started ({name} probe on {ranks}, timeout {timeout_s:g} s)")
+        start = time.monotonic()
         try:
-            self._meet_before(name, seq, key)
-            env = launch.child_env(self.profile.model.env, env)
-            outcome = launch.run(name, spec, run_id=run_id, timeout_s=self.timeout(name), env=env, **where)
+            outcome = self._launch(name, spec, key, seq, env, where, timeout_s)
         except (KeyboardInterrupt, SystemExit):  # the launcher has killed the ranks; say so before pytest unwinds
             record.status = "interrupted"
             self.evidence.write()
+            self.say(f"{key}: interrupted")
             raise
-        except launch.ProbeError as exc:
-            record.status, record.error = "failed", str(exc)
+        except launch.ProbeError as error:
+            record.status, record.error, record.wall_s = "failed", str(error), round(time.monotonic() - start, 3)
+            record.result = self._partials[key] = _partial(out_dir)  # what its ranks finished before it failed
             self.evidence.write()
-            return exc
-        except Exception as exc:  # e.g. an unreadable result: a failure of this probe, kept like any other
-            error = launch.ProbeError(f"probe {name} failed in the launcher: {type(exc).__name__}: {exc}", out_dir)
-            record.status, record.error = "failed", str(error)
-            self.evidence.write()
+            self.say(f"{key}: failed in {record.wall_s:.1f} s: {str(error).splitlines()[0]}")
             return error
         record.status, record.wall_s = "ok", round(outcome.wall_s, 3)
         record.argv, record.result = outcome.argv, outcome.result
         if name == "connectivity" and outcome.result:
             self._record_nodes(outcome.result)
         self.evidence.write()
+        self.say(f"{key}: ok in {outcome.wall_s:.1f} s")
         return outcome.result or {}
 
-    def _meet_before(self, name: str, seq: int, key: str) -> None:
+    def _launch(
+        self, name: str, spec: dict[str, Any], key: str, seq: int, env: dict[str, str], where: Any, timeout_s: float
+    ) -> launch.ProbeRun:
+        """The probe's job, once every node is ready for it, watched for progress; a torch extension build
+        lock that was there before it started is named in its error."""
+        run_id = f"{self.run_tag or self.profile.sha256[:12]}-{seq}-{key}"
+        self._meet_before(name, seq, key, timeout_s)
+        env = launch.child_env(self.profile.model.env, env)
+        with Watch(key, where["out_dir"], self.say, env) as watch:
+            try:
+                return launch.run(name, spec, run_id=run_id, timeout_s=timeout_s, env=env, **where)
+            except launch.ProbeError as exc:
+                raise launch.ProbeError("\n".join([str(exc), *watch.stale_locks()]), exc.out_dir) from None
+            except Exception as exc:  # an unreadable result: a failure of this probe, kept like any other
+                message = f"probe {name} failed in the launcher: {type(exc).__name__}: {exc}"
+                raise launch.ProbeError(message, where["out_dir"]) from None
+
+    def _meet_before(self, name: str, seq: int, key: str, timeout_s: float) -> None:
         """Start a probe only once every node is ready for it: a node still inside the previous probe
         would otherwise find the previous rendezvous, and a node that is gone is named, not waited for."""
         if self.meeting is None:
             return
         try:
             # the other nodes may still be finishing the previous probe, as long as a probe may take
-            wait = max(self.profile.model.timeouts.rendezvous, self.timeout(name))
+            wait = max(self.profile.model.timeouts.rendezvous, timeout_s)
             self.meeting.barrier(f"probe-{seq}-{key}", wait)
         except PlanError as exc:
             raise launch.ProbeError(f"probe {name} not started: {exc}") from None
@@ -246,3 +285,12 @@ class ClusterRun:
 
     def unchecked(self) -> list[str]:
         return sorted(set(self.profile.model.thresholds) - self.checked)
+
+
+def _partial(out_dir: Path) -> dict[str, Any]:
+    """What a failed probe's ranks finished: ``partial.json``, when the probe writes one and it is readable."""
+    try:
+        found = json.loads((out_dir / "partial.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    return found if isinstance(found, dict) else {}

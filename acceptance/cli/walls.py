@@ -1,0 +1,89 @@
+"""Where a run's time went: each probe's wall time and status, from one evidence file or two side by side.
+
+    python -m acceptance.cli.walls results/h200-x2/evidence.json
+    python -m acceptance.cli.walls before/evidence.json after/evidence.json
+
+One row per probe job (``training`` jobs also list each strategy's part of the job, as ``- <strategy>``; evidence
+written with a job per strategy lists that job's wall time as the strategy's), then the suite's wall time
+from the evidence's start and finish. With two files, rows are matched by name (a strategy's row by the
+strategy, whichever job it ran in) and the change is shown. Exit status 4 on an
+unreadable file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import sys
+from pathlib import Path
+from typing import Any
+
+from acceptance.evidence.store import EvidenceError, read_evidence
+from acceptance.reports.table import render
+
+Row = tuple[str, float | None, str]
+
+
+def rows(data: dict[str, Any]) -> list[Row]:
+    """(name, wall seconds, status) per probe job, each training strategy under its job, then the suite."""
+    out: list[Row] = []
+    for probe in data.get("probes", []):
+        out.append((probe["key"], probe.get("wall_s"), probe.get("status", "?")))
+        result = probe.get("result") or {}
+        parts = result.get("strategies") or result.get("parts") or {}
+        if isinstance(result.get("strategy"), str):  # evidence of a job per strategy: the job is the part
+            parts = {result["strategy"]: {"wall_s": probe.get("wall_s")}}
+        where = " (baseline)" if probe["key"].endswith("-baseline") else ""
+        for name, part in parts.items():
+            out.append((f"- {name}{where}", part.get("wall_s"), "failed" if part.get("error") else "ok"))
+    out.append(("suite", suite_s(data), str(data.get("verdict", "?"))))
+    return out
+
+
+def suite_s(data: dict[str, Any]) -> float | None:
+    """From the evidence's start to its finish (the whole pytest session on this node)."""
+    try:
+        started = datetime.datetime.fromisoformat(data["started"])
+        finished = datetime.datetime.fromisoformat(data["finished"])
+    except (KeyError, TypeError, ValueError):
+        return None
+    return (finished - started).total_seconds()
+
+
+def _s(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}"
+
+
+def table(runs: list[list[Row]]) -> str:
+    if len(runs) == 1:
+        return render(["probe", "wall s", "status"], [[n, _s(w), st] for n, w, st in runs[0]])
+    before, after = ({n: (w, st) for n, w, st in r} for r in runs)
+    names = [n for n in dict.fromkeys([n for n, _, _ in runs[0]] + [n for n, _, _ in runs[1]]) if n != "suite"]
+    names.append("suite")
+    body = []
+    for name in names:
+        (w0, s0), (w1, s1) = before.get(name, (None, "-")), after.get(name, (None, "-"))
+        change = f"{w1 - w0:+.1f}" if w0 is not None and w1 is not None else "-"
+        body.append([name, _s(w0), s0, _s(w1), s1, change])
+    return render(["probe", "before s", "status", "after s", "status", "change s"], body)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m acceptance.cli.walls", description=__doc__.split("\n")[0])
+    parser.add_argument("evidence", nargs="+", type=Path, help="evidence.json (or its folder); two to compare")
+    args = parser.parse_args(argv)
+    if len(args.evidence) > 2:
+        parser.error("give one evidence file, or two to compare")
+    runs = []
+    for path in args.evidence:
+        try:
+            runs.append(rows(read_evidence(path)))
+        except EvidenceError as exc:
+            print(exc, file=sys.stderr)
+            return 4
+    print(table(runs))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

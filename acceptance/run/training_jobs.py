@@ -1,0 +1,51 @@
+"""The training family's jobs on a ClusterRun: every strategy of the run in one torchrun job, the baseline apart.
+
+What to run and whom to blame is decided by ``acceptance.families.training.run_jobs``; this module launches
+the jobs it asks for and reads back what each finished, also from a job that failed. The acceptance tests
+and ``acceptance.cli.bench_train`` both go through it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from acceptance.families import training as plan
+from acceptance.run.cluster_run import ClusterRun
+from acceptance.run.launcher import ProbeError
+
+
+def strategy_runs(cluster: ClusterRun, strategies: list[str]) -> dict[str, dict[str, Any]]:
+    """Each strategy's result (its figures, or ``{"error": ...}``), with ``job``: the probe key it ran in.
+
+    Call it once per run: the jobs' keys (``training``, ``training-2``, ...) are the run's."""
+    results: dict[str, dict[str, Any]] = {}
+    usable = []
+    for strategy in strategies:
+        try:
+            plan.user_config(cluster.profile, strategy)
+            usable.append(strategy)
+        except plan.TrainingPlanError as exc:  # an unreadable DeepSpeed JSON fails its strategy, not the job
+            results[strategy] = {"error": str(exc), "strategy": strategy, "job": None}
+
+    def launch(pending: list[str], key: str) -> tuple[dict[str, dict[str, Any]], str | None]:
+        topo, place = cluster.topology, cluster.placement
+        spec = plan.spec(cluster.profile, pending, cluster.world_size, topo.nproc_per_node, place.nodes)
+        try:
+            found, error = cluster.probe(plan.PROBE, spec, key=key, parts=len(pending)).get("strategies", {}), None
+        except ProbeError as exc:
+            found, error = cluster.partial(key).get("parts", {}), str(exc)
+        return {s: {**r, "job": key} for s, r in found.items()}, error
+
+    for strategy, result in plan.run_jobs(usable, launch).items():
+        results[strategy] = {"job": None, **result}
+    return {s: results[s] for s in strategies}
+
+
+def baseline_run(cluster: ClusterRun, base: plan.Baseline, strategy: str) -> dict[str, Any]:
+    """The scaling baseline: ``strategy`` alone on the smaller world; raises ProbeError when it fails."""
+    spec = plan.spec(cluster.profile, [strategy], base.world_size, base.ranks_per_node, base.nodes)
+    found = cluster.probe(plan.PROBE, spec, key=plan.BASELINE_KEY, ranks_per_node=base.ranks_per_node, nodes=base.nodes)
+    result = found.get("strategies", {}).get(strategy) or {"error": f"the baseline job has no result for {strategy}"}
+    if result.get("error"):
+        raise ProbeError(f"the scaling baseline ({base.label}) failed: {result['error']}")
+    return {**result, "job": plan.BASELINE_KEY}

@@ -1,0 +1,88 @@
+"""Live progress of a running probe (parts finished, one-time builds, stale build locks) and the wall table."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from acceptance.cli import walls
+from acceptance.run.progress import Watch, extension_roots
+
+
+def test_extension_roots_follow_torch() -> None:
+    assert extension_roots({"TORCH_EXTENSIONS_DIR": "/x"}) == [Path("/x")]
+    assert extension_roots({"XDG_CACHE_HOME": "/c", "HOME": "/h"}) == [Path("/c/torch_extensions")]
+    assert extension_roots({"HOME": "/h"}) == [Path("/h/.cache/torch_extensions")]
+
+
+def test_watch_says_parts_builds_and_a_lock_that_was_there(tmp_path: Path) -> None:
+    root, out = tmp_path / "ext", tmp_path / "probe"
+    (root / "py311_cpu" / "old_op").mkdir(parents=True)
+    (root / "py311_cpu" / "old_op" / "lock").touch()
+    out.mkdir()
+    said: list[str] = []
+    watch = Watch("training", out, said.append, {"TORCH_EXTENSIONS_DIR": str(root)})
+    with watch:
+        assert "torch extension build lock" in said[0] and "old_op" in said[0] and "remove the file" in said[0]
+        (root / "new_op").mkdir()
+        (root / "new_op" / "lock").touch()
+        watch.poll()  # a lock just taken may be a check that the op is up to date: not said yet
+        assert len(said) == 1
+        old = time.time() - 10
+        os.utime(root / "new_op" / "lock", (old, old))
+        parts = {"ddp": {"wall_s": 3.25}, "zero2": {"wall_s": 1.0, "error": "boom"}}
+        (out / "partial.json").write_text(json.dumps({"parts": parts}))
+        watch.poll()
+        watch.poll()  # each line once
+    assert said[1:] == [
+        f"training: one-time build under way: torch extension new_op ({root / 'new_op'})",
+        "training: ddp ok in 3.2 s",
+        "training: zero2 failed in 1.0 s",
+    ]
+    stale = watch.stale_locks()
+    assert len(stale) == 1 and "old_op" in stale[0]  # the new lock was made during the probe: a build, not stale
+
+
+def _evidence(probes: list[dict[str, object]], verdict: str = "PASS") -> dict[str, object]:
+    return {
+        "started": "2026-11-22T06:00:00+00:00",
+        "finished": "2026-11-22T06:02:30+00:00",
+        "verdict": verdict,
+        "probes": probes,
+    }
+
+
+def test_wall_rows_list_each_strategy_under_its_job() -> None:
+    training = {
+        "key": "training",
+        "status": "ok",
+        "wall_s": 40.0,
+        "result": {"strategies": {"ddp": {"wall_s": 12.5}, "zero2": {"wall_s": 8.0, "error": "x"}}},
+    }
+    rows = walls.rows(_evidence([{"key": "compute", "status": "ok", "wall_s": 5.0}, training]))
+    assert rows == [
+        ("compute", 5.0, "ok"),
+        ("training", 40.0, "ok"),
+        ("- ddp", 12.5, "ok"),
+        ("- zero2", 8.0, "failed"),
+        ("suite", 150.0, "PASS"),
+    ]
+
+
+def test_wall_table_compares_two_runs() -> None:
+    old = {"key": "training-ddp", "status": "ok", "wall_s": 30.0, "result": {"strategy": "ddp"}}
+    new = {"key": "training", "status": "ok", "wall_s": 20.0, "result": {"strategies": {"ddp": {"wall_s": 9.0}}}}
+    text = walls.table([walls.rows(_evidence([old])), walls.rows(_evidence([new]))]).splitlines()
+    assert text[0].split() == ["probe", "before", "s", "status", "after", "s", "status", "change", "s"]
+    assert text[2].split() == ["training-ddp", "30.0", "ok", "-", "-", "-"]
+    assert text[3].split() == ["-", "ddp", "30.0", "ok", "9.0", "ok", "-21.0"]  # the strategy, whichever job
+    assert text[-1].split() == ["suite", "150.0", "PASS", "150.0", "PASS", "+0.0"]
+
+
+def test_walls_refuses_an_unreadable_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert walls.main([str(tmp_path / "missing.json")]) == 4
+    assert "cannot read evidence" in capsys.readouterr().err
