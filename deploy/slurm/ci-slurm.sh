@@ -116,8 +116,12 @@ submit() {
     local script="$1" nodes="$2" dir="$work/job-${1%.sbatch}-$2"
     mkdir -p "$dir"
     local set=() exclusive=()
-    # local-cpu is a one-node profile; --exclusive is optional for the scripts: the two-node jobs use it
-    (( nodes > 1 )) && set=(--cluster-set topology.nodes="$nodes") exclusive=(--exclusive)
+    # local-cpu is a one-node profile of two ranks on two cores, which its scaling bound assumes; the two
+    # "nodes" share this machine's cores, so one rank each. --exclusive is optional: the two-node jobs use it.
+    if (( nodes > 1 )); then
+        set=(--cluster-set topology.nodes="$nodes" --cluster-set topology.ranks_per_node=1)
+        exclusive=(--exclusive)
+    fi
     say "sbatch --nodes=$nodes $script"
     local start=$SECONDS status=0
     # in the background: bash runs a trap (Ctrl-C, a CI cancel) only once its foreground command returns
