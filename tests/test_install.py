@@ -107,7 +107,7 @@ def test_report_help_names_the_plot_it_writes(
     with pytest.raises(SystemExit):
         main(["--help"])
     out = capsys.readouterr().out
-    assert "report-busbw.png" in out and " busbw.png" not in out
+    assert "an HTML report (one self-contained file)" in out and " busbw.png" not in out
 
 
 def test_probes_get_an_op_cache_of_this_environment(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -55,7 +55,8 @@ def test_local_cpu_spine_passes_as_a_partial_run(suite: pytest.Pytester) -> None
     assert result.ret == 0
     result.stdout.fnmatch_lines(
         [
-            "cluster-acceptance *: profile local-cpu (*local-cpu.yaml) sha256 *",
+            "cluster-acceptance * (*)",
+            "cluster profile: local-cpu (*local-cpu.yaml) sha256 *",
             "cluster topology: 1 node(s) x 2 rank(s), cpu/gloo, node rank 0, head 127.0.0.1:29400 *",
             "*cluster acceptance: profile local-cpu*",
             "metric * value * unit * bound * verdict",

@@ -38,7 +38,7 @@ def test_one_folder_for_both_nodes_is_shared(tmp_path: Path) -> None:
     nodes = two_nodes(tmp_path, [shared, shared])
     for node in nodes:
         assert node.returncode == 0, node.output[-6000:]
-        assert node.evidence()["verdict"] == "PASS"
+        assert node.evidence()["verdict"] == "PARTIAL" and node.evidence()["errors"] == []  # storage alone
     data = nodes[0].evidence()
     usable = by_name(data, "test_path_usable[tmp]")["measurements"]["nodes"]
     assert [(v["node_rank"], v["path"], v["marker"]["size"]) for v in usable] == [

@@ -155,7 +155,7 @@ def test_stale_run_folders_go_and_live_ones_stay(suite: pytest.Pytester, tmp_pat
         folder.mkdir(parents=True)
         (folder / "__0_0.distcp").write_bytes(b"x" * 1024)
     result, data = run_storage(suite, tmp_path / "shared")
-    assert data["verdict"] == "PASS", result.stdout.str()[-4000:]
+    assert data["verdict"] == "PARTIAL" and data["errors"] == [], result.stdout.str()[-4000:]  # storage alone
     usable = next(t for t in data["tests"] if t["nodeid"].endswith("test_path_usable[tmp]"))
     assert usable["measurements"]["nodes"][0]["stale_removed"] == ["run-1000-deadbeef"]
     assert sorted(p.name for p in base.iterdir()) == [live.name]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import acceptance
@@ -20,7 +21,8 @@ VERDICT_WORDS = {
 def header_lines(run: ClusterRun, meets: bool) -> list[str]:
     p, place, topo = run.profile, run.placement, run.topology
     lines = [
-        f"cluster-acceptance {acceptance.__version__}: profile {p.name} ({p.path}) sha256 {p.sha256[:16]}",
+        f"cluster-acceptance {acceptance.__version__} ({Path(acceptance.__file__).parent})",
+        f"cluster profile: {p.name} ({p.path}) sha256 {p.sha256[:16]}",
         f"cluster topology: {place.nodes} node(s) x {topo.nproc_per_node} rank(s), {topo.device}/{topo.backend}, "
         f"node rank {place.node_rank}, head {place.endpoint} (from {place.source})",
         f"cluster evidence: {run.evidence_dir}",

@@ -206,7 +206,7 @@ class ClusterRun:
             record.status, record.error, record.wall_s = "failed", str(error), round(time.monotonic() - start, 3)
             record.result = self._partials[key] = _partial(out_dir)  # what its ranks finished before it failed
             self.evidence.write()
-            self.say(f"{key}: failed in {record.wall_s:.1f} s: {str(error).splitlines()[0]}")
+            self.say(f"{key}: failed in {record.wall_s:.1f} s (the first test of the probe says why)")
             return error
         record.status, record.wall_s = "ok", round(outcome.wall_s, 3)
         record.argv, record.result = outcome.argv, outcome.result

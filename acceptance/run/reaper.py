@@ -86,14 +86,14 @@ def end(proc: subprocess.Popen[bytes], find_ranks: Callable[[], Iterable[int]], 
     """End torchrun (``proc``) and its ranks on this node within about GRACE_S, whatever state they are in.
 
     ``find_ranks``: the pids of the ranks (their groups are signalled too). ``hung``: the probe ran out of
-    time, so its ranks get SIGKILL at once; on an interrupt they get SIGTERM first. A second interrupt
+    time (kept for the callers' record; every rank gets SIGTERM, then SIGKILL after GRACE_S). A second interrupt
     cuts the grace short: torchrun is SIGKILLed first thing on the way out, and its ranks die with it
     (``acceptance.run.watchdog``) even if nothing after that runs."""
     groups = {proc.pid}
     try:
         groups |= {*find_ranks(), *children(proc.pid)}
-        if hung:
-            signal_groups(groups - {proc.pid}, signal.SIGKILL)
+        # SIGTERM first, also for a hung probe: a rank that still runs removes what it wrote (the storage
+        # family's checkpoint); a stopped or wedged one gets SIGKILL after GRACE_S, within timeout + 15 s
         signal_groups(groups, signal.SIGTERM)
         deadline = time.monotonic() + GRACE_S
         while time.monotonic() < deadline and (proc.poll() is None or any(alive(p) for p in groups - {proc.pid})):
