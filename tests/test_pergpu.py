@@ -169,7 +169,7 @@ def test_compute_probe_cpu_path_on_local_cpu(suite: pytest.Pytester) -> None:
         [
             "compute.matmul_tflops_min = * TFLOP/s, expected >= 1e+06 (profile impossible-cpu)",
             "slowest: * rank ? (cpu)*",
-            "compute.copy_gbps_min * GB/s * >= 0.1 * PASS",
+            "compute.copy_gbps_min * GB/s * >= 0.05 * PASS",
             "compute.burnin_disagreeing_gpus * 0 * GPUs * == 0 * PASS",
             "*node health reads NVML on GPUs; profile impossible-cpu runs on the CPU*",
             "*h2d_gbps not measured: host links: not applicable on the CPU*",
