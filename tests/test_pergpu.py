@@ -183,7 +183,7 @@ def test_compute_probe_cpu_path_on_local_cpu(suite: pytest.Pytester) -> None:
     assert [r["rank"] for r in rows["per_gpu"]] == [0, 1]
     assert all(r["matmul_tflops"] > 0 and r["copy_gbps"] > 0 and r["burnin"]["calls"] > 0 for r in rows["per_gpu"])
     assert rows["summary"]["h2d_gbps"] is None
-    assert all(r["clocks"]["matmul_tflops"]["clock_events_reason"].startswith("no GPU") for r in rows["per_gpu"])
+    assert all(r["clocks"] == {} for r in rows["per_gpu"])  # no GPU clocks on the CPU path
     assert [p["status"] for p in data["probes"]] == ["ok"]
 
 

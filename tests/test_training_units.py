@@ -238,7 +238,7 @@ def _jobs(script: dict[str, tuple[list[str], str | None]]) -> tuple[plan.Launch,
 
 def test_one_job_runs_every_strategy() -> None:
     launch, calls = _jobs({"training": (["ddp", "fsdp", "zero2"], None)})
-    found = plan.run_jobs(["ddp", "fsdp", "zero2"], launch)
+    found = plan.run_jobs([["ddp", "fsdp", "zero2"]], launch)
     assert calls == [(["ddp", "fsdp", "zero2"], "training")]
     assert all("error" not in r for r in found.values())
 
@@ -250,18 +250,36 @@ def test_a_job_that_dies_blames_its_strategy_and_the_rest_run_on() -> None:
         "training-3": (["zero3"], None),
     }
     launch, calls = _jobs(script)
-    found = plan.run_jobs(["ddp", "fsdp", "zero2", "zero3"], launch)
+    found = plan.run_jobs([["ddp", "fsdp", "zero2", "zero3"]], launch)
     assert [c[0] for c in calls] == [["ddp", "fsdp", "zero2", "zero3"], ["zero2", "zero3"], ["zero3"]]
     assert "error" not in found["ddp"] and "error" not in found["zero3"]
     assert "fsdp: timed steps" in found["fsdp"]["error"] and found["fsdp"]["job"] == "training"
     assert "RuntimeError: boom" in found["zero2"]["error"] and found["zero2"]["job"] == "training-2"
 
 
+def test_zero3_runs_last_in_the_shared_job_and_a_second_one_alone() -> None:
+    training = Training.model_validate(
+        {
+            "strategies": ["zero3", "ddp", "zero3_tuned", "zero2", "z3off"],
+            "deepspeed": {
+                "zero3_tuned": {"base": "zero3", "config": {}},
+                "z3off": {"base": "zero3_offload", "config": {}},
+            },
+        }
+    )
+    groups = plan.job_groups(training, list(training.strategies))
+    assert groups == [["ddp", "zero2", "zero3"], ["zero3_tuned"], ["z3off"]]
+    assert plan.job_groups(training, ["ddp", "fsdp"]) == [["ddp", "fsdp"]]
+    launch, calls = _jobs({"training": (["ddp", "zero2", "zero3"], None), "training-2": (["zero3_tuned"], None)})
+    plan.run_jobs(groups[:2], launch)
+    assert [key for _, key in calls] == ["training", "training-2"]
+
+
 def test_a_strategy_the_job_recorded_as_failed_costs_no_new_job() -> None:
     def launch(pending: list[str], key: str) -> tuple[dict[str, dict[str, Any]], str | None]:
         return {"ddp": {"wall_s": 1.0}, "zero2": {"error": "zero2 failed on rank(s) 0, 1: ..."}}, None
 
-    found = plan.run_jobs(["ddp", "zero2"], launch)
+    found = plan.run_jobs([["ddp", "zero2"]], launch)
     assert found["zero2"]["error"].startswith("zero2 failed")
 
 

@@ -35,10 +35,11 @@ CLOCK_SAMPLE_S = 0.01  # a timed matmul loop lasts ~0.2 s on an H200: enough sam
 
 @dataclass
 class Timed:
-    """Mean seconds per call, and the clock-event reasons sampled while the loop ran (GpuSampler.stop())."""
+    """Mean seconds per call, and the clock-event reasons sampled while the loop ran (GpuSampler.stop());
+    None off the GPU, where there are no GPU clocks to hold back."""
 
     seconds: float
-    clocks: dict[str, Any]
+    clocks: dict[str, Any] | None
 
 
 # a figure, or why it was not measured; and the clocks while it was timed (None when it was not)
@@ -100,7 +101,8 @@ def seconds_per_call(ctx: Ctx, fn: Callable[[], object], warmup: int, iters: int
             fn()
         seconds = time.perf_counter() - t0
     sampled = sampler.stop()
-    return Timed(seconds / iters, {k: sampled[k] for k in ("clock_events", "clock_events_reason")})
+    clocks = {k: sampled[k] for k in ("clock_events", "clock_events_reason")} if ctx.is_cuda else None
+    return Timed(seconds / iters, clocks)
 
 
 def _random(shape: tuple[int, int], dtype: torch.dtype, device: torch.device, seed: int) -> torch.Tensor:

@@ -189,9 +189,15 @@ def close_deepspeed(engine: Any) -> None:
     """Remove the engine's hooks and free its buffers (``DeepSpeedEngine.destroy``), then destroy the process
     groups DeepSpeed cached for itself: the next engine in this process creates its own, as a new job would."""
     import deepspeed.comm
+    from deepspeed.runtime.zero import parameter_offload
     from deepspeed.utils import groups
 
     engine.destroy()
+    # ZeRO-3 pushes the model on a module-level stack (DeepSpeedZeRoOffload.__init__, DeepSpeed 0.19) that
+    # nothing pops; no forward is in flight between strategies, and a fresh process has it empty. Other
+    # references keep a ZeRO-3 engine alive still, so a second ZeRO-3 run gets a job of its own
+    # (acceptance.families.training.job_groups).
+    getattr(parameter_offload, "FWD_MODULE_STACK", []).clear()
     # groups.py caches the data-parallel clone of the world (and, for some configs, ZeRO++'s intra-node
     # group) in module globals; destroy_process_group also drops DeepSpeed's references to them
     for name in ("_WORLD_GROUP", "_ZERO_PARAM_INTRA_PARALLEL_GROUP"):

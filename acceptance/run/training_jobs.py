@@ -1,4 +1,5 @@
-"""The training family's jobs on a ClusterRun: every strategy of the run in one torchrun job, the baseline apart.
+"""The training family's jobs on a ClusterRun: the strategies of the run in one torchrun job (a second ZeRO-3
+run in one of its own), the baseline apart.
 
 What to run and whom to blame is decided by ``acceptance.families.training.run_jobs``; this module launches
 the jobs it asks for and reads back what each finished, also from a job that failed. The acceptance tests
@@ -36,7 +37,8 @@ def strategy_runs(cluster: ClusterRun, strategies: list[str]) -> dict[str, dict[
             found, error = cluster.partial(key).get("parts", {}), str(exc)
         return {s: {**r, "job": key} for s, r in found.items()}, error
 
-    for strategy, result in plan.run_jobs(usable, launch).items():
+    groups = plan.job_groups(cluster.profile.model.training, usable)
+    for strategy, result in plan.run_jobs(groups, launch).items():
         results[strategy] = {"job": None, **result}
     return {s: results[s] for s in strategies}
 
