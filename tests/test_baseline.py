@@ -19,6 +19,7 @@ import pytest
 
 from acceptance.profile import loader as profiles
 from acceptance.profile.baseline import figures, judge
+from acceptance.reports import compare
 from tests.harness import ROOT, schema
 
 BASELINE = {
@@ -49,6 +50,40 @@ def test_judge_applies_only_where_it_can() -> None:
     assert gated_now is not None and not gated_now.ok  # gated now, information then: judged
     missing = judge(BASELINE, "compute.matmul_tflops_min", None, gated=True, tolerance=0.05)
     assert missing is not None and "not a number" in missing.message
+
+
+def test_a_fraction_of_the_median_is_judged_in_points() -> None:
+    shortfall = {"compute.copy_gbps_below_median": {"value": 0.0002, "unit": "fraction", "bound": "<= 0.05"}}
+    # from 0.02% to 0.8% under the median: forty times the figure, but 0.8 points, inside 5 points
+    noise = judge(shortfall, "compute.copy_gbps_below_median", 0.008, gated=True, tolerance=0.05)
+    assert noise is not None and noise.ok
+    real = judge(shortfall, "compute.copy_gbps_below_median", 0.0702, gated=True, tolerance=0.05)
+    assert real is not None and not real.ok
+    assert real.message == (
+        "compute.copy_gbps_below_median = 0.0702 fraction, 7.0 pts worse than the baseline; "
+        "needed <= 0.0502 (baseline 0.0002 +5 pts)"
+    )
+
+
+def test_wall_time_and_temperature_are_left_to_their_bounds() -> None:
+    old = {"training.zero3.wall_s": {"value": 17.0, "bound": "<= 60"}, "health.temperature_c_max": {"value": 35.0}}
+    assert judge(old, "training.zero3.wall_s", 24.0, gated=True, tolerance=0.05) is None
+    assert judge(old, "health.temperature_c_max", 38.0, gated=True, tolerance=0.05) is None
+
+
+def test_two_healthy_h200_runs_differ_by_no_regression() -> None:
+    """The same machine twice (the second after a training change): the shortfalls under the median, the
+    wall times, the temperature and the ~50 us barrier all moved; under today's h200-x2 profile none of them
+    is a regression."""
+    old, new = (
+        json.loads((ROOT / "results" / r / "evidence.json").read_text()) for r in ("h200-x2-onejob", "h200-x2-zero3fix")
+    )
+    new["profile"]["resolved"]["baseline"] = profiles.load("h200-x2").model.baseline.model_dump()
+    found = compare.rows(old, new)
+    assert [r.change.metric for r in found if r.regression] == []
+    shortfall = next(r for r in found if r.change.metric == "compute.h2d_gbps_below_median")
+    assert shortfall.change.relative is not None and shortfall.change.relative > 40  # 47 times: relative says so
+    assert not shortfall.change.beyond
 
 
 def test_figures_of_an_evidence_file_by_canonical_name() -> None:

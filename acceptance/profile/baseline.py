@@ -13,20 +13,22 @@ from dataclasses import dataclass
 from typing import Any
 
 from acceptance.numbers import fmt
-from acceptance.profile.metrics import Better, better, canonical_metric
+from acceptance.profile.metrics import Better, Scale, better, canonical_metric, scale
 
 DEFAULT_TOLERANCE = 0.05
 
 
 @dataclass(frozen=True)
 class Change:
-    """One figure in two runs; ``worse_by`` is the relative change in the bad direction (0.12 = 12% worse)."""
+    """One figure in two runs; ``worse_by`` is the change in the bad direction on the metric's scale: relative
+    (0.12 = 12% worse), or in points for a figure that is a fraction already (0.12 = 12 points worse)."""
 
     metric: str
     old: float | None
     new: float | None
     better: Better
     tolerance: float
+    scale: Scale = "relative"
 
     @property
     def relative(self) -> float | None:
@@ -37,16 +39,44 @@ class Change:
 
     @property
     def worse_by(self) -> float:
-        """How much worse, relative; 0 when better, equal or without a better side; inf from 0 or to nothing."""
-        if self.better == "none" or self.old is None:
-            return 0.0
-        if self.new is None:
+        """How much worse on the metric's scale; 0 when better, equal, without a better side or judged by its
+        bound alone; inf from 0 (relative) or to nothing."""
+        if self.better != "none" and self.old is not None and self.new is None:
             return math.inf  # the figure was measured before and is not a number now
-        sign = 1.0 if self.better == "lower" else -1.0
+        return self._step(1.0)
+
+    @property
+    def better_by(self) -> float:
+        """How much better on the metric's scale; 0 when worse, equal, or not compared."""
+        return self._step(-1.0)
+
+    def _step(self, towards: float) -> float:
+        if self.better == "none" or self.scale == "bound" or self.old is None or self.new is None:
+            return 0.0
+        sign = towards if self.better == "lower" else -towards
         step = sign * (self.new - self.old)
         if step <= 0:
             return 0.0
+        if self.scale == "points":
+            return step
         return step / abs(self.old) if self.old != 0 else math.inf
+
+    @property
+    def shown(self) -> str:
+        """The change in words on the metric's scale: ``+12.0%``, ``+1.2 pts``, ``from 0`` or ``-``."""
+        if self.old is None or self.new is None:
+            return "-"
+        if self.scale == "points":
+            return f"{(self.new - self.old) * 100:+.1f} pts"
+        if self.relative is None:
+            return "-" if self.old == self.new else "from 0"
+        return f"{self.relative:+.1%}"
+
+    @property
+    def tolerance_shown(self) -> str:
+        if self.scale == "bound":
+            return "bound only"
+        return f"{self.tolerance * 100:g} pts" if self.scale == "points" else f"{self.tolerance:.0%}"
 
     @property
     def beyond(self) -> bool:
@@ -55,12 +85,13 @@ class Change:
     @property
     def limit(self) -> str:
         """The value the new figure had to reach, in words: ``>= 1,520 (baseline 1,600 -5%)``."""
-        if self.old is None or self.better == "none":
+        if self.old is None or self.better == "none" or self.scale == "bound":
             return ""
         sign = -1 if self.better == "higher" else 1
-        limit = self.old + sign * self.tolerance * abs(self.old)
+        slack = self.tolerance if self.scale == "points" else self.tolerance * abs(self.old)
         side = ">=" if sign < 0 else "<="
-        return f"{side} {fmt(limit)} (baseline {fmt(self.old)} {'-' if sign < 0 else '+'}{self.tolerance:.0%})"
+        within = f"{'-' if sign < 0 else '+'}{self.tolerance_shown}"
+        return f"{side} {fmt(self.old + sign * slack)} (baseline {fmt(self.old)} {within})"
 
 
 def tolerance_for(profile: Mapping[str, Any] | None, metric: str, override: float | None = None) -> float:
@@ -77,7 +108,7 @@ def tolerance_for(profile: Mapping[str, Any] | None, metric: str, override: floa
 
 
 def change(metric: str, old: float | None, new: float | None, tolerance: float) -> Change:
-    return Change(metric, _number(old), _number(new), better(metric), tolerance)
+    return Change(metric, _number(old), _number(new), better(metric), tolerance, scale(metric))
 
 
 def _number(value: Any) -> float | None:
@@ -116,10 +147,11 @@ def judge(
     """``value`` of ``metric`` in this run against ``baseline`` (:func:`figures` of the old evidence).
 
     None when the rule does not apply: the baseline lacks the figure, the figure has no better side, or it
-    is gated neither now (``gated``: the profile bounds it) nor in the baseline. A figure measured as
-    information in both runs is compared by ``compare`` but never fails a run."""
+    is gated neither now (``gated``: the profile bounds it) nor in the baseline, or its bound alone judges
+    it (``metrics.Scale``). A figure measured as information in both runs is compared by ``compare`` but
+    never fails a run."""
     old = baseline.get(canonical_metric(metric))
-    if old is None or better(metric) == "none":
+    if old is None or better(metric) == "none" or scale(metric) == "bound":
         return None
     bound = old.get("bound") or None
     if not gated and not bound:
@@ -127,10 +159,12 @@ def judge(
     found = change(metric, old.get("value"), value, tolerance)
     if not found.beyond:
         return Judgement(True, found, "", bound)
-    worse = "not a number" if found.new is None else f"{_percent(found.worse_by)} worse than the baseline"
+    worse = "not a number" if found.new is None else f"{worse_text(found)} worse than the baseline"
     message = f"{metric} = {fmt(found.new)} {old.get('unit', '')}, {worse}; needed {found.limit}"
     return Judgement(False, found, message, bound)
 
 
-def _percent(fraction: float) -> str:
-    return "infinitely" if math.isinf(fraction) else f"{fraction:.1%}"
+def worse_text(found: Change) -> str:
+    if math.isinf(found.worse_by):
+        return "infinitely"
+    return f"{found.worse_by * 100:.1f} pts" if found.scale == "points" else f"{found.worse_by:.1%}"

@@ -17,6 +17,10 @@ from acceptance.profile.model import ProfileModel, Threshold
 from acceptance.profile.sizes import SizeError, canonical_size
 
 Better = Literal["higher", "lower", "none"]  # none: a count to match (world size), or a value with no good side
+# How a change against a baseline run is measured (``compare``, ``--cluster-baseline``): relative to the old
+# figure; in points, for a figure that is itself a fraction of another (0.004 -> 0.012 under the median is
+# noise, not "200% worse"); or not at all, where the profile's bound alone judges the figure.
+Scale = Literal["relative", "points", "bound"]
 
 
 @dataclass(frozen=True)
@@ -186,6 +190,23 @@ def bound_problem(name: str, bound: Threshold) -> tuple[str, str] | None:
     if bound.min is not None and bound.min <= floor:
         return "min", f"min {bound.min:g} always holds: {never} (raise it, or remove it to record the figure)"
     return None
+
+
+# A shortfall under the median and a canary's relative difference are fractions already. A probe's wall
+# time follows the suite's own job layout, and the hottest GPU's temperature follows the room and what ran
+# before it: neither says the cluster got worse, and both have a bound for what matters (a hang, overheating).
+_POINTS = re.compile(
+    r"^(compute\.\w+_below_median|storage\.\w+\.(write|read)_below_median|training\.canary\.\w+\.max_rel_diff)$"
+)
+_BOUND_ONLY = re.compile(r"^(\w+\.)*(wall_s|temperature_c_max)$")
+
+
+def scale(metric: str) -> Scale:
+    """How a change of ``metric`` against a baseline run is measured (see ``Scale``)."""
+    name = canonical_metric(metric)
+    if _BOUND_ONLY.match(name):
+        return "bound"
+    return "points" if _POINTS.match(name) else "relative"
 
 
 def better(metric: str) -> Better:

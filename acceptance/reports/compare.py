@@ -7,13 +7,12 @@ FAIL, is a regression: ``cluster-acceptance compare`` exits 1 on one (``--no-fai
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from acceptance.numbers import fmt
-from acceptance.profile.baseline import Change, change, figures, tolerance_for
+from acceptance.profile.baseline import Change, change, figures, tolerance_for, worse_text
 from acceptance.reports import view
 from acceptance.reports.table import render
 
@@ -60,15 +59,8 @@ def rows(old: Mapping[str, Any], new: Mapping[str, Any], tolerance: float | None
 
 
 def _order(row: Row) -> tuple[int, float, float]:
-    worse = row.change.worse_by
-    gain = row.change.relative or 0.0
-    return (0 if row.regression else 1, -(worse if math.isfinite(worse) else 1e18), -abs(gain))
-
-
-def _change_text(c: Change) -> str:
-    if c.relative is None:
-        return "-" if c.old is None or c.new is None or c.old == c.new else "from 0"
-    return f"{c.relative:+.1%}"
+    worse, gain = (min(x, 1e18) for x in (row.change.worse_by, row.change.better_by))
+    return (0 if row.regression else 1, -worse, -gain)
 
 
 def _flag(row: Row) -> str:
@@ -76,9 +68,7 @@ def _flag(row: Row) -> str:
         return "REGRESSION"
     if row.change.beyond:
         return "worse (not gated)"
-    if row.change.better != "none" and row.change.relative and row.change.worse_by == 0:
-        return "better" if abs(row.change.relative) > row.change.tolerance else ""
-    return ""
+    return "better" if row.change.better_by > row.change.tolerance else ""
 
 
 def table(found: list[Row]) -> str:
@@ -86,7 +76,7 @@ def table(found: list[Row]) -> str:
             "verdict", "bound (new)", ""]  # fmt: skip
     body = [
         [r.change.metric, ARROWS[r.change.better], r.change.old, r.change.new, r.unit,
-         _change_text(r.change), f"{r.change.tolerance:.0%}", r.verdicts, (r.new or r.old or {}).get("bound") or "-",
+         r.change.shown, r.change.tolerance_shown, r.verdicts, (r.new or r.old or {}).get("bound") or "-",
          _flag(r)]
         for r in found
     ]  # fmt: skip
@@ -140,12 +130,12 @@ def summary(old: Mapping[str, Any], new: Mapping[str, Any], found: list[Row], na
     bad = [r for r in found if r.regression]
     lines.append(f"regressions (gated figures worse beyond tolerance, or turned FAIL): {len(bad)}")
     for r in bad:
-        worse = "" if r.change.worse_by == 0 else f", {r.change.worse_by:.1%} worse"
+        worse = "" if r.change.worse_by == 0 else f", {worse_text(r.change)} worse"
         bound, earlier = (r.new or {}).get("bound") or "-", (r.old or {}).get("bound")
         why = f"verdict {r.verdicts} against {bound}" if r.turned_fail else "beyond tolerance"
         why += f" (the old run's bound: {earlier})" if r.turned_fail and earlier and earlier != bound else ""
         lines.append(
             f"  {r.change.metric}: {_num(r.change.old)} -> {_num(r.change.new)} {r.unit} "
-            f"({_change_text(r.change)}{worse}, {ARROWS[r.change.better]} is better): {why}"
+            f"({r.change.shown}{worse}, {ARROWS[r.change.better]} is better): {why}"
         )
     return lines
