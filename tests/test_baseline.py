@@ -14,6 +14,7 @@ import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -66,7 +67,10 @@ def test_a_fraction_of_the_median_is_judged_in_points() -> None:
 
 
 def test_wall_time_and_temperature_are_left_to_their_bounds() -> None:
-    old = {"training.zero3.wall_s": {"value": 17.0, "bound": "<= 60"}, "health.temperature_c_max": {"value": 35.0}}
+    old: dict[str, dict[str, Any]] = {
+        "training.zero3.wall_s": {"value": 17.0, "bound": "<= 60"},
+        "health.temperature_c_max": {"value": 35.0},
+    }
     assert judge(old, "training.zero3.wall_s", 24.0, gated=True, tolerance=0.05) is None
     assert judge(old, "health.temperature_c_max", 38.0, gated=True, tolerance=0.05) is None
 
