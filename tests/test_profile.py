@@ -47,6 +47,18 @@ def test_unknown_key_lists_the_known_ones(here: Path) -> None:
     )
 
 
+def test_unknown_key_inside_a_named_map_lists_the_known_ones(here: Path) -> None:
+    """A key of a section the profile names itself (a storage path, a DeepSpeed config) and of an optional
+    section: the error still lists what that section may hold."""
+    storage = "storage:\n  paths:\n    shared: {path: /tmp, shard: true}\n"
+    write(here, "p", f"name: p\n{BASE}{storage}cost: {{usd_per_gpu_hour: 2, sorce: x}}\n")
+    assert error_of("p") == (
+        "invalid profile:\n"
+        "  thresholds/p.yaml:5: storage.paths.shared.shard: unknown key (expected one of: path, shared)\n"
+        "  thresholds/p.yaml:6: cost.sorce: unknown key (expected one of: usd_per_gpu_hour, source)"
+    )
+
+
 def test_unknown_top_level_key(here: Path) -> None:
     write(here, "p", f"name: p\n{BASE}colectives: {{}}\n")
     message = error_of("p")

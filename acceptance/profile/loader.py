@@ -7,7 +7,8 @@ import json
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from types import UnionType
+from typing import Annotated, Any, Union, get_args, get_origin
 
 from pydantic import ValidationError
 
@@ -232,13 +233,29 @@ def _expected(err: Any, loc: tuple[str, ...]) -> str:
 
 
 def _model_at(loc: tuple[str, ...]) -> Any:
+    """The pydantic model at ``loc``, through named maps (``storage.paths.NAME``) and optional sections."""
     model: Any = ProfileModel
     for part in loc:
+        model = _unwrap(model)
+        if get_origin(model) is dict:
+            model = get_args(model)[1]  # ``part`` is a name the profile chose
+            continue
         field = getattr(model, "model_fields", {}).get(part)
         if field is None:
             return None
         model = field.annotation
-    return model if hasattr(model, "model_fields") else None  # type: ignore[no-any-return]
+    model = _unwrap(model)
+    return model if hasattr(model, "model_fields") else None
+
+
+def _unwrap(annotation: Any) -> Any:
+    """``X | None`` and ``Annotated[X, ...]`` as X: the model a key of the section must belong to."""
+    if get_origin(annotation) is Annotated:
+        return _unwrap(get_args(annotation)[0])
+    if get_origin(annotation) in (Union, UnionType):
+        models = [a for a in get_args(annotation) if a is not type(None)]
+        return _unwrap(models[0]) if len(models) == 1 else annotation
+    return annotation
 
 
 def _canonical_thresholds(model: ProfileModel, path: Path) -> ProfileModel:
