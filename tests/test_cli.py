@@ -143,13 +143,21 @@ def test_errors_are_one_message(
     argv: list[str], message: str, capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.chdir(tmp_path)
-    assert main(argv) == 2
+    assert main(argv) == 4
     assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("value", ["nan", "-1", "0", "soon"])
+def test_a_bad_sweep_timeout_is_a_usage_error(value: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["sweep", "--timeout", value])
+    assert exit_info.value.code == pytest.ExitCode.USAGE_ERROR
+    assert f"argument --timeout: expected a finite number of seconds above 0, got {value!r}" in capsys.readouterr().err
 
 
 def test_not_evidence(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     (tmp_path / "x.json").write_text('{"a": 1}')
-    assert main(["report", str(tmp_path / "x.json")]) == 2
+    assert main(["report", str(tmp_path / "x.json")]) == 4
     assert "not a cluster-acceptance evidence file" in capsys.readouterr().err
 
 

@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from acceptance.cli.usage import USAGE_ERROR, Parser
 from acceptance.evidence.folder import default_folder
 from acceptance.evidence.verdict import Facts, decide
 from acceptance.families import training as plan
@@ -28,7 +29,7 @@ from acceptance.run.training_jobs import baseline_run, strategy_runs
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m acceptance.cli.bench_train", description=__doc__.split("\n")[0])
+    parser = Parser(prog="python -m acceptance.cli.bench_train", description=__doc__.split("\n")[0])
     parser.add_argument("--profile", default=os.environ.get("CLUSTER_PROFILE", "local-cpu"), help="default: local-cpu")
     parser.add_argument("--strategies", default=None, help="comma-separated (default: the profile's list)")
     parser.add_argument(
@@ -77,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
         prof = load(args)
     except profiles.ProfileError as exc:
         print(exc, file=sys.stderr)
-        return 2
+        return USAGE_ERROR
     topo = prof.model.topology
     placement = resolve(os.environ, topo.nodes, default_port=topo.rdzv_port)
     folder = args.evidence or default_folder(f"bench-{prof.name}")

@@ -10,11 +10,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 import acceptance
 from acceptance.atomic_file import write_atomic
 from acceptance.cli import container, reports, sweep
+from acceptance.cli.usage import USAGE_ERROR, Parser
 from acceptance.evidence.folder import EvidenceFolderError
 from acceptance.evidence.junit import junit_xml
 from acceptance.evidence.merge import merge
@@ -23,13 +25,14 @@ from acceptance.evidence.verdict import effective
 from acceptance.profile import loader as profiles
 from acceptance.profile.collectives import COLLECTIVE_OPS
 from acceptance.profile.dtypes import DTYPE_NAMES
+from acceptance.profile.model import positive_seconds
 from acceptance.reports.table import columns
 from acceptance.run.launcher import ProbeError
 from acceptance.run.placement import TopologyError
 
 
 class CliError(Exception):
-    """A command that cannot go on; its message is printed without a traceback (exit status 2)."""
+    """A command that cannot go on for its input; one line without a traceback (exit status 4, as pytest)."""
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -47,18 +50,20 @@ def main(argv: list[str] | None = None) -> int:
         EvidenceFolderError,
         profiles.ProfileError,
         TopologyError,
-        ProbeError,
         ValueError,
     ) as exc:
         print(f"cluster-acceptance {args.command}: {exc}", file=sys.stderr)
-        return 2
+        return USAGE_ERROR
+    except ProbeError as exc:  # the input was fine; the measurement failed, and its evidence says so
+        print(f"cluster-acceptance {args.command}: {exc}", file=sys.stderr)
+        return int(pytest.ExitCode.TESTS_FAILED)
     except BrokenPipeError:  # `... | head`: the reader has what it wanted
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
 
 
 def parser() -> argparse.ArgumentParser:
-    top = argparse.ArgumentParser(prog="cluster-acceptance", description=__doc__)
+    top = Parser(prog="cluster-acceptance", description=__doc__)
     top.add_argument("--version", action="version", version=f"%(prog)s {acceptance.__version__}")
     sub = top.add_subparsers(dest="command", required=True, metavar="COMMAND")
     run = sub.add_parser(
@@ -109,7 +114,7 @@ def add_sweep(sub: Any) -> None:
     sw.add_argument("-n", "--iters", type=int, help="timed calls per size (default: the profile's, 20)")
     sw.add_argument("--nproc-per-node", type=int, help="ranks per node (default: the profile's, else every GPU or 2)")
     sw.add_argument("--profile", help="profile for topology, env and timeouts (default: this machine as found)")
-    sw.add_argument("--timeout", type=float, help="seconds for the whole sweep (default: the profile's)")
+    sw.add_argument("--timeout", type=positive_seconds, help="seconds for the whole sweep (default: the profile's)")
     sw.add_argument("--out", type=Path, help="evidence folder (default: a new folder under ./acceptance-results/)")
     sw.set_defaults(func=cmd_sweep)
 

@@ -89,7 +89,8 @@ def load_profile(args: SweepArgs) -> profiles.Profile:
 
 
 def run(args: SweepArgs, out: TextIO) -> int:
-    """Run the sweep, print the table; 0 when every element arrived intact, 1 when some did not, 2 on failure."""
+    """Run the sweep, print the table; 0 when every element arrived intact, 1 when some did not; a probe that
+    failed is recorded and raised (the command exits 1)."""
     profile = load_profile(args)
     placement = resolve(os.environ, profile.model.topology.nodes, default_port=profile.model.topology.rdzv_port)
     folder = args.out or default_folder("sweep")

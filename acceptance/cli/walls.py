@@ -12,12 +12,12 @@ unreadable file.
 
 from __future__ import annotations
 
-import argparse
 import datetime
 import sys
 from pathlib import Path
 from typing import Any
 
+from acceptance.cli.usage import USAGE_ERROR, Parser
 from acceptance.evidence.store import EvidenceError, read_evidence
 from acceptance.reports.table import render
 
@@ -69,7 +69,7 @@ def table(runs: list[list[Row]]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m acceptance.cli.walls", description=__doc__.split("\n")[0])
+    parser = Parser(prog="python -m acceptance.cli.walls", description=__doc__.split("\n")[0])
     parser.add_argument("evidence", nargs="+", type=Path, help="evidence.json (or its folder); two to compare")
     args = parser.parse_args(argv)
     if len(args.evidence) > 2:
@@ -80,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
             runs.append(rows(read_evidence(path)))
         except EvidenceError as exc:
             print(exc, file=sys.stderr)
-            return 4
+            return USAGE_ERROR
     print(table(runs))
     return 0
 
