@@ -158,3 +158,21 @@ def test_two_nodes_whose_rails_miss_their_bound_can_only_blame_their_pair(tmp_pa
         assert [(p["key"], p["status"]) for p in rounds] == [("isolation-1", "ok"), ("isolation-2", "ok")]
         (found,) = [t["measurements"]["isolation"] for t in evidence["tests"] if "isolation" in t["measurements"]]
         assert found["pair_matrix"]["matrix"][0][1] > 0 and len(found["rails"]) == 4  # 2 rails, both ways
+
+
+def test_a_node_that_fails_its_preflight_stops_every_node_at_once(tmp_path: Path) -> None:
+    """Node 1 fails its preflight (injected: this machine has no GPU to miss). Node 0 hears of it when the
+    nodes meet and starts no probe either, instead of waiting for node 1 at the first one."""
+    common = {"NNODES": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}
+    envs = [{**common, "NODE_RANK": "0"}, {**common, "NODE_RANK": "1", "ACCEPTANCE_TEST_FAULT": "preflight"}]
+    suite = [*QUICK[:2], "connectivity or gpu_count", *QUICK[3:]]
+    nodes = run_nodes(tmp_path, envs, suite=suite)
+    line = "failed its preflight: injected preflight failure (ACCEPTANCE_TEST_FAULT=preflight)"
+    for node in nodes:
+        assert node.returncode == pytest.ExitCode.TESTS_FAILED, node.output[-6000:]
+        evidence = node.evidence()
+        assert evidence["verdict"] == "FAIL" and evidence["probes"] == [], node.output[-6000:]
+        assert all(t["outcome"] in ("skipped", "error") for t in evidence["tests"]), node.output[-6000:]
+    assert "node 1 (" in nodes[0].output and line in nodes[0].output, nodes[0].output[-6000:]
+    assert any(line in e and e.startswith("preflight: node 1 (") for e in nodes[0].evidence()["errors"])
+    assert nodes[1].evidence()["errors"][0] == "preflight: injected preflight failure (ACCEPTANCE_TEST_FAULT=preflight)"

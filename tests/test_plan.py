@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from acceptance.multinode.meeting import Meeting, PlanError
-from acceptance.multinode.plan import Plan, differences, disagreement
+from acceptance.multinode.plan import Plan, differences, disagreement, failed_preflights
 from acceptance.run.placement import Placement
 from tests.harness import free_port
 
@@ -92,7 +92,9 @@ def run_nodes(plans: list[Plan], timeout_s: float) -> list[str | BaseException]:
     def node(rank: int) -> None:
         try:
             meeting = meetings[0] if rank == 0 else Meeting(places[rank], timeout_s)
-            outcomes[rank] = meeting.agree(plans[rank])
+            session, heard = meeting.agree(plans[rank])
+            assert [p.node_rank for p in heard] == list(range(len(plans)))  # every node hears every plan
+            outcomes[rank] = session
         except PlanError as exc:
             outcomes[rank] = exc
 
@@ -138,3 +140,14 @@ def test_after_a_missing_node_later_barriers_fail_at_once_with_the_same_news() -
         meeting.barrier("probe-2-collectives", 3600)
     assert "missing node ranks: [1]" in str(first.value)
     assert str(second.value) == str(first.value)
+
+
+def test_a_failed_preflight_is_named_to_the_other_nodes_and_leaves_the_plan_alone() -> None:
+    sick = dataclasses.replace(
+        plan(1), preflight="profile h200-x2 expects 2 NVIDIA H200 GPU(s) on this node, ... finds 1"
+    )
+    assert disagreement([plan(0), sick]) is None and sick.digest == plan(1).digest
+    assert failed_preflights([plan(0), sick], mine=0) == [
+        "node 1 (node-1) failed its preflight: profile h200-x2 expects 2 NVIDIA H200 GPU(s) on this node, ... finds 1"
+    ]
+    assert failed_preflights([plan(0), sick], mine=1) == []  # its own line is already its own error

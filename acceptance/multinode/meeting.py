@@ -109,13 +109,15 @@ class Meeting:
         self.publish(topic)
         self.wait(topic, timeout_s)
 
-    def agree(self, plan: Plan) -> str:
-        """Compare plans; return the session id node 0 chose (the probes' rendezvous ids start with it)."""
+    def agree(self, plan: Plan) -> tuple[str, list[Plan]]:
+        """Compare plans; return the session id node 0 chose (the probes' rendezvous ids start with it) and
+        every node's plan."""
         if self.rank == 0:
             self.store.set("session", uuid.uuid4().hex[:12])
         self.publish("plan", plan.to_json())
         self.wait("plan")
-        problem = disagreement([Plan.from_json(text) for text in self.read("plan")])
+        plans = [Plan.from_json(text) for text in self.read("plan")]
+        problem = disagreement(plans)
         session = self.store.get("session").decode()
         # node 0 keeps the store up until every node has read the plans, so all fail with the same message
         self.publish("plan-read")
@@ -123,7 +125,7 @@ class Meeting:
             self.wait("plan-read")
         if problem:
             raise PlanError(problem)
-        return session
+        return session, plans
 
 
 @dataclass(frozen=True)
@@ -133,6 +135,7 @@ class Agreement:
     meeting: Meeting
     session: str
     record: dict[str, Any]
+    plans: list[Plan]
 
 
 def meet(placement: Placement, timeout_s: float, plan: Plan) -> Agreement:
@@ -143,11 +146,11 @@ def meet(placement: Placement, timeout_s: float, plan: Plan) -> Agreement:
         where = f"{placement.head}:{placement.port + STORE_PORT_OFFSET}"
         raise PlanError(f"cannot reach the nodes' store at {where}: {exc}") from None
     try:
-        session = meeting.agree(plan)
+        session, plans = meeting.agree(plan)
     except RuntimeError as exc:
         raise PlanError(f"lost the nodes' store at {meeting.where} while comparing plans: {exc}") from None
     record = {"digest": plan.digest, "session": session, "store": meeting.where, "tests": len(plan.tests)}
-    return Agreement(meeting, session, record)
+    return Agreement(meeting, session, record, plans)
 
 
 @dataclass(frozen=True)

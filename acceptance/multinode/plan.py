@@ -34,6 +34,7 @@ class Plan:
     profile: dict[str, Any]
     tests: list[str]
     versions: dict[str, str]
+    preflight: str = ""  # why this node failed its preflight; "" when it passed (not part of the digest)
 
     @property
     def digest(self) -> str:
@@ -118,3 +119,10 @@ def disagreement(plans: list[Plan]) -> str | None:
         f"the nodes disagree on the plan (node 0 is {reference.host}, plan {reference.digest[:12]}); "
         "every node stops here:\n  " + "\n  ".join(lines)
     )
+
+
+def failed_preflights(plans: list[Plan], mine: int) -> list[str]:
+    """One line for each other node that failed its preflight: without it no probe can start anywhere, and
+    a node that went on would wait at the next probe until its timeout."""
+    return [f"node {p.node_rank} ({p.host}) failed its preflight: {p.preflight}" for p in plans if p.preflight
+            and p.node_rank != mine]  # fmt: skip

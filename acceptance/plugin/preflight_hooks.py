@@ -7,6 +7,7 @@ with it, instead of each failing on its own. The line is an error in the evidenc
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -21,14 +22,32 @@ PREFIX = "preflight: "
 
 
 def run_preflight(run: ClusterRun) -> preflight.PreflightResult | None:
-    if run.topology.device != "cuda":
+    result = preflight.injected(os.environ)
+    if result is None and run.topology.device != "cuda":
         return None
-    result = preflight.check(run.profile.model, child_env(run.profile.model.env))
+    result = result or preflight.check(run.profile.model, child_env(run.profile.model.env))
     run.evidence.cluster.preflight = {"ok": result.ok, "message": result.message, "gpus": result.gpus}
     if not result.ok:
         run.evidence.error(f"{PREFIX}{result.message}")
     run.evidence.write()
     return result
+
+
+def fail_with_other_nodes(
+    result: preflight.PreflightResult | None, others: list[str], run: ClusterRun, items: list[pytest.Item]
+) -> preflight.PreflightResult | None:
+    """Another node failed its preflight: no probe can start there, so none starts here either; this node's
+    tests are skipped and its gate fails with that node's line, instead of waiting at the first probe."""
+    if not others:
+        return result
+    for line in others:
+        run.evidence.error(f"{PREFIX}{line}")
+    run.evidence.write()
+    mine = [result.message] if result is not None and not result.ok else []
+    shared = preflight.PreflightResult(False, "; ".join([*mine, *others]))
+    if not mine:  # a failed preflight of its own skipped them already, with its own line
+        skip_without_gpus(shared, items)
+    return shared
 
 
 def skip_without_gpus(result: preflight.PreflightResult | None, items: list[pytest.Item]) -> None:

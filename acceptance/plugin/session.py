@@ -20,12 +20,13 @@ from acceptance.evidence.junit import junit_xml
 from acceptance.evidence.store import EvidenceError, read_evidence
 from acceptance.evidence.verdict import Facts, decide, problems
 from acceptance.multinode import meeting as meetings
-from acceptance.multinode.plan import Plan, versions
+from acceptance.multinode.plan import Plan, failed_preflights, versions
 from acceptance.plugin import options
 from acceptance.plugin.outcomes import outcome_of, report_unrun
 from acceptance.plugin.preflight_hooks import (
     PREFIX,
     fail_the_gate,
+    fail_with_other_nodes,
     run_preflight,
     shorten_repeated_probe_error,
     skip_without_gpus,
@@ -141,9 +142,9 @@ class ClusterSession:
                 "run the suite, e.g. pytest --cluster-profile NAME tests_cluster/"
             )
         if self.meets:
-            self._meet()
+            self._meet(session.items)
 
-    def _meet(self) -> None:
+    def _meet(self, items: list[pytest.Item]) -> None:
         run, place = self.run, self.run.placement
         plan = Plan(
             node_rank=place.node_rank,
@@ -154,6 +155,7 @@ class ClusterSession:
             profile=run.profile.resolved,
             tests=self.selected,
             versions=versions(),
+            preflight="" if self.preflight is None or self.preflight.ok else self.preflight.message,
         )
         try:
             agreement = meetings.meet(place, run.profile.model.timeouts.rendezvous, plan)
@@ -162,6 +164,8 @@ class ClusterSession:
             run.evidence.write()
             raise pytest.UsageError(str(exc)) from None
         run.join(agreement.meeting, agreement.session, agreement.record)
+        others = failed_preflights(agreement.plans, place.node_rank)
+        self.preflight = fail_with_other_nodes(self.preflight, others, run, items)
 
     def pytest_runtest_logstart(self, nodeid: str) -> None:
         self.running = nodeid

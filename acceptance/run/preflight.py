@@ -21,6 +21,7 @@ from typing import Any
 
 from acceptance.profile.model import ProfileModel
 
+FAULT_ENV = "ACCEPTANCE_TEST_FAULT"  # the tests' fault knob, the one the ranks read (acceptance.probes.rank)
 DETECT_TIMEOUT_S = 120.0  # importing torch and initialising NVML; minutes would mean a wedged driver
 Detect = Callable[[Mapping[str, str]], dict[str, Any]]
 
@@ -41,6 +42,13 @@ def detect(env: Mapping[str, str]) -> dict[str, Any]:
         return dict(json.loads(done.stdout))
     except (subprocess.TimeoutExpired, ValueError, OSError) as exc:
         return {"error": f"{' '.join(argv[1:])} gave no answer: {type(exc).__name__}: {exc}"}
+
+
+def injected(env: Mapping[str, str]) -> PreflightResult | None:
+    """A failed preflight on request (``ACCEPTANCE_TEST_FAULT=preflight``): how the tests fail one node of a
+    multi-node CPU run, where nothing else could."""
+    knob = env.get(FAULT_ENV, "")
+    return PreflightResult(False, f"injected preflight failure ({FAULT_ENV}={knob})") if knob == "preflight" else None
 
 
 def check(model: ProfileModel, env: Mapping[str, str], detect: Detect = detect) -> PreflightResult:
