@@ -5,7 +5,9 @@ Each node is a network namespace with its own hostname (a UTS namespace per proc
 (``/etc/netns/<ns>/hosts``, which ``ip netns exec`` mounts over ``/etc/hosts``), so nodes reach each
 other by name. The bridge lives in a switch namespace of its own: nothing is added to the machine's own
 network, and ``close()`` deletes every namespace and file it made. ``throttle`` shapes one node's link
-in both directions with a token bucket (tc tbf), a genuinely slow link.
+in both directions with a token bucket (tc tbf), a genuinely slow link; ``slow_cpu`` gives one node a
+fraction of one core (a CPU-bandwidth cgroup, v1 or v2, that everything the node starts inherits), a
+genuinely slow "GPU" for the CPU path's per-GPU figures.
 
 ``python -m tests.netns HOSTNAME -- ARGV...`` is the tiny launcher run inside a namespace: it enters a
 UTS namespace of its own, sets the hostname there and becomes ARGV.
@@ -37,6 +39,9 @@ PORT = 29400  # every node has a port space of its own: no collision with anythi
 HARNESS_TIMEOUT_S = 900  # only so that a broken run cannot hang CI; nothing here measures time
 IPROUTE_ENV = "NETNS_IPROUTE"  # a folder holding iproute2 and its libraries unpacked with dpkg -x
 CHILD_LIBS_ENV = "NETNS_CHILD_LD_LIBRARY_PATH"  # the caller's LD_LIBRARY_PATH, for what runs inside
+CGROUP_ENV = "NETNS_CGROUP"  # the cgroup the launcher joins before it becomes the node's command
+CGROUP_V1, CGROUP_V2 = Path("/sys/fs/cgroup/cpu"), Path("/sys/fs/cgroup")
+CPU_PERIOD_US = 100_000  # the kernel's default CFS period
 
 
 def _tool(name: str) -> str | None:
@@ -68,6 +73,16 @@ def missing() -> str | None:
     return None
 
 
+def cpu_cgroups() -> Path | None:
+    """Where CPU-bandwidth cgroups can be made here (cgroup v1's cpu hierarchy, or v2 with cpu enabled)."""
+    if os.geteuid() != 0:
+        return None
+    if (CGROUP_V1 / "cpu.cfs_quota_us").is_file():
+        return CGROUP_V1
+    controllers = CGROUP_V2 / "cgroup.subtree_control"
+    return CGROUP_V2 if controllers.is_file() and "cpu" in controllers.read_text().split() else None
+
+
 def _run(tool: str, *args: str) -> None:
     subprocess.run([_tool(tool) or tool, *args], check=True, capture_output=True, text=True, env=_tool_env())
 
@@ -82,6 +97,7 @@ class TestBed:
     tag: str = field(default_factory=lambda: secrets.token_hex(3))
     setup_s: list[float] = field(default_factory=list)  # seconds to set each node up
     made: list[str] = field(default_factory=list)
+    cgroups: dict[int, Path] = field(default_factory=dict)  # node -> the CPU cgroup it runs in
 
     __test__ = False  # not a pytest class
 
@@ -132,8 +148,25 @@ class TestBed:
         _run("tc", "-n", self.ns(node), "qdisc", "add", "dev", "eth0", *shape)
         _run("tc", "-n", self.switch, "qdisc", "add", "dev", f"p{node}", *shape)
 
+    def slow_cpu(self, node: int, cores: float) -> None:
+        """Everything ``node`` starts from here on shares ``cores`` of one CPU (0.05: 5% of a core)."""
+        root = cpu_cgroups()
+        if root is None:
+            raise RuntimeError("no CPU-bandwidth cgroups on this machine")
+        group = root / self.ns(node)
+        group.mkdir()
+        self.cgroups[node] = group
+        quota = str(max(1000, int(cores * CPU_PERIOD_US)))
+        if root == CGROUP_V1:
+            (group / "cpu.cfs_period_us").write_text(str(CPU_PERIOD_US))
+            (group / "cpu.cfs_quota_us").write_text(quota)
+        else:
+            (group / "cpu.max").write_text(f"{quota} {CPU_PERIOD_US}")
+
     def popen(self, node: int, argv: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
         inner = [sys.executable, "-m", "tests.netns", self.host(node), "--", *argv]
+        if node in self.cgroups:
+            env = {**env, CGROUP_ENV: str(self.cgroups[node])}
         if not hasattr(os, "unshare"):
             inner = ["unshare", "--uts", *inner]
         with open(log, "wb") as out:
@@ -158,6 +191,24 @@ class TestBed:
             subprocess.run([*ip, "del", ns], capture_output=True, env=_tool_env())
             shutil.rmtree(NETNS_ETC / ns, ignore_errors=True)
         self.made.clear()
+        for group in self.cgroups.values():
+            _remove_cgroup(group)
+        self.cgroups.clear()
+
+
+def _remove_cgroup(group: Path) -> None:
+    """A cgroup is removed once empty: what is left in it is killed, and its removal retried a while."""
+    for _ in range(100):
+        with contextlib.suppress(FileNotFoundError, ProcessLookupError, ValueError):
+            for pid in (group / "cgroup.procs").read_text().split():
+                os.kill(int(pid), signal.SIGKILL)
+        try:
+            group.rmdir()
+            return
+        except FileNotFoundError:
+            return
+        except OSError:  # busy: the killed processes are not reaped yet
+            time.sleep(0.1)
 
 
 @dataclass
@@ -214,6 +265,9 @@ def _become(argv: list[str]) -> None:
     if hasattr(os, "unshare"):
         os.unshare(os.CLONE_NEWUTS)  # type: ignore[attr-defined]  # Python 3.12+; else started under unshare --uts
     socket.sethostname(hostname)
+    group = os.environ.pop(CGROUP_ENV, None)
+    if group:  # join the node's CPU cgroup: pytest, torchrun and every rank inherit it
+        Path(group, "cgroup.procs").write_text(str(os.getpid()))
     libs = os.environ.pop(CHILD_LIBS_ENV, None)
     if libs is not None:  # what ran ip had iproute2's libraries; what runs here gets the caller's
         if libs:

@@ -165,6 +165,7 @@ def _suite(tmp_path: Path, folder: str, *extra: str, prefix: tuple[str, ...] = (
     return subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, env=env)
 
 
+@pytest.mark.e2e
 def test_a_slower_network_fails_the_baseline_gate(tmp_path: Path, slow_loopback: list[str]) -> None:
     import jsonschema
 
@@ -187,6 +188,7 @@ def test_a_slower_network_fails_the_baseline_gate(tmp_path: Path, slow_loopback:
     assert f"[--cluster-baseline {tmp_path / 'handover' / 'evidence.json'}]" in slow.stdout
 
 
+@pytest.mark.e2e
 def test_a_baseline_that_is_not_evidence_is_a_usage_error(tmp_path: Path) -> None:
     (tmp_path / "x.json").write_text('{"a": 1}')
     done = _suite(tmp_path, "run", "--cluster-baseline", str(tmp_path / "x.json"))

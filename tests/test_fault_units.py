@@ -149,6 +149,7 @@ def test_ranks_nothing_tells_apart_are_all_listed(tmp_path: Path) -> None:
     assert "; rank 1 (host gpu-node-7, local rank 1) in phase 'all_reduce 1G'" in message
 
 
+@pytest.mark.e2e
 def test_a_stopped_process_on_this_node_is_named_by_the_process_table(tmp_path: Path) -> None:
     with subprocess.Popen(["sleep", "600"], start_new_session=True) as stopped:
         try:
@@ -188,6 +189,7 @@ child.wait()
 HARNESS_LIMIT_S = 60.0  # only so that a broken watchdog fails instead of hanging the run
 
 
+@pytest.mark.e2e
 def test_the_watchdog_child_dies_with_its_parent() -> None:
     with subprocess.Popen([sys.executable, "-c", PARENT], stdout=subprocess.PIPE, text=True) as parent:
         assert parent.stdout is not None
@@ -201,6 +203,7 @@ def test_the_watchdog_child_dies_with_its_parent() -> None:
     assert not reaper.alive(child), f"pid {child} outlived its parent"
 
 
+@pytest.mark.e2e
 def test_the_watchdog_refuses_when_its_parent_is_already_gone() -> None:
     # pid 1 is never our parent: as if the launcher had died before the child asked to die with it
     done = subprocess.run([sys.executable, "-m", "acceptance.run.watchdog", "--parent", "1", "--", "true"],
@@ -208,6 +211,7 @@ def test_the_watchdog_refuses_when_its_parent_is_already_gone() -> None:
     assert done.returncode == 1 and "parent 1 is gone; not starting" in done.stderr
 
 
+@pytest.mark.e2e
 def test_ending_a_probe_ends_a_stopped_rank_and_a_torchrun_that_ignores_sigterm() -> None:
     stubborn = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print(flush=True); time.sleep(600)"
     agent = subprocess.Popen([sys.executable, "-c", stubborn], start_new_session=True, stdout=subprocess.PIPE)

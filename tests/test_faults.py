@@ -26,6 +26,8 @@ import pytest
 from tests.harness import PLUGIN_ARGS, ROOT, evidence, free_port
 from tests.test_multinode import run_nodes
 
+pytestmark = pytest.mark.e2e  # every test runs the suite in a pytest subprocess and breaks its ranks
+
 HOST = re.escape(socket.gethostname())
 MARK = "ACCEPTANCE_FAULT_MARK"  # inherited by pytest, torchrun and every rank of one case
 TIMEOUT_S = 60  # --cluster-timeout: enough for two ranks to import torch on a loaded two-core machine

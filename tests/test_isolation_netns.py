@@ -38,7 +38,10 @@ SUITE = [
     f"thresholds.internode.rail_min_gbps.min={FLOOR}",
 ]
 
-pytestmark = pytest.mark.skipif(netns.missing() is not None, reason=f"no network namespaces: {netns.missing()}")
+pytestmark = [
+    pytest.mark.e2e,  # every node is a pytest that starts torchrun
+    pytest.mark.skipif(netns.missing() is not None, reason=f"no network namespaces: {netns.missing()}"),
+]
 
 
 @pytest.fixture

@@ -253,6 +253,7 @@ CPU = "name: bad\ntopology: {device: cpu, backend: gloo, ranks_per_node: 2}\n"
         ),
     ],
 )
+@pytest.mark.e2e
 def test_bad_input_is_one_usage_line(
     suite: pytest.Pytester, content: str | bytes, args: tuple[str, ...], error: str
 ) -> None:
@@ -266,6 +267,7 @@ def test_bad_input_is_one_usage_line(
 
 
 @pytest.mark.parametrize("value", ["0", "-1", "nan", "inf"])
+@pytest.mark.e2e
 def test_bad_cluster_timeout_is_a_usage_error(suite: pytest.Pytester, value: str) -> None:
     result = suite.runpytest_subprocess(
         *PLUGIN_ARGS, "--cluster-profile", "local-cpu", "--cluster-timeout", value, "tests_cluster/"

@@ -24,6 +24,8 @@ import pytest
 from acceptance.cli.main import main
 from tests.harness import ROOT
 
+pytestmark = pytest.mark.e2e  # every test starts headless Chromium
+
 BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
 # root in a container has no user namespace for Chromium's sandbox; the page is our own file, offline
 FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--no-first-run", "--disable-extensions")

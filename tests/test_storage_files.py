@@ -63,6 +63,7 @@ def test_stale_folders_go_live_ones_and_others_stay(tmp_path: Path) -> None:
     assert sorted(p.name for p in base.iterdir()) == sorted([live.name, "notes", f"run-{int(time.time() + 60)}-cafe"])
 
 
+@pytest.mark.e2e
 def test_what_cannot_be_removed_is_reported(tmp_path: Path) -> None:
     """A folder something is mounted on cannot be removed (EBUSY): the cleanup goes on and says what remains."""
     run_dir = tmp_path / rules.BASE_DIR / "run-1-ab"

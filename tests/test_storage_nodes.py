@@ -8,6 +8,8 @@ import socket
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.harness import free_port
 from tests.test_multinode import Node, run_nodes
 
@@ -18,6 +20,9 @@ SUITE = [
     "--cluster-set",
     "storage.checkpoint_size=4M",
 ]
+
+
+pytestmark = pytest.mark.e2e  # two pytest processes as two nodes, each starting torchrun
 
 
 def two_nodes(tmp_path: Path, folders: list[Path], extra: tuple[str, ...] = ()) -> list[Node]:

@@ -17,6 +17,8 @@ import pytest
 
 from tests.harness import PLUGIN_ARGS, ROOT, evidence
 
+pytestmark = pytest.mark.e2e  # the storage probe through torchrun, on real folders
+
 MODULE = "tests_cluster/test_storage.py"
 PROFILE = str(ROOT / "thresholds" / "local-cpu.yaml")  # this checkout's, whichever one is installed
 RUN_TIMEOUT_S = 300  # only so that a broken run cannot hang CI; nothing here measures time
