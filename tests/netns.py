@@ -39,7 +39,6 @@ PORT = 29400  # every node has a port space of its own: no collision with anythi
 HARNESS_TIMEOUT_S = 900  # only so that a broken run cannot hang CI; nothing here measures time
 IPROUTE_ENV = "NETNS_IPROUTE"  # a folder holding iproute2 and its libraries unpacked with dpkg -x
 CHILD_LIBS_ENV = "NETNS_CHILD_LD_LIBRARY_PATH"  # the caller's LD_LIBRARY_PATH, for what runs inside
-CGROUP_ENV = "NETNS_CGROUP"  # the cgroup the launcher joins before it becomes the node's command
 CGROUP_V1, CGROUP_V2 = Path("/sys/fs/cgroup/cpu"), Path("/sys/fs/cgroup")
 CPU_PERIOD_US = 100_000  # the kernel's default CFS period
 
@@ -165,8 +164,7 @@ class TestBed:
 
     def popen(self, node: int, argv: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
         inner = [sys.executable, "-m", "tests.netns", self.host(node), "--", *argv]
-        if node in self.cgroups:
-            env = {**env, CGROUP_ENV: str(self.cgroups[node])}
+        group = self.cgroups.get(node)
         if not hasattr(os, "unshare"):
             inner = ["unshare", "--uts", *inner]
         with open(log, "wb") as out:
@@ -178,6 +176,8 @@ class TestBed:
                 stdin=subprocess.DEVNULL,
                 cwd=ROOT,
                 start_new_session=True,
+                # joined before ``ip netns exec``, whose fresh /sys has no cgroups; everything it starts inherits it
+                preexec_fn=(lambda: _join(group)) if group else None,
             )
 
     def close(self) -> None:
@@ -194,6 +194,10 @@ class TestBed:
         for group in self.cgroups.values():
             _remove_cgroup(group)
         self.cgroups.clear()
+
+
+def _join(group: Path) -> None:
+    (group / "cgroup.procs").write_text(str(os.getpid()))
 
 
 def _remove_cgroup(group: Path) -> None:
@@ -265,9 +269,6 @@ def _become(argv: list[str]) -> None:
     if hasattr(os, "unshare"):
         os.unshare(os.CLONE_NEWUTS)  # type: ignore[attr-defined]  # Python 3.12+; else started under unshare --uts
     socket.sethostname(hostname)
-    group = os.environ.pop(CGROUP_ENV, None)
-    if group:  # join the node's CPU cgroup: pytest, torchrun and every rank inherit it
-        Path(group, "cgroup.procs").write_text(str(os.getpid()))
     libs = os.environ.pop(CHILD_LIBS_ENV, None)
     if libs is not None:  # what ran ip had iproute2's libraries; what runs here gets the caller's
         if libs:
