@@ -15,11 +15,12 @@ from tests.harness import ROOT
 
 @pytest.fixture(autouse=True)
 def _fast_tier_starts_no_process(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The fast tier (``-m "not e2e"``) starts no process: a test that does must be marked ``e2e``."""
+    """The fast tier (``-m "not e2e"``) starts no process: a test that starts one through ``subprocess`` (as
+    pytester's subprocess runs, torchrun and Chromium are started here) must be marked ``e2e``."""
     if request.node.get_closest_marker("e2e"):
         return
 
-    def refuse(self: subprocess.Popen[Any], args: Any, *rest: Any, **options: Any) -> None:
+    def refuse(self: subprocess.Popen[Any], args: Any = None, *rest: Any, **options: Any) -> None:
         raise AssertionError(f"this test starts a process ({args!r}) but is not marked e2e: the fast tier starts none")
 
     monkeypatch.setattr(subprocess.Popen, "__init__", refuse)

@@ -28,6 +28,7 @@ import socket
 import subprocess
 import sys
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -164,20 +165,21 @@ class TestBed:
 
     def popen(self, node: int, argv: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
         inner = [sys.executable, "-m", "tests.netns", self.host(node), "--", *argv]
-        group = self.cgroups.get(node)
         if not hasattr(os, "unshare"):
             inner = ["unshare", "--uts", *inner]
+        argv = [_tool("ip") or "ip", "netns", "exec", self.ns(node), *inner]
+        group = self.cgroups.get(node)
+        if group:  # joined before ``ip netns exec``, whose fresh /sys has no cgroups; all it starts inherit it
+            argv = ["sh", "-c", 'echo $$ > "$0" && exec "$@"', str(group / "cgroup.procs"), *argv]
         with open(log, "wb") as out:
             return subprocess.Popen(
-                [_tool("ip") or "ip", "netns", "exec", self.ns(node), *inner],
+                argv,
                 env=_tool_env(env),
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 cwd=ROOT,
                 start_new_session=True,
-                # joined before ``ip netns exec``, whose fresh /sys has no cgroups; everything it starts inherits it
-                preexec_fn=(lambda: _join(group)) if group else None,
             )
 
     def close(self) -> None:
@@ -196,10 +198,6 @@ class TestBed:
         self.cgroups.clear()
 
 
-def _join(group: Path) -> None:
-    (group / "cgroup.procs").write_text(str(os.getpid()))
-
-
 def _remove_cgroup(group: Path) -> None:
     """A cgroup is removed once empty: what is left in it is killed, and its removal retried a while."""
     for _ in range(100):
@@ -213,6 +211,7 @@ def _remove_cgroup(group: Path) -> None:
             return
         except OSError:  # busy: the killed processes are not reaped yet
             time.sleep(0.1)
+    warnings.warn(f"could not remove the cgroup {group}: processes are still in it", stacklevel=2)
 
 
 @dataclass

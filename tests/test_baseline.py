@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from acceptance.profile import loader as profiles
-from acceptance.profile.baseline import figures, judge
+from acceptance.profile.baseline import change, figures, judge
 from acceptance.reports import compare
 from tests.harness import ROOT, schema
 
@@ -73,6 +73,11 @@ def test_wall_time_and_temperature_are_left_to_their_bounds() -> None:
     }
     assert judge(old, "training.zero3.wall_s", 24.0, gated=True, tolerance=0.05) is None
     assert judge(old, "health.temperature_c_max", 38.0, gated=True, tolerance=0.05) is None
+    # gone from the new run: its bound (a missing figure fails it) says so, not an infinite change
+    gone = change("training.zero3.wall_s", 17.0, None, 0.05)
+    assert gone.worse_by == 0 and not gone.beyond and gone.shown == "-"
+    canary = change("training.canary.zero3.max_rel_diff", 1e-4, 0.019, 0.05)
+    assert canary.scale == "bound" and not canary.beyond  # canary_rtol, far tighter, judges it
 
 
 def test_two_healthy_h200_runs_differ_by_no_regression() -> None:

@@ -155,6 +155,14 @@ def test_a_bad_sweep_timeout_is_a_usage_error(value: str, capsys: pytest.Capture
     assert f"argument --timeout: expected a finite number of seconds above 0, got {value!r}" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("value", ["nan", "-0.1", "soon"])
+def test_a_bad_compare_tolerance_is_a_usage_error(value: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["compare", "a.json", "b.json", "--tolerance", value])
+    assert exit_info.value.code == pytest.ExitCode.USAGE_ERROR
+    assert f"argument --tolerance: expected a finite number of 0 or more, got {value!r}" in capsys.readouterr().err
+
+
 def test_not_evidence(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     (tmp_path / "x.json").write_text('{"a": 1}')
     assert main(["report", str(tmp_path / "x.json")]) == 4

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from acceptance.cli import container
-from acceptance.cli.container import EntryError, pytest_args
+from acceptance.cli.container import EntryError, main, pytest_args
 
 
 def test_profile_and_evidence_from_the_environment(tmp_path: Path) -> None:
@@ -59,3 +59,11 @@ def test_no_profile_is_refused_rather_than_skipping_everything(value: str | None
 def test_missing_tests_folder_is_named(tmp_path: Path) -> None:
     with pytest.raises(EntryError, match="no such folder"):
         pytest_args({"CLUSTER_PROFILE": "p", "CLUSTER_TESTS": str(tmp_path / "nope")}, [])
+
+
+def test_the_entry_point_exits_with_the_usage_status(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.delenv("CLUSTER_PROFILE", raising=False)
+    assert main([]) == pytest.ExitCode.USAGE_ERROR
+    assert "cluster-acceptance container: CLUSTER_PROFILE is not set" in capsys.readouterr().err

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import threading
 from typing import Any
 
@@ -151,3 +152,13 @@ def test_a_failed_preflight_is_named_to_the_other_nodes_and_leaves_the_plan_alon
         "node 1 (node-1) failed its preflight: profile h200-x2 expects 2 NVIDIA H200 GPU(s) on this node, ... finds 1"
     ]
     assert failed_preflights([plan(0), sick], mine=1) == []  # its own line is already its own error
+
+
+def test_a_plan_from_a_newer_package_is_read_and_its_version_compared() -> None:
+    """A field this version does not know is left out, so the nodes still compare plans and name the version."""
+    newer = json.loads(plan(1).to_json())
+    newer["versions"]["cluster-acceptance"] = "9.9.9"
+    newer["something_new"] = {"x": 1}
+    read = Plan.from_json(json.dumps(newer))
+    message = disagreement([plan(0), read])
+    assert message is not None and "cluster-acceptance 9.9.9, node 0 has 0.1.0" in message

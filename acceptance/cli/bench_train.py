@@ -24,7 +24,7 @@ from acceptance.reports import training as report
 from acceptance.reports.table import render
 from acceptance.run import launcher as launch
 from acceptance.run.cluster_run import ClusterRun
-from acceptance.run.placement import resolve
+from acceptance.run.placement import TopologyError, resolve
 from acceptance.run.training_jobs import baseline_run, strategy_runs
 
 
@@ -76,11 +76,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
         prof = load(args)
-    except profiles.ProfileError as exc:
+        topo = prof.model.topology
+        placement = resolve(os.environ, topo.nodes, default_port=topo.rdzv_port)
+    except (profiles.ProfileError, TopologyError) as exc:
         print(exc, file=sys.stderr)
         return USAGE_ERROR
-    topo = prof.model.topology
-    placement = resolve(os.environ, topo.nodes, default_port=topo.rdzv_port)
     folder = args.evidence or default_folder(f"bench-{prof.name}")
     cluster = ClusterRun(prof, placement, folder, progress=lambda line: print(line, file=sys.stderr, flush=True))
     training = prof.model.training

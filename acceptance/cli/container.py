@@ -26,8 +26,8 @@ import acceptance
 DEFAULT_EVIDENCE = "/results"
 
 
-class EntryError(SystemExit):
-    """Exit with a message instead of a traceback."""
+class EntryError(Exception):
+    """Bad input to the entry point: one line and the usage-error status, never a traceback."""
 
 
 def suite_dir() -> Path:
@@ -74,7 +74,11 @@ def pytest_args(env: Mapping[str, str], extra: list[str]) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     import pytest
 
-    args = pytest_args(os.environ, sys.argv[1:] if argv is None else argv)
+    try:
+        args = pytest_args(os.environ, sys.argv[1:] if argv is None else argv)
+    except EntryError as exc:
+        print(f"cluster-acceptance container: {exc}", file=sys.stderr)
+        return int(pytest.ExitCode.USAGE_ERROR)
     return int(pytest.main(args))
 
 

@@ -46,6 +46,7 @@ def main(argv: list[str] | None = None) -> int:
         return int(args.func(args))
     except (
         CliError,
+        container.EntryError,
         EvidenceError,
         EvidenceFolderError,
         profiles.ProfileError,

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from acceptance.atomic_file import write_atomic
+from acceptance.cli.usage import tolerance
 from acceptance.evidence.merge import merge
 from acceptance.evidence.store import read_evidence as read
 from acceptance.profile import loader as profiles
@@ -22,7 +23,11 @@ def add(sub: Any) -> None:
     cmp = sub.add_parser("compare", help="two runs, figure by figure, worst change first; exit 1 on a regression")
     cmp.add_argument("old", type=Path, help="the earlier run (the handover): evidence.json or its folder")
     cmp.add_argument("new", type=Path, help="the later run")
-    cmp.add_argument("--tolerance", type=float, help="relative, for every figure (default: the new profile's, 0.05)")
+    cmp.add_argument(
+        "--tolerance",
+        type=tolerance,
+        help="for every figure: relative, or in points for a fraction of the median (default: the new profile's, 0.05)",
+    )
     cmp.add_argument(
         "--fail-on-regression",
         action=argparse.BooleanOptionalAction,

@@ -44,7 +44,9 @@ def fail_with_other_nodes(
         run.evidence.error(f"{PREFIX}{line}")
     run.evidence.write()
     mine = [result.message] if result is not None and not result.ok else []
-    shared = preflight.PreflightResult(False, "; ".join([*mine, *others]))
+    gpus = result.gpus if result is not None else []
+    shared = preflight.PreflightResult(False, "; ".join([*mine, *others]), gpus)
+    run.evidence.cluster.preflight = {"ok": False, "message": shared.message, "gpus": gpus}
     if not mine:  # a failed preflight of its own skipped them already, with its own line
         skip_without_gpus(shared, items)
     return shared

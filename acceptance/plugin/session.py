@@ -37,14 +37,14 @@ from acceptance.profile import loader as profiles
 from acceptance.profile.metrics import FAMILY_MODULES, module_of
 from acceptance.run.cluster_run import ClusterRun
 from acceptance.run.placement import TopologyError, resolve
+from acceptance.run.preflight import PreflightResult
 
 # the run did not go to its end: Ctrl-C or SIGTERM, a crash of pytest, a node that disagreed or went missing
 STOPPED = (pytest.ExitCode.INTERRUPTED, pytest.ExitCode.INTERNAL_ERROR, pytest.ExitCode.USAGE_ERROR)
 
 
 def _interrupt_on_term(signum: int, frame: FrameType | None) -> None:
-    # SIGTERM (a CI job cancelled, a pod evicted) unwinds like Ctrl-C: the launcher kills the probe's
-    # process groups and the evidence is written, marked incomplete
+    # SIGTERM (a CI job cancelled, a pod evicted) unwinds like Ctrl-C: probes killed, evidence marked incomplete
     raise KeyboardInterrupt(f"signal {signal.Signals(signum).name}")
 
 
@@ -64,7 +64,7 @@ class ClusterSession:
         self.finished: set[str] = set()
         self.running: str | None = None
         self.previous_term: Any = None
-        self.preflight: Any = None
+        self.preflight: PreflightResult | None = None
         if not self.collect_only and threading.current_thread() is threading.main_thread():
             self.previous_term = signal.signal(signal.SIGTERM, _interrupt_on_term)
         run.progress = self.say

@@ -41,7 +41,7 @@ class Change:
     def worse_by(self) -> float:
         """How much worse on the metric's scale; 0 when better, equal, without a better side or judged by its
         bound alone; inf from 0 (relative) or to nothing."""
-        if self.better != "none" and self.old is not None and self.new is None:
+        if self.better != "none" and self.scale != "bound" and self.old is not None and self.new is None:
             return math.inf  # the figure was measured before and is not a number now
         return self._step(1.0)
 
@@ -76,7 +76,7 @@ class Change:
     def tolerance_shown(self) -> str:
         if self.scale == "bound":
             return "bound only"
-        return f"{self.tolerance * 100:g} pts" if self.scale == "points" else f"{self.tolerance:.0%}"
+        return f"{self.tolerance * 100:g} pts" if self.scale == "points" else f"{self.tolerance * 100:g}%"
 
     @property
     def beyond(self) -> bool:

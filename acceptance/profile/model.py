@@ -272,7 +272,8 @@ class Cost(Strict):
 class Baseline(Strict):
     """How much worse than a baseline run a gated figure may get (``compare``, ``--cluster-baseline``)."""
 
-    tolerance: Annotated[float, Field(ge=0)] = 0.05  # relative: 0.05 = 5% worse than the baseline
+    # relative (0.05 = 5% worse than the baseline), or in points for a fraction of the median (5 points)
+    tolerance: Annotated[float, Field(ge=0)] = 0.05
     tolerances: dict[str, Annotated[float, Field(ge=0)]] = {}  # per metric name, replacing the default
 
 
