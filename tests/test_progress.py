@@ -47,6 +47,19 @@ def test_watch_says_parts_builds_and_a_lock_that_was_there(tmp_path: Path) -> No
     assert len(stale) == 1 and "old_op" in stale[0]  # the new lock was made during the probe: a build, not stale
 
 
+def test_watch_hands_over_each_row_once_and_the_last_ones_at_the_end(tmp_path: Path) -> None:
+    """A probe that measures row by row (the sweep): each row once, in order; the rows written after the
+    watcher's last look arrive when it ends, before the probe's end is said."""
+    rows: list[dict[str, object]] = []
+    watch = Watch("collectives", tmp_path, lambda line: None, {}, rows.append)
+    with watch:
+        (tmp_path / "partial.json").write_text(json.dumps({"rows": [{"size": "1M"}]}))
+        watch.poll()
+        watch.poll()
+        (tmp_path / "partial.json").write_text(json.dumps({"rows": [{"size": "1M"}, {"size": "4M"}]}))
+    assert rows == [{"size": "1M"}, {"size": "4M"}]
+
+
 def _evidence(probes: list[dict[str, object]], verdict: str = "PASS") -> dict[str, object]:
     return {
         "started": "2026-11-22T06:00:00+00:00",

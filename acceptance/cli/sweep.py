@@ -18,7 +18,6 @@ from acceptance.evidence.verdict import Facts, decide
 from acceptance.profile import loader as profiles
 from acceptance.profile.dtypes import DTYPES
 from acceptance.profile.sizes import format_size, parse_size
-from acceptance.reports.table import columns
 from acceptance.run.cluster_run import MUST_BE_ZERO, ClusterRun
 from acceptance.run.launcher import ProbeError
 from acceptance.run.placement import resolve
@@ -94,8 +93,16 @@ def run(args: SweepArgs, out: TextIO) -> int:
     profile = load_profile(args)
     placement = resolve(os.environ, profile.model.topology.nodes, default_port=profile.model.topology.rdzv_port)
     folder = args.out or default_folder("sweep")
-    cluster = ClusterRun(profile, placement, folder, args.timeout, run_tag=os.environ.get("CLUSTER_RUN_ID", ""))
-    print(header(cluster), file=out, flush=True)
+    dtype, printed = profile.model.collectives.dtype, []
+
+    def live(row: dict[str, Any]) -> None:  # each row as the probe measures it, as nccl-tests prints
+        printed.append(row)
+        print(row_line(row, dtype), file=out, flush=True)
+
+    run_tag = os.environ.get("CLUSTER_RUN_ID", "")
+    cluster = ClusterRun(profile, placement, folder, args.timeout, run_tag=run_tag, on_row=live)
+    print(header(cluster), file=out)
+    print(head(), file=out, flush=True)
     try:
         result = cluster.probe("collectives")
     except ProbeError as exc:
@@ -104,7 +111,9 @@ def run(args: SweepArgs, out: TextIO) -> int:
         cluster.evidence.write()
         cluster.close()
         raise
-    print(table(result), file=out)
+    for row in result["rows"][len(printed) :]:  # none, unless the watcher missed the last ones
+        print(row_line(row, dtype), file=out)
+    print(footer(result), file=out)
     failed = _record(cluster, result)
     print(f"# evidence: {cluster.evidence.path}", file=out)
     return 1 if failed else 0
@@ -139,20 +148,30 @@ def header(cluster: ClusterRun) -> str:
 
 COLUMNS = ("size", "count", "type", "op", "time", "algbw", "busbw", "#wrong")
 UNITS = ("(B)", "(elements)", "", "", "(us)", "(GB/s)", "(GB/s)", "")
+# fixed widths, as nccl-tests prints them, so that a row can be printed the moment it is measured
+WIDTHS = (12, 12, 8, 16, 10, 8, 8, 7)
 
 
-def table(result: dict[str, Any]) -> str:
-    """nccl-tests' layout: two commented header lines, one line per op and size (the bytes the call moved,
-    like its ``size`` column), then the average bus bandwidth."""
-    dtype = DTYPES[result["dtype"]]
-    lines = [("#", *COLUMNS), ("#", *UNITS)]
-    for row in result["rows"]:
-        lines.append(
-            ("", str(row["bytes"]), str(row["count"]), dtype.nccl_tests, row["op"], f"{row['time_us']:.2f}",
-             f"{row['algbw_gbps']:.2f}", f"{row['busbw_gbps']:.2f}", str(row["wrong"]))
-        )  # fmt: skip
-    out = [columns(lines, ("l", *"r" * len(COLUMNS)))]
-    rows = result["rows"]
+def _line(cells: tuple[str, ...], lead: str = " ") -> str:
+    return (lead + " ".join(cell.rjust(width) for cell, width in zip(cells, WIDTHS, strict=True))).rstrip()
+
+
+def head() -> str:
+    """nccl-tests' two commented header lines."""
+    return "\n".join(_line(cells, "#") for cells in (COLUMNS, UNITS))
+
+
+def row_line(row: dict[str, Any], dtype: str) -> str:
+    """One op at one size: the bytes the call moved (like nccl-tests' ``size`` column), time and bandwidths."""
+    return _line(
+        (str(row["bytes"]), str(row["count"]), DTYPES[dtype].nccl_tests, row["op"], f"{row['time_us']:.2f}",
+         f"{row['algbw_gbps']:.2f}", f"{row['busbw_gbps']:.2f}", str(row["wrong"]))
+    )  # fmt: skip
+
+
+def footer(result: dict[str, Any]) -> str:
+    """The elements that arrived wrong, the average bus bandwidth and NCCL's version, as nccl-tests ends."""
+    out, rows = [], result["rows"]
     if rows:
         average = sum(r["busbw_gbps"] for r in rows) / len(rows)
         wrong = sum(1 for r in rows if r["wrong"])
@@ -161,3 +180,9 @@ def table(result: dict[str, Any]) -> str:
     if result.get("nccl_version"):
         out.append(f"# NCCL {result['nccl_version']}, algorithm: {result.get('nccl_algo')}")
     return "\n".join(out)
+
+
+def table(result: dict[str, Any]) -> str:
+    """The whole table at once: the header, one line per op and size, the footer."""
+    lines = [head(), *(row_line(row, result["dtype"]) for row in result["rows"]), footer(result)]
+    return "\n".join(line for line in lines if line)

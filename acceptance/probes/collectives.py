@@ -19,7 +19,7 @@ import torch.distributed as dist
 
 from acceptance.families.collectives import figures
 from acceptance.probes.ops import Op
-from acceptance.probes.rank import Ctx, main
+from acceptance.probes.rank import Ctx, main, write_json
 from acceptance.profile.sizes import format_size, parse_size
 
 
@@ -122,8 +122,15 @@ def nccl_version() -> str | None:
 
 def run(ctx: Ctx) -> dict[str, Any]:
     cfg = ctx.spec["collectives"]
-    mine = [measure(ctx, op, parse_size(size), cfg) for op in cfg["ops"] for size in cfg["sizes"]]
-    rows = reduce_rows(ctx, mine)
+    rows: list[dict[str, Any]] = []
+    for op in cfg["ops"]:
+        for size in cfg["sizes"]:
+            # each size's row once every rank has timed it (a gather between sizes, outside any timed
+            # region): rank 0 leaves the rows so far in partial.json, which the launcher's watcher prints
+            # as they come and keeps if the probe fails later
+            rows += reduce_rows(ctx, [measure(ctx, op, parse_size(size), cfg)])
+            if ctx.rank == 0:
+                write_json(ctx.out / "partial.json", {"rows": rows}, durable=False)
     return {
         "world_size": ctx.world_size,
         "dtype": cfg["dtype"],

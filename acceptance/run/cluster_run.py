@@ -54,6 +54,7 @@ class ClusterRun:
     meeting: Meeting | None = None  # multi-node, one pytest per node: the nodes' shared store
     persist: bool = True  # False: --collect-only, nothing is created or written
     progress: Callable[[str], None] | None = None  # one line at a time: a probe starts, finishes, builds
+    on_row: Callable[[dict[str, Any]], None] | None = None  # a probe's result rows as measured (the sweep's)
     evidence: Evidence = field(init=False)
     lock: FolderLock | None = field(init=False, default=None)
     checked: set[str] = field(default_factory=set)
@@ -224,7 +225,7 @@ class ClusterRun:
         run_id = f"{self.run_tag or self.profile.sha256[:12]}-{seq}-{key}"
         self._meet_before(name, seq, key, timeout_s)
         env = launch.child_env(self.profile.model.env, env)
-        with Watch(key, where["out_dir"], self.say, env) as watch:
+        with Watch(key, where["out_dir"], self.say, env, self.on_row) as watch:
             try:
                 return launch.run(name, spec, run_id=run_id, timeout_s=timeout_s, env=env, **where)
             except launch.ProbeError as exc:

@@ -4,7 +4,8 @@ A probe's ranks run in other processes; what they leave in the probe's folder is
 the process that launched them, and said as one line each through the ``say`` callback the run was given:
 
 * each part of a probe as it finishes (``partial.json``, written by a probe of several parts, such as the
-  training strategies of one job), with its wall time and whether it failed;
+  training strategies of one job), with its wall time and whether it failed; and each result row of a probe
+  that measures row by row (the collective sweep), handed to a callback as it comes;
 * a torch C++ extension being built (DeepSpeed JIT-builds its ops this way, once per machine and version):
   torch holds ``<extensions root>/[<py>_<cuda>/]<op>/lock`` while it builds, and every other process that
   needs the op waits until the file is gone. A build that was killed leaves the file behind, and then every
@@ -26,6 +27,7 @@ POLL_S = 1.0
 # second): only a lock this old is a build
 BUILD_NOTICE_S = 3.0
 Say = Callable[[str], None]
+OnRow = Callable[[dict[str, Any]], None]
 
 
 def extension_roots(env: Mapping[str, str]) -> list[Path]:
@@ -63,8 +65,9 @@ def lock_note(path: Path, since: float) -> str:
 class Watch:
     """A thread that says what a running probe finished and what it builds; a context manager."""
 
-    def __init__(self, label: str, out_dir: Path, say: Say, env: Mapping[str, str]) -> None:
-        self.label, self.out_dir, self.say = label, out_dir, say
+    def __init__(self, label: str, out_dir: Path, say: Say, env: Mapping[str, str], on_row: OnRow | None = None):
+        self.label, self.out_dir, self.say, self.on_row = label, out_dir, say, on_row
+        self.rows_seen = 0
         self.roots = extension_roots(env)
         self.before = build_locks(self.roots)
         self.seen_locks: set[Path] = set(self.before)
@@ -81,6 +84,7 @@ class Watch:
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join()
+        self.poll()  # what the probe finished since the last look, before its end is said
 
     def _loop(self) -> None:
         while not self._stop.wait(POLL_S):
@@ -92,16 +96,23 @@ class Watch:
             if path not in self.seen_locks and now - since >= BUILD_NOTICE_S:
                 self.seen_locks.add(path)
                 self.say(f"{self.label}: one-time build under way: torch extension {path.parent.name} ({path.parent})")
-        for name, part in self._parts().items():
+        partial = self._partial()
+        parts = partial.get("parts")
+        for name, part in (parts if isinstance(parts, dict) else {}).items():
             if name not in self.seen_parts:
                 self.seen_parts.add(name)
                 status = "failed" if part.get("error") else "ok"
                 self.say(f"{self.label}: {name} {status} in {float(part.get('wall_s') or 0):.1f} s")
+        rows = partial.get("rows")
+        if self.on_row is not None and isinstance(rows, list):
+            for row in rows[self.rows_seen :]:
+                self.on_row(row)
+            self.rows_seen = max(self.rows_seen, len(rows))
 
-    def _parts(self) -> dict[str, Any]:
+    def _partial(self) -> dict[str, Any]:
         try:
-            found = json.loads((self.out_dir / "partial.json").read_text()).get("parts", {})
-        except (OSError, ValueError, AttributeError):
+            found = json.loads((self.out_dir / "partial.json").read_text())
+        except (OSError, ValueError):
             return {}
         return found if isinstance(found, dict) else {}
 
