@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from acceptance.cli.main import main
 from acceptance.profile import loader as profiles
 from acceptance.profile.baseline import change, figures, judge
 from acceptance.reports import compare
@@ -87,12 +88,21 @@ def test_two_healthy_h200_runs_differ_by_no_regression() -> None:
     old, new = (
         json.loads((ROOT / "results" / r / "evidence.json").read_text()) for r in ("h200-x2-onejob", "h200-x2-zero3fix")
     )
-    new["profile"]["resolved"]["baseline"] = profiles.load("h200-x2").model.baseline.model_dump()
-    found = compare.rows(old, new)
+    found = compare.rows(old, new, profile=profiles.load("h200-x2").resolved)
     assert [r.change.metric for r in found if r.regression] == []
     shortfall = next(r for r in found if r.change.metric == "compute.h2d_gbps_below_median")
     assert shortfall.change.relative is not None and shortfall.change.relative > 40  # 47 times: relative says so
     assert not shortfall.change.beyond
+
+
+def test_compare_takes_the_tolerances_of_the_profile_it_is_given(capsys: pytest.CaptureFixture[str]) -> None:
+    """The recorded pair judged the barrier at the default 5%, the profile they recorded; today's h200-x2
+    allows 60% for it."""
+    pair = [str(ROOT / "results" / r) for r in ("h200-x2-onejob", "h200-x2-zero3fix")]
+    assert main(["compare", *pair]) == 1
+    assert "connectivity.barrier_latency_us: 49.47 -> 71.16 us" in capsys.readouterr().out
+    assert main(["compare", *pair, "--profile", "h200-x2"]) == 0
+    assert "regressions (gated figures worse beyond tolerance, or turned FAIL): 0" in capsys.readouterr().out
 
 
 def test_figures_of_an_evidence_file_by_canonical_name() -> None:

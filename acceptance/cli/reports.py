@@ -29,6 +29,10 @@ def add(sub: Any) -> None:
         help="for every figure: relative, or in points for a fraction of the median (default: the new profile's, 0.05)",
     )
     cmp.add_argument(
+        "--profile",
+        help="take the tolerances from this profile (name or YAML path), not from the one the new run recorded",
+    )
+    cmp.add_argument(
         "--fail-on-regression",
         action=argparse.BooleanOptionalAction,
         default=True,
@@ -90,7 +94,8 @@ def cmd_report(args: argparse.Namespace) -> int:
 def cmd_compare(args: argparse.Namespace) -> int:
     (old, old_name), (new, new_name) = load(args.old), load(args.new)
     names = (old_name, new_name)
-    found = compare.rows(old, new, args.tolerance)
+    profile = profiles.load(args.profile).resolved if args.profile else None
+    found = compare.rows(old, new, args.tolerance, profile)
     out = [*compare.summary(old, new, found, names)]
     diffs = compare.differences(old, new)
     out += ["differences:", *(f"  {d}" for d in diffs)] if diffs else ["differences: none in profile, software, env"]

@@ -45,10 +45,16 @@ class Row:
         return self.gated and (self.turned_fail or (measured and self.change.beyond))
 
 
-def rows(old: Mapping[str, Any], new: Mapping[str, Any], tolerance: float | None = None) -> list[Row]:
-    """Every figure of either run, regressions first, then by how much worse, then the rest."""
+def rows(
+    old: Mapping[str, Any],
+    new: Mapping[str, Any],
+    tolerance: float | None = None,
+    profile: Mapping[str, Any] | None = None,
+) -> list[Row]:
+    """Every figure of either run, regressions first, then by how much worse, then the rest. Tolerances come
+    from ``tolerance``, else ``profile`` (a resolved profile), else the profile the new run recorded."""
     before, after = figures(old), figures(new)
-    profile = view.resolved(new)
+    profile = view.resolved(new) if profile is None else profile
     out = []
     for metric in dict.fromkeys([*before, *after]):
         a, b = before.get(metric), after.get(metric)
