@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from acceptance.profile.arguments import positive_seconds
 from acceptance.profile.loader import load
-from acceptance.profile.model import positive_seconds
 from acceptance.profile.strict_yaml import StrictLoader
 from tests.harness import PLUGIN_ARGS
 from tests.test_profile import BASE, error_of, write

@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import acceptance
+from acceptance.cli.usage import USAGE_ERROR
 
 DEFAULT_EVIDENCE = "/results"
 
@@ -78,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
         args = pytest_args(os.environ, sys.argv[1:] if argv is None else argv)
     except EntryError as exc:
         print(f"cluster-acceptance container: {exc}", file=sys.stderr)
-        return int(pytest.ExitCode.USAGE_ERROR)
+        return USAGE_ERROR
     return int(pytest.main(args))
 
 

@@ -23,9 +23,9 @@ from acceptance.evidence.merge import merge
 from acceptance.evidence.store import EvidenceError, read_evidence
 from acceptance.evidence.verdict import effective
 from acceptance.profile import loader as profiles
+from acceptance.profile.arguments import positive_seconds
 from acceptance.profile.collectives import COLLECTIVE_OPS
 from acceptance.profile.dtypes import DTYPE_NAMES
-from acceptance.profile.model import positive_seconds
 from acceptance.reports.table import columns
 from acceptance.run.launcher import ProbeError
 from acceptance.run.placement import TopologyError

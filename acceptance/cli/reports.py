@@ -8,10 +8,10 @@ from pathlib import Path
 from typing import Any
 
 from acceptance.atomic_file import write_atomic
-from acceptance.cli.usage import tolerance
 from acceptance.evidence.merge import merge
 from acceptance.evidence.store import read_evidence as read
 from acceptance.profile import loader as profiles
+from acceptance.profile.arguments import tolerance
 from acceptance.reports import compare, export, html, markdown, overview, rebaseline, view
 
 

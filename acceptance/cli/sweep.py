@@ -180,9 +180,3 @@ def footer(result: dict[str, Any]) -> str:
     if result.get("nccl_version"):
         out.append(f"# NCCL {result['nccl_version']}, algorithm: {result.get('nccl_algo')}")
     return "\n".join(out)
-
-
-def table(result: dict[str, Any]) -> str:
-    """The whole table at once: the header, one line per op and size, the footer."""
-    lines = [head(), *(row_line(row, result["dtype"]) for row in result["rows"]), footer(result)]
-    return "\n".join(line for line in lines if line)

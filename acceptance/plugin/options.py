@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from acceptance.profile.model import positive_seconds
+from acceptance.profile.arguments import positive_seconds
 
 
 def non_negative_int(text: str) -> int:

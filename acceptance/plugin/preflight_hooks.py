@@ -23,9 +23,10 @@ PREFIX = "preflight: "
 
 def run_preflight(run: ClusterRun) -> preflight.PreflightResult | None:
     result = preflight.injected(os.environ)
-    if result is None and run.topology.device != "cuda":
-        return None
-    result = result or preflight.check(run.profile.model, child_env(run.profile.model.env))
+    if result is None:
+        if run.topology.device != "cuda":
+            return None  # a CPU profile needs nothing this node could lack
+        result = preflight.check(run.profile.model, child_env(run.profile.model.env))
     run.evidence.cluster.preflight = {"ok": result.ok, "message": result.message, "gpus": result.gpus}
     if not result.ok:
         run.evidence.error(f"{PREFIX}{result.message}")
@@ -42,11 +43,11 @@ def fail_with_other_nodes(
         return result
     for line in others:
         run.evidence.error(f"{PREFIX}{line}")
-    run.evidence.write()
     mine = [result.message] if result is not None and not result.ok else []
     gpus = result.gpus if result is not None else []
     shared = preflight.PreflightResult(False, "; ".join([*mine, *others]), gpus)
     run.evidence.cluster.preflight = {"ok": False, "message": shared.message, "gpus": gpus}
+    run.evidence.write()
     if not mine:  # a failed preflight of its own skipped them already, with its own line
         skip_without_gpus(shared, items)
     return shared

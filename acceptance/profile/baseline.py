@@ -79,6 +79,13 @@ class Change:
         return f"{self.tolerance * 100:g} pts" if self.scale == "points" else f"{self.tolerance * 100:g}%"
 
     @property
+    def worse_shown(self) -> str:
+        """How much worse in words: ``12.0%``, ``1.2 pts`` or ``infinitely``."""
+        if math.isinf(self.worse_by):
+            return "infinitely"
+        return f"{self.worse_by * 100:.1f} pts" if self.scale == "points" else f"{self.worse_by:.1%}"
+
+    @property
     def beyond(self) -> bool:
         return self.worse_by > self.tolerance
 
@@ -159,12 +166,6 @@ def judge(
     found = change(metric, old.get("value"), value, tolerance)
     if not found.beyond:
         return Judgement(True, found, "", bound)
-    worse = "not a number" if found.new is None else f"{worse_text(found)} worse than the baseline"
+    worse = "not a number" if found.new is None else f"{found.worse_shown} worse than the baseline"
     message = f"{metric} = {fmt(found.new)} {old.get('unit', '')}, {worse}; needed {found.limit}"
     return Judgement(False, found, message, bound)
-
-
-def worse_text(found: Change) -> str:
-    if math.isinf(found.worse_by):
-        return "infinitely"
-    return f"{found.worse_by * 100:.1f} pts" if found.scale == "points" else f"{found.worse_by:.1%}"

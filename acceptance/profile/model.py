@@ -7,11 +7,10 @@ none). Sizes are validated here and stored in their canonical spelling (see ``un
 
 from __future__ import annotations
 
-import argparse
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, TypeAdapter, model_validator
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
 from acceptance.profile.collectives import COLLECTIVE_OPS
 from acceptance.profile.dtypes import DTYPE_NAMES
@@ -21,15 +20,7 @@ from acceptance.profile.sizes import canonical_size
 Size = Annotated[str, BeforeValidator(canonical_size)]
 PositiveInt = Annotated[int, Field(gt=0)]
 Seconds = Annotated[float, Field(gt=0, allow_inf_nan=False)]
-
-
-def positive_seconds(text: str) -> float:
-    """The type of ``--cluster-timeout``: seconds as a profile's ``timeouts`` takes them (finite, above 0).
-    argparse turns the error into a usage error naming the option."""
-    try:
-        return TypeAdapter(Seconds).validate_python(float(text))
-    except ValueError:  # not a number, or pydantic's ValidationError (a ValueError)
-        raise argparse.ArgumentTypeError(f"expected a finite number of seconds above 0, got {text!r}") from None
+Tolerance = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 
 
 class Strict(BaseModel):
@@ -273,8 +264,8 @@ class Baseline(Strict):
     """How much worse than a baseline run a gated figure may get (``compare``, ``--cluster-baseline``)."""
 
     # relative (0.05 = 5% worse than the baseline), or in points for a fraction of the median (5 points)
-    tolerance: Annotated[float, Field(ge=0)] = 0.05
-    tolerances: dict[str, Annotated[float, Field(ge=0)]] = {}  # per metric name, replacing the default
+    tolerance: Tolerance = 0.05
+    tolerances: dict[str, Tolerance] = {}  # per metric name, replacing the default
 
 
 class ProfileModel(Strict):

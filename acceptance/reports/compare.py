@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from acceptance.numbers import fmt
-from acceptance.profile.baseline import Change, change, figures, tolerance_for, worse_text
+from acceptance.profile.baseline import Change, change, figures, tolerance_for
 from acceptance.reports import view
 from acceptance.reports.table import render
 
@@ -136,7 +136,7 @@ def summary(old: Mapping[str, Any], new: Mapping[str, Any], found: list[Row], na
     bad = [r for r in found if r.regression]
     lines.append(f"regressions (gated figures worse beyond tolerance, or turned FAIL): {len(bad)}")
     for r in bad:
-        worse = "" if r.change.worse_by == 0 else f", {worse_text(r.change)} worse"
+        worse = "" if r.change.worse_by == 0 else f", {r.change.worse_shown} worse"
         bound, earlier = (r.new or {}).get("bound") or "-", (r.old or {}).get("bound")
         why = f"verdict {r.verdicts} against {bound}" if r.turned_fail else "beyond tolerance"
         why += f" (the old run's bound: {earlier})" if r.turned_fail and earlier and earlier != bound else ""

@@ -1,0 +1,30 @@
+"""Command-line numbers taken as a profile takes them: ``--cluster-timeout`` and ``sweep --timeout`` as
+``timeouts``, ``compare --tolerance`` as ``baseline``."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from typing import Any
+
+from pydantic import TypeAdapter
+
+from acceptance.profile.model import Seconds, Tolerance
+
+
+def _option(kind: Any, expected: str) -> Callable[[str], float]:
+    """An argparse type validated by the profile's own field type; argparse turns the error into a usage
+    error naming the option."""
+    adapter = TypeAdapter(kind)
+
+    def convert(text: str) -> float:
+        try:
+            return float(adapter.validate_python(float(text)))
+        except ValueError:  # not a number, or pydantic's ValidationError (a ValueError)
+            raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}") from None
+
+    return convert
+
+
+positive_seconds = _option(Seconds, "a finite number of seconds above 0")
+tolerance = _option(Tolerance, "a finite number of 0 or more")
