@@ -6,7 +6,6 @@ Kept free of pytest so that the console script can drive the same probes; ``plug
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import socket
 import threading
@@ -25,7 +24,7 @@ from acceptance.profile.loader import Profile, evaluate
 from acceptance.profile.model import Threshold
 from acceptance.run import launcher as launch
 from acceptance.run.placement import Placement
-from acceptance.run.progress import Watch
+from acceptance.run.progress import Watch, read_partial
 
 DEVICE_FIELDS = ("rank", "local_rank", "device", "device_name", "uuid", "pci_bus_id", "memory_gib")
 MUST_BE_ZERO = Threshold(eq=0, source="built-in: correctness is never mere information")
@@ -205,7 +204,7 @@ class ClusterRun:
             raise
         except launch.ProbeError as error:
             record.status, record.error, record.wall_s = "failed", str(error), round(time.monotonic() - start, 3)
-            record.result = self._partials[key] = _partial(out_dir)  # what its ranks finished before it failed
+            record.result = self._partials[key] = read_partial(out_dir)  # what its ranks finished before it failed
             self.evidence.write()
             self.say(f"{key}: failed in {record.wall_s:.1f} s (the first test of the probe says why)")
             return error
@@ -286,12 +285,3 @@ class ClusterRun:
 
     def unchecked(self) -> list[str]:
         return sorted(set(self.profile.model.thresholds) - self.checked)
-
-
-def _partial(out_dir: Path) -> dict[str, Any]:
-    """What a failed probe's ranks finished: ``partial.json``, when the probe writes one and it is readable."""
-    try:
-        found = json.loads((out_dir / "partial.json").read_text())
-    except (OSError, ValueError):
-        return {}
-    return found if isinstance(found, dict) else {}

@@ -62,6 +62,16 @@ def lock_note(path: Path, since: float) -> str:
     )
 
 
+def read_partial(out_dir: Path) -> dict[str, Any]:
+    """What a probe's ranks finished so far: its ``partial.json`` (``parts`` or ``rows``), when the probe
+    writes one and it is readable (a rank may be replacing it), else {}."""
+    try:
+        found = json.loads((out_dir / "partial.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    return found if isinstance(found, dict) else {}
+
+
 class Watch:
     """A thread that says what a running probe finished and what it builds; a context manager."""
 
@@ -96,7 +106,7 @@ class Watch:
             if path not in self.seen_locks and now - since >= BUILD_NOTICE_S:
                 self.seen_locks.add(path)
                 self.say(f"{self.label}: one-time build under way: torch extension {path.parent.name} ({path.parent})")
-        partial = self._partial()
+        partial = read_partial(self.out_dir)
         parts = partial.get("parts")
         for name, part in (parts if isinstance(parts, dict) else {}).items():
             if name not in self.seen_parts:
@@ -108,13 +118,6 @@ class Watch:
             for row in rows[self.rows_seen :]:
                 self.on_row(row)
             self.rows_seen = max(self.rows_seen, len(rows))
-
-    def _partial(self) -> dict[str, Any]:
-        try:
-            found = json.loads((self.out_dir / "partial.json").read_text())
-        except (OSError, ValueError):
-            return {}
-        return found if isinstance(found, dict) else {}
 
     def stale_locks(self) -> list[str]:
         """Locks that were there before the probe started and still are: the likely cause of a hang."""
