@@ -6,8 +6,8 @@ Each node is a network namespace with its own hostname (a UTS namespace per proc
 other by name. The bridge lives in a switch namespace of its own: nothing is added to the machine's own
 network, and ``close()`` deletes every namespace and file it made. ``throttle`` shapes one node's link
 in both directions with a token bucket (tc tbf), a genuinely slow link; ``slow_cpu`` gives one node a
-fraction of one core (a CPU-bandwidth cgroup, v1 or v2, that everything the node starts inherits), a
-genuinely slow "GPU" for the CPU path's per-GPU figures.
+fraction of one core (a CPU-bandwidth cgroup, v1 or v2, that everything the node starts inherits, made by
+``cpu_group``), a genuinely slow "GPU" for the CPU path's per-GPU figures.
 
 ``python -m tests.netns HOSTNAME -- ARGV...`` is the tiny launcher run inside a namespace: it enters a
 UTS namespace of its own, sets the hostname there and becomes ARGV.
@@ -148,16 +148,19 @@ class TestBed:
         _run("tc", "-n", self.ns(node), "qdisc", "add", "dev", "eth0", *shape)
         _run("tc", "-n", self.switch, "qdisc", "add", "dev", f"p{node}", *shape)
 
-    def slow_cpu(self, node: int, cores: float) -> None:
-        """Everything ``node`` starts from here on shares ``cores`` of one CPU (0.05: 5% of a core)."""
+    def cpu_group(self, node: int) -> None:
+        """Everything ``node`` starts from here on runs in a CPU cgroup of its own, unlimited until
+        ``slow_cpu``; the node's start-up (pytest, torch) is then not slowed with it."""
         root = cpu_cgroups()
         if root is None:
             raise RuntimeError("no CPU-bandwidth cgroups on this machine")
-        group = root / self.ns(node)
-        group.mkdir()
-        self.cgroups[node] = group
-        quota = str(max(1000, int(cores * CPU_PERIOD_US)))
-        if root == CGROUP_V1:
+        self.cgroups[node] = root / self.ns(node)
+        self.cgroups[node].mkdir()
+
+    def slow_cpu(self, node: int, cores: float) -> None:
+        """``node``'s cgroup (``cpu_group``) shares ``cores`` of one CPU from now on (0.05: 5% of a core)."""
+        group, quota = self.cgroups[node], str(max(1000, int(cores * CPU_PERIOD_US)))
+        if group.parent == CGROUP_V1:
             (group / "cpu.cfs_period_us").write_text(str(CPU_PERIOD_US))
             (group / "cpu.cfs_quota_us").write_text(quota)
         else:
