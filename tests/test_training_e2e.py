@@ -154,3 +154,38 @@ def test_a_rank_that_crashes_alone_fails_its_strategy_and_the_next_job_runs_the_
         ("training-2", "ok"),
     ]
     assert list(second["result"]["strategies"]) == ["ddp"]
+
+
+def test_the_scaling_baseline_runs_in_the_strategies_job(suite: pytest.Pytester) -> None:
+    """The one-GPU baseline is a part of the ddp job, on a process group of rank 0 alone: one torchrun job."""
+    result, data = run(
+        suite, "training.strategies=[ddp]", "training.scaling_baseline=one_gpu", tests="::test_scaling_efficiency"
+    )
+    result.assert_outcomes(passed=1)
+    assert [p["key"] for p in data["probes"]] == ["training"]
+    parts = data["probes"][0]["result"]["strategies"]
+    assert list(parts) == ["ddp", "scaling-baseline"]
+    assert parts["ddp"]["world_size"] == 2 and parts["scaling-baseline"]["world_size"] == 1
+    assert list(parts["scaling-baseline"]["by_node"]) == ["0"]
+    check = outcome(data, "test_scaling_efficiency")["checks"][0]
+    assert check["metric"] == "training.scaling_efficiency" and check["value"] > 0
+    result.stdout.fnmatch_lines(["[[]cluster[]] training: scaling-baseline ok in * s"])
+
+
+def test_a_baseline_that_fails_fails_scaling_alone(suite: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The baseline's rank raises while the other rank waits outside it: scaling fails with the baseline's
+    error, ddp's own figures stand, and the job ends cleanly."""
+    monkeypatch.setenv("ACCEPTANCE_TEST_FAULT", "crash@0:scaling-baseline: wrap")
+    result, data = run(
+        suite,
+        "training.strategies=[ddp, fsdp]",
+        "training.scaling_baseline=one_gpu",
+        tests="::test_scaling_efficiency",
+    )
+    result.assert_outcomes(failed=1)
+    message = outcome(data, "test_scaling_efficiency")["message"]
+    assert "the scaling baseline (one GPU (one rank)) failed: scaling-baseline failed on rank(s) 0" in message
+    assert "injected crash on rank 0" in message
+    assert [p["key"] for p in data["probes"]] == ["training"]
+    parts = data["probes"][0]["result"]["strategies"]
+    assert "error" not in parts["ddp"] and list(parts) == ["ddp", "scaling-baseline"]

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from acceptance.families import training as plan
+from acceptance.families import training_figures as figs
 from acceptance.probes import train_ds, train_model
 from acceptance.profile import loader as profiles
 from acceptance.profile.model import Training
@@ -169,7 +170,7 @@ def test_figures_take_the_slowest_rank_per_window() -> None:
         "shape": {"flops_per_token": 1000},
         "mem_source": "test",
     }
-    out = plan.figures(raw, t, world_size=2)
+    out = figs.figures(raw, t, world_size=2)
     # two windows of two steps, each as long as on rank 1: 0.3 s for 400 tokens
     assert [w["steps"] for w in out["windows"]] == [[0, 2], [2, 4]]
     assert out["tokens_per_s_per_gpu"] == pytest.approx(400 / 0.3)
@@ -186,7 +187,7 @@ def test_figures_take_the_slowest_rank_per_window() -> None:
 def test_throughput_is_the_median_window_with_its_spread() -> None:
     # five windows of one step: 100 tokens over 1, 2, 1, 1, 4 s on the slower rank
     ranks = [_rank(0, [1.0, 2.0, 1.0, 1.0, 4.0], None), _rank(1, [0.5, 0.5, 0.5, 0.5, 0.5], None)]
-    out = plan.throughput(ranks, 5, 100)
+    out = figs.throughput(ranks, 5, 100)
     assert out["tokens_per_s_per_gpu"] == 100.0  # rates 100, 50, 100, 100, 25: the median
     assert (out["tokens_per_s_per_gpu_min"], out["tokens_per_s_per_gpu_max"]) == (25.0, 100.0)
     assert (out["tokens_per_s_per_gpu_q1"], out["tokens_per_s_per_gpu_q3"]) == (50.0, 100.0)
@@ -195,19 +196,19 @@ def test_throughput_is_the_median_window_with_its_spread() -> None:
 
 
 def test_windows_cover_every_step_once() -> None:
-    assert [plan.window_count({"steps": s, "windows": None}) for s in (3, 20)] == [3, 5]
-    assert plan.window_count({"steps": 20, "windows": 4}) == 4
-    found = plan.windows([_rank(0, [1.0] * 7, None)], 3, 10)
+    assert [figs.window_count({"steps": s, "windows": None}) for s in (3, 20)] == [3, 5]
+    assert figs.window_count({"steps": 20, "windows": 4}) == 4
+    found = figs.windows([_rank(0, [1.0] * 7, None)], 3, 10)
     assert [w["steps"] for w in found] == [[0, 2], [2, 5], [5, 7]]
     assert [w["tokens_per_s"] for w in found] == [10.0, 10.0, 10.0]
 
 
 def test_mfu_divides_by_the_peak_of_the_run_precision() -> None:
     raw = {"ranks": [_rank(0, [0.1], None)], "losses": [1.0, 0.5], "shape": {"flops_per_token": 1}, "mem_source": "x"}
-    fp32 = plan.figures(raw, {**TRAINING, "windows": 1, "precision": "fp32", "peak_tflops": PEAKS}, world_size=1)
-    bf16 = plan.figures(raw, {**TRAINING, "windows": 1, "precision": "bf16", "peak_tflops": PEAKS}, world_size=1)
+    fp32 = figs.figures(raw, {**TRAINING, "windows": 1, "precision": "fp32", "peak_tflops": PEAKS}, world_size=1)
+    bf16 = figs.figures(raw, {**TRAINING, "windows": 1, "precision": "bf16", "peak_tflops": PEAKS}, world_size=1)
     assert fp32["peak_tflops"] == 0.5e-6 and fp32["mfu"] == pytest.approx(2 * bf16["mfu"])
-    only_bf16 = plan.figures(raw, {**TRAINING, "windows": 1, "precision": "fp32", "peak_tflops": {"bf16": 1.0}}, 1)
+    only_bf16 = figs.figures(raw, {**TRAINING, "windows": 1, "precision": "fp32", "peak_tflops": {"bf16": 1.0}}, 1)
     assert only_bf16["mfu"] is None and "no peak for precision fp32" in only_bf16["mfu_reason"]
 
 
@@ -218,7 +219,7 @@ def test_figures_without_peak_or_gpu_say_why() -> None:
         "shape": {"flops_per_token": 1},
         "mem_source": "rss",
     }
-    out = plan.figures(raw, {**TRAINING, "windows": 1}, world_size=1)
+    out = figs.figures(raw, {**TRAINING, "windows": 1}, world_size=1)
     assert out["mfu"] is None and "peak_tflops" in out["mfu_reason"]
     assert out["gpu_util_pct"] is None and out["gpu_util_reason"] == "no GPU"
     assert out["clock_events"] == {} and out["clock_events_reason"] == "no GPU"
@@ -257,7 +258,7 @@ def test_a_job_that_dies_blames_its_strategy_and_the_rest_run_on() -> None:
     assert "RuntimeError: boom" in found["zero2"]["error"] and found["zero2"]["job"] == "training-2"
 
 
-def test_zero3_runs_last_in_the_shared_job_and_a_second_one_alone() -> None:
+def test_zero3_runs_go_last_in_the_shared_job() -> None:
     training = Training.model_validate(
         {
             "strategies": ["zero3", "ddp", "zero3_tuned", "zero2", "z3off"],
@@ -268,11 +269,33 @@ def test_zero3_runs_last_in_the_shared_job_and_a_second_one_alone() -> None:
         }
     )
     groups = plan.job_groups(training, list(training.strategies))
-    assert groups == [["ddp", "zero2", "zero3"], ["zero3_tuned"], ["z3off"]]
+    assert groups == [["ddp", "zero2", "zero3", "zero3_tuned", "z3off"]]
     assert plan.job_groups(training, ["ddp", "fsdp"]) == [["ddp", "fsdp"]]
-    launch, calls = _jobs({"training": (["ddp", "zero2", "zero3"], None), "training-2": (["zero3_tuned"], None)})
-    plan.run_jobs(groups[:2], launch)
-    assert [key for _, key in calls] == ["training", "training-2"]
+    assert plan.job_groups(training, []) == []
+
+
+def test_a_ddp_baseline_shares_the_job_right_after_ddp_and_any_other_gets_its_own() -> None:
+    training = Training.model_validate({"strategies": ["fsdp", "ddp", "zero3"], "scaling_baseline": "one_gpu"})
+    base = plan.baseline(training, ranks_per_node=2, nodes=1)
+    assert isinstance(base, plan.Baseline)
+    parts = plan.with_baseline(training, list(training.strategies), base)
+    assert parts == ["fsdp", "ddp", plan.BASELINE_PART, "zero3"]
+    assert plan.job_groups(training, parts) == [["fsdp", "ddp", plan.BASELINE_PART, "zero3"]]
+    assert plan.with_baseline(training, ["fsdp", "zero3"], base) == ["fsdp", "zero3"]  # ddp not selected
+    assert plan.with_baseline(training, ["ddp"], "no baseline: one GPU") == ["ddp"]
+    fsdp_scaled = Training.model_validate({"strategies": ["fsdp", "ddp"], "scaling_strategy": "fsdp"})
+    assert plan.with_baseline(fsdp_scaled, ["fsdp", "ddp"], base) == ["fsdp", "ddp"]  # a job of its own
+
+
+def test_each_node_reads_its_own_baseline_out_of_the_shared_part() -> None:
+    part = {
+        "tokens_per_s_per_gpu": 10.0,
+        "by_node": {"0": {"tokens_per_s_per_gpu": 10.0}, "1": {"tokens_per_s_per_gpu": 9.0}},
+    }
+    assert plan.node_baseline(part, 1) == {"tokens_per_s_per_gpu": 9.0}
+    assert "no figures for node 2" in plan.node_baseline(part, 2)["error"]
+    failed = {"error": "scaling-baseline failed on rank(s) 0: rank 0 raised RuntimeError: boom"}
+    assert plan.node_baseline(failed, 0) is failed
 
 
 def test_a_strategy_the_job_recorded_as_failed_costs_no_new_job() -> None:

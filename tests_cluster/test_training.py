@@ -39,9 +39,17 @@ def _needed(cluster: ClusterRun, items: list[pytest.Item]) -> list[str]:
     return [s for s in training.strategies if s in wanted]
 
 
+def _baseline(cluster: ClusterRun, items: list[pytest.Item]) -> plan.Baseline | str | None:
+    """The scaling baseline when its test is selected (it may share the strategies' job)."""
+    if not any(item.path.stem == "test_training" and item.name == "test_scaling_efficiency" for item in items):
+        return None
+    return plan.baseline(cluster.profile.model.training, cluster.topology.nproc_per_node, cluster.placement.nodes)
+
+
 @pytest.fixture(scope="module")
 def runs(cluster: ClusterRun, request: pytest.FixtureRequest) -> dict[str, dict[str, Any]]:
-    return strategy_runs(cluster, _needed(cluster, request.session.items))
+    items = request.session.items
+    return strategy_runs(cluster, _needed(cluster, items), _baseline(cluster, items))
 
 
 def run_of(runs: dict[str, dict[str, Any]], strategy: str) -> dict[str, Any]:
@@ -163,7 +171,7 @@ def test_scaling_efficiency(cluster: ClusterRun, runs: dict[str, dict[str, Any]]
     strategy = training.scaling_strategy
     full = run_of(runs, strategy)
     try:
-        small = baseline_run(cluster, base, strategy)
+        small = baseline_run(cluster, base, strategy, runs)
     except ProbeError as exc:
         pytest.fail(str(exc), pytrace=False)
     check.measurements("baseline", small)

@@ -40,22 +40,26 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def baseline(cluster: ClusterRun, strategy: str, base: plan.Baseline) -> tuple[str, dict[str, Any] | str, float]:
+def baseline(
+    cluster: ClusterRun, strategy: str, base: plan.Baseline, runs: dict[str, dict[str, Any]]
+) -> tuple[str, dict[str, Any] | str, float]:
     label = f"{strategy} (baseline)"
     try:
-        result = baseline_run(cluster, base, strategy)
+        result = baseline_run(cluster, base, strategy, runs)
     except launch.ProbeError as exc:
         return label, str(exc), 0.0
     return label, result, float(result["wall_s"])
 
 
 def measure(cluster: ClusterRun, base: plan.Baseline | str | None) -> list[tuple[str, dict[str, Any] | str, float]]:
-    """Every strategy in one job, then the baseline when asked for: (label, figures or error, wall s)."""
+    """Every strategy in one job, and the baseline when asked for (in the same job where it can share it):
+    (label, figures or error, wall s)."""
     training = cluster.profile.model.training
-    found = strategy_runs(cluster, list(training.strategies))
-    runs = [(s, r.get("error") or r, float(r.get("wall_s") or 0.0)) for s, r in found.items()]
+    found = strategy_runs(cluster, list(training.strategies), base)
+    parts = {s: r for s, r in found.items() if s != plan.BASELINE_PART}
+    runs = [(s, r.get("error") or r, float(r.get("wall_s") or 0.0)) for s, r in parts.items()]
     if isinstance(base, plan.Baseline):
-        runs.append(baseline(cluster, training.scaling_strategy, base))
+        runs.append(baseline(cluster, training.scaling_strategy, base, found))
     return runs
 
 

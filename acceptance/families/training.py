@@ -5,14 +5,14 @@ Every strategy of a run shares one torchrun job (start-up, imports and rendezvou
 tears each strategy down before the next and records a failure under the strategy's name. A strategy that
 kills its job (a crash on some ranks only, a hang until the timeout) takes only itself down: the job's
 finished strategies are kept, it is named with the job's error, and the strategies after it run in a new
-job. The scaling baseline needs a smaller world, so it is a job of its own.
+job. The scaling baseline of a DDP run needs a smaller world: it is a part of the same job, run on a process
+group of the baseline's ranks right after the full-world run (the other ranks wait); any other scaling
+strategy gets a job of its own.
 """
 
 from __future__ import annotations
 
-import itertools
 import json
-import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,11 +29,15 @@ class TrainingPlanError(ValueError):
 
 
 BASELINE_KEY = f"{PROBE}-baseline"
+# the scaling baseline as a part of the strategies' job: not a run name (those never hold "-")
+BASELINE_PART = "scaling-baseline"
+# the strategies whose runner takes a process group smaller than the world (DDP's ``process_group``)
+IN_JOB_BASELINE = ("ddp",)
 
 
 def job_key(attempt: int) -> str:
-    """The first job is ``training``; the next ones (a further ZeRO-3 run, or the strategies after one that
-    killed its job) ``training-2``, ``training-3``, ..."""
+    """The first job is ``training``; the next ones (the strategies after one that killed its job)
+    ``training-2``, ``training-3``, ..."""
     return PROBE if attempt == 0 else f"{PROBE}-{attempt + 1}"
 
 
@@ -59,16 +63,23 @@ def user_config(profile: Profile, strategy: str) -> dict[str, Any] | None:
     return data
 
 
-def spec(profile: Profile, strategies: list[str], world_size: int, ranks_per_node: int, nodes: int) -> dict[str, Any]:
-    """The probe's spec for one job; raises TrainingPlanError for a strategy whose DeepSpeed JSON is unusable."""
-    return {
+def spec(
+    profile: Profile, parts: list[str], world_size: int, ranks_per_node: int, nodes: int, base: Baseline | None = None
+) -> dict[str, Any]:
+    """The probe's spec for one job of ``parts`` (strategies, and ``BASELINE_PART`` run on ``base``); raises
+    TrainingPlanError for a strategy whose DeepSpeed JSON is unusable."""
+    strategies = [p for p in parts if p != BASELINE_PART]
+    found = {
         PROBE: profile.resolved[PROBE],
-        "strategies": list(strategies),
+        "strategies": list(parts),
         "deepspeed_user": {s: user_config(profile, s) for s in strategies},
         "expected_world_size": world_size,
         "ranks_per_node": ranks_per_node,
         "nodes": nodes,
     }
+    if BASELINE_PART in parts and base is not None:
+        found["baseline"] = {"strategy": profile.model.training.scaling_strategy, "ranks_per_node": base.ranks_per_node}
+    return found
 
 
 # (strategies, job key) -> (the job's per-strategy results, or what the job died of with the results it
@@ -77,23 +88,24 @@ Launch = Callable[[list[str], str], tuple[dict[str, dict[str, Any]], str | None]
 
 
 # DeepSpeed 0.19's ZeRO-3 engine stays alive in its process after DeepSpeedEngine.destroy() and every
-# teardown the probe does: on 2x H200 each ZeRO-3 run of llama-1b left 8.5 GiB allocated per GPU, and
-# zero3_tuned, run after zero3 in the same job, held 17 GiB and ran 15% under its own job's figure
-# (results/h200-x2-onejob, held_after_teardown_gib). ZeRO-1/2, DDP and FSDP leave nothing behind.
+# teardown the probe does: on 2x H200 each ZeRO-3 run of llama-1b left 8.5 GiB allocated per GPU
+# (held_after_teardown_gib in the evidence). ZeRO-1/2, DDP and FSDP leave nothing behind, so the ZeRO-3 runs
+# go last. A further ZeRO-3 run once had a job of its own, after zero3_tuned read 15% under its own job's
+# figure when it ran after zero3; but four fresh jobs of it alone read 38,925-52,684 tokens/s/GPU
+# (results/h200-x2-zero3-spread), so one job with both costs nothing measurable and saves a job's start.
 ZERO3 = ("zero3", "zero3_offload")
 
 
 def job_groups(training: Training, strategies: list[str]) -> list[list[str]]:
-    """The jobs the strategies run in: one for all of them, with the first ZeRO-3 run last (nothing runs
-    after it in its process), and each further ZeRO-3 run in a job of its own."""
+    """The jobs the strategies run in: one for all of them, the ZeRO-3 runs last (nothing else runs after
+    one in its process)."""
 
     def stage3(name: str) -> bool:
         run = training.deepspeed.get(name)
         return (run.base if run is not None else name) in ZERO3
 
-    others, zero3 = [s for s in strategies if not stage3(s)], [s for s in strategies if stage3(s)]
-    first = others + zero3[:1]
-    return ([first] if first else []) + [[s] for s in zero3[1:]]
+    ordered = [s for s in strategies if not stage3(s)] + [s for s in strategies if stage3(s)]
+    return [ordered] if ordered else []
 
 
 def run_jobs(groups: list[list[str]], launch: Launch) -> dict[str, dict[str, Any]]:
@@ -144,6 +156,24 @@ def baseline(training: Training, ranks_per_node: int, nodes: int) -> Baseline | 
     return base
 
 
+def with_baseline(training: Training, strategies: list[str], base: Baseline | str | None) -> list[str]:
+    """The job's parts: ``strategies``, and the baseline right after its strategy where it can share the job."""
+    strategy = training.scaling_strategy
+    if not isinstance(base, Baseline) or strategy not in strategies or strategy not in IN_JOB_BASELINE:
+        return list(strategies)
+    at = strategies.index(strategy) + 1
+    return [*strategies[:at], BASELINE_PART, *strategies[at:]]
+
+
+def node_baseline(part: dict[str, Any], node_rank: int) -> dict[str, Any]:
+    """This node's baseline figures out of the job's baseline part (each node measured its own), or the
+    part's error."""
+    if part.get("error"):
+        return part
+    found = (part.get("by_node") or {}).get(str(node_rank))
+    return found if found is not None else {"error": f"the baseline part has no figures for node {node_rank}"}
+
+
 def scaling_efficiency(full: dict[str, Any], base: dict[str, Any]) -> float:
     """Per-GPU throughput at the full world over per-GPU throughput on the baseline (weak scaling)."""
     return float(full["tokens_per_s_per_gpu"]) / float(base["tokens_per_s_per_gpu"])
@@ -167,105 +197,3 @@ def canary(reference: list[float], other: list[float], steps: int, rtol: float) 
 def curves_text(reference_name: str, reference: list[float], name: str, other: list[float], steps: int) -> str:
     rows = [f"step {i}: {reference_name} {reference[i]:.6f}  {name} {other[i]:.6f}" for i in range(steps)]
     return "\n".join(rows)
-
-
-def quartiles(values: list[float]) -> tuple[float, float, float]:
-    """(first quartile, median, third quartile), interpolated between the values (``method="inclusive"``)."""
-    if len(values) == 1:
-        return values[0], values[0], values[0]
-    q1, median, q3 = statistics.quantiles(values, n=4, method="inclusive")
-    return q1, median, q3
-
-
-DEFAULT_WINDOWS = 5  # the median and both quartiles fall on a window of their own
-
-
-def window_count(t: dict[str, Any]) -> int:
-    """``training.windows``, or by default five (one per step when there are fewer)."""
-    return int(t.get("windows") or min(DEFAULT_WINDOWS, int(t["steps"])))
-
-
-def windows(ranks: list[dict[str, Any]], count: int, tokens_per_step: int) -> list[dict[str, Any]]:
-    """The timed steps cut into ``count`` consecutive windows (sizes differ by one step at most); a window
-    lasts as long as on its slowest rank, and its figure is the tokens per GPU over that time."""
-    steps = len(ranks[0]["step_s"])
-    count = max(1, min(count, steps))
-    edges = [round(i * steps / count) for i in range(count + 1)]
-    out = []
-    for first, end in itertools.pairwise(edges):
-        seconds = max(sum(r["step_s"][first:end]) for r in ranks)
-        rate = tokens_per_step * (end - first) / seconds
-        out.append({"steps": [first, end], "seconds": seconds, "tokens_per_s": rate})
-    return out
-
-
-def throughput(ranks: list[dict[str, Any]], count: int, tokens_per_step: int) -> dict[str, Any]:
-    """The median over the timed windows, and its spread: the figure a bound applies to."""
-    found = windows(ranks, count, tokens_per_step)
-    rates = sorted(w["tokens_per_s"] for w in found)
-    q1, median, q3 = quartiles(rates)
-    loop_s = max(r["loop_s"] for r in ranks)
-    return {
-        "tokens_per_s_per_gpu": median,
-        "tokens_per_s_per_gpu_q1": q1,
-        "tokens_per_s_per_gpu_q3": q3,
-        "tokens_per_s_per_gpu_min": rates[0],
-        "tokens_per_s_per_gpu_max": rates[-1],
-        "tokens_per_s_per_gpu_spread": (rates[-1] - rates[0]) / median,  # (max - min) / median
-        # the whole timed loop between two host synchronisations, as earlier versions reported it
-        "tokens_per_s_per_gpu_loop": tokens_per_step * len(ranks[0]["step_s"]) / loop_s,
-        "windows": found,
-    }
-
-
-def peak_for(t: dict[str, Any]) -> tuple[float | None, str | None]:
-    """The dense peak for the run's precision (bf16/fp16: tensor cores; fp32: TF32), or why there is none."""
-    peaks = t.get("peak_tflops") or {}
-    peak = peaks.get(t["precision"])
-    if peak is not None:
-        return float(peak), None
-    if not peaks:
-        return None, "the profile sets no training.peak_tflops"
-    return None, f"training.peak_tflops gives no peak for precision {t['precision']} (it has {', '.join(peaks)})"
-
-
-def clock_events(ranks: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
-    """Per rank, the clock-event reasons seen during the timed steps and their share of samples."""
-    return {str(r["rank"]): r["util"].get("clock_events") or {} for r in ranks if r["util"].get("clock_events")}
-
-
-def figures(raw: dict[str, Any], t: dict[str, Any], world_size: int) -> dict[str, Any]:
-    """The cluster's figures from every rank's measurements (the slowest rank's pace, the largest memory)."""
-    ranks, shape, losses = raw["ranks"], raw["shape"], raw["losses"]
-    tokens_per_step = t["micro_batch"] * t["grad_accum"] * t["seq_len"]
-    step_s = [max(r["step_s"][i] for r in ranks) for i in range(len(ranks[0]["step_s"]))]
-    rate = throughput(ranks, window_count(t), tokens_per_step)
-    utils = [r["util"]["mean_pct"] for r in ranks]
-    peak, no_peak = peak_for(t)
-    return {
-        "tokens_per_step_per_gpu": tokens_per_step,
-        **rate,
-        "step_time_s": statistics.median(step_s),
-        "step_time_std_s": statistics.pstdev(step_s),
-        "step_times_s": step_s,
-        "timed_loop_s": max(r["loop_s"] for r in ranks),
-        "peak_mem_gib": max(r["mem_gib"] for r in ranks),
-        "peak_mem_per_rank_gib": [r["mem_gib"] for r in ranks],
-        "peak_mem_source": raw["mem_source"],
-        "flops_per_token": shape["flops_per_token"],
-        "mfu": rate["tokens_per_s_per_gpu"] * shape["flops_per_token"] / (peak * 1e12) if peak else None,
-        "mfu_reason": no_peak,
-        "peak_tflops": peak,
-        "peak_tflops_source": t.get("peak_tflops_source"),
-        "gpu_util_pct": min(utils) if None not in utils else None,
-        "gpu_util_per_rank_pct": utils,
-        "gpu_util_reason": next((r["util"]["reason"] for r in ranks if r["util"]["reason"]), None),
-        "clock_events": clock_events(ranks),
-        "clock_events_reason": next((r["util"].get("clock_events_reason") for r in ranks), None),
-        "losses": losses,
-        "loss_first": losses[0],
-        "loss_last": losses[-1],
-        "loss_ratio": losses[-1] / losses[0] if losses[0] else float("nan"),
-        "world_size": world_size,
-        "per_rank": [{k: r[k] for k in ("rank", "host", "loop_s", "mem_gib", "util")} for r in ranks],
-    }

@@ -101,6 +101,9 @@ class Ctx:
     out: Path
     beat: Heartbeat
     init_s: float = 0.0
+    # the process group a part of the probe runs on where it is smaller than the world (a training job's
+    # scaling baseline); ``rank`` and ``world_size`` are then this rank's place in it. None: the world.
+    group: Any = None
 
     @property
     def is_cuda(self) -> bool:
@@ -113,7 +116,7 @@ class Ctx:
     def gather(self, obj: Any) -> list[Any]:
         """Every rank's ``obj``, in rank order, on every rank."""
         out: list[Any] = [None] * self.world_size
-        dist.all_gather_object(out, obj)
+        dist.all_gather_object(out, obj, group=self.group)
         return out
 
     def phase(self, name: str) -> None:

@@ -18,6 +18,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from acceptance.families.training import IN_JOB_BASELINE
 from acceptance.probes.rank import Ctx
 from acceptance.probes.train_ds import STAGE, base_strategy, build
 from acceptance.probes.train_model import decoder_layers
@@ -101,7 +102,8 @@ def ddp(model: nn.Module, t: dict[str, Any], ctx: Ctx) -> Runner:
     mode = t["compile"]
     if mode == "blocks":
         compile_blocks(model)
-    wrapped = DDP(model, device_ids=[ctx.device.index] if ctx.is_cuda else None, gradient_as_bucket_view=True)
+    device_ids = [ctx.device.index] if ctx.is_cuda else None
+    wrapped = DDP(model, device_ids=device_ids, process_group=ctx.group, gradient_as_bucket_view=True)
     # DDP first, then compile: TorchDynamo's DDPOptimizer splits the graph at bucket boundaries
     forward: nn.Module = torch.compile(wrapped) if mode == "model" else wrapped  # type: ignore[assignment]
     dtype = DTYPE[t["precision"]]
@@ -195,7 +197,7 @@ def close_deepspeed(engine: Any) -> None:
     engine.destroy()
     # ZeRO-3 pushes the model on a module-level stack (DeepSpeedZeRoOffload.__init__, DeepSpeed 0.19) that
     # nothing pops; no forward is in flight between strategies, and a fresh process has it empty. Other
-    # references keep a ZeRO-3 engine alive still, so a second ZeRO-3 run gets a job of its own
+    # references keep a ZeRO-3 engine alive still, so the ZeRO-3 runs go last in the job
     # (acceptance.families.training.job_groups).
     getattr(parameter_offload, "FWD_MODULE_STACK", []).clear()
     # groups.py caches the data-parallel clone of the world (and, for some configs, ZeRO++'s intra-node
@@ -207,6 +209,8 @@ def close_deepspeed(engine: Any) -> None:
 
 
 def make_runner(name: str, model: nn.Module, t: dict[str, Any], ctx: Ctx, user: dict[str, Any] | None) -> Runner:
+    if ctx.group is not None and name not in IN_JOB_BASELINE:  # the plan never asks for it
+        raise ValueError(f"{name} runs on the whole world only, not on a smaller process group")
     if name == "ddp":
         return ddp(model, t, ctx)
     if name == "fsdp":
@@ -219,5 +223,5 @@ def make_runner(name: str, model: nn.Module, t: dict[str, Any], ctx: Ctx, user: 
 def global_mean(values: list[torch.Tensor], ctx: Ctx) -> list[float]:
     """Per-step losses averaged over ranks: one all-reduce at the end, no host sync inside the timed steps."""
     stacked = torch.stack([v.float() for v in values])
-    dist.all_reduce(stacked)
+    dist.all_reduce(stacked, group=ctx.group)
     return [float(x) for x in (stacked / ctx.world_size).tolist()]

@@ -38,9 +38,12 @@ import torch
 import torch.distributed as dist
 from torch._C._distributed_c10d import PrefixStore, TCPStore  # typed here; torch.distributed re-exports them
 
-from acceptance.families.training import figures
+from acceptance.families.training import BASELINE_PART
+from acceptance.families.training_figures import figures
 from acceptance.probes.gpu_sampler import GpuSampler
+from acceptance.probes.host_load import HostLoad
 from acceptance.probes.rank import Ctx, main, write_json
+from acceptance.probes.train_baseline import run_baseline
 from acceptance.probes.train_model import build_model, describe
 from acceptance.probes.train_strategies import Runner, global_mean, make_runner
 
@@ -75,7 +78,7 @@ def timed_steps(runner: Runner, batches: list[list[torch.Tensor]], ctx: Ctx) -> 
     losses: list[Any] = []
     ctx.sync()
     ctx.progress()
-    dist.barrier()
+    dist.barrier(group=ctx.group)
     if ctx.is_cuda:
         events = [torch.cuda.Event(enable_timing=True) for _ in range(len(batches) + 1)]
         start = time.perf_counter()
@@ -118,33 +121,36 @@ def peak_mem(ctx: Ctx, was_reset: bool) -> tuple[float, str]:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / GIB, "peak RSS of the job (ru_maxrss)"
 
 
-def measure(ctx: Ctx, name: str) -> dict[str, Any]:
-    """One strategy from a fresh model to every rank's measurements; its runner is closed however it ends."""
+def measure(ctx: Ctx, name: str, part: str) -> dict[str, Any]:
+    """One strategy from a fresh model to every rank's measurements; its runner is closed however it ends.
+    ``part``: what the heartbeat's phases call it (the strategy, or the scaling baseline)."""
     t = ctx.spec["training"]
     mem_reset = reset_peak_mem(ctx)
-    ctx.phase(f"{name}: build model")
+    ctx.phase(f"{part}: build model")
     model = build_model(t["model"], t["seq_len"], ctx.device, int(t["seed"]))
     shape = describe(model, t["seq_len"])
     batches = synthetic_batches(t, shape["vocab_size"], ctx, t["warmup_steps"] + t["steps"])
-    ctx.phase(f"{name}: wrap")
+    ctx.phase(f"{part}: wrap")
     with unwinding_on_term():
         runner = make_runner(name, model, t, ctx, ctx.spec["deepspeed_user"].get(name))
     try:
-        ctx.phase(f"{name}: warm-up steps")
+        ctx.phase(f"{part}: warm-up steps")
         warm = []
         for micro in batches[: t["warmup_steps"]]:
             ctx.progress()
             warm.append(runner.step(micro))
         before = runner.counters()
-        ctx.phase(f"{name}: timed steps")
-        sampler = GpuSampler(ctx.device)
+        ctx.phase(f"{part}: timed steps")
+        sampler, host = GpuSampler(ctx.device), HostLoad()
         sampler.start()
+        host.start()
         losses, step_s, loop_s = timed_steps(runner, batches[t["warmup_steps"] :], ctx)
-        util = sampler.stop()
-        ctx.phase(f"{name}: gather figures")
+        util, host_load = sampler.stop(), host.stop()
+        ctx.phase(f"{part}: gather figures")
         mem, mem_source = peak_mem(ctx, mem_reset)
         counters = {"before_timed_steps": before, "after": runner.counters()} if before else {}
         mine = {"rank": ctx.rank, "host": ctx.host, "step_s": step_s, "loop_s": loop_s, "mem_gib": mem, "util": util}
+        mine["host_load"] = host_load
         return {
             "ranks": ctx.gather(mine),
             "losses": global_mean(warm + losses, ctx),
@@ -200,28 +206,32 @@ def job_store() -> Any:
     return PrefixStore("acceptance-training", client)
 
 
-def one_strategy(ctx: Ctx, name: str, store: Any) -> dict[str, Any]:
-    t, start = ctx.spec["training"], time.perf_counter()
+def one_strategy(ctx: Ctx, name: str, store: Any, part: str = "", within: Ctx | None = None) -> dict[str, Any]:
+    """Run ``name``, tear it down and agree with every rank on how it ended. ``part``: its name in the job
+    (default: the strategy). ``within``: the smaller world this rank runs it in (a scaling baseline, where
+    ranks outside it skip to the teardown and wait there)."""
+    t, start, part, here = ctx.spec["training"], time.perf_counter(), part or name, within or ctx
     failure: BaseException | None = None
     out: dict[str, Any] = {}
     try:
-        raw = measure(ctx, name)
-        out = figures(raw, t, ctx.world_size)
-        out.update(model_shape=raw["shape"], **raw["info"])
+        if part == name or within is not None:
+            raw = measure(here, name, part)
+            out = figures(raw, t, here.world_size)
+            out.update(model_shape=raw["shape"], **raw["info"])
     except Exception as exc:
         traceback.print_exception(exc)
         traceback.clear_frames(exc.__traceback__)  # the frames hold the model: let it go
         failure = exc
-    ctx.phase(f"{name}: teardown")
+    ctx.phase(f"{part}: teardown")
     release(ctx)
-    ended = agree(ctx, store, name, failure)
+    ended = agree(ctx, store, part, failure)
     dist.barrier()  # on the training group: nothing of this strategy is left in flight
     failed = [(rank, e) for rank, (e, _) in enumerate(ended) if e is not None]
     if failed:
         ranks = ", ".join(str(rank) for rank, _ in failed)
-        out = {"error": f"{name} failed on rank(s) {ranks}: rank {failed[0][0]} raised {failed[0][1]}"}
+        out = {"error": f"{part} failed on rank(s) {ranks}: rank {failed[0][0]} raised {failed[0][1]}"}
     out["held_after_teardown_gib"] = [held for _, held in ended]
-    return {**out, **common(ctx, name), "wall_s": round(time.perf_counter() - start, 3)}
+    return {**out, **common(here, name), "wall_s": round(time.perf_counter() - start, 3)}
 
 
 def common(ctx: Ctx, name: str) -> dict[str, Any]:
@@ -259,7 +269,10 @@ def run(ctx: Ctx) -> dict[str, Any]:
     store = job_store()
     results: dict[str, dict[str, Any]] = {}
     for name in ctx.spec["strategies"]:
-        results[name] = one_strategy(ctx, name, store)
+        if name == BASELINE_PART:
+            results[name] = run_baseline(ctx, store, one_strategy)
+        else:
+            results[name] = one_strategy(ctx, name, store)
         if ctx.local_rank == 0:
             write_json(ctx.out / "partial.json", {"parts": results})
     return {"strategies": results}

@@ -1,5 +1,5 @@
-"""The training family's jobs on a ClusterRun: the strategies of the run in one torchrun job (a second ZeRO-3
-run in one of its own), the baseline apart.
+"""The training family's jobs on a ClusterRun: the strategies of the run in one torchrun job (the ZeRO-3 runs
+run last), with the scaling baseline where it can share the job, else in a job of its own.
 
 What to run and whom to blame is decided by ``acceptance.families.training.run_jobs``; this module launches
 the jobs it asks for and reads back what each finished, also from a job that failed. The acceptance tests
@@ -15,22 +15,29 @@ from acceptance.run.cluster_run import ClusterRun
 from acceptance.run.launcher import ProbeError
 
 
-def strategy_runs(cluster: ClusterRun, strategies: list[str]) -> dict[str, dict[str, Any]]:
-    """Each strategy's result (its figures, or ``{"error": ...}``), with ``job``: the probe key it ran in.
+def strategy_runs(
+    cluster: ClusterRun, strategies: list[str], base: plan.Baseline | str | None = None
+) -> dict[str, dict[str, Any]]:
+    """Each strategy's result (its figures, or ``{"error": ...}``), with ``job``: the probe key it ran in;
+    with ``base``, also the baseline's under ``plan.BASELINE_PART`` where it shares the job (see
+    ``plan.with_baseline``; else ``baseline_run`` runs it apart).
 
     Call it once per run: the jobs' keys (``training``, ``training-2``, ...) are the run's."""
+    strategies = plan.with_baseline(cluster.profile.model.training, strategies, base)
     results: dict[str, dict[str, Any]] = {}
     usable = []
     for strategy in strategies:
         try:
-            plan.user_config(cluster.profile, strategy)
+            if strategy != plan.BASELINE_PART:
+                plan.user_config(cluster.profile, strategy)
             usable.append(strategy)
         except plan.TrainingPlanError as exc:  # an unreadable DeepSpeed JSON fails its strategy, not the job
             results[strategy] = {"error": str(exc), "strategy": strategy, "job": None}
 
     def launch(pending: list[str], key: str) -> tuple[dict[str, dict[str, Any]], str | None]:
         topo, place = cluster.topology, cluster.placement
-        spec = plan.spec(cluster.profile, pending, cluster.world_size, topo.nproc_per_node, place.nodes)
+        shape = (cluster.world_size, topo.nproc_per_node, place.nodes)
+        spec = plan.spec(cluster.profile, pending, *shape, base if isinstance(base, plan.Baseline) else None)
         try:
             found, error = cluster.probe(plan.PROBE, spec, key=key, parts=len(pending)).get("strategies", {}), None
         except ProbeError as exc:
@@ -43,8 +50,17 @@ def strategy_runs(cluster: ClusterRun, strategies: list[str]) -> dict[str, dict[
     return {s: results[s] for s in strategies}
 
 
-def baseline_run(cluster: ClusterRun, base: plan.Baseline, strategy: str) -> dict[str, Any]:
-    """The scaling baseline: ``strategy`` alone on the smaller world; raises ProbeError when it fails."""
+def baseline_run(
+    cluster: ClusterRun, base: plan.Baseline, strategy: str, runs: dict[str, dict[str, Any]] | None = None
+) -> dict[str, Any]:
+    """The scaling baseline: this node's figures from the strategies' job (``runs``, from ``strategy_runs``)
+    where it ran there, else ``strategy`` alone on the smaller world; raises ProbeError when it fails."""
+    shared = (runs or {}).get(plan.BASELINE_PART)
+    if shared is not None:
+        result = plan.node_baseline(shared, cluster.placement.node_rank)
+        if result.get("error"):
+            raise ProbeError(f"the scaling baseline ({base.label}) failed: {result['error']}")
+        return {**result, "job": shared.get("job")}
     spec = plan.spec(cluster.profile, [strategy], base.world_size, base.ranks_per_node, base.nodes)
     found = cluster.probe(plan.PROBE, spec, key=plan.BASELINE_KEY, ranks_per_node=base.ranks_per_node, nodes=base.nodes)
     result = found.get("strategies", {}).get(strategy) or {"error": f"the baseline job has no result for {strategy}"}
