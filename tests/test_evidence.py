@@ -16,7 +16,7 @@ from acceptance.evidence.environment import allowed_env
 from acceptance.evidence.junit import junit_xml
 from acceptance.evidence.merge import merge
 from acceptance.evidence.model import Check, schema_text
-from acceptance.evidence.store import Evidence, EvidenceError, read_evidence
+from acceptance.evidence.store import WRITE_EVERY_S, Evidence, EvidenceError, read_evidence
 from tests.harness import ROOT, schema
 
 SECRETS = {
@@ -105,6 +105,30 @@ def test_write_atomic_keeps_the_old_file_when_the_write_fails(tmp_path: Path, mo
     with pytest.raises(OSError, match="disk full"):
         write_atomic(target, "new")
     assert target.read_text() == "old"
+
+
+def test_outcome_writes_wait_for_the_interval_and_any_other_write_takes_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    clock = [100.0]
+    monkeypatch.setattr("acceptance.evidence.store.time.monotonic", lambda: clock[0])
+    doc = Evidence(tmp_path, _profile(), _topology(), {})
+    doc.write()
+
+    def checks_on_disk() -> int:
+        return sum(len(t["checks"]) for t in json.loads(doc.path.read_text())["tests"])
+
+    doc.add_check("t::a", Check(metric="m", value=1.0, unit="s", bound="", verdict="info", threshold=None))
+    doc.write(soon=True)
+    assert checks_on_disk() == 0  # within WRITE_EVERY_S of the last write: waits
+    clock[0] += WRITE_EVERY_S
+    doc.write(soon=True)
+    assert checks_on_disk() == 1
+    doc.add_check("t::b", Check(metric="m", value=2.0, unit="s", bound="", verdict="info", threshold=None))
+    doc.write(soon=True)
+    assert checks_on_disk() == 1
+    doc.write()  # a probe's start or end, the session's end: at once, with what waited
+    assert checks_on_disk() == 2
 
 
 def test_fresh_evidence_is_valid_and_incomplete(tmp_path: Path) -> None:

@@ -93,7 +93,7 @@ class Checker:
                 failures.append(judged.message)
             elif judged.verdict == "xfail":
                 xfails.append(f"{judged.message} [known issue: {judged.xfail_reason}]")
-        self.run.evidence.write()
+        self.run.evidence.write(soon=True)
         if failures:
             pytest.fail("\n".join(failures), pytrace=False)
         if xfails:

@@ -194,7 +194,7 @@ class ClusterSession:
             if outcome != "passed":
                 case.message = message
                 case.longrepr = str(report.longrepr)[-4000:] if report.longrepr else None
-        self.run.evidence.write()
+        self.run.evidence.write(soon=True)
 
     @pytest.hookimpl(tryfirst=True)  # before junitxml writes its file: the unrun tests must be in it
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
