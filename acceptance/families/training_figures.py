@@ -75,6 +75,10 @@ def clock_events(ranks: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
     return {str(r["rank"]): r["util"].get("clock_events") or {} for r in ranks if r["util"].get("clock_events")}
 
 
+# what each rank's record keeps of its measurements (its step times are in the windows already)
+PER_RANK = ("rank", "host", "loop_s", "mem_gib", "util", "host_load", "trace")
+
+
 def figures(raw: dict[str, Any], t: dict[str, Any], world_size: int) -> dict[str, Any]:
     """The cluster's figures from every rank's measurements (the slowest rank's pace, the largest memory)."""
     ranks, shape, losses = raw["ranks"], raw["shape"], raw["losses"]
@@ -108,5 +112,7 @@ def figures(raw: dict[str, Any], t: dict[str, Any], world_size: int) -> dict[str
         "loss_last": losses[-1],
         "loss_ratio": losses[-1] / losses[0] if losses[0] else float("nan"),
         "world_size": world_size,
-        "per_rank": [{k: r.get(k) for k in ("rank", "host", "loop_s", "mem_gib", "util", "host_load")} for r in ranks],
+        "per_rank": [
+            {k: r.get(k) for k in ("rank", "host", "loop_s", "mem_gib", "util", "host_load", "trace")} for r in ranks
+        ],
     }

@@ -46,6 +46,7 @@ from acceptance.probes.rank import Ctx, main, write_json
 from acceptance.probes.train_baseline import run_baseline
 from acceptance.probes.train_model import build_model, describe
 from acceptance.probes.train_strategies import Runner, global_mean, make_runner
+from acceptance.probes.train_trace import traced_steps
 
 DATA_VOCAB = 1024  # the synthetic text's alphabet: small enough that a few steps visibly learn it
 NOISE = 0.1
@@ -146,11 +147,12 @@ def measure(ctx: Ctx, name: str, part: str) -> dict[str, Any]:
         host.start()
         losses, step_s, loop_s = timed_steps(runner, batches[t["warmup_steps"] :], ctx)
         util, host_load = sampler.stop(), host.stop()
+        traced = traced_steps(runner, batches, ctx, part, t["trace_steps"]) if t.get("trace_steps") else None
         ctx.phase(f"{part}: gather figures")
         mem, mem_source = peak_mem(ctx, mem_reset)
         counters = {"before_timed_steps": before, "after": runner.counters()} if before else {}
         mine = {"rank": ctx.rank, "host": ctx.host, "step_s": step_s, "loop_s": loop_s, "mem_gib": mem, "util": util}
-        mine["host_load"] = host_load
+        mine.update(host_load=host_load, trace=traced)
         return {
             "ranks": ctx.gather(mine),
             "losses": global_mean(warm + losses, ctx),

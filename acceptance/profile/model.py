@@ -180,6 +180,8 @@ class Training(Strict):
     scaling_strategy: RunName = "ddp"
     canary_steps: PositiveInt = 5
     canary_rtol: Annotated[float, Field(ge=0)] = 0.02
+    # after the timed steps, this many more under torch.profiler: a trace per rank, none of the figures
+    trace_steps: Annotated[int, Field(ge=0)] = 0
 
     @model_validator(mode="after")
     def _consistent(self) -> Training:
