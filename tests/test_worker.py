@@ -26,7 +26,7 @@ FAST = ["tests_cluster/test_connectivity.py", "tests_cluster/test_compute.py", "
 
 
 def workers(topo: Topology = CPU, placement: Placement = ONE_NODE, enabled: bool = True) -> Workers:
-    return Workers(enabled, Path("/nonexistent/workers"), topo, placement, {"OMP_NUM_THREADS": "1"})
+    return Workers(enabled, Path("/nonexistent/workers"), topo, placement, {"OMP_NUM_THREADS": "1"}, 180.0)
 
 
 def test_the_worker_takes_full_world_probes_with_the_sessions_environment() -> None:

@@ -87,9 +87,9 @@ class ClusterRun:
         env = {**os.environ, **self.profile.model.env}
         self.evidence = Evidence(self.evidence_dir, profile, topo, env, persist=self.persist)
         self.evidence.write()
-        folder, model = self.evidence_dir / "workers", self.profile.model
-        self.workers = Workers(self.worker, folder, self.topology, self.placement, model.env)
-        self.workers.pg_timeout_s = max(self.timeout(p) for p in WORKER_PROBES)
+        pg_timeout_s = max(self.timeout(p) for p in WORKER_PROBES)  # the longest probe a worker may run
+        folder, model_env = self.evidence_dir / "workers", self.profile.model.env
+        self.workers = Workers(self.worker, folder, self.topology, self.placement, model_env, pg_timeout_s)
 
     def join(self, meeting: Meeting, session: str, record: dict[str, Any]) -> None:
         """Keep the nodes' meeting for the probes' barriers; node 0's session id names the rendezvous."""

@@ -47,9 +47,15 @@ class Worker:
     process group's), ``requests/``, ``torchrun.log`` and ``logs/``, all of it kept as evidence."""
 
     def __init__(
-        self, folder: Path, topo: Topology, placement: Placement, run_id: str, env: Mapping[str, str], timeouts: Any
+        self,
+        folder: Path,
+        topo: Topology,
+        placement: Placement,
+        run_id: str,
+        env: Mapping[str, str],
+        timeouts: tuple[float, float],
     ) -> None:
-        """``timeouts``: (the process group's timeout, the rendezvous' join timeout), in seconds."""
+        """``timeouts``: the process group's and the rendezvous' (the first probe's), in seconds."""
         pg_timeout_s, join_timeout_s = timeouts
         folder.mkdir(parents=True, exist_ok=True)
         spec = folder / "spec.json"
@@ -68,8 +74,8 @@ class Worker:
         return self.proc.poll() is None
 
     def run(self, probe: str, spec: dict[str, Any], out_dir: Path, topo: Topology, timeout_s: float) -> launch.ProbeRun:
-        """Run ``probe`` in the worker; raise ``launcher.ProbeError`` (the worker then ended) unless it
-        produced a result. The first probe's time counts from the worker's start, which it waited for."""
+        """Run ``probe`` in the worker; raise ``launcher.ProbeError`` (the job has then exited or been ended)
+        unless it produced a result. The first probe's time counts from the worker's start, which it waited for."""
         launch.prepare(out_dir, spec, topo, timeout_s)
         marks = log_sizes(self.folder)
         start = self.started if self.served == 0 else time.monotonic()
@@ -82,11 +88,7 @@ class Worker:
             outcome.wall_s = time.monotonic() - start
             copy_logs(self.folder, out_dir, marks)
         finished = outcome.returncode is None and not outcome.timed_out
-        try:
-            return launch.conclude(outcome, finished, timeout_s, stalled, starting)
-        except launch.ProbeError:
-            self.end(out_dir)  # a crash has ended the job already; anything else leaves it unusable
-            raise
+        return launch.conclude(outcome, finished, timeout_s, stalled, starting)
 
     def _post(self, request: dict[str, Any]) -> None:
         write_atomic(self.folder / "requests" / f"{self.served}.json", json.dumps(request))
@@ -170,12 +172,18 @@ class Workers:
     longest probe it may run, so that no collective of a probe gives up before the probe's own timeout."""
 
     def __init__(
-        self, enabled: bool, folder: Path, topo: Topology, placement: Placement, profile_env: Mapping[str, str]
+        self,
+        enabled: bool,
+        folder: Path,
+        topo: Topology,
+        placement: Placement,
+        profile_env: Mapping[str, str],
+        pg_timeout_s: float,
     ) -> None:
         self.enabled, self.folder, self.topo, self.placement = enabled, folder, topo, placement
         self.session_env = node_env(topo, placement)
         self.env = launch.child_env(profile_env, self.session_env)
-        self.pg_timeout_s = 0.0
+        self.pg_timeout_s = pg_timeout_s
         self.current: Worker | None = None
         self.started_at = ""  # the probe the current worker started with: every node's must be the same one
 
@@ -213,8 +221,8 @@ class Workers:
             return worker.run(probe, spec, out_dir, self.topo, timeout_s)
         except BaseException:
             self.current = None  # never used again: the next probe gets a fresh worker
-            if worker.alive:
-                worker.end()
+            if worker.alive:  # a crash or a timeout has ended it; anything else leaves it unusable
+                worker.end(out_dir)
             raise
 
     def close(self) -> None:
