@@ -42,14 +42,21 @@ COLLECTIVES = [*SMALL, "tests_cluster/test_collectives.py"]
 class Run:
     """One pytest of the suite in its own session, with a fault, watched from outside."""
 
-    def __init__(self, suite: pytest.Pytester, fault: str, args: list[str], profile: str = "local-cpu") -> None:
+    def __init__(
+        self,
+        suite: pytest.Pytester,
+        fault: str,
+        args: list[str],
+        profile: str = "local-cpu",
+        timeout_s: int = TIMEOUT_S,
+    ) -> None:
         self.mark = uuid.uuid4().hex
         self.folder = suite.path / "evidence"
         # by path: this checkout's profile, not an installed copy of another checkout's
         # (one argument: pytest reads a separate value as a path when it looks for its rootdir)
         argv = [sys.executable, "-m", "pytest", *PLUGIN_ARGS, "-p", "no:cacheprovider",
                 f"--cluster-profile={ROOT / 'thresholds' / profile}.yaml", f"--cluster-evidence={self.folder}",
-                "--cluster-timeout", str(TIMEOUT_S), *args]  # fmt: skip
+                "--cluster-timeout", str(timeout_s), *args]  # fmt: skip
         env = {**os.environ, MARK: self.mark, "ACCEPTANCE_TEST_FAULT": fault}
         self.proc = subprocess.Popen(
             argv, cwd=suite.path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True

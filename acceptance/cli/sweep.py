@@ -100,7 +100,8 @@ def run(args: SweepArgs, out: TextIO) -> int:
         print(row_line(row, dtype), file=out, flush=True)
 
     run_tag = os.environ.get("CLUSTER_RUN_ID", "")
-    cluster = ClusterRun(profile, placement, folder, args.timeout, run_tag=run_tag, on_row=live)
+    # one probe: a worker would only add its exit to the probe's own job
+    cluster = ClusterRun(profile, placement, folder, args.timeout, run_tag=run_tag, on_row=live, worker=False)
     print(header(cluster), file=out)
     print(head(), file=out, flush=True)
     try:

@@ -106,8 +106,13 @@ class Meeting:
             time.sleep(POLL_S)
 
     def barrier(self, topic: str, timeout_s: float) -> None:
-        self.publish(topic)
+        self.gather(topic, "1", timeout_s)
+
+    def gather(self, topic: str, value: str, timeout_s: float) -> list[str]:
+        """A barrier that also tells every node what each one published, in node rank order."""
+        self.publish(topic, value)
         self.wait(topic, timeout_s)
+        return self.read(topic)
 
     def agree(self, plan: Plan) -> tuple[str, list[Plan]]:
         """Compare plans; return the session id node 0 chose (the probes' rendezvous ids start with it) and

@@ -53,7 +53,8 @@ def probe_result(
 
 
 def probe_wall_s(run: ClusterRun, key: str) -> float:
-    """A probe's wall time as the launcher measured it: torch import and rendezvous included."""
+    """A probe's wall time as the launcher measured it: in a job of its own torch import and rendezvous
+    included; in the worker from the request to the result, the worker's start included for its first probe."""
     runs = [p for p in run.evidence.doc.probes if p.key == key and p.wall_s is not None]
     if not runs:
         pytest.fail(f"no finished {key} probe in this session's evidence", pytrace=False)

@@ -34,6 +34,13 @@ def positive_int(text: str) -> int:
     return value
 
 
+def on_off(text: str) -> bool:
+    word = text.strip().lower()
+    if word in ("on", "off"):
+        return word == "on"
+    raise argparse.ArgumentTypeError(f"expected on or off, got {text!r}")
+
+
 @dataclass(frozen=True)
 class Option:
     name: str  # without the leading dashes: cluster-profile
@@ -88,6 +95,14 @@ OPTIONS: tuple[Option, ...] = (
         "rendezvous head HOST[:PORT] (default: first Slurm node, CLUSTER_HEAD, MASTER_ADDR, or 127.0.0.1; "
         "port: MASTER_PORT or the profile's rdzv_port)",
     ),
+    Option(
+        "cluster-worker",
+        "on (default): one torchrun job per node runs the full-world probes one after another; off: every "
+        "probe a torchrun job of its own, as a fresh process (slower; to rule the worker out)",
+        env="CLUSTER_WORKER",
+        convert=on_off,
+        metavar="on|off",
+    ),
 )
 BY_DEST = {o.dest: o for o in OPTIONS}
 
@@ -126,6 +141,16 @@ def value(config: pytest.Config, dest: str, environ: Mapping[str, str] = os.envi
         return option.convert(str(raw))
     except argparse.ArgumentTypeError as exc:
         raise pytest.UsageError(f"{source}: {exc}") from None
+
+
+def run_settings(config: pytest.Config) -> dict[str, Any]:
+    """What the options set on the session's ClusterRun (besides the profile, placement and folder)."""
+    return {
+        "timeout_override": value(config, "cluster_timeout"),
+        "run_tag": os.environ.get("CLUSTER_RUN_ID", ""),
+        "persist": not config.option.collectonly,
+        "worker": value(config, "cluster_worker") is not False,
+    }
 
 
 def add_to_argparse(parser: argparse.ArgumentParser, *dests: str, prefix: str = "--cluster-") -> None:

@@ -92,14 +92,7 @@ class ClusterSession:
             profile = profiles.load(name, options.value(config, "cluster_set"))
             placement = _placement(config, profile)
             folder = _folder(config, profile.name, placement.nodes, placement.node_rank, profile.model.topology)
-            run = ClusterRun(
-                profile,
-                placement,
-                folder,
-                options.value(config, "cluster_timeout"),
-                run_tag=os.environ.get("CLUSTER_RUN_ID", ""),
-                persist=not config.option.collectonly,
-            )
+            run = ClusterRun(profile, placement, folder, **options.run_settings(config))
             old_path = options.value(config, "cluster_baseline")
             old = baseline.figures(read_evidence(old_path)) if old_path else None
         except (profiles.ProfileError, TopologyError, EvidenceFolderError) as exc:

@@ -36,9 +36,9 @@ def scope_groups(ctx: Ctx) -> dict[str, tuple[Any, list[list[int]]]]:
         by_node.setdefault(node, []).append(rank)
     per_node = [sorted(by_node[node]) for node in sorted(by_node)]
     # every rank creates every group, in the same order, as torch.distributed requires
-    mine, _ = dist.new_subgroups_by_enumeration(per_node)
+    mine = ctx.subgroups(per_node)
     leaders = sorted(rank for rank, _, local in where if local == 0)
-    leader_group = dist.new_group(leaders)
+    leader_group = ctx.group(leaders)
     return {
         "all": (dist.group.WORLD, [list(range(ctx.world_size))]),
         "intranode": (mine, per_node),

@@ -25,7 +25,7 @@ from acceptance.profile.sizes import parse_size
 def pair_step(ctx: Ctx, step: list[list[int]], nodes: dict[int, list[int]], spec: dict[str, Any]) -> list[Any]:
     cfg = spec["isolation"]
     groups = [sorted(nodes[a] + nodes[b]) for a, b in step]
-    mine, _ = dist.new_subgroups_by_enumeration(groups)
+    mine = ctx.subgroups(groups)
     rows = []
     if mine is not None:
         row = measure(ctx, cfg["op"], parse_size(cfg["size"]), spec["collectives"], mine)

@@ -10,12 +10,16 @@ that every node's pytest sees the same figures, and writes:
   whose progress stopped while its beat goes on is stuck; one whose beat stopped too is stopped or dead;
   the launcher names the one that stopped first;
 * ``DIR/result.json`` on local rank 0 of every node: the probe's result for the whole cluster.
+
+``acceptance.probes.worker`` runs probe after probe in one process group through the same steps
+(``identity``, ``connect``, ``serve``), each with its own Heartbeat and Ctx on the probe's folder.
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime
+import gc
 import json
 import os
 import signal
@@ -24,7 +28,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -50,14 +54,14 @@ class Heartbeat:
     """This rank's ``rank-<r>.json``. ``phase`` writes at once; ``tick`` only counts, so it is cheap enough
     for a timed loop, and a thread writes the count with the beat every BEAT_S."""
 
-    def __init__(self, out: Path, ident: dict[str, Any]) -> None:
+    def __init__(self, out: Path, ident: dict[str, Any], phase: str = "init process group") -> None:
         now = time.time()
         self.path = out / f"rank-{ident['rank']}.json"
         self.started = now
         self.state: dict[str, Any] = {
             **ident,
             "pid": os.getpid(),
-            "phase": "init process group",
+            "phase": phase,
             "status": "running",
             "progress": 0,
             "progress_at": now,
@@ -101,9 +105,12 @@ class Ctx:
     out: Path
     beat: Heartbeat
     init_s: float = 0.0
+    # the process groups this probe created: released at its end, so the next probe of a worker starts
+    # from the world group alone (an NCCL communicator holds GPU memory until it is destroyed)
+    groups: list[Any] = field(default_factory=list)
     # the process group a part of the probe runs on where it is smaller than the world (a training job's
     # scaling baseline); ``rank`` and ``world_size`` are then this rank's place in it. None: the world.
-    group: Any = None
+    within: Any = None
 
     @property
     def is_cuda(self) -> bool:
@@ -116,7 +123,7 @@ class Ctx:
     def gather(self, obj: Any) -> list[Any]:
         """Every rank's ``obj``, in rank order, on every rank."""
         out: list[Any] = [None] * self.world_size
-        dist.all_gather_object(out, obj, group=self.group)
+        dist.all_gather_object(out, obj, group=self.within)
         return out
 
     def phase(self, name: str) -> None:
@@ -129,6 +136,29 @@ class Ctx:
         measurement). Call it before work that needs the other ranks: a rank that stops short of a
         collective then shows less progress than the peers that wait in it."""
         self.beat.tick()
+
+    def group(self, ranks: list[int]) -> Any:
+        """``dist.new_group(ranks)``, released when the probe ends (every rank must call it)."""
+        made = dist.new_group(ranks)
+        self.groups.append(made)
+        return made
+
+    def subgroups(self, ranks: list[list[int]]) -> Any:
+        """This rank's group of ``dist.new_subgroups_by_enumeration(ranks)`` (None where it is in none);
+        every group is released when the probe ends."""
+        mine, every = dist.new_subgroups_by_enumeration(ranks)
+        self.groups += every
+        return mine
+
+    def release(self) -> None:
+        """Free what the probe held: its process groups, its tensors, the CUDA cache, so that the next probe
+        in the same process measures as a fresh process would."""
+        for made in reversed(self.groups):
+            dist.destroy_process_group(made)
+        self.groups.clear()
+        gc.collect()
+        if self.is_cuda:
+            torch.cuda.empty_cache()
 
 
 def _maybe_fault(rank: int, phase: str) -> None:
@@ -148,7 +178,20 @@ def _maybe_fault(rank: int, phase: str) -> None:
         os.kill(os.getpid(), signal.SIGSTOP)
 
 
-def _init(spec: dict[str, Any], out: Path, beat: Heartbeat) -> Ctx:
+def identity() -> dict[str, Any]:
+    """This rank's place, from torchrun's variables: written before the process group exists, so that a
+    rank that hangs in its rendezvous is still found and killed by pid."""
+    env = os.environ
+    return {
+        "rank": int(env["RANK"]),
+        "node_rank": int(env["GROUP_RANK"]),
+        "local_rank": int(env["LOCAL_RANK"]),
+        "host": socket.gethostname(),
+    }
+
+
+def connect(spec: dict[str, Any], out: Path, beat: Heartbeat) -> Ctx:
+    """Join the process group (``spec``: backend, device, pg_timeout_s) and return the probe's context."""
     rank, local_rank = beat.state["rank"], beat.state["local_rank"]
     backend = spec["backend"]
     device = torch.device("cuda", local_rank) if spec["device"] == "cuda" else torch.device("cpu")
@@ -193,11 +236,14 @@ def main(run: Callable[[Ctx], dict[str, Any]], argv: list[str] | None = None) ->
 def _main(run: Callable[[Ctx], dict[str, Any]], argv: list[str] | None) -> None:
     spec, out = parse_args(argv)
     t0 = time.perf_counter()
-    env = os.environ
-    # before the process group exists: a rank that hangs in its rendezvous is still found and killed by pid
-    ident = {"rank": int(env["RANK"]), "node_rank": int(env["GROUP_RANK"]), "local_rank": int(env["LOCAL_RANK"])}
-    beat = Heartbeat(out, {**ident, "host": socket.gethostname()})
-    ctx = _init(spec, out, beat)
+    beat = Heartbeat(out, identity())
+    serve(run, connect(spec, out, beat), t0)
+    dist.destroy_process_group()
+
+
+def serve(run: Callable[[Ctx], dict[str, Any]], ctx: Ctx, t0: float) -> None:
+    """Run one probe on this rank: rank 0's result to every rank, ``result.json`` on each node's local
+    rank 0, what the probe held released, then ``"status": "done"`` in the heartbeat."""
     ctx.phase("start")
     result = run(ctx)
     ctx.phase("broadcast result")
@@ -206,7 +252,8 @@ def _main(run: Callable[[Ctx], dict[str, Any]], argv: list[str] | None) -> None:
     if ctx.local_rank == 0:
         payload = dict(box[0] or {})
         payload.setdefault("wall_s", round(time.perf_counter() - t0, 3))
-        write_json(out / "result.json", payload)
-    beat.update(phase="end", status="done")
-    dist.destroy_process_group()
+        write_json(ctx.out / "result.json", payload)
+    del result, box
+    ctx.release()
     sys.stdout.flush()
+    ctx.beat.update(phase="end", status="done")

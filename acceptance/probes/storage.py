@@ -235,8 +235,7 @@ def node_group(ctx: Ctx, paths: dict[str, Any]) -> Any:
     members: dict[int, list[int]] = {}
     for rank, node in enumerate(ctx.gather(ctx.node_rank)):
         members.setdefault(node, []).append(rank)
-    mine, _ = dist.new_subgroups_by_enumeration(list(members.values()))
-    return mine
+    return ctx.subgroups(list(members.values()))
 
 
 def run(ctx: Ctx) -> dict[str, Any]:

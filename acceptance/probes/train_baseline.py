@@ -12,8 +12,6 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
-import torch.distributed as dist
-
 from acceptance.families.training import BASELINE_PART
 from acceptance.probes.rank import Ctx
 
@@ -25,14 +23,14 @@ def node_group(ctx: Ctx, ranks_per_node: int) -> Ctx | None:
     """This rank's place in its node's baseline group, or None where it is not in one.
 
     torch.distributed.new_group must be called by every rank for every group, in the same order, so each
-    rank creates every node's group and keeps its own."""
+    rank creates every node's group (``Ctx.group``: released with the probe) and keeps its own."""
     places = ctx.gather((ctx.node_rank, ctx.local_rank, ctx.rank))
     mine = None
     for node in sorted({n for n, _, _ in places}):
         ranks = sorted(r for n, local, r in places if n == node and local < ranks_per_node)
-        group = dist.new_group(ranks)
+        group = ctx.group(ranks)
         if ctx.rank in ranks:
-            mine = dataclasses.replace(ctx, rank=ranks.index(ctx.rank), world_size=len(ranks), group=group)
+            mine = dataclasses.replace(ctx, rank=ranks.index(ctx.rank), world_size=len(ranks), within=group)
     return mine
 
 

@@ -103,7 +103,7 @@ def ddp(model: nn.Module, t: dict[str, Any], ctx: Ctx) -> Runner:
     if mode == "blocks":
         compile_blocks(model)
     device_ids = [ctx.device.index] if ctx.is_cuda else None
-    wrapped = DDP(model, device_ids=device_ids, process_group=ctx.group, gradient_as_bucket_view=True)
+    wrapped = DDP(model, device_ids=device_ids, process_group=ctx.within, gradient_as_bucket_view=True)
     # DDP first, then compile: TorchDynamo's DDPOptimizer splits the graph at bucket boundaries
     forward: nn.Module = torch.compile(wrapped) if mode == "model" else wrapped  # type: ignore[assignment]
     dtype = DTYPE[t["precision"]]
@@ -209,7 +209,7 @@ def close_deepspeed(engine: Any) -> None:
 
 
 def make_runner(name: str, model: nn.Module, t: dict[str, Any], ctx: Ctx, user: dict[str, Any] | None) -> Runner:
-    if ctx.group is not None and name not in IN_JOB_BASELINE:  # the plan never asks for it
+    if ctx.within is not None and name not in IN_JOB_BASELINE:  # the plan never asks for it
         raise ValueError(f"{name} runs on the whole world only, not on a smaller process group")
     if name == "ddp":
         return ddp(model, t, ctx)
@@ -223,5 +223,5 @@ def make_runner(name: str, model: nn.Module, t: dict[str, Any], ctx: Ctx, user: 
 def global_mean(values: list[torch.Tensor], ctx: Ctx) -> list[float]:
     """Per-step losses averaged over ranks: one all-reduce at the end, no host sync inside the timed steps."""
     stacked = torch.stack([v.float() for v in values])
-    dist.all_reduce(stacked, group=ctx.group)
+    dist.all_reduce(stacked, group=ctx.within)
     return [float(x) for x in (stacked / ctx.world_size).tolist()]

@@ -79,7 +79,7 @@ def timed_steps(runner: Runner, batches: list[list[torch.Tensor]], ctx: Ctx) -> 
     losses: list[Any] = []
     ctx.sync()
     ctx.progress()
-    dist.barrier(group=ctx.group)
+    dist.barrier(group=ctx.within)
     if ctx.is_cuda:
         events = [torch.cuda.Event(enable_timing=True) for _ in range(len(batches) + 1)]
         start = time.perf_counter()

@@ -25,6 +25,7 @@ from acceptance.profile.model import Threshold
 from acceptance.run import launcher as launch
 from acceptance.run.placement import Placement
 from acceptance.run.progress import Watch, read_partial
+from acceptance.run.worker import WORKER_PROBES, Workers
 
 DEVICE_FIELDS = ("rank", "local_rank", "device", "device_name", "uuid", "pci_bus_id", "memory_gib")
 MUST_BE_ZERO = Threshold(eq=0, source="built-in: correctness is never mere information")
@@ -54,7 +55,9 @@ class ClusterRun:
     persist: bool = True  # False: --collect-only, nothing is created or written
     progress: Callable[[str], None] | None = None  # one line at a time: a probe starts, finishes, builds
     on_row: Callable[[dict[str, Any]], None] | None = None  # a probe's result rows as measured (the sweep's)
+    worker: bool = True  # False: every probe a torchrun job of its own (--cluster-worker off)
     evidence: Evidence = field(init=False)
+    workers: Workers = field(init=False)
     lock: FolderLock | None = field(init=False, default=None)
     checked: set[str] = field(default_factory=set)
     _probes: dict[str, dict[str, Any] | launch.ProbeError] = field(default_factory=dict)
@@ -84,6 +87,9 @@ class ClusterRun:
         env = {**os.environ, **self.profile.model.env}
         self.evidence = Evidence(self.evidence_dir, profile, topo, env, persist=self.persist)
         self.evidence.write()
+        pg_timeout_s = max(self.timeout(p) for p in WORKER_PROBES)  # the longest probe a worker may run
+        folder, model_env = self.evidence_dir / "workers", self.profile.model.env
+        self.workers = Workers(self.worker, folder, self.topology, self.placement, model_env, pg_timeout_s)
 
     def join(self, meeting: Meeting, session: str, record: dict[str, Any]) -> None:
         """Keep the nodes' meeting for the probes' barriers; node 0's session id names the rendezvous."""
@@ -93,7 +99,8 @@ class ClusterRun:
         self.evidence.write()
 
     def close(self) -> None:
-        """Release the evidence folder (the run is over; its evidence stays)."""
+        """End this node's worker; release the evidence folder (the run is over; its evidence stays)."""
+        self.workers.close()
         if self.lock is not None:
             self.lock.release()
 
@@ -221,12 +228,16 @@ class ClusterRun:
     ) -> launch.ProbeRun:
         """The probe's job, once every node is ready for it, watched for progress; a torch extension build
         lock that was there before it started is named in its error."""
-        run_id = f"{self.run_tag or self.profile.sha256[:12]}-{seq}-{key}"
+        tag = self.run_tag or self.profile.sha256[:12]
         self._meet_before(name, seq, key, timeout_s)
+        in_worker = self.workers.takes(name, env, where["topo"], where["placement"])
         env = launch.child_env(self.profile.model.env, env)
         with Watch(key, where["out_dir"], self.say, env, self.on_row) as watch:
             try:
-                return launch.run(name, spec, run_id=run_id, timeout_s=timeout_s, env=env, **where)
+                if in_worker:
+                    return self.workers.run(name, spec, (tag, seq, where["out_dir"]), timeout_s)
+                self.workers.close()  # a job of its own has the node to itself, as before
+                return launch.run(name, spec, run_id=f"{tag}-{seq}-{key}", timeout_s=timeout_s, env=env, **where)
             except launch.ProbeError as exc:
                 raise launch.ProbeError("\n".join([str(exc), *watch.stale_locks()]), exc.out_dir) from None
             except Exception as exc:  # an unreadable result: a failure of this probe, kept like any other
@@ -241,7 +252,8 @@ class ClusterRun:
         try:
             # the other nodes may still be finishing the previous probe, as long as a probe may take
             wait = max(self.profile.model.timeouts.rendezvous, timeout_s)
-            self.meeting.barrier(f"probe-{seq}-{key}", wait)
+            # and every node keeps its worker for it, or none does (acceptance.run.worker.Workers.agree)
+            self.workers.agree(self.meeting.gather(f"probe-{seq}-{key}", self.workers.token, wait))
         except PlanError as exc:
             raise launch.ProbeError(f"probe {name} not started: {exc}") from None
 

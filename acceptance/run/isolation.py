@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from acceptance.families.isolation import NODE_ENV, Isolation, Round
+from acceptance.families.isolation import Isolation, Round
 from acceptance.profile.loader import evaluate
+from acceptance.run import worker
 from acceptance.run.cluster_run import ClusterRun
 from acceptance.run.launcher import ProbeError
 
@@ -64,6 +65,5 @@ def round_spec(run: ClusterRun, rnd: Round) -> dict[str, Any]:
 
 
 def node_env(run: ClusterRun) -> dict[str, str]:
-    """One pytest per node: each hands its own rank to its ranks. Under the srun controller a single pytest
-    starts every node, and the probe reads Slurm's node id instead."""
-    return {NODE_ENV: str(run.placement.node_rank)} if run.topology.launcher == "torchrun" else {}
+    """One pytest per node: each hands its own rank to its ranks (``acceptance.run.worker.node_env``)."""
+    return worker.node_env(run.topology, run.placement)

@@ -17,7 +17,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import acceptance
 from acceptance.profile.model import Topology
@@ -56,9 +56,11 @@ def torchrun_argv(
     run_id: str,
     join_timeout_s: float,
     env: Mapping[str, str] | None = None,
+    program: list[str] | None = None,
 ) -> list[str]:
     """The command that runs ``probe`` on every node: torchrun on this node, or ``srun`` starting one
-    torchrun on each node of the Slurm allocation (``topology.launcher: srun``)."""
+    torchrun on each node of the Slurm allocation (``topology.launcher: srun``). ``program``: what each rank
+    runs instead of the probe's module (``-m acceptance.probes.worker ...``); the logs go to ``out_dir``."""
     srun = topo.launcher == "srun"
     # under srun, acceptance.run.slurm_task adds the node rank from SLURM_NODEID and then becomes torchrun
     runner = "acceptance.run.slurm_task" if srun else "torch.distributed.run"
@@ -84,7 +86,7 @@ def torchrun_argv(
         ]
     # each rank dies with torchrun (see acceptance.run.watchdog)
     argv += ["-m", "acceptance.run.watchdog", "--agent", "--", sys.executable]
-    argv += ["-m", f"acceptance.probes.{probe}", "--spec", str(out_dir / "spec.json"), "--out", str(out_dir)]
+    argv += program or ["-m", f"acceptance.probes.{probe}", "--spec", str(out_dir / "spec.json"), "--out", str(out_dir)]
     return [*srun_prefix(topo, placement, probe, env or {}), *argv] if srun else argv
 
 
@@ -136,6 +138,16 @@ def child_env(profile_env: Mapping[str, str], extra: Mapping[str, str] | None = 
     return env
 
 
+def prepare(out_dir: Path, spec: dict[str, Any], topo: Topology, timeout_s: float) -> None:
+    """A fresh folder for the probe, holding its ``spec.json``."""
+    if out_dir.exists() and any(out_dir.iterdir()):
+        # a reused evidence folder: keep the earlier run's files, but never read them as this run's
+        out_dir.rename(out_dir.with_name(f"{out_dir.name}.before-{time.strftime('%Y%m%d-%H%M%S')}"))
+    out_dir.mkdir(parents=True, exist_ok=True)
+    full_spec = {"backend": topo.backend, "device": topo.device, "pg_timeout_s": timeout_s, **spec}
+    (out_dir / "spec.json").write_text(json.dumps(full_spec, indent=1, sort_keys=True))
+
+
 def run(
     probe: str,
     spec: dict[str, Any],
@@ -147,23 +159,36 @@ def run(
     timeout_s: float,
     env: Mapping[str, str],
 ) -> ProbeRun:
-    """Run one probe to completion or to its timeout; raise :class:`ProbeError` unless it produced a result."""
-    if out_dir.exists() and any(out_dir.iterdir()):
-        # a reused evidence folder: keep the earlier run's files, but never read them as this run's
-        out_dir.rename(out_dir.with_name(f"{out_dir.name}.before-{time.strftime('%Y%m%d-%H%M%S')}"))
-    out_dir.mkdir(parents=True, exist_ok=True)
-    full_spec = {"backend": topo.backend, "device": topo.device, "pg_timeout_s": timeout_s, **spec}
-    (out_dir / "spec.json").write_text(json.dumps(full_spec, indent=1, sort_keys=True))
+    """Run one probe as a job of its own, to completion or to its timeout; raise :class:`ProbeError` unless
+    it produced a result."""
+    prepare(out_dir, spec, topo, timeout_s)
     argv = torchrun_argv(probe, out_dir, topo, placement, run_id, join_timeout_s=timeout_s, env=env)
     outcome = ProbeRun(probe=probe, argv=argv, out_dir=out_dir)
     stalled, starting = _supervise(outcome, env, timeout_s)
-    outcome.ranks = diagnose.rank_states(out_dir)
-    result_path = out_dir / "result.json"
-    if outcome.returncode == 0 and not outcome.timed_out and result_path.is_file():
+    return conclude(outcome, outcome.returncode == 0, timeout_s, stalled, starting)
+
+
+def conclude(
+    outcome: ProbeRun, finished: bool, timeout_s: float, stalled: list[diagnose.Stall], starting: int
+) -> ProbeRun:
+    """The probe's result when its ranks ``finished`` and left one; else raise :class:`ProbeError` saying
+    which rank failed and how. ``stalled``, ``starting``: what the timeout found (see ``_supervise``)."""
+    outcome.ranks = diagnose.rank_states(outcome.out_dir)
+    result_path = outcome.out_dir / "result.json"
+    if finished and not outcome.timed_out and result_path.is_file():
         outcome.result = json.loads(result_path.read_text())
         return outcome
     outcome.error = _diagnose(outcome, timeout_s, stalled, starting)
-    raise ProbeError(outcome.error, out_dir)
+    raise ProbeError(outcome.error, outcome.out_dir)
+
+
+def spawn(argv: list[str], env: Mapping[str, str], log: IO[bytes]) -> subprocess.Popen[bytes]:
+    """Start torchrun through the watchdog, so that it dies with us, in a session of its own (a Ctrl-C
+    at the terminal reaches pytest alone, which ends it), its output to ``log``."""
+    guarded = [sys.executable, "-m", "acceptance.run.watchdog", "--parent", str(os.getpid()), "--", *argv]
+    return subprocess.Popen(
+        guarded, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=dict(env), start_new_session=True
+    )
 
 
 def _supervise(outcome: ProbeRun, env: Mapping[str, str], timeout_s: float) -> tuple[list[diagnose.Stall], int]:
@@ -173,38 +198,31 @@ def _supervise(outcome: ProbeRun, env: Mapping[str, str], timeout_s: float) -> t
     out_dir, start = outcome.out_dir, time.monotonic()
     stalled: list[diagnose.Stall] = []
     starting = 0
-    guarded = [sys.executable, "-m", "acceptance.run.watchdog", "--parent", str(os.getpid()), "--", *outcome.argv]
     with open(out_dir / "torchrun.log", "wb") as log:
-        proc = subprocess.Popen(
-            guarded,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            env=dict(env),
-            start_new_session=True,
-        )
+        proc = spawn(outcome.argv, env, log)
         try:
             outcome.returncode = proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
             outcome.timed_out = True
             # before the kill: the process table still shows who stopped, and who never started
             stalled, starting = diagnose.stalls(out_dir), len(reaper.children(proc.pid))
-            reaper.end(proc, lambda: _local_ranks(out_dir), hung=True)
+            reaper.end(proc, lambda: local_ranks(out_dir), hung=True)
             outcome.returncode = proc.returncode
         except BaseException:
-            reaper.end(proc, lambda: _local_ranks(out_dir), hung=False)
+            reaper.end(proc, lambda: local_ranks(out_dir), hung=False)
             raise
         finally:
             outcome.wall_s = time.monotonic() - start
     return stalled, starting
 
 
-def _local_ranks(out_dir: Path) -> list[int]:
-    """The pids of this node's ranks of this probe: a pid on another host means nothing here, and a
-    recorded pid that now runs something else (reused) is left alone."""
+def local_ranks(out_dir: Path, argument: str | None = None) -> list[int]:
+    """The pids of this node's ranks of the probe in ``out_dir``: a pid on another host means nothing here,
+    and a recorded pid that now runs something else (reused) is left alone. ``argument``: what a rank of
+    this job has on its command line (default: the probe's folder)."""
     here = socket.gethostname()
     pids = [int(s.get("pid", 0)) for s in diagnose.rank_states(out_dir) if s.get("host") == here]
-    return [pid for pid in pids if reaper.runs(pid, str(out_dir))]
+    return [pid for pid in pids if reaper.runs(pid, argument or str(out_dir))]
 
 
 def _diagnose(run: ProbeRun, timeout_s: float, stalled: list[diagnose.Stall], starting: int) -> str:
