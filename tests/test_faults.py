@@ -138,15 +138,19 @@ def test_a_crashed_rank_is_named_once(suite: pytest.Pytester) -> None:
     assert_nothing_left(run.mark)
 
 
-def test_a_hung_rank_is_named_with_its_phase(suite: pytest.Pytester) -> None:
-    run = Run(suite, "hang@1:barrier latency", CONNECTIVITY)
-    assert run.wait() == pytest.ExitCode.TESTS_FAILED, run.output
-    culprit = (
-        rf"probe connectivity timed out after {TIMEOUT_S} s and was killed: rank 1 \(host {HOST}, local rank 1\) "
+def hung_connectivity(timeout_s: int) -> str:
+    """The message of a connectivity probe whose rank 1 hung in 'barrier latency' (``hang@1:barrier latency``)."""
+    return (
+        rf"probe connectivity timed out after {timeout_s} s and was killed: rank 1 \(host {HOST}, local rank 1\) "
         r"stopped progressing \d+ s ago in phase 'barrier latency' \(progress \d+\); the others wait for it: "
         rf"rank 0 \(host {HOST}, local rank 0\) in phase 'barrier latency'"
     )
-    assert re.search(culprit, run.output), run.output
+
+
+def test_a_hung_rank_is_named_with_its_phase(suite: pytest.Pytester) -> None:
+    run = Run(suite, "hang@1:barrier latency", CONNECTIVITY)
+    assert run.wait() == pytest.ExitCode.TESTS_FAILED, run.output
+    assert re.search(hung_connectivity(TIMEOUT_S), run.output), run.output
     assert "timed out after" in assert_failed_evidence(run, complete=True)["probes"][0]["error"]
     assert_nothing_left(run.mark)
 

@@ -12,6 +12,7 @@ import torch
 from acceptance.families import training as plan
 from acceptance.families import training_figures as figs
 from acceptance.probes import train_ds, train_model
+from acceptance.probes.host_load import HostLoad
 from acceptance.profile import loader as profiles
 from acceptance.profile.model import Training
 
@@ -336,3 +337,14 @@ def test_profile_errors(override: str, message: str) -> None:
     with pytest.raises(profiles.ProfileError, match="invalid profile") as info:
         profiles.load("local-cpu", [override])
     assert message in str(info.value)
+
+
+def test_host_load_reports_the_thread_and_the_machine_over_the_window() -> None:
+    load = HostLoad()
+    load.start()
+    sum(i * i for i in range(200_000))  # some work on this thread, so its CPU time is above zero
+    found = load.stop()
+    assert found["wall_s"] > 0 and found["thread_cpu_s"] > 0
+    assert found["thread_busy"] > 0
+    assert found["involuntary_switches"] >= 0 and found["cpus_allowed"] >= 1
+    assert 0 <= found["host_steal_pct"] <= 100 and 0 <= found["host_busy_pct"] <= 100
