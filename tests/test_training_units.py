@@ -11,11 +11,12 @@ import torch
 
 from acceptance.families import training as plan
 from acceptance.families import training_figures as figs
-from acceptance.probes import train_ds, train_model
+from acceptance.probes import train_ds, train_model, train_strategies
 from acceptance.probes.host_load import HostLoad
 from acceptance.profile import loader as profiles
 from acceptance.profile.model import Training
 
+LAYER = "transformers.models.llama.modeling_llama.LlamaDecoderLayer"
 TRAINING = Training(micro_batch=8, grad_accum=4, precision="bf16", grad_clip=1.0).model_dump(mode="json")
 
 
@@ -53,7 +54,7 @@ def test_decoder_layers_found() -> None:
 
 @pytest.mark.parametrize(("strategy", "stage"), [("zero1", 1), ("zero2", 2), ("zero3", 3), ("zero3_offload", 3)])
 def test_builtin_config(strategy: str, stage: int) -> None:
-    config, resolved = train_ds.build(strategy, TRAINING, None, world_size=2, hidden=768, on_gpu=True)
+    config, resolved = train_ds.build(strategy, TRAINING, None, world_size=2, shape=(768, LAYER), on_gpu=True)
     assert resolved == {}
     assert config["zero_optimization"]["stage"] == stage
     assert (config["train_micro_batch_size_per_gpu"], config["gradient_accumulation_steps"]) == (8, 4)
@@ -61,6 +62,28 @@ def test_builtin_config(strategy: str, stage: int) -> None:
     assert config["bf16"]["enabled"] is True and config["fp16"]["enabled"] is False
     assert "optimizer" not in config  # the client torch optimizer: no JIT-built op
     assert ("offload_optimizer" in config["zero_optimization"]) == (strategy == "zero3_offload")
+    leaf = config["zero_optimization"].get("leaf_module")
+    assert leaf == ({"classes": [LAYER]} if stage == 3 else None)
+
+
+def test_zero3_leaf_layers_on_the_gpu_only() -> None:
+    """DeepSpeed's CPU accelerator cannot zero a leaf layer's gradient: the CPU run keeps a hook per submodule."""
+    config, _ = train_ds.build("zero3", TRAINING, None, world_size=2, shape=(768, LAYER), on_gpu=False)
+    assert "leaf_module" not in config["zero_optimization"]
+    assert config["zero_optimization"]["overlap_comm"] is False
+
+
+@pytest.mark.parametrize("name", ["llama-1b", "gpt2-124m"])
+def test_zero3_leaf_layers_found_by_deepspeed(name: str) -> None:
+    """DeepSpeed skips a leaf class it cannot find without a word: its own parsing and matching of the
+    built-in config must flag every decoder layer of the model, and nothing else."""
+    from deepspeed.runtime.zero.config import DeepSpeedZeroConfig
+    from deepspeed.utils.z3_leaf_module import apply_zero_leaf_module_config
+
+    model = meta_model(name)
+    config, _ = train_ds.build("zero3", TRAINING, None, 2, train_strategies.model_shape(model), on_gpu=True)
+    flagged = apply_zero_leaf_module_config(model, DeepSpeedZeroConfig(**config["zero_optimization"]).leaf_module)
+    assert [id(m) for m in flagged] == [id(m) for m in train_model.decoder_layers(model)]
 
 
 def test_auto_resolved_to_the_run() -> None:
@@ -72,7 +95,7 @@ def test_auto_resolved_to_the_run() -> None:
         "zero_optimization": {"stage": 3, "reduce_bucket_size": "auto", "stage3_prefetch_bucket_size": "auto"},
     }
     training = {**TRAINING, "deepspeed": {"tuned": {"base": "zero3", "config": user}}}
-    config, resolved = train_ds.build("tuned", training, user, world_size=4, hidden=1024, on_gpu=True)
+    config, resolved = train_ds.build("tuned", training, user, world_size=4, shape=(1024, LAYER), on_gpu=True)
     assert resolved == {
         "train_micro_batch_size_per_gpu": 8,
         "train_batch_size": 8 * 4 * 4,
@@ -88,7 +111,7 @@ def test_auto_resolved_to_the_run() -> None:
 def test_user_values_override_builtin() -> None:
     user = {"zero_optimization": {"overlap_comm": False, "reduce_bucket_size": 123}}
     training = {**TRAINING, "deepspeed": {"z2": {"base": "zero2", "config": user}}}
-    config, _ = train_ds.build("z2", training, user, world_size=2, hidden=64, on_gpu=True)
+    config, _ = train_ds.build("z2", training, user, world_size=2, shape=(64, LAYER), on_gpu=True)
     assert config["zero_optimization"]["overlap_comm"] is False
     assert config["zero_optimization"]["reduce_bucket_size"] == 123
     assert config["zero_optimization"]["stage"] == 2
@@ -107,7 +130,7 @@ def test_user_values_override_builtin() -> None:
 def test_user_config_errors(user: dict[str, Any], message: str) -> None:
     training = {**TRAINING, "deepspeed": {"z2": {"base": "zero2", "config": user}}}
     with pytest.raises(train_ds.DeepSpeedConfigError, match=r"training\.deepspeed\.z2\.config: ") as info:
-        train_ds.build("z2", training, user, world_size=2, hidden=64, on_gpu=True)
+        train_ds.build("z2", training, user, world_size=2, shape=(64, LAYER), on_gpu=True)
     assert message in str(info.value)
 
 

@@ -20,7 +20,7 @@ from torch import nn
 
 from acceptance.families.training import IN_JOB_BASELINE
 from acceptance.probes.rank import Ctx
-from acceptance.probes.train_ds import STAGE, base_strategy, build
+from acceptance.probes.train_ds import STAGE, Shape, base_strategy, build
 from acceptance.probes.train_model import decoder_layers
 
 DTYPE = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": None}
@@ -147,6 +147,13 @@ def fsdp(model: nn.Module, t: dict[str, Any], ctx: Ctx) -> Runner:
     return Runner(step, {"compile": mode, "mp_policy": {"param_dtype": str(dtype), "reduce_dtype": "torch.float32"}})
 
 
+def model_shape(model: Any) -> Shape:
+    """What DeepSpeed's built-in configs are sized from: the hidden size and the decoder layer's class, by
+    the fully qualified name that DeepSpeed's ``leaf_module.classes`` matches."""
+    layer = type(decoder_layers(model)[0])
+    return int(model.config.hidden_size), f"{layer.__module__}.{layer.__qualname__}"
+
+
 def deepspeed_runner(name: str, model: Any, t: dict[str, Any], ctx: Ctx, user: dict[str, Any] | None) -> Runner:
     if not ctx.is_cuda:
         os.environ.setdefault("DS_ACCELERATOR", "cpu")  # before the import: DeepSpeed picks its accelerator then
@@ -154,7 +161,7 @@ def deepspeed_runner(name: str, model: Any, t: dict[str, Any], ctx: Ctx, user: d
 
     base = base_strategy(name, t)
     offload = bool(base == "zero3_offload" or (user or {}).get("zero_optimization", {}).get("offload_optimizer"))
-    config, resolved = build(name, t, user, ctx.world_size, int(model.config.hidden_size), ctx.is_cuda)
+    config, resolved = build(name, t, user, ctx.world_size, model_shape(model), ctx.is_cuda)
     # ZeRO-3 gathers parameters in module hooks that a compiled graph would trace through: run it eagerly
     mode = "blocks" if t["compile"] != "none" and STAGE[base] < 3 else "none"
     if mode == "blocks":
