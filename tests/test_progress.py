@@ -99,3 +99,42 @@ def test_wall_table_compares_two_runs() -> None:
 def test_walls_refuses_an_unreadable_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert walls.main([str(tmp_path / "missing.json")]) == 4
     assert "cannot read evidence" in capsys.readouterr().err
+
+
+def test_heartbeat_keeps_each_phase_and_when_it_began(tmp_path: Path) -> None:
+    from acceptance.probes.rank import Heartbeat
+
+    beat = Heartbeat(tmp_path, {"rank": 0}, phase="import probe")
+    beat.update(phase="write")
+    beat.update(progress_at=0.0)  # not a phase: no new entry
+    beat.update(phase="read")
+    beat.update(phase="end", status="done")
+    state = json.loads((tmp_path / "rank-0.json").read_text())
+    assert [name for name, _ in state["phases"]] == ["import probe", "write", "read", "end"]
+    starts = [at for _, at in state["phases"]]
+    assert starts[0] == 0.0 and starts == sorted(starts) and starts[-1] <= state["elapsed_s"]
+
+
+def test_walls_phases_from_rank_zero(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    probes = [
+        {"key": "storage", "status": "ok", "wall_s": 30.0, "out_dir": "probes/01-storage"},
+        {"key": "health", "status": "ok", "wall_s": 1.0, "out_dir": "probes/02-health"},  # no heartbeat kept
+    ]
+    (tmp_path / "probes" / "01-storage").mkdir(parents=True)
+    beat = {"phases": [["start", 0.0], ["write", 1.5], ["clean up", 20.0]], "elapsed_s": 26.25}
+    (tmp_path / "probes" / "01-storage" / "rank-0.json").write_text(json.dumps(beat))
+    assert walls.phases(tmp_path, _evidence(probes)) == [
+        ["storage", "start", "1.5"],
+        ["storage", "write", "18.5"],
+        ["storage", "clean up", "6.2"],
+    ]
+    real = Path(__file__).parents[1] / "results" / "h200-x2-zero3-leaf" / "h200-x2-leaf" / "evidence.json"
+    (tmp_path / "evidence.json").write_bytes(real.read_bytes())  # its storage probe's folder is probes/04-storage
+    (tmp_path / "probes" / "04-storage").mkdir()
+    (tmp_path / "probes" / "04-storage" / "rank-0.json").write_text(json.dumps(beat))
+    assert walls.main([str(tmp_path), "--phases"]) == 0
+    assert [line.split()[-1] for line in capsys.readouterr().out.splitlines() if "clean up" in line] == ["6.2"]
+    with pytest.raises(SystemExit) as info:
+        walls.main([str(tmp_path), str(tmp_path), "--phases"])  # one evidence file only
+    assert info.value.code == 4
+    assert "--phases: one" in capsys.readouterr().err

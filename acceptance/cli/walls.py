@@ -6,13 +6,16 @@
 One row per probe job (``training`` jobs also list each strategy's part of the job, as ``- <strategy>``; evidence
 written with a job per strategy lists that job's wall time as the strategy's), then the suite's wall time
 from the evidence's start and finish. With two files, rows are matched by name (a strategy's row by the
-strategy, whichever job it ran in) and the change is shown. Exit status 4 on an
+strategy, whichever job it ran in) and the change is shown. ``--phases`` adds, per probe, the seconds rank 0
+spent in each phase it named (``phases`` in its ``rank-0.json``, beside the evidence). Exit status 4 on an
 unreadable file.
 """
 
 from __future__ import annotations
 
 import datetime
+import itertools
+import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -68,12 +71,28 @@ def table(runs: list[list[Row]]) -> str:
     return render(["probe", "before s", "status", "after s", "status", "change s"], body)
 
 
+def phases(folder: Path, data: dict[str, Any]) -> list[list[str]]:
+    """(probe, phase, seconds) for every phase rank 0 of each probe named; the last phase lasts until its
+    final beat. Probes whose heartbeat is missing or has no phases (older evidence) are left out."""
+    out: list[list[str]] = []
+    for probe in data.get("probes", []):
+        try:
+            beat = json.loads((folder / probe["out_dir"] / "rank-0.json").read_text(encoding="utf-8"))
+            marks = [(str(name), float(at)) for name, at in beat["phases"]] + [("", float(beat["elapsed_s"]))]
+        except (OSError, KeyError, TypeError, ValueError):
+            continue
+        for (name, at), (_, until) in itertools.pairwise(marks):
+            out.append([probe["key"], name, f"{until - at:.1f}"])
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = Parser(prog="python -m acceptance.cli.walls", description=__doc__.split("\n")[0])
     parser.add_argument("evidence", nargs="+", type=Path, help="evidence.json (or its folder); two to compare")
+    parser.add_argument("--phases", action="store_true", help="also each probe's phases (one evidence file)")
     args = parser.parse_args(argv)
-    if len(args.evidence) > 2:
-        parser.error("give one evidence file, or two to compare")
+    if len(args.evidence) > 2 or (args.phases and len(args.evidence) > 1):
+        parser.error("give one evidence file, or two to compare (--phases: one)")
     runs = []
     for path in args.evidence:
         try:
@@ -82,6 +101,10 @@ def main(argv: list[str] | None = None) -> int:
             print(exc, file=sys.stderr)
             return USAGE_ERROR
     print(table(runs))
+    if args.phases:
+        folder = args.evidence[0] if args.evidence[0].is_dir() else args.evidence[0].parent
+        print()
+        print(render(["probe", "phase (rank 0)", "s"], phases(folder, read_evidence(folder))))
     return 0
 
 

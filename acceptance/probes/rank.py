@@ -43,6 +43,7 @@ from acceptance.profile.dtypes import DTYPE_NAMES
 TORCH_DTYPES: dict[str, torch.dtype] = {name: getattr(torch, name) for name in DTYPE_NAMES}
 # test-only knob: "crash@RANK", "hang@RANK[:PHASE]" (sleeps), "stop@RANK[:PHASE]" (SIGSTOPs itself)
 FAULT_ENV = "ACCEPTANCE_TEST_FAULT"
+MAX_PHASES = 500  # a probe names a few dozen (a sweep: one per operation and size); a bound all the same
 BEAT_S = 1.0  # heartbeat period: a stopped rank's beat is at most this old when it stopped
 
 
@@ -65,6 +66,8 @@ class Heartbeat:
             "status": "running",
             "progress": 0,
             "progress_at": now,
+            # each phase and the second it began, from this heartbeat's start: where a probe's time went
+            "phases": [[phase, 0.0]],
         }
         self.lock = threading.Lock()
         self.write()
@@ -75,7 +78,10 @@ class Heartbeat:
         self.state["progress_at"] = time.time()
 
     def update(self, **changes: Any) -> None:
-        self.state.update(changes)
+        with self.lock:  # the beat thread copies the state under it
+            if "phase" in changes and len(self.state["phases"]) < MAX_PHASES:
+                self.state["phases"].append([changes["phase"], round(time.time() - self.started, 3)])
+            self.state.update(changes)
         self.tick()
         self.write()
 
@@ -86,8 +92,10 @@ class Heartbeat:
             write_json(self.path, dict(self.state), durable=False)
 
     def _beat(self) -> None:
-        while self.state["status"] == "running":
+        while True:
             time.sleep(BEAT_S)
+            if self.state["status"] != "running":  # the last write was the rank's own, at its end
+                return
             self.write()
 
 
