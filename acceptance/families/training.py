@@ -87,18 +87,17 @@ def spec(
 Launch = Callable[[list[str], str], tuple[dict[str, dict[str, Any]], str | None]]
 
 
-# DeepSpeed 0.19's ZeRO-3 engine stays alive in its process after DeepSpeedEngine.destroy() and every
-# teardown the probe does: on 2x H200 each ZeRO-3 run of llama-1b left 8.5 GiB allocated per GPU
-# (held_after_teardown_gib in the evidence). ZeRO-1/2, DDP and FSDP leave nothing behind, so the ZeRO-3 runs
-# go last. A further ZeRO-3 run once had a job of its own, after zero3_tuned read 15% under its own job's
-# figure when it ran after zero3; but four fresh jobs of it alone read 38,925-52,684 tokens/s/GPU
-# (results/h200-x2-zero3-spread), so one job with both costs nothing measurable and saves a job's start.
+# A ZeRO-3 run is the one that has left something behind: DeepSpeed 0.19 kept its engine alive through a
+# class-level cache (see train_strategies.close_deepspeed, which now clears it), and on 2x H200 each ZeRO-3 run
+# of llama-1b left 8.5 GiB allocated per GPU (held_after_teardown_gib in the evidence). ZeRO-1/2, DDP and
+# FSDP leave nothing behind, so the ZeRO-3 runs go last: what one still leaves can only touch another.
+# A further ZeRO-3 run once had a job of its own; four fresh jobs of zero3_tuned alone read 38,925-52,684
+# tokens/s/GPU (results/h200-x2-zero3-spread), so one job with both saves a job's start.
 ZERO3 = ("zero3", "zero3_offload")
 
 
 def job_groups(training: Training, strategies: list[str]) -> list[list[str]]:
-    """The jobs the strategies run in: one for all of them, the ZeRO-3 runs last (nothing else runs after
-    one in its process)."""
+    """The jobs the strategies run in: one for all of them, the ZeRO-3 runs last."""
 
     def stage3(name: str) -> bool:
         run = training.deepspeed.get(name)
