@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 import torch
 import torch.distributed as dist
+from torch._C._distributed_c10d import FileStore  # typed here; torch.distributed re-exports it
 
 from acceptance.probes import train_ds, train_model, train_strategies
 from acceptance.profile.model import Training
@@ -47,7 +48,7 @@ def test_zero3_engine_model_and_optimizer_freed(tmp_path: Path, monkeypatch: pyt
         monkeypatch.setenv(name, value)  # as torchrun sets them for its ranks
     import deepspeed
 
-    dist.init_process_group("gloo", store=dist.FileStore(str(tmp_path / "store"), 1), rank=0, world_size=1)
+    dist.init_process_group("gloo", store=FileStore(str(tmp_path / "store"), 1), rank=0, world_size=1)
     try:
         training = Training(micro_batch=2, grad_accum=1, precision="fp32", grad_clip=1.0).model_dump(mode="json")
         model = train_model.build_model("tiny", 64, torch.device("cpu"), seed=0)
