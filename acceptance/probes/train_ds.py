@@ -30,7 +30,6 @@ def base_strategy(name: str, training: dict[str, Any]) -> str:
 
 def builtin(base: str, training: dict[str, Any], world_size: int, shape: Shape, on_gpu: bool) -> dict[str, Any]:
     """What the probe runs when the profile names a ZeRO strategy and gives no config of its own."""
-    hidden, layer_class = shape
     zero: dict[str, Any] = {
         "stage": STAGE[base],
         "contiguous_gradients": True,
@@ -40,21 +39,7 @@ def builtin(base: str, training: dict[str, Any], world_size: int, shape: Shape, 
         "overlap_comm": on_gpu,
     }
     if STAGE[base] == 3:
-        # transformers' "auto" rules for stage 3 (integrations/deepspeed.py), sized from the model's width
-        zero.update(
-            stage3_prefetch_bucket_size=int(0.9 * hidden * hidden),
-            stage3_param_persistence_threshold=10 * hidden,
-            stage3_max_live_parameters=1_000_000_000,
-            stage3_max_reuse_distance=1_000_000_000,
-        )
-        if on_gpu:
-            # Each decoder layer gathered and released whole (DeepSpeed's leaf modules): hooks on 16 layers
-            # rather than on every linear and norm inside them. With a hook per submodule the GPU waits on
-            # Python: llama-1b on one H100 ran at 52-58% GPU utilisation and 26,495-29,029 tokens/s over
-            # three jobs, with leaf layers at 88-92% and 42,685-44,999 (results/h100-x1-zero3-leaf). Not on
-            # the CPU accelerator: DeepSpeed 0.19's zero_grad calls record_stream on a leaf layer's gradient,
-            # which a CPU tensor does not have.
-            zero["leaf_module"] = {"classes": [layer_class]}
+        zero.update(_stage3(shape, on_gpu))
     if base == "zero3_offload":
         zero["offload_optimizer"] = {"device": "cpu", "pin_memory": on_gpu}
         zero["offload_param"] = {"device": "cpu", "pin_memory": on_gpu}
@@ -74,6 +59,25 @@ def builtin(base: str, training: dict[str, Any], world_size: int, shape: Shape, 
         "wall_clock_breakdown": False,
     }
     return config
+
+
+def _stage3(shape: Shape, on_gpu: bool) -> dict[str, Any]:
+    hidden, layer_class = shape
+    # transformers' "auto" rules for stage 3 (integrations/deepspeed.py), sized from the model's width
+    out: dict[str, Any] = {
+        "stage3_prefetch_bucket_size": int(0.9 * hidden * hidden),
+        "stage3_param_persistence_threshold": 10 * hidden,
+        "stage3_max_live_parameters": 1_000_000_000,
+        "stage3_max_reuse_distance": 1_000_000_000,
+    }
+    if on_gpu:
+        # Each decoder layer gathered and released whole (DeepSpeed's leaf modules): hooks on 16 layers rather
+        # than on every linear and norm inside them. With a hook per submodule the GPU waits on Python:
+        # llama-1b on one H100 ran at 52-58% GPU utilisation and 26,495-29,029 tokens/s over three jobs, with
+        # leaf layers at 88-92% and 42,685-44,999 (results/h100-x1-zero3-leaf). Not on the CPU accelerator:
+        # DeepSpeed 0.19's zero_grad calls record_stream on a leaf layer's gradient, which a CPU tensor lacks.
+        out["leaf_module"] = {"classes": [layer_class]}
+    return out
 
 
 def _auto_values(training: dict[str, Any], world_size: int, hidden: int, stage: int) -> dict[str, Any]:
