@@ -6,14 +6,17 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import statistics
 from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 
 import jsonschema
 import pytest
+import torch
 
 from acceptance.families import compute as pergpu
+from acceptance.probes import compute as compute_probe
 
 ROOT = Path(__file__).resolve().parent.parent
 INSTALLED = any(ep.value == "acceptance.plugin" for ep in entry_points(group="pytest11"))
@@ -46,6 +49,18 @@ def test_summary_is_min_median_max_and_names_the_slowest() -> None:
     assert (found["min"], found["median"], found["max"], found["count"]) == (611.0, 785.0, 786.0, 16)
     assert found["slowest"] == "gpu-node-1 GPU 5 (GPU-5f2a...)"
     assert pergpu.summary(cluster(), "copy_gbps") is None
+
+
+def test_window_spread_names_the_unsteady_gpu() -> None:
+    rows = cluster()
+    rows[2]["windows"] = {"matmul_tflops": [700.0, 790.0, 786.0, 785.0, 784.0]}  # one window disturbed
+    rows[13]["windows"] = {"matmul_tflops": [611.0, 612.0, 610.0]}
+    found = pergpu.summary(rows, "matmul_tflops")
+    assert found is not None
+    assert found["slowest_windows"] == [611.0, 612.0, 610.0]
+    assert found["window_spread_max"] == pytest.approx(90.0 / 786.0)  # rows[2] reads 786, its median
+    assert found["window_spread_gpu"].startswith("gpu-node-0 GPU 2 ")
+    assert pergpu.window_spread(rows[0], "matmul_tflops") == 0.0  # no windows recorded (older evidence)
 
 
 def test_the_slow_gpu_is_named_against_the_median() -> None:
@@ -168,7 +183,7 @@ def test_compute_probe_cpu_path_on_local_cpu(suite: pytest.Pytester) -> None:
     result.stdout.fnmatch_lines(
         [
             "compute.matmul_tflops_min = * TFLOP/s, expected >= 1e+06 (profile impossible-cpu)",
-            "slowest: * rank ? (cpu)*",
+            "slowest: * rank ? (cpu); its timed windows *-*",
             "compute.copy_gbps_min * GB/s * >= 0.05 * PASS",
             "compute.burnin_disagreeing_gpus * 0 * GPUs * == 0 * PASS",
             "*node health reads NVML on GPUs; profile impossible-cpu runs on the CPU*",
@@ -184,6 +199,9 @@ def test_compute_probe_cpu_path_on_local_cpu(suite: pytest.Pytester) -> None:
     assert all(r["matmul_tflops"] > 0 and r["copy_gbps"] > 0 and r["burnin"]["calls"] > 0 for r in rows["per_gpu"])
     assert rows["summary"]["h2d_gbps"] is None
     assert all(r["clocks"] == {} for r in rows["per_gpu"])  # no GPU clocks on the CPU path
+    for r in rows["per_gpu"]:  # local-cpu: 10 matmuls and 5 copies, in 5 windows; the figure is their median
+        assert [len(r["windows"][f]) for f in ("matmul_tflops", "copy_gbps")] == [5, 5]
+        assert r["matmul_tflops"] == pytest.approx(statistics.median(r["windows"]["matmul_tflops"]))
     assert [p["status"] for p in data["probes"]] == ["ok"]
 
 
@@ -211,3 +229,28 @@ def test_profile_sections_and_metric_names(tmp_path: Path) -> None:
         path.write_text(f"name: bad\n{bad}\n")
         with pytest.raises(ProfileError, match=why.replace("(", r"\(")):
             load(str(path))
+
+
+class _CpuCtx:
+    """What the compute probe's timing asks of its context on the CPU path."""
+
+    is_cuda = False
+    device = torch.device("cpu")
+
+    def sync(self) -> None:
+        pass
+
+    def progress(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize(("iters", "calls"), [(10, [2, 2, 2, 2, 2]), (7, [2, 2, 1, 1, 1]), (3, [1, 1, 1])])
+def test_timed_loop_in_windows(iters: int, calls: list[int]) -> None:
+    """Up to five windows of near-equal calls, every call timed once; the figure is the median window's."""
+    done: list[int] = []
+    timed = compute_probe.seconds_per_call(_CpuCtx(), lambda: done.append(1), 0, iters, together=False)  # type: ignore[arg-type]
+    assert len(done) == 1 + iters  # one warm-up call, then the timed ones
+    assert len(timed.windows) == len(calls) and all(s > 0 for s in timed.windows)
+    value, clocks, per_window = timed.rate(1.0)
+    assert clocks is None and per_window == [1.0 / s for s in timed.windows]
+    assert value == statistics.median(per_window)

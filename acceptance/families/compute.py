@@ -54,6 +54,7 @@ def summary(rows: list[dict[str, Any]], figure: str) -> dict[str, Any] | None:
         return None
     values = [float(r[figure]) for r in have]
     slowest = min(have, key=lambda r: float(r[figure]))
+    unsteady = max(have, key=lambda r: window_spread(r, figure))
     return {
         "min": min(values),
         "median": statistics.median(values),
@@ -61,7 +62,22 @@ def summary(rows: list[dict[str, Any]], figure: str) -> dict[str, Any] | None:
         "count": len(values),
         "slowest": label(slowest),
         "slowest_clocks": clocks(slowest, figure),
+        "slowest_windows": windows(slowest, figure),
+        # the GPU whose timed windows spread furthest: (max - min) / its figure
+        "window_spread_max": window_spread(unsteady, figure),
+        "window_spread_gpu": label(unsteady),
     }
+
+
+def windows(row: dict[str, Any], figure: str) -> list[float]:
+    """The figure of each timed window on this GPU (its figure is their median); empty in older evidence."""
+    return [float(v) for v in (row.get("windows") or {}).get(figure, [])]
+
+
+def window_spread(row: dict[str, Any], figure: str) -> float:
+    """(max - min) / median of this GPU's timed windows; 0 with fewer than two."""
+    found = windows(row, figure)
+    return (max(found) - min(found)) / float(row[figure]) if len(found) > 1 and row[figure] else 0.0
 
 
 def not_measured(rows: list[dict[str, Any]], figure: str) -> list[str]:

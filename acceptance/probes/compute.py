@@ -14,6 +14,8 @@ reads faster than real work.
 from __future__ import annotations
 
 import hashlib
+import itertools
+import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -31,19 +33,28 @@ WARMUP_S = 1.0
 BURNIN_BATCH = 10  # matmuls between two checks of the clock: long enough to keep the GPU fed
 FP8_MIN_CAPABILITY = (8, 9)  # Ada and Hopper have fp8 tensor cores (CUDA C Programming Guide, compute capabilities)
 CLOCK_SAMPLE_S = 0.01  # a timed matmul loop lasts ~0.2 s on an H200: enough samples to say "throughout"
+# Each timed loop is cut into up to five windows and a figure is their median: one window disturbed by
+# something else on the host (another tenant's burst, a page-cache flush) cannot move it, three must.
+WINDOWS = 5
 
 
 @dataclass
 class Timed:
-    """Mean seconds per call, and the clock-event reasons sampled while the loop ran (GpuSampler.stop());
-    None off the GPU, where there are no GPU clocks to hold back."""
+    """Seconds per call in each timed window, and the clock-event reasons sampled while the loop ran
+    (GpuSampler.stop()); None off the GPU, where there are no GPU clocks to hold back."""
 
-    seconds: float
+    windows: list[float]
     clocks: dict[str, Any] | None
 
+    def rate(self, work: float) -> Measured:
+        """``work`` per second: the median window's, and each window's."""
+        per_window = [work / seconds for seconds in self.windows]
+        return statistics.median(per_window), self.clocks, per_window
 
-# a figure, or why it was not measured; and the clocks while it was timed (None when it was not)
-Measured = tuple["float | str", "dict[str, Any] | None"]
+
+# a figure, or why it was not measured; the clocks while it was timed (None when it was not); each timed
+# window's figure (none when it was not measured)
+Measured = tuple["float | str", "dict[str, Any] | None", list[float]]
 Measure = Callable[[Ctx, dict[str, Any]], Measured]
 
 
@@ -69,7 +80,8 @@ def warm_up(ctx: Ctx, fn: Callable[[], object], warmup: int) -> None:
 
 
 def seconds_per_call(ctx: Ctx, fn: Callable[[], object], warmup: int, iters: int, together: bool = True) -> Timed:
-    """Mean seconds per call of ``fn`` over ``iters`` back-to-back calls after the warm-up.
+    """Seconds per call of ``fn`` in each of up to WINDOWS windows of ``iters`` back-to-back calls in all,
+    after the warm-up.
 
     ``together``: every rank is measuring, and a barrier after every rank's warm-up starts their timed loops
     at once (a warm-up lasts as long as its GPU needs, so a barrier before it would let the loops drift
@@ -85,24 +97,34 @@ def seconds_per_call(ctx: Ctx, fn: Callable[[], object], warmup: int, iters: int
         dist.barrier()
     if failed is not None:
         raise failed
+    count = max(1, min(WINDOWS, iters))
+    calls = [iters // count + (1 if i < iters % count else 0) for i in range(count)]
     sampler = GpuSampler(ctx.device, period_s=CLOCK_SAMPLE_S)
     sampler.start()
-    if ctx.is_cuda:
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(iters):
-            fn()
-        end.record()
-        end.synchronize()
-        seconds = start.elapsed_time(end) / 1e3
-    else:
-        t0 = time.perf_counter()
-        for _ in range(iters):
-            fn()
-        seconds = time.perf_counter() - t0
+    seconds = timed_windows(ctx, fn, calls)
     sampled = sampler.stop()
     clocks = {k: sampled[k] for k in ("clock_events", "clock_events_reason")} if ctx.is_cuda else None
-    return Timed(seconds / iters, clocks)
+    return Timed([s / n for s, n in zip(seconds, calls, strict=True)], clocks)
+
+
+def timed_windows(ctx: Ctx, fn: Callable[[], object], calls: list[int]) -> list[float]:
+    """Seconds of each window of back-to-back calls, one loop: CUDA events between windows on a GPU (no
+    synchronisation inside the loop), the host clock on the CPU."""
+    if ctx.is_cuda:
+        marks = [torch.cuda.Event(enable_timing=True) for _ in range(len(calls) + 1)]
+        marks[0].record()
+        for n, mark in zip(calls, marks[1:], strict=True):
+            for _ in range(n):
+                fn()
+            mark.record()
+        marks[-1].synchronize()
+        return [a.elapsed_time(b) / 1e3 for a, b in itertools.pairwise(marks)]
+    stamps = [time.perf_counter()]
+    for n in calls:
+        for _ in range(n):
+            fn()
+        stamps.append(time.perf_counter())
+    return [b - a for a, b in itertools.pairwise(stamps)]
 
 
 def _random(shape: tuple[int, int], dtype: torch.dtype, device: torch.device, seed: int) -> torch.Tensor:
@@ -117,7 +139,7 @@ def matmul(ctx: Ctx, cfg: dict[str, Any]) -> Measured:
     a, b = _random((n, n), dtype, ctx.device, cfg["seed"]), _random((n, n), dtype, ctx.device, cfg["seed"] + 1)
     out = torch.empty((n, n), dtype=dtype, device=ctx.device)
     timed = seconds_per_call(ctx, lambda: torch.mm(a, b, out=out), cfg["warmup_iters"], cfg["matmul_iters"])
-    return 2 * n**3 / timed.seconds / 1e12, timed.clocks
+    return timed.rate(2 * n**3 / 1e12)
 
 
 def fp8_matmul(ctx: Ctx, cfg: dict[str, Any]) -> Measured:
@@ -125,7 +147,7 @@ def fp8_matmul(ctx: Ctx, cfg: dict[str, Any]) -> Measured:
     reason = _fp8_unavailable(ctx, cfg)
     if reason:
         dist.barrier()  # every rank passes the same number of barriers, measured or not
-        return reason, None
+        return reason, None, []
     n, fp8 = cfg["matmul_size"], torch.float8_e4m3fn
     a = _random((n, n), torch.bfloat16, ctx.device, cfg["seed"]).to(fp8)
     # cuBLASLt takes the second operand column-major: the transpose of a row-major tensor is that
@@ -139,8 +161,8 @@ def fp8_matmul(ctx: Ctx, cfg: dict[str, Any]) -> Measured:
             cfg["matmul_iters"],
         )
     except RuntimeError as exc:
-        return f"fp8 matmul: torch._scaled_mm failed: {str(exc).splitlines()[0]}", None
-    return 2 * n**3 / timed.seconds / 1e12, timed.clocks
+        return f"fp8 matmul: torch._scaled_mm failed: {str(exc).splitlines()[0]}", None, []
+    return timed.rate(2 * n**3 / 1e12)
 
 
 def _fp8_unavailable(ctx: Ctx, cfg: dict[str, Any]) -> str | None:
@@ -162,14 +184,14 @@ def device_copy(ctx: Ctx, cfg: dict[str, Any]) -> Measured:
     src = torch.empty(nbytes, dtype=torch.uint8, device=ctx.device).random_(0, 256)
     dst = torch.empty_like(src)
     timed = seconds_per_call(ctx, lambda: dst.copy_(src), cfg["warmup_iters"], cfg["copy_iters"])
-    return 2 * nbytes / timed.seconds / 1e9, timed.clocks
+    return timed.rate(2 * nbytes / 1e9)
 
 
 def host_links(ctx: Ctx, cfg: dict[str, Any]) -> dict[str, Measured]:
     """Pinned host-to-device and device-to-host GB/s, each direction alone on the link."""
     if not ctx.is_cuda:
         reason = "host links: not applicable on the CPU (no device memory to copy to)"
-        return {"h2d_gbps": (reason, None), "d2h_gbps": (reason, None)}
+        return {"h2d_gbps": (reason, None, []), "d2h_gbps": (reason, None, [])}
     nbytes = parse_size(cfg["host_copy_size"])
     # DMA speed does not depend on the bytes; filling a large host buffer would only cost start-up time
     host = torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
@@ -190,7 +212,7 @@ def host_links(ctx: Ctx, cfg: dict[str, Any]) -> dict[str, Measured]:
                 dist.barrier()  # the previous GPU's turn is over
             if turn is None or turn == ctx.local_rank:
                 timed = seconds_per_call(ctx, call, cfg["warmup_iters"], cfg["host_copy_iters"], together)
-                out[figure] = (nbytes / timed.seconds / 1e9, timed.clocks)
+                out[figure] = timed.rate(nbytes / 1e9)
     return out
 
 
@@ -237,9 +259,10 @@ def run(ctx: Ctx) -> dict[str, Any]:
         found[figure] = measure(ctx, cfg)
     ctx.phase("host links")
     found.update(host_links(ctx, cfg))
-    row["not_measured"] = {f: value for f, (value, _) in found.items() if isinstance(value, str)}
-    row.update({f: value for f, (value, _) in found.items() if not isinstance(value, str)})
-    row["clocks"] = {f: clocks for f, (_, clocks) in found.items() if clocks is not None}
+    row["not_measured"] = {f: value for f, (value, _, _) in found.items() if isinstance(value, str)}
+    row.update({f: value for f, (value, _, _) in found.items() if not isinstance(value, str)})
+    row["clocks"] = {f: clocks for f, (_, clocks, _) in found.items() if clocks is not None}
+    row["windows"] = {f: windows for f, (_, _, windows) in found.items() if windows}
     if cfg["duration_s"] > 0:
         ctx.phase("burn-in")
         row["burnin"] = burnin(ctx, cfg)
