@@ -58,7 +58,7 @@ def test_slowest(perf: dict[str, Any], figure: str, check: Checker) -> None:
     found = _summary(perf, figure)
     unit = pergpu.FIGURES[figure][1]
     detail = f"slowest: {found['slowest']}" + (f" ({found['slowest_clocks']})" if found["slowest_clocks"] else "")
-    if found.get("slowest_windows"):
+    if found["slowest_windows"]:
         detail += f"; its timed windows {fmt(min(found['slowest_windows']))}-{fmt(max(found['slowest_windows']))}"
     _check_every_gpu(check, perf, figure, (f"compute.{figure}_min", found["min"], unit, detail))
 
@@ -69,7 +69,7 @@ def test_median(perf: dict[str, Any], figure: str, check: Checker) -> None:
     unit = pergpu.FIGURES[figure][1]
     spread = f"min {fmt(found['min'])}, max {fmt(found['max'])} over {found['count']} GPUs"
     spread += f"; slowest GPU's {found['slowest_clocks']}" if found["slowest_clocks"] else ""
-    if found.get("window_spread_max"):
+    if found["window_spread_max"]:
         widest, where = found["window_spread_max"], found["window_spread_gpu"]
         spread += f"; widest spread of one GPU's timed windows {widest:.1%} ({where})"
     _check_every_gpu(check, perf, figure, (f"compute.{figure}_median", found["median"], unit, spread))

@@ -93,18 +93,16 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if len(args.evidence) > 2 or (args.phases and len(args.evidence) > 1):
         parser.error("give one evidence file, or two to compare (--phases: one)")
-    runs = []
-    for path in args.evidence:
-        try:
-            runs.append(rows(read_evidence(path)))
-        except EvidenceError as exc:
-            print(exc, file=sys.stderr)
-            return USAGE_ERROR
-    print(table(runs))
+    try:
+        docs = [read_evidence(path) for path in args.evidence]
+    except EvidenceError as exc:
+        print(exc, file=sys.stderr)
+        return USAGE_ERROR
+    print(table([rows(doc) for doc in docs]))
     if args.phases:
         folder = args.evidence[0] if args.evidence[0].is_dir() else args.evidence[0].parent
         print()
-        print(render(["probe", "phase (rank 0)", "s"], phases(folder, read_evidence(folder))))
+        print(render(["probe", "phase (rank 0)", "s"], phases(folder, docs[0])))
     return 0
 
 
