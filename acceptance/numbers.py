@@ -1,10 +1,14 @@
-"""The one number formatter: figures the way people read them (312.4, 191,900, 0.93).
+"""The one number formatter: figures the way people read them (312.4, 191,900, 0.93); and the one spread
+of a figure's timed windows.
 
 A leaf module (imports nothing of the package), so messages in every layer, probes included, and every
 table print a figure the same way.
 """
 
 from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
 
 
 def fmt(value: float | None) -> str:
@@ -14,3 +18,9 @@ def fmt(value: float | None) -> str:
     if isinstance(value, int) or abs(value) >= 1000:
         return f"{value:,.0f}"
     return f"{value:.4g}"
+
+
+def spread(values: Sequence[float]) -> float:
+    """(max - min) / median of a figure's timed windows (the figure is their median): 0 for fewer than two."""
+    middle = statistics.median(values) if values else 0.0
+    return (max(values) - min(values)) / middle if len(values) > 1 and middle else 0.0

@@ -3,6 +3,7 @@ nccl-tests', and the torch-free dtype table agrees with torch."""
 
 from __future__ import annotations
 
+import statistics
 from typing import get_args
 
 import pytest
@@ -78,12 +79,30 @@ def test_sizing_is_nccl_tests(args: tuple[str, int, int, int], want: tuple[int, 
 
 
 def test_figures_use_the_bytes_moved_and_the_mean_over_ranks() -> None:
-    found = figures("all_gather", 1048560, [1e-3, 3e-3], 3)
+    found = figures("all_gather", 1048560, [[1e-3], [3e-3]], 3)
     assert found["time_us"] == pytest.approx(2000)
     assert found["time_us_max"] == pytest.approx(3000)
     assert found["slowest_rank"] == 1
     assert found["algbw_gbps"] == pytest.approx(1048560 / 2e-3 / 1e9)
     assert found["busbw_gbps"] == pytest.approx(1048560 / 2e-3 / 1e9 * 2 / 3)
+    assert found["window_spread"] == 0
+
+
+def test_a_ranks_time_is_its_median_window() -> None:
+    # rank 0: one window disturbed (9 ms); rank 1 steady: neither time moves with the disturbed window
+    found = figures("all_reduce", 4_000_000, [[1e-3, 9e-3, 1e-3, 1.1e-3, 1e-3], [1e-3, 1e-3, 1.2e-3, 1e-3, 1e-3]], 2)
+    assert found["time_us"] == pytest.approx(1000)
+    assert found["busbw_gbps"] == pytest.approx(4_000_000 / 1e-3 / 1e9)  # all_reduce on 2 ranks: factor 1
+    windows = found["busbw_windows_gbps"]
+    assert len(windows) == 5
+    assert windows[1] == pytest.approx(4_000_000 / 5e-3 / 1e9)  # a window's time: the mean over ranks
+    assert min(windows) == windows[1]
+    assert found["window_spread"] == pytest.approx((max(windows) - min(windows)) / statistics.median(windows))
+
+
+def test_figures_need_every_rank_to_time_the_same_windows() -> None:
+    with pytest.raises(ValueError):
+        figures("all_reduce", 1000, [[1e-3, 1e-3], [1e-3]], 2)
 
 
 def test_one_dtype_table() -> None:

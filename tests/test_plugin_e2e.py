@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import time
@@ -78,6 +79,10 @@ def test_local_cpu_spine_passes_as_a_partial_run(suite: pytest.Pytester) -> None
     assert {(r["op"], r["size"]) for r in sweep["measurements"]["sweep"]["rows"]} == {
         (op, size) for op in ("all_reduce", "all_gather") for size in ("64K", "8M")
     }
+    for row in sweep["measurements"]["sweep"]["rows"]:  # each rank's time is its median timed window
+        windows = row["busbw_windows_gbps"]
+        assert len(windows) == 5 and min(windows) <= row["busbw_gbps"] * 1.0001
+        assert row["window_spread"] == pytest.approx((max(windows) - min(windows)) / statistics.median(windows))
     for probe in data["probes"]:
         out = folder / probe["out_dir"]
         for name in ("spec.json", "result.json", "rank-0.json", "rank-1.json", "torchrun.log"):
@@ -102,7 +107,8 @@ def test_impossible_bound_fails_with_one_line(suite: pytest.Pytester) -> None:
     result.stdout.fnmatch_lines(
         [
             "collectives.all_reduce.busbw_gbps@8M = * GB/s, expected >= 1e+06 (profile local-cpu)",
-            "all_reduce 8M: * us mean over ranks, slowest rank *",
+            "all_reduce 8M: * us mean over ranks, slowest rank *; 5 timed windows *-* GB/s (spread *%; a rank's "
+            "time is its median window's)",
             "collectives.all_reduce.busbw_gbps@8M * GB/s * >= 1e+06 * FAIL",
             "verdict: FAIL; *",
         ]

@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from acceptance.numbers import fmt
 from acceptance.plugin import MUST_BE_ZERO, Checker, probe_result, require_ranks
 from acceptance.run.cluster_run import ClusterRun
 
@@ -42,9 +43,21 @@ def test_busbw(sweep: dict[str, Any], coll_case: tuple[str, str], check: Checker
     detail = (
         f"{op} {size}: {row['time_us']:.1f} us mean over ranks, slowest rank {row['slowest_rank']} "
         f"{row['time_us_max']:.1f} us; algbw {row['algbw_gbps']:.2f} GB/s; timing {row['timing']}"
+        f"{window_text(row)}"
     )
     check.measurements("row", row)
     check(f"collectives.{op}.busbw_gbps@{size}", row["busbw_gbps"], "GB/s", detail)
+
+
+def window_text(row: dict[str, Any]) -> str:
+    """The timed windows' busbw range, which says whether a low figure was steady or one disturbed stretch."""
+    found = row.get("busbw_windows_gbps") or []
+    if len(found) < 2:
+        return ""
+    return (
+        f"; {len(found)} timed windows {fmt(min(found))}-{fmt(max(found))} GB/s "
+        f"(spread {100 * row['window_spread']:.1f}%; a rank's time is its median window's)"
+    )
 
 
 def test_latency(sweep: dict[str, Any], coll_case: tuple[str, str], check: Checker) -> None:

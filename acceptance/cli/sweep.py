@@ -147,10 +147,11 @@ def header(cluster: ClusterRun) -> str:
     )
 
 
-COLUMNS = ("size", "count", "type", "op", "time", "algbw", "busbw", "#wrong")
-UNITS = ("(B)", "(elements)", "", "", "(us)", "(GB/s)", "(GB/s)", "")
+# nccl-tests' columns, then how far the timed windows' busbw spread: (max - min) / median
+COLUMNS = ("size", "count", "type", "op", "time", "algbw", "busbw", "#wrong", "spread")
+UNITS = ("(B)", "(elements)", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(%)")
 # fixed widths, as nccl-tests prints them, so that a row can be printed the moment it is measured
-WIDTHS = (12, 12, 8, 16, 10, 8, 8, 7)
+WIDTHS = (12, 12, 8, 16, 10, 8, 8, 7, 7)
 
 
 def _line(cells: tuple[str, ...], lead: str = " ") -> str:
@@ -164,9 +165,11 @@ def head() -> str:
 
 def row_line(row: dict[str, Any], dtype: str) -> str:
     """One op at one size: the bytes the call moved (like nccl-tests' ``size`` column), time and bandwidths."""
+    spread = row.get("window_spread")  # none in evidence from before the windows
     return _line(
         (str(row["bytes"]), str(row["count"]), DTYPES[dtype].nccl_tests, row["op"], f"{row['time_us']:.2f}",
-         f"{row['algbw_gbps']:.2f}", f"{row['busbw_gbps']:.2f}", str(row["wrong"]))
+         f"{row['algbw_gbps']:.2f}", f"{row['busbw_gbps']:.2f}", str(row["wrong"]),
+         "-" if spread is None else f"{100 * spread:.1f}")
     )  # fmt: skip
 
 

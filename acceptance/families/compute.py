@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from acceptance.families.answers import clock_events_text
-from acceptance.numbers import fmt
+from acceptance.numbers import fmt, spread
 
 # figure -> (what it is, unit); the keys are the rows' field names and the metric names' stems
 FIGURES: dict[str, tuple[str, str]] = {
@@ -76,8 +76,7 @@ def windows(row: dict[str, Any], figure: str) -> list[float]:
 
 def window_spread(row: dict[str, Any], figure: str) -> float:
     """(max - min) / median of this GPU's timed windows; 0 with fewer than two."""
-    found = windows(row, figure)
-    return (max(found) - min(found)) / float(row[figure]) if len(found) > 1 and row[figure] else 0.0
+    return spread(windows(row, figure))
 
 
 def not_measured(rows: list[dict[str, Any]], figure: str) -> list[str]:

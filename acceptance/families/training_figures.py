@@ -9,6 +9,8 @@ import itertools
 import statistics
 from typing import Any
 
+from acceptance.numbers import spread
+
 
 def quartiles(values: list[float]) -> tuple[float, float, float]:
     """(first quartile, median, third quartile), interpolated between the values (``method="inclusive"``)."""
@@ -52,7 +54,7 @@ def throughput(ranks: list[dict[str, Any]], count: int, tokens_per_step: int) ->
         "tokens_per_s_per_gpu_q3": q3,
         "tokens_per_s_per_gpu_min": rates[0],
         "tokens_per_s_per_gpu_max": rates[-1],
-        "tokens_per_s_per_gpu_spread": (rates[-1] - rates[0]) / median,  # (max - min) / median
+        "tokens_per_s_per_gpu_spread": spread(rates),
         # the whole timed loop between two host synchronisations, as earlier versions reported it
         "tokens_per_s_per_gpu_loop": tokens_per_step * len(ranks[0]["step_s"]) / loop_s,
         "windows": found,

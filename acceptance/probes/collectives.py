@@ -4,39 +4,38 @@ For each op and size (the ops' halves: ``profile.collectives`` and ``probes.ops`
 count of wrong elements, like nccl-tests' #wrong, exact at any world size: ``verifiable``), warm-up, then
 ``iters`` timed calls. On GPUs the timed calls are captured in one CUDA graph and replayed, so the
 figure is the collective's time rather than Python's launch cost; on the CPU (gloo) a synchronised
-host clock times a plain loop. Time per call is the mean over iterations, then averaged across ranks
-(nccl-tests' default ``-a 1``); the slowest rank's time is kept too.
+host clock times a plain loop. The timed calls are cut into up to five windows (``probes.windows``; on
+GPUs a timing event captured between two windows in the graph): a rank's time per call is its median
+window's, then averaged across ranks (nccl-tests' default ``-a 1``); the slowest rank's time is kept too,
+and every window's busbw beside the figure.
 """
 
 from __future__ import annotations
 
 import os
-import time
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
 from acceptance.families.collectives import figures
+from acceptance.probes import windows
 from acceptance.probes.ops import Op
 from acceptance.probes.rank import Ctx, main, write_json
 from acceptance.profile.sizes import format_size, parse_size
 
 
-def time_eager(op: Op, ctx: Ctx, warmup: int, iters: int) -> float:
+def time_eager(op: Op, ctx: Ctx, warmup: int, iters: int) -> list[float]:
     for _ in range(warmup):
         op()
     ctx.sync()
     ctx.progress()
     dist.barrier(group=op.group)
-    start = time.perf_counter()
-    for _ in range(iters):
-        op()
-    ctx.sync()
-    return (time.perf_counter() - start) / iters
+    calls = windows.split(iters)
+    return [s / n for s, n in zip(windows.timed_windows(ctx, op, calls), calls, strict=True)]
 
 
-def time_graph(op: Op, ctx: Ctx, warmup: int, iters: int) -> float:
+def time_graph(op: Op, ctx: Ctx, warmup: int, iters: int) -> list[float]:
     stream = torch.cuda.Stream(device=ctx.device)
     stream.wait_stream(torch.cuda.current_stream(ctx.device))
     with torch.cuda.stream(stream):
@@ -44,24 +43,18 @@ def time_graph(op: Op, ctx: Ctx, warmup: int, iters: int) -> float:
             op()
     torch.cuda.current_stream(ctx.device).wait_stream(stream)
     ctx.sync()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph, stream=stream):
-        for _ in range(iters):
-            op()
+    calls = windows.split(iters)
+    graph = windows.GraphWindows(op, calls, stream)
     graph.replay()
     ctx.sync()
     ctx.progress()
-    begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     dist.barrier(group=op.group)
-    begin.record()
-    graph.replay()
-    end.record()
-    end.synchronize()
-    return begin.elapsed_time(end) / 1e3 / iters
+    return [s / n for s, n in zip(graph.replay(), calls, strict=True)]
 
 
 def measure(ctx: Ctx, name: str, nbytes: int, cfg: dict[str, Any], group: Any = None) -> dict[str, Any]:
-    """One op at one size on this rank (a member of ``group``): its #wrong and mean seconds per call.
+    """One op at one size on this rank (a member of ``group``): its #wrong and seconds per call in each
+    timed window.
     ``size_bytes`` is the size asked for; ``bytes`` and ``count`` what the call moved (the parts rounded)."""
     ctx.phase(f"{name} {format_size(nbytes)}")
     op = Op(name, nbytes, cfg["dtype"], ctx.device, group)

@@ -14,7 +14,6 @@ reads faster than real work.
 from __future__ import annotations
 
 import hashlib
-import itertools
 import statistics
 import time
 from collections.abc import Callable
@@ -25,6 +24,7 @@ import torch
 import torch.distributed as dist
 
 from acceptance.families import compute as pergpu
+from acceptance.probes import windows
 from acceptance.probes.gpu_sampler import GpuSampler
 from acceptance.probes.rank import TORCH_DTYPES, Ctx, main
 from acceptance.profile.sizes import parse_size
@@ -33,9 +33,6 @@ WARMUP_S = 1.0
 BURNIN_BATCH = 10  # matmuls between two checks of the clock: long enough to keep the GPU fed
 FP8_MIN_CAPABILITY = (8, 9)  # Ada and Hopper have fp8 tensor cores (CUDA C Programming Guide, compute capabilities)
 CLOCK_SAMPLE_S = 0.01  # a timed matmul loop lasts ~0.2 s on an H200: enough samples to say "throughout"
-# Each timed loop is cut into up to five windows and a figure is their median: one window disturbed by
-# something else on the host (another tenant's burst, a page-cache flush) cannot move it, three must.
-WINDOWS = 5
 
 
 @dataclass
@@ -80,8 +77,8 @@ def warm_up(ctx: Ctx, fn: Callable[[], object], warmup: int) -> None:
 
 
 def seconds_per_call(ctx: Ctx, fn: Callable[[], object], warmup: int, iters: int, together: bool = True) -> Timed:
-    """Seconds per call of ``fn`` in each of up to WINDOWS windows of ``iters`` back-to-back calls in all,
-    after the warm-up.
+    """Seconds per call of ``fn`` in each timed window (``windows.split``) of ``iters`` back-to-back calls in
+    all, after the warm-up.
 
     ``together``: every rank is measuring, and a barrier after every rank's warm-up starts their timed loops
     at once (a warm-up lasts as long as its GPU needs, so a barrier before it would let the loops drift
@@ -97,34 +94,13 @@ def seconds_per_call(ctx: Ctx, fn: Callable[[], object], warmup: int, iters: int
         dist.barrier()
     if failed is not None:
         raise failed
-    count = max(1, min(WINDOWS, iters))
-    calls = [iters // count + (1 if i < iters % count else 0) for i in range(count)]
+    calls = windows.split(iters)
     sampler = GpuSampler(ctx.device, period_s=CLOCK_SAMPLE_S)
     sampler.start()
-    seconds = timed_windows(ctx, fn, calls)
+    seconds = windows.timed_windows(ctx, fn, calls)
     sampled = sampler.stop()
     clocks = {k: sampled[k] for k in ("clock_events", "clock_events_reason")} if ctx.is_cuda else None
     return Timed([s / n for s, n in zip(seconds, calls, strict=True)], clocks)
-
-
-def timed_windows(ctx: Ctx, fn: Callable[[], object], calls: list[int]) -> list[float]:
-    """Seconds of each window of back-to-back calls, one loop: CUDA events between windows on a GPU (no
-    synchronisation inside the loop), the host clock on the CPU."""
-    if ctx.is_cuda:
-        marks = [torch.cuda.Event(enable_timing=True) for _ in range(len(calls) + 1)]
-        marks[0].record()
-        for n, mark in zip(calls, marks[1:], strict=True):
-            for _ in range(n):
-                fn()
-            mark.record()
-        marks[-1].synchronize()
-        return [a.elapsed_time(b) / 1e3 for a, b in itertools.pairwise(marks)]
-    stamps = [time.perf_counter()]
-    for n in calls:
-        for _ in range(n):
-            fn()
-        stamps.append(time.perf_counter())
-    return [b - a for a, b in itertools.pairwise(stamps)]
 
 
 def _random(shape: tuple[int, int], dtype: torch.dtype, device: torch.device, seed: int) -> torch.Tensor:
@@ -262,7 +238,7 @@ def run(ctx: Ctx) -> dict[str, Any]:
     row["not_measured"] = {f: value for f, (value, _, _) in found.items() if isinstance(value, str)}
     row.update({f: value for f, (value, _, _) in found.items() if not isinstance(value, str)})
     row["clocks"] = {f: clocks for f, (_, clocks, _) in found.items() if clocks is not None}
-    row["windows"] = {f: windows for f, (_, _, windows) in found.items() if windows}
+    row["windows"] = {f: per_window for f, (_, _, per_window) in found.items() if per_window}
     if cfg["duration_s"] > 0:
         ctx.phase("burn-in")
         row["burnin"] = burnin(ctx, cfg)

@@ -65,6 +65,12 @@ def _distinct(label: str) -> str:
     return "" if label == view.EVERY_NODE else label
 
 
+def _spread(row: Mapping[str, Any]) -> str:
+    """The timed windows' busbw spread, (max - min) / median, in %; "-" in evidence from before the windows."""
+    found = row.get("window_spread")
+    return "-" if found is None else f"{100 * found:.1f}"
+
+
 def _bytes(row: Mapping[str, Any]) -> float:
     return float(row.get("size_bytes") or parse_size(str(row["size"])))
 
@@ -80,12 +86,14 @@ def collectives(data: Mapping[str, Any]) -> list[Block]:
     about = f"{backend}, {first.get('dtype')}; busbw = algbw x nccl-tests' bus factor; GB = 1e9 B; sizes binary."
     png = plots.busbw(_panels(data, rows, lambda r: (f"collectives.{r['op']}.busbw_gbps@{r['size']}",)), "busbw (GB/s)")
     ops = list(dict.fromkeys(r["op"] for _, r in rows))
-    # nccl-tests' columns (size, count, type, op, time, algbw, busbw, #wrong), then how it was timed
-    head = ["size (B)", "count", "type", "op", "time (us)", "algbw (GB/s)", "busbw (GB/s)", "#wrong", "timing"]
+    # nccl-tests' columns (size, count, type, op, time, algbw, busbw, #wrong), then how steady and how timed
+    head = ["size (B)", "count", "type", "op", "time (us)", "algbw (GB/s)", "busbw (GB/s)", "#wrong", "spread (%)",
+            "timing"]  # fmt: skip
     many = any(label for label, _ in rows)
     table = [
         [int(_bytes(r)), r.get("count", "-"), first.get("dtype", "-"), r["op"], f"{r.get('time_us', 0):.1f}",
-         f"{r.get('algbw_gbps', 0):.2f}", f"{r.get('busbw_gbps', 0):.2f}", r.get("wrong"), r.get("timing", "")]
+         f"{r.get('algbw_gbps', 0):.2f}", f"{r.get('busbw_gbps', 0):.2f}", r.get("wrong"), _spread(r),
+         r.get("timing", "")]
         + ([label] if many else [])
         for label, r in sorted(rows, key=lambda lr: (ops.index(lr[1]["op"]), _bytes(lr[1]), lr[0]))
     ]  # fmt: skip
