@@ -167,6 +167,8 @@ def test_the_scaling_baseline_runs_in_the_strategies_job(suite: pytest.Pytester)
     assert list(parts) == ["ddp", "scaling-baseline"]
     assert parts["ddp"]["world_size"] == 2 and parts["scaling-baseline"]["world_size"] == 1
     assert list(parts["scaling-baseline"]["by_node"]) == ["0"]
+    # each rank's memory when ddp began, which its peak counts: a number per rank (the resident set on the CPU)
+    assert [isinstance(v, float) and v > 0 for v in parts["ddp"]["held_at_start_gib"]] == [True, True]
     check = outcome(data, "test_scaling_efficiency")["checks"][0]
     assert check["metric"] == "training.scaling_efficiency" and check["value"] > 0
     result.stdout.fnmatch_lines(["[[]cluster[]] training: scaling-baseline ok in * s"])

@@ -178,6 +178,7 @@ def _rank(rank: int, step_s: list[float], util: float | None, events: dict[str, 
         "step_s": step_s,
         "loop_s": sum(step_s),
         "mem_gib": 1.0 + rank,
+        "held_at_start_gib": 0.25 * rank,
         "util": {"mean_pct": util, "reason": reason, "clock_events": events, "clock_events_reason": reason},
     }
 
@@ -203,6 +204,7 @@ def test_figures_take_the_slowest_rank_per_window() -> None:
     assert out["step_times_s"] == [0.1, 0.2, 0.1, 0.2]
     assert out["step_time_s"] == pytest.approx(0.15)
     assert out["peak_mem_gib"] == 2.0 and out["gpu_util_pct"] == 60.0
+    assert out["held_at_start_gib"] == [0.0, 0.25]  # what each rank's peak counts from before the strategy
     assert out["mfu"] == pytest.approx(out["tokens_per_s_per_gpu"] * 1000 / 1e6)  # the bf16 peak
     assert out["clock_events"] == {"0": {"sw_power_cap": 1.0}}
     assert out["loss_ratio"] == 0.75

@@ -99,6 +99,8 @@ def figures(raw: dict[str, Any], t: dict[str, Any], world_size: int) -> dict[str
         "peak_mem_gib": max(r["mem_gib"] for r in ranks),
         "peak_mem_per_rank_gib": [r["mem_gib"] for r in ranks],
         "peak_mem_source": raw["mem_source"],
+        # the memory held when the strategy started, which the peak includes (older evidence: none)
+        "held_at_start_gib": [r.get("held_at_start_gib") for r in ranks],
         "flops_per_token": shape["flops_per_token"],
         "mfu": rate["tokens_per_s_per_gpu"] * shape["flops_per_token"] / (peak * 1e12) if peak else None,
         "mfu_reason": no_peak,

@@ -127,6 +127,7 @@ def measure(ctx: Ctx, name: str, part: str) -> dict[str, Any]:
     ``part``: what the heartbeat's phases call it (the strategy, or the scaling baseline)."""
     t = ctx.spec["training"]
     mem_reset = reset_peak_mem(ctx)
+    held_at_start = held_mem_gib(ctx)  # what the peak counts beyond this strategy: left by an earlier one
     ctx.phase(f"{part}: build model")
     model = build_model(t["model"], t["seq_len"], ctx.device, int(t["seed"]))
     shape = describe(model, t["seq_len"])
@@ -152,7 +153,7 @@ def measure(ctx: Ctx, name: str, part: str) -> dict[str, Any]:
         mem, mem_source = peak_mem(ctx, mem_reset)
         counters = {"before_timed_steps": before, "after": runner.counters()} if before else {}
         mine = {"rank": ctx.rank, "host": ctx.host, "step_s": step_s, "loop_s": loop_s, "mem_gib": mem, "util": util}
-        mine.update(host_load=host_load, trace=traced)
+        mine.update(host_load=host_load, trace=traced, held_at_start_gib=held_at_start)
         return {
             "ranks": ctx.gather(mine),
             "losses": global_mean(warm + losses, ctx),
