@@ -29,7 +29,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
             metafunc.parametrize(name, chosen, ids=chosen)
 
 
-# Cheap and diagnostic first: a missing rank or a sick GPU should be named before a long sweep starts.
+# Cheap and diagnostic first: a missing rank or a sick GPU should be named before a long sweep starts. The
+# probes timed on the GPU come right before training, whose job starts in their shadow (training_stage).
 MODULE_ORDER = tuple(FAMILY_MODULES.values())
 
 

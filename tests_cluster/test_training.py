@@ -14,6 +14,7 @@ from acceptance.families import training as plan
 from acceptance.families.answers import clock_events_text
 from acceptance.numbers import fmt
 from acceptance.plugin import Checker, probe_wall_s
+from acceptance.plugin.training_stage import baseline, needed
 from acceptance.profile.model import Threshold
 from acceptance.run.cluster_run import ClusterRun
 from acceptance.run.launcher import ProbeError
@@ -22,34 +23,10 @@ from acceptance.run.training_jobs import baseline_run, strategy_runs
 LOSS_MUST_FALL = Threshold(max=0.99, source="built-in: the loss must fall by at least 1% over the run")
 
 
-def _needed(cluster: ClusterRun, items: list[pytest.Item]) -> list[str]:
-    """The strategies the selected tests of this module read, in the profile's order."""
-    training = cluster.profile.model.training
-    wanted: set[str] = set()
-    for item in items:
-        if item.path.stem != "test_training":
-            continue
-        params = getattr(item, "callspec", None)
-        found = params.params if params is not None else {}
-        wanted |= {v for k, v in found.items() if k in ("train_strategy", "canary_strategy")}
-        if "canary_strategy" in found:
-            wanted.add(training.strategies[0])  # the reference curve
-        if item.name == "test_scaling_efficiency" and training.scaling_baseline != "none":
-            wanted.add(training.scaling_strategy)
-    return [s for s in training.strategies if s in wanted]
-
-
-def _baseline(cluster: ClusterRun, items: list[pytest.Item]) -> plan.Baseline | str | None:
-    """The scaling baseline when its test is selected (it may share the strategies' job)."""
-    if not any(item.path.stem == "test_training" and item.name == "test_scaling_efficiency" for item in items):
-        return None
-    return plan.baseline(cluster.profile.model.training, cluster.topology.nproc_per_node, cluster.placement.nodes)
-
-
 @pytest.fixture(scope="module")
 def runs(cluster: ClusterRun, request: pytest.FixtureRequest) -> dict[str, dict[str, Any]]:
     items = request.session.items
-    return strategy_runs(cluster, _needed(cluster, items), _baseline(cluster, items))
+    return strategy_runs(cluster, needed(cluster, items), baseline(cluster, items))
 
 
 def run_of(runs: dict[str, dict[str, Any]], strategy: str) -> dict[str, Any]:

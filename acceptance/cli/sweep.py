@@ -18,7 +18,8 @@ from acceptance.evidence.verdict import Facts, decide
 from acceptance.profile import loader as profiles
 from acceptance.profile.dtypes import DTYPES
 from acceptance.profile.sizes import format_size, parse_size
-from acceptance.run.cluster_run import MUST_BE_ZERO, ClusterRun
+from acceptance.run.cluster_run import ClusterRun
+from acceptance.run.judging import MUST_BE_ZERO
 from acceptance.run.launcher import ProbeError
 from acceptance.run.placement import resolve
 

@@ -60,6 +60,8 @@ class ProbeRecord(Part):
     result: dict[str, Any] | None = None
     error: str | None = None
     env: dict[str, str] | None = None
+    # seconds its job had been started ahead of its turn (staged) when the node came free; wall_s is after
+    staged_s: float | None = None
 
 
 class ProfileRecord(Part):

@@ -23,8 +23,11 @@ from pydantic import ValidationError
 
 from acceptance.atomic_file import write_atomic
 from acceptance.evidence.environment import allowed_env, software
-from acceptance.evidence.model import Case, Check, ClusterRecord, EvidenceDoc, ProbeRecord, Verdict
+from acceptance.evidence.model import Case, Check, ClusterRecord, EvidenceDoc, NodeRecord, ProbeRecord, Verdict
 from acceptance.masking import masked_command, masked_profile
+
+# what the evidence keeps of each device the connectivity probe found
+DEVICE_FIELDS = ("rank", "local_rank", "device", "device_name", "uuid", "pci_bus_id", "memory_gib")
 
 
 class EvidenceError(Exception):
@@ -135,6 +138,16 @@ class Evidence:
         record = ProbeRecord(name=name, key=key, env=dict(env) if env else None)
         self.doc.probes.append(record)
         return record
+
+    def record_nodes(self, result: Mapping[str, Any]) -> None:
+        """The nodes and their devices as the connectivity probe found them, and the software it reported."""
+        nodes: dict[int, NodeRecord] = {}
+        for r in result.get("ranks", []):
+            node = nodes.setdefault(r["node_rank"], NodeRecord(host=r["host"], node_rank=r["node_rank"]))
+            node.devices.append({k: r[k] for k in DEVICE_FIELDS if k in r})
+        cluster = self.doc.cluster
+        cluster.nodes = list(nodes.values())
+        cluster.software = {**cluster.software, **{f"probe_{k}": v for k, v in (result.get("software") or {}).items()}}
 
     def error(self, message: str) -> None:
         if message not in self.doc.errors:

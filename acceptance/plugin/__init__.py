@@ -33,9 +33,10 @@ from acceptance.plugin.checker import (
     require_ranks as require_ranks,
 )
 from acceptance.plugin.session import ClusterSession
+from acceptance.plugin.training_stage import TrainingStage
 from acceptance.profile.metrics import FAMILY_DOCS, family_of_module
-from acceptance.run.cluster_run import MUST_BE_ZERO as MUST_BE_ZERO  # re-exported for test modules
 from acceptance.run.cluster_run import ClusterRun
+from acceptance.run.judging import MUST_BE_ZERO as MUST_BE_ZERO  # re-exported for test modules
 
 __all__ = ["MUST_BE_ZERO", "NO_PROFILE", "Checker", "current", "probe_result", "probe_wall_s", "require_ranks"]
 
@@ -51,7 +52,9 @@ def pytest_configure(config: pytest.Config) -> None:
         config.addinivalue_line("markers", f"{family}: the {family} family: {doc}")
     name = options.value(config, "cluster_profile")
     if name:
-        config.pluginmanager.register(ClusterSession.start(config, str(name)), SESSION_NAME)
+        session = ClusterSession.start(config, str(name))
+        config.pluginmanager.register(session, SESSION_NAME)
+        config.pluginmanager.register(TrainingStage(session), f"{SESSION_NAME}-training-stage")
 
 
 @pytest.hookimpl(tryfirst=True)

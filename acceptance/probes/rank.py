@@ -12,7 +12,8 @@ that every node's pytest sees the same figures, and writes:
 * ``DIR/result.json`` on local rank 0 of every node: the probe's result for the whole cluster.
 
 ``acceptance.probes.worker`` runs probe after probe in one process group through the same steps
-(``identity``, ``connect``, ``serve``), each with its own Heartbeat and Ctx on the probe's folder.
+(``identity``, ``connect``, ``serve``), each with its own Heartbeat and Ctx on the probe's folder. A staged
+job's ranks (a ``gate`` in the spec) first import and wait at the gate (``wait_at_gate``).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ import torch.distributed as dist
 from torch.distributed.elastic.multiprocessing.errors import record
 
 from acceptance.atomic_file import write_atomic
+from acceptance.families import staging
 from acceptance.profile.dtypes import DTYPE_NAMES
 
 # the profile's type names as torch types, for every probe (the names are torch's attribute names)
@@ -237,16 +239,44 @@ def parse_args(argv: list[str] | None = None) -> tuple[dict[str, Any], Path]:
     return json.loads(args.spec.read_text()), args.out
 
 
-def main(run: Callable[[Ctx], dict[str, Any]], argv: list[str] | None = None) -> None:
-    record(_main)(run, argv)
+def main(
+    run: Callable[[Ctx], dict[str, Any]],
+    argv: list[str] | None = None,
+    preload: Callable[[dict[str, Any]], None] | None = None,
+) -> None:
+    """``preload``: what a staged job (a spec with a ``gate``) imports before it waits (see ``wait_at_gate``)."""
+    record(_main)(run, argv, preload)
 
 
-def _main(run: Callable[[Ctx], dict[str, Any]], argv: list[str] | None) -> None:
+def _main(
+    run: Callable[[Ctx], dict[str, Any]], argv: list[str] | None, preload: Callable[[dict[str, Any]], None] | None
+) -> None:
     spec, out = parse_args(argv)
+    gate = spec.get("gate")
+    beat = Heartbeat(out, identity(), phase="preload" if gate else "init process group")
+    if gate and not wait_at_gate(Path(gate), beat, lambda: preload(spec) if preload else None):
+        return
     t0 = time.perf_counter()
-    beat = Heartbeat(out, identity())
     serve(run, connect(spec, out, beat), t0)
     dist.destroy_process_group()
+
+
+def wait_at_gate(gate: Path, beat: Heartbeat, preload: Callable[[], None]) -> bool:
+    """A staged job (``acceptance.run.launcher.stage``), started while another probe still has the node:
+    import what the probe needs, then wait, touching no GPU and no process group, for the plugin's word in
+    ``gate``: ``staging.GO`` (the node is free: go on) or ``staging.CANCEL`` (the run ended without this job: False)."""
+    preload()
+    # whether an import initialised CUDA in this process (the evidence that waiting touched no GPU)
+    beat.update(phase="wait for the node", cuda_at_gate=torch.cuda.is_initialized())
+    while True:
+        word = gate.read_text().strip() if gate.is_file() else ""  # written atomically: whole, or not there
+        if word == staging.GO:
+            beat.update(phase="init process group")
+            return True
+        if word == staging.CANCEL:
+            beat.update(phase="end", status="cancelled")
+            return False
+        time.sleep(staging.POLL_S)
 
 
 def serve(run: Callable[[Ctx], dict[str, Any]], ctx: Ctx, t0: float) -> None:

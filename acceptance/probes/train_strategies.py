@@ -21,7 +21,7 @@ from torch import nn
 from acceptance.families.training import IN_JOB_BASELINE
 from acceptance.probes.rank import Ctx
 from acceptance.probes.train_ds import STAGE, Shape, base_strategy, build
-from acceptance.probes.train_model import decoder_layers
+from acceptance.probes.train_model import SHAPES, decoder_layers
 
 DTYPE = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": None}
 # GPT-3 / nanoGPT's AdamW settings (Brown et al. 2020, appendix B)
@@ -254,3 +254,21 @@ def global_mean(values: list[torch.Tensor], ctx: Ctx) -> list[float]:
     stacked = torch.stack([v.float() for v in values])
     dist.all_reduce(stacked, group=ctx.within)
     return [float(x) for x in (stacked / ctx.world_size).tolist()]
+
+
+def preload(spec: dict[str, Any]) -> None:
+    """What a staged training job imports while it waits for the node (``rank.wait_at_gate``): transformers'
+    model classes, DeepSpeed where a strategy runs on it, TorchInductor where layers are compiled; seconds
+    of imports that a job started on a free node spends before its first step. Imports only: no GPU."""
+    import importlib
+
+    from transformers import AutoModelForCausalLM  # noqa: F401  (its model registry, and torch's DTensor)
+
+    t = spec["training"]
+    family = SHAPES[t["model"]][0]
+    importlib.import_module(f"transformers.models.{family}.modeling_{family}")
+    if any(s in (t.get("deepspeed") or {}) or s in STAGE for s in spec["strategies"]):
+        import deepspeed  # noqa: F401
+
+    if t.get("compile", "none") != "none":
+        import torch._inductor.compile_fx  # noqa: F401

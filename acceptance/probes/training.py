@@ -45,7 +45,7 @@ from acceptance.probes.host_load import HostLoad
 from acceptance.probes.rank import Ctx, main, write_json
 from acceptance.probes.train_baseline import run_baseline
 from acceptance.probes.train_model import build_model, describe
-from acceptance.probes.train_strategies import Runner, global_mean, make_runner
+from acceptance.probes.train_strategies import Runner, global_mean, make_runner, preload
 from acceptance.probes.train_trace import traced_steps
 
 DATA_VOCAB = 1024  # the synthetic text's alphabet: small enough that a few steps visibly learn it
@@ -126,8 +126,7 @@ def measure(ctx: Ctx, name: str, part: str) -> dict[str, Any]:
     """One strategy from a fresh model to every rank's measurements; its runner is closed however it ends.
     ``part``: what the heartbeat's phases call it (the strategy, or the scaling baseline)."""
     t = ctx.spec["training"]
-    mem_reset = reset_peak_mem(ctx)
-    held_at_start = held_mem_gib(ctx)  # what the peak counts beyond this strategy: left by an earlier one
+    mem_reset, held_at_start = reset_peak_mem(ctx), held_mem_gib(ctx)  # the peak counts what is held already
     ctx.phase(f"{part}: build model")
     model = build_model(t["model"], t["seq_len"], ctx.device, int(t["seed"]))
     shape = describe(model, t["seq_len"])
@@ -282,4 +281,4 @@ def run(ctx: Ctx) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    main(run)
+    main(run, preload=preload)

@@ -115,14 +115,15 @@ _DOMAINS: dict[str, Callable[[ProfileModel], tuple[str, ...]]] = {
 
 
 # The families, each with the test module that checks its metrics (``<family>.`` prefix), in the order a
-# run takes them: cheap and diagnostic first, so a missing rank or a sick GPU is named before a long sweep.
+# run takes them: cheap and diagnostic first, so a missing rank or a sick GPU is named before a long sweep;
+# the probes timed on the GPU right before training, whose job starts in their shadow (plugin.training_stage).
 # Explicit on purpose: a threshold is enforced when its family's module was selected whole, and the
 # marker ``-m <family>`` selects exactly that module; neither may depend on how a file happens to be named.
 FAMILY_MODULES: dict[str, str] = {
     "connectivity": "test_connectivity",
     "health": "test_health",
-    "compute": "test_compute",
     "storage": "test_storage",
+    "compute": "test_compute",
     "collectives": "test_collectives",
     "internode": "test_internode",
     "training": "test_training",

@@ -16,32 +16,16 @@ from pathlib import Path
 from typing import Any
 
 from acceptance.evidence.folder import LOCK_NAME, FolderLock, claim
-from acceptance.evidence.model import Check, CheckVerdict, NodeRecord
 from acceptance.evidence.store import Evidence
 from acceptance.multinode.meeting import Meeting, PlanError
-from acceptance.numbers import fmt
-from acceptance.profile.loader import Profile, evaluate
+from acceptance.profile.loader import Profile
 from acceptance.profile.model import Threshold
 from acceptance.run import launcher as launch
+from acceptance.run.judging import Judged, judge
 from acceptance.run.placement import Placement
 from acceptance.run.progress import Watch, read_partial
+from acceptance.run.staged_jobs import StagedJob, StagedJobs
 from acceptance.run.worker import WORKER_PROBES, Workers
-
-DEVICE_FIELDS = ("rank", "local_rank", "device", "device_name", "uuid", "pci_bus_id", "memory_gib")
-MUST_BE_ZERO = Threshold(eq=0, source="built-in: correctness is never mere information")
-
-
-@dataclass(frozen=True)
-class Judged:
-    """A checked figure as the test sees it: the evidence's record and the one line to fail with."""
-
-    check: Check
-    message: str
-    xfail_reason: str | None = None
-
-    @property
-    def verdict(self) -> str:
-        return self.check.verdict
 
 
 @dataclass
@@ -63,6 +47,8 @@ class ClusterRun:
     _probes: dict[str, dict[str, Any] | launch.ProbeError] = field(default_factory=dict)
     _partials: dict[str, dict[str, Any]] = field(default_factory=dict)
     _say_lock: threading.Lock = field(default_factory=threading.Lock)
+    _staged: StagedJobs = field(default_factory=StagedJobs)
+    _seq: int = 0  # probes' folders numbered so far, staged jobs included
 
     def __post_init__(self) -> None:
         """Claim the evidence folder (raises EvidenceFolderError) and write the first evidence."""
@@ -99,7 +85,9 @@ class ClusterRun:
         self.evidence.write()
 
     def close(self) -> None:
-        """End this node's worker; release the evidence folder (the run is over; its evidence stays)."""
+        """End the jobs staged for nothing and this node's worker; release the evidence folder (the run is
+        over; its evidence stays)."""
+        self._staged.cancel_all()
         self.workers.close()
         if self.lock is not None:
             self.lock.release()
@@ -169,6 +157,23 @@ class ClusterRun:
             raise found
         return found
 
+    def stage(self, name: str, spec: dict[str, Any], key: str, parts: int = 1) -> bool:
+        """Start ``name``'s job for ``key`` now, ahead of its turn (``staged_jobs``), where it can be: one
+        node under torchrun, not yet run or staged. ``probe`` with the same key and spec later runs it."""
+        if key in self._probes or key in self._staged or not self.persist:
+            return False
+        if self.placement.nodes != 1 or self.topology.launcher != "torchrun":
+            return False
+        self._seq += 1
+        out_dir = self.evidence_dir / "probes" / f"{self._seq:02d}-{key}"
+        run_id = f"{self.run_tag or self.profile.sha256[:12]}-{self._seq}-{key}"
+        where = {"topo": self.topology, "placement": self.placement, "out_dir": out_dir}
+        env = launch.child_env(self.profile.model.env, {})
+        job = launch.stage(name, spec, run_id=run_id, timeout_s=self.timeout(name, parts), env=env, **where)
+        self._staged.add(key, self._seq, spec, job)
+        self.say(f"{key}: staged (its job imports what it needs, then waits for the node)")
+        return True
+
     def partial(self, key: str) -> dict[str, Any]:
         """The parts a failed probe finished before it failed (its ``partial.json``: ``{"parts": {...}}``)."""
         return self._partials.get(key, {})
@@ -193,12 +198,13 @@ class ClusterRun:
         placement: Placement | None = None,
         timeout_s: float = 0.0,
     ) -> dict[str, Any] | launch.ProbeError:
-        seq = len(self._probes) + 1
-        out_dir = self.evidence_dir / "probes" / f"{seq:02d}-{key}"
+        seq, where = self._where(key, spec, env, topo or self.topology, placement or self.placement)
+        out_dir = where["out_dir"]
         record = self.evidence.probe(name, key, env)
         record.out_dir = str(out_dir.relative_to(self.evidence_dir))
+        if where["staged"] is not None:  # how long its job had been importing and waiting when the node came free
+            record.staged_s = round(time.monotonic() - where["staged"].job.started, 3)
         self.evidence.write()
-        where = {"topo": topo or self.topology, "placement": placement or self.placement, "out_dir": out_dir}
         ranks = f"{where['placement'].nodes} node(s) x {where['topo'].nproc_per_node} rank(s)"
         self.say(f"{key}: started ({name} probe on {ranks}, timeout {timeout_s:g} s)")
         start = time.monotonic()
@@ -218,10 +224,23 @@ class ClusterRun:
         record.status, record.wall_s = "ok", round(outcome.wall_s, 3)
         record.argv, record.result = outcome.argv, outcome.result
         if name == "connectivity" and outcome.result:
-            self._record_nodes(outcome.result)
+            self.evidence.record_nodes(outcome.result)
         self.evidence.write()
         self.say(f"{key}: ok in {outcome.wall_s:.1f} s")
         return outcome.result or {}
+
+    def _where(
+        self, key: str, spec: dict[str, Any], env: dict[str, str], topo: Any, placement: Placement
+    ) -> tuple[int, dict[str, Any]]:
+        """The probe's number in the session and where it runs: its world, its folder, and the job staged
+        for it (``stage``; taken when it was started for this spec and world, else cancelled)."""
+        same_world = topo == self.topology and placement == self.placement
+        staged = self._staged.take(key, spec, env if same_world else {"world": "smaller"})
+        if staged is None:
+            self._seq += 1
+        seq = staged.seq if staged is not None else self._seq
+        out_dir = self.evidence_dir / "probes" / f"{seq:02d}-{key}"
+        return seq, {"topo": topo, "placement": placement, "out_dir": out_dir, "staged": staged}
 
     def _launch(
         self, name: str, spec: dict[str, Any], key: str, seq: int, env: dict[str, str], where: Any, timeout_s: float
@@ -230,14 +249,18 @@ class ClusterRun:
         lock that was there before it started is named in its error."""
         tag = self.run_tag or self.profile.sha256[:12]
         self._meet_before(name, seq, key, timeout_s)
-        in_worker = self.workers.takes(name, env, where["topo"], where["placement"])
+        staged: StagedJob | None = where.pop("staged")
+        in_worker = staged is None and self.workers.takes(name, env, where["topo"], where["placement"])
         env = launch.child_env(self.profile.model.env, env)
         with Watch(key, where["out_dir"], self.say, env, self.on_row) as watch:
             try:
                 if in_worker:
                     return self.workers.run(name, spec, (tag, seq, where["out_dir"]), timeout_s)
-                self.workers.close()  # a job of its own has the node to itself, as before
-                return launch.run(name, spec, run_id=f"{tag}-{seq}-{key}", timeout_s=timeout_s, env=env, **where)
+                self.workers.close()  # a job of its own has the node to itself, as before (a staged one's gate opens)
+                job = staged.job if staged is not None else None
+                return launch.run(
+                    name, spec, run_id=f"{tag}-{seq}-{key}", timeout_s=timeout_s, env=env, staged=job, **where
+                )
             except launch.ProbeError as exc:
                 raise launch.ProbeError("\n".join([str(exc), *watch.stale_locks()]), exc.out_dir) from None
             except Exception as exc:  # an unreadable result: a failure of this probe, kept like any other
@@ -257,43 +280,14 @@ class ClusterRun:
         except PlanError as exc:
             raise launch.ProbeError(f"probe {name} not started: {exc}") from None
 
-    def _record_nodes(self, result: dict[str, Any]) -> None:
-        nodes: dict[int, NodeRecord] = {}
-        for r in result.get("ranks", []):
-            node = nodes.setdefault(r["node_rank"], NodeRecord(host=r["host"], node_rank=r["node_rank"]))
-            node.devices.append({k: r[k] for k in DEVICE_FIELDS if k in r})
-        cluster = self.evidence.cluster
-        cluster.nodes = list(nodes.values())
-        cluster.software = {
-            **cluster.software,
-            **{f"probe_{k}": v for k, v in (result.get("software") or {}).items()},
-        }
-
     def check(
         self, nodeid: str, metric: str, value: float, unit: str, detail: str = "", default: Threshold | None = None
     ) -> Judged:
-        """Bound ``value`` by the profile's threshold, else by ``default`` (for correctness figures,
-        which are never mere information), else record it as information."""
-        threshold = self.profile.threshold(metric) or default
+        """Bound ``value`` by the profile's threshold, else by ``default`` (see ``judging.judge``)."""
         self.checked.add(metric)
-        ok, bound = evaluate(threshold, value) if threshold is not None else (True, "")
-        verdict: CheckVerdict = (
-            "info" if threshold is None else "pass" if ok else "xfail" if threshold.xfail else "fail"
-        )
-        check = Check(
-            metric=metric,
-            value=value,
-            unit=unit,
-            bound=bound,
-            verdict=verdict,
-            threshold=threshold.model_dump(exclude_none=True) if threshold else None,
-            detail=detail or None,
-        )
-        self.evidence.add_check(nodeid, check)
-        message = "" if ok else f"{metric} = {fmt(value)} {unit}, expected {bound} (profile {self.profile.name})"
-        return Judged(
-            check, message + (f"\n{detail}" if detail and message else ""), threshold.xfail if threshold else None
-        )
+        judged = judge(self.profile, metric, value, unit, detail, default)
+        self.evidence.add_check(nodeid, judged.check)
+        return judged
 
     def unchecked(self) -> list[str]:
         return sorted(set(self.profile.model.thresholds) - self.checked)

@@ -4,6 +4,9 @@ No shell is ever involved. torchrun starts through ``acceptance.run.watchdog`` a
 through it, so that none of them outlives its parent (pytest, then torchrun), even after SIGKILL. On
 timeout or interrupt ``acceptance.run.reaper`` ends torchrun and every rank within seconds, and
 ``acceptance.run.diagnose`` names the rank that stopped, from the heartbeats read before the kill.
+
+A job can also be started ahead of its turn (``stage``): its ranks import what they need while another
+probe still has the node, and wait at a gate (``acceptance.families.staging``) that ``run`` opens.
 """
 
 from __future__ import annotations
@@ -20,9 +23,14 @@ from pathlib import Path
 from typing import IO, Any
 
 import acceptance
+from acceptance.atomic_file import write_atomic
+from acceptance.families import staging
 from acceptance.profile.model import Topology
 from acceptance.run import diagnose, reaper
 from acceptance.run.placement import Placement
+
+# how long a cancelled staged job's ranks get to leave the gate (a file read away) before they are ended
+CANCEL_GRACE_S = 10.0
 
 
 class ProbeError(Exception):
@@ -158,14 +166,72 @@ def run(
     run_id: str,
     timeout_s: float,
     env: Mapping[str, str],
+    staged: Staged | None = None,
 ) -> ProbeRun:
     """Run one probe as a job of its own, to completion or to its timeout; raise :class:`ProbeError` unless
-    it produced a result."""
-    prepare(out_dir, spec, topo, timeout_s)
-    argv = torchrun_argv(probe, out_dir, topo, placement, run_id, join_timeout_s=timeout_s, env=env)
-    outcome = ProbeRun(probe=probe, argv=argv, out_dir=out_dir)
-    stalled, starting = _supervise(outcome, env, timeout_s)
+    it produced a result. ``staged``: the job, started ahead (``stage``) with this spec: its gate is opened
+    now, and its time counts from here."""
+    if staged is None:
+        staged = stage(probe, spec, out_dir=out_dir, topo=topo, placement=placement, run_id=run_id,
+                       timeout_s=timeout_s, env=env, gated=False)  # fmt: skip
+    else:
+        try:
+            write_atomic(staged.out_dir / staging.GATE, staging.GO)
+        except BaseException:
+            cancel(staged)
+            raise
+    outcome = ProbeRun(probe=probe, argv=staged.argv, out_dir=out_dir)
+    stalled, starting = _supervise(outcome, staged, timeout_s)
     return conclude(outcome, outcome.returncode == 0, timeout_s, stalled, starting)
+
+
+@dataclass
+class Staged:
+    """A probe's job, started (``stage``): its torchrun, and the log that torchrun writes to."""
+
+    argv: list[str]
+    out_dir: Path
+    proc: subprocess.Popen[bytes]
+    log: IO[bytes]
+    started: float = field(default_factory=time.monotonic)
+
+
+def stage(
+    probe: str,
+    spec: dict[str, Any],
+    *,
+    out_dir: Path,
+    topo: Topology,
+    placement: Placement,
+    run_id: str,
+    timeout_s: float,
+    env: Mapping[str, str],
+    gated: bool = True,
+) -> Staged:
+    """Start the probe's job in a fresh ``out_dir``; ``gated``: ahead of its turn, its ranks waiting at the
+    gate (``acceptance.families.staging``) until ``run`` opens it or ``cancel`` ends it."""
+    prepare(out_dir, {**spec, "gate": str(out_dir / staging.GATE)} if gated else spec, topo, timeout_s)
+    argv = torchrun_argv(probe, out_dir, topo, placement, run_id, join_timeout_s=timeout_s, env=env)
+    log = open(out_dir / "torchrun.log", "wb")  # noqa: SIM115  (the job writes to it until it ends)
+    try:
+        return Staged(argv, out_dir, spawn(argv, env, log), log)
+    except BaseException:
+        log.close()
+        raise
+
+
+def cancel(staged: Staged) -> None:
+    """A staged job the run ended without: tell its ranks (they exit at the gate), give them CANCEL_GRACE_S,
+    then end whatever is left."""
+    try:
+        write_atomic(staged.out_dir / staging.GATE, staging.CANCEL)
+        staged.proc.wait(timeout=CANCEL_GRACE_S)
+    except (OSError, subprocess.TimeoutExpired):
+        pass
+    finally:
+        if staged.proc.poll() is None:
+            reaper.end(staged.proc, lambda: local_ranks(staged.out_dir), hung=False)
+        staged.log.close()
 
 
 def conclude(
@@ -191,28 +257,27 @@ def spawn(argv: list[str], env: Mapping[str, str], log: IO[bytes]) -> subprocess
     )
 
 
-def _supervise(outcome: ProbeRun, env: Mapping[str, str], timeout_s: float) -> tuple[list[diagnose.Stall], int]:
-    """Start torchrun (through the watchdog: it dies with us) and wait for it; on timeout or interrupt end
-    it and its ranks. Returns what the heartbeats and the process table showed at the timeout: the
-    unfinished ranks, and how many rank processes torchrun had started."""
-    out_dir, start = outcome.out_dir, time.monotonic()
+def _supervise(outcome: ProbeRun, job: Staged, timeout_s: float) -> tuple[list[diagnose.Stall], int]:
+    """Wait for the job (started through the watchdog: it dies with us); on timeout or interrupt end it and
+    its ranks. Returns what the heartbeats and the process table showed at the timeout: the unfinished
+    ranks, and how many rank processes torchrun had started."""
+    out_dir, proc, start = outcome.out_dir, job.proc, time.monotonic()
     stalled: list[diagnose.Stall] = []
     starting = 0
-    with open(out_dir / "torchrun.log", "wb") as log:
-        proc = spawn(outcome.argv, env, log)
-        try:
-            outcome.returncode = proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            outcome.timed_out = True
-            # before the kill: the process table still shows who stopped, and who never started
-            stalled, starting = diagnose.stalls(out_dir), len(reaper.children(proc.pid))
-            reaper.end(proc, lambda: local_ranks(out_dir), hung=True)
-            outcome.returncode = proc.returncode
-        except BaseException:
-            reaper.end(proc, lambda: local_ranks(out_dir), hung=False)
-            raise
-        finally:
-            outcome.wall_s = time.monotonic() - start
+    try:
+        outcome.returncode = proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        outcome.timed_out = True
+        # before the kill: the process table still shows who stopped, and who never started
+        stalled, starting = diagnose.stalls(out_dir), len(reaper.children(proc.pid))
+        reaper.end(proc, lambda: local_ranks(out_dir), hung=True)
+        outcome.returncode = proc.returncode
+    except BaseException:
+        reaper.end(proc, lambda: local_ranks(out_dir), hung=False)
+        raise
+    finally:
+        outcome.wall_s = time.monotonic() - start
+        job.log.close()
     return stalled, starting
 
 

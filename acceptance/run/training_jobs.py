@@ -24,20 +24,12 @@ def strategy_runs(
 
     Call it once per run: the jobs' keys (``training``, ``training-2``, ...) are the run's."""
     strategies = plan.with_baseline(cluster.profile.model.training, strategies, base)
-    results: dict[str, dict[str, Any]] = {}
-    usable = []
-    for strategy in strategies:
-        try:
-            if strategy != plan.BASELINE_PART:
-                plan.user_config(cluster.profile, strategy)
-            usable.append(strategy)
-        except plan.TrainingPlanError as exc:  # an unreadable DeepSpeed JSON fails its strategy, not the job
-            results[strategy] = {"error": str(exc), "strategy": strategy, "job": None}
+    results = _unusable(cluster, strategies)
+    usable = [s for s in strategies if s not in results]
 
     def launch(pending: list[str], key: str) -> tuple[dict[str, dict[str, Any]], str | None]:
-        topo, place = cluster.topology, cluster.placement
-        shape = (cluster.world_size, topo.nproc_per_node, place.nodes)
-        spec = plan.spec(cluster.profile, pending, *shape, base if isinstance(base, plan.Baseline) else None)
+        spec = _spec(cluster, pending, base)
+        cluster.stage(plan.PROBE, spec, key, parts=len(pending))  # unless it was, ahead of its turn (stage_first)
         try:
             found, error = cluster.probe(plan.PROBE, spec, key=key, parts=len(pending)).get("strategies", {}), None
         except ProbeError as exc:
@@ -48,6 +40,36 @@ def strategy_runs(
     for strategy, result in plan.run_jobs(groups, launch).items():
         results[strategy] = {"job": None, **result}
     return {s: results[s] for s in strategies}
+
+
+def stage_first(cluster: ClusterRun, strategies: list[str], base: plan.Baseline | str | None = None) -> bool:
+    """Start the first training job that ``strategy_runs`` will run for these arguments now, ahead of its
+    turn (``ClusterRun.stage``); False where it cannot be (or nothing would run)."""
+    training = cluster.profile.model.training
+    parts = plan.with_baseline(training, strategies, base)
+    failed = _unusable(cluster, parts)
+    groups = plan.job_groups(training, [s for s in parts if s not in failed])
+    if not groups:
+        return False
+    return cluster.stage(plan.PROBE, _spec(cluster, groups[0], base), plan.job_key(0), parts=len(groups[0]))
+
+
+def _unusable(cluster: ClusterRun, parts: list[str]) -> dict[str, dict[str, Any]]:
+    """The error of each strategy whose DeepSpeed JSON is unreadable: it fails alone, not its job."""
+    failed: dict[str, dict[str, Any]] = {}
+    for strategy in parts:
+        try:
+            if strategy != plan.BASELINE_PART:
+                plan.user_config(cluster.profile, strategy)
+        except plan.TrainingPlanError as exc:
+            failed[strategy] = {"error": str(exc), "strategy": strategy, "job": None}
+    return failed
+
+
+def _spec(cluster: ClusterRun, parts: list[str], base: plan.Baseline | str | None) -> dict[str, Any]:
+    topo, place = cluster.topology, cluster.placement
+    shape = (cluster.world_size, topo.nproc_per_node, place.nodes)
+    return plan.spec(cluster.profile, parts, *shape, base if isinstance(base, plan.Baseline) else None)
 
 
 def baseline_run(

@@ -1,0 +1,82 @@
+"""Which strategies the selected training tests need, and when their job starts.
+
+The training job runs as a job of its own, whose start (torchrun, ``import torch``, transformers, DeepSpeed)
+costs seconds before its first step. It is started ahead of its turn (``training_jobs.stage_first``) when
+the modules right before the training tests measure on the GPU's own clock: CUDA events around launched
+work (compute) or CUDA graphs (the sweeps), which the job's imports on the host cannot move. Its ranks
+then wait at their gate, touching no GPU, until the node is free. Elsewhere (the CPU, where every probe is
+timed by the host, or a storage probe just before) it starts at its turn, through the same gate.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from acceptance.families import training as plan
+from acceptance.profile.metrics import family_of_module
+from acceptance.run.cluster_run import ClusterRun
+from acceptance.run.training_jobs import stage_first
+
+TRAINING_MODULE = "test_training"
+# families whose figures are timed on the GPU, so that a job importing beside them cannot move one
+GPU_TIMED = frozenset({"compute", "collectives", "internode"})
+
+
+def needed(cluster: ClusterRun, items: list[pytest.Item]) -> list[str]:
+    """The strategies the selected tests of the training module read, in the profile's order."""
+    training = cluster.profile.model.training
+    wanted: set[str] = set()
+    for item in items:
+        if item.path.stem != TRAINING_MODULE:
+            continue
+        params = getattr(item, "callspec", None)
+        found = params.params if params is not None else {}
+        wanted |= {v for k, v in found.items() if k in ("train_strategy", "canary_strategy")}
+        if "canary_strategy" in found:
+            wanted.add(training.strategies[0])  # the reference curve
+        if item.name == "test_scaling_efficiency" and training.scaling_baseline != "none":
+            wanted.add(training.scaling_strategy)
+    return [s for s in training.strategies if s in wanted]
+
+
+def baseline(cluster: ClusterRun, items: list[pytest.Item]) -> plan.Baseline | str | None:
+    """The scaling baseline when its test is selected (it may share the strategies' job)."""
+    if not any(item.path.stem == TRAINING_MODULE and item.name == "test_scaling_efficiency" for item in items):
+        return None
+    return plan.baseline(cluster.profile.model.training, cluster.topology.nproc_per_node, cluster.placement.nodes)
+
+
+def stage_point(cluster: ClusterRun, items: list[pytest.Item]) -> str | None:
+    """The test at whose setup the training job starts: the first of the modules timed on the GPU that run
+    right before the training tests (a module that skips on this cluster, such as the sweeps across nodes
+    on one node, measures nothing and does not end the stretch); None to start it at its turn."""
+    first = next((i for i, item in enumerate(items) if item.path.stem == TRAINING_MODULE), None)
+    if first is None or cluster.topology.device != "cuda":
+        return None
+    start = first
+    while start > 0 and family_of_module(items[start - 1].path.stem) in GPU_TIMED:
+        start -= 1
+    return items[start].nodeid if start < first else None
+
+
+class TrainingStage:
+    """Starts the training job at ``stage_point`` (a plugin object beside the session's)."""
+
+    def __init__(self, session: Any) -> None:
+        self.session = session  # the ClusterSession: its run, and whether it only collects
+        self.at: str | None = None
+        self.items: list[pytest.Item] = []
+
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        if not self.session.collect_only:
+            self.items = list(session.items)
+            self.at = stage_point(self.session.run, self.items)
+
+    @pytest.hookimpl(tryfirst=True)  # before the module's fixtures start its probe
+    def pytest_runtest_setup(self, item: pytest.Item) -> None:
+        if item.nodeid == self.at:
+            self.at = None
+            run = self.session.run
+            stage_first(run, needed(run, self.items), baseline(run, self.items))

@@ -1,0 +1,49 @@
+"""Jobs started ahead of their turn (``launcher.stage``), by probe key, until their run takes them.
+
+A probe that runs as a job of its own pays torchrun's start and its ranks' imports before it measures
+anything: about 9 s for the training job on 2x H200, and its first model build another 4-5 s of imports.
+Started while the node's GPU-timed probes run, a job does that work in their shadow and waits at its gate;
+the run that reaches its key opens the gate once the node is free (``ClusterRun._launch``). Only on one
+node under torchrun: each job there gets a free port of its own (``--standalone``), where several nodes
+would meet at one rendezvous port that the running job still holds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from acceptance.run import launcher as launch
+
+
+@dataclass
+class StagedJob:
+    seq: int  # its number in the session: its folder's prefix
+    spec: dict[str, Any]
+    job: launch.Staged
+
+
+class StagedJobs:
+    def __init__(self) -> None:
+        self.jobs: dict[str, StagedJob] = {}
+
+    def __contains__(self, key: str) -> bool:
+        return key in self.jobs
+
+    def add(self, key: str, seq: int, spec: dict[str, Any], job: launch.Staged) -> None:
+        self.jobs[key] = StagedJob(seq, spec, job)
+
+    def take(self, key: str, spec: dict[str, Any], env: dict[str, str]) -> StagedJob | None:
+        """The job staged for ``key``, when it was started with this spec and no variables of its own (the
+        gate opens on it); one started with another is cancelled, and the run starts a fresh job."""
+        found = self.jobs.pop(key, None)
+        if found is not None and (found.spec != spec or env):
+            launch.cancel(found.job)
+            return None
+        return found
+
+    def cancel_all(self) -> None:
+        """The session is over: end every job no run took (each exits at its gate)."""
+        jobs, self.jobs = self.jobs, {}
+        for staged in jobs.values():
+            launch.cancel(staged.job)

@@ -1,0 +1,126 @@
+"""A job started ahead of its turn: its ranks wait at the gate, the run that reaches it opens the gate, a
+job the run never reached is cancelled and leaves nothing behind, and the plugin starts the training job
+only beside probes timed on the GPU."""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any, cast
+
+import pytest
+
+from acceptance.families import staging
+from acceptance.plugin.training_stage import stage_point
+from acceptance.probes.rank import Heartbeat, wait_at_gate
+from acceptance.profile.loader import load
+from acceptance.run.cluster_run import ClusterRun
+from acceptance.run.placement import Placement
+from tests.test_faults import MARK, assert_nothing_left
+
+IDENT = {"rank": 0, "node_rank": 0, "local_rank": 0, "host": "here"}
+
+
+def _phases(path: Path) -> list[str]:
+    return [name for name, _ in json.loads(path.read_text())["phases"]]
+
+
+@pytest.mark.parametrize(
+    ("word", "goes_on", "status"), [(staging.GO, True, "running"), (staging.CANCEL, False, "cancelled")]
+)
+def test_a_rank_imports_then_waits_for_the_word(tmp_path: Path, word: str, goes_on: bool, status: str) -> None:
+    beat = Heartbeat(tmp_path, IDENT, phase="preload")
+    gate, loaded = tmp_path / staging.GATE, threading.Event()
+
+    def say_word() -> None:
+        loaded.wait()
+        (tmp_path / "word").write_text(word)
+        (tmp_path / "word").rename(gate)  # atomically, as the launcher writes it
+
+    writer = threading.Thread(target=say_word)
+    writer.start()
+    assert wait_at_gate(gate, beat, loaded.set) is goes_on
+    writer.join()
+    state = json.loads(beat.path.read_text())
+    assert state["status"] == status
+    assert _phases(beat.path) == ["preload", "wait for the node", "init process group" if goes_on else "end"]
+
+
+def _run(tmp_path: Path) -> ClusterRun:
+    return ClusterRun(load("local-cpu"), Placement(1, 0, "127.0.0.1", 29400, "default"), tmp_path / "ev", worker=False)
+
+
+@pytest.mark.e2e
+def test_a_staged_job_runs_when_its_probe_comes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(MARK, f"staged-{tmp_path.name}")
+    run = _run(tmp_path)
+    try:
+        assert run.stage("connectivity", run.spec("connectivity"), "connectivity")
+        assert not run.stage("connectivity", run.spec("connectivity"), "connectivity")  # once per key
+        result = run.probe("connectivity")
+    finally:
+        run.close()
+    assert result["missing_ranks"] == []
+    record = run.evidence.doc.probes[0]
+    assert record.status == "ok" and record.staged_s is not None and record.staged_s >= 0
+    folder = run.evidence_dir / cast(str, record.out_dir)
+    assert folder.name == "01-connectivity" and (folder / staging.GATE).read_text() == staging.GO
+    assert json.loads((folder / "spec.json").read_text())["gate"] == str(folder / staging.GATE)
+    assert _phases(folder / "rank-1.json")[:3] == ["preload", "wait for the node", "init process group"]
+    assert json.loads((folder / "rank-0.json").read_text())["cuda_at_gate"] is False
+    assert_nothing_left(f"staged-{tmp_path.name}")
+
+
+@pytest.mark.e2e
+def test_a_job_the_run_never_reaches_is_cancelled(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(MARK, f"cancelled-{tmp_path.name}")
+    run = _run(tmp_path)
+    spec = run.spec("connectivity")
+    assert run.stage("connectivity", spec, "connectivity")
+    # the same key with another spec: the staged job is cancelled and a fresh one runs in a folder of its own
+    result = run.probe("connectivity", {**spec, "note": "another spec"})
+    assert run.stage("compute", run.spec("compute"), "compute")
+    run.close()  # the session ends before compute's turn
+    assert result["missing_ranks"] == []
+    record = run.evidence.doc.probes[0]
+    assert record.out_dir == "probes/02-connectivity" and record.staged_s is None
+    for name in ("01-connectivity", "03-compute"):
+        folder = run.evidence_dir / "probes" / name
+        assert (folder / staging.GATE).read_text() == staging.CANCEL
+        states = [json.loads(p.read_text()) for p in sorted(folder.glob("rank-*.json"))]
+        assert [s["status"] for s in states] == ["cancelled", "cancelled"]  # each left at its gate
+        assert not (folder / "result.json").exists()
+    assert [p.key for p in run.evidence.doc.probes] == ["connectivity"]  # a cancelled job is not a probe
+    assert_nothing_left(f"cancelled-{tmp_path.name}")
+
+
+def _items(*modules: str) -> list[Any]:
+    return [SimpleNamespace(path=Path(f"tests_cluster/{m}.py"), nodeid=f"tests_cluster/{m}.py::t{i}")
+            for m in modules for i in (1, 2)]  # fmt: skip
+
+
+def _cluster(device: str) -> Any:
+    return SimpleNamespace(topology=SimpleNamespace(device=device))
+
+
+def test_the_training_job_starts_beside_the_probes_timed_on_the_gpu_before_it() -> None:
+    order = ("test_connectivity", "test_storage", "test_compute", "test_collectives", "test_internode", "test_training")
+    assert stage_point(_cluster("cuda"), _items(*order)) == "tests_cluster/test_compute.py::t1"
+    assert stage_point(_cluster("cuda"), _items("test_collectives", "test_training")) == (
+        "tests_cluster/test_collectives.py::t1"
+    )
+
+
+@pytest.mark.parametrize(
+    ("device", "modules"),
+    [
+        ("cpu", ("test_collectives", "test_training")),  # timed by the host: nothing may run beside it
+        ("cuda", ("test_compute", "test_storage", "test_training")),  # disk figures: nothing beside them either
+        ("cuda", ("test_training",)),  # nothing before it
+        ("cuda", ("test_compute", "test_collectives")),  # no training selected
+    ],
+)
+def test_otherwise_the_training_job_starts_at_its_turn(device: str, modules: tuple[str, ...]) -> None:
+    assert stage_point(_cluster(device), _items(*modules)) is None
