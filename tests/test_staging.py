@@ -5,6 +5,7 @@ only beside probes timed on the GPU."""
 from __future__ import annotations
 
 import json
+import sys
 import threading
 from pathlib import Path
 from types import SimpleNamespace
@@ -13,8 +14,9 @@ from typing import Any, cast
 import pytest
 
 from acceptance.families import staging
-from acceptance.plugin.training_stage import stage_point
+from acceptance.plugin.training_stage import TrainingStage, stage_point
 from acceptance.probes.rank import Heartbeat, wait_at_gate
+from acceptance.probes.train_strategies import preload
 from acceptance.profile.loader import load
 from acceptance.run.cluster_run import ClusterRun
 from acceptance.run.placement import Placement
@@ -101,8 +103,11 @@ def _items(*modules: str) -> list[Any]:
             for m in modules for i in (1, 2)]  # fmt: skip
 
 
-def _cluster(device: str) -> Any:
-    return SimpleNamespace(topology=SimpleNamespace(device=device))
+def _cluster(device: str, timing: str = "auto") -> Any:
+    collectives = SimpleNamespace(timing=timing)
+    return SimpleNamespace(
+        topology=SimpleNamespace(device=device), profile=SimpleNamespace(model=SimpleNamespace(collectives=collectives))
+    )
 
 
 def test_the_training_job_starts_beside_the_probes_timed_on_the_gpu_before_it() -> None:
@@ -110,6 +115,11 @@ def test_the_training_job_starts_beside_the_probes_timed_on_the_gpu_before_it() 
     assert stage_point(_cluster("cuda"), _items(*order)) == "tests_cluster/test_compute.py::t1"
     assert stage_point(_cluster("cuda"), _items("test_collectives", "test_training")) == (
         "tests_cluster/test_collectives.py::t1"
+    )
+    # sweeps timed eagerly: their small sizes are timed from the host, so only the per-GPU speed stays
+    assert stage_point(_cluster("cuda", "eager"), _items("test_compute", "test_collectives", "test_training")) is None
+    assert stage_point(_cluster("cuda", "eager"), _items("test_storage", "test_compute", "test_training")) == (
+        "tests_cluster/test_compute.py::t1"
     )
 
 
@@ -124,3 +134,29 @@ def test_the_training_job_starts_beside_the_probes_timed_on_the_gpu_before_it() 
 )
 def test_otherwise_the_training_job_starts_at_its_turn(device: str, modules: tuple[str, ...]) -> None:
     assert stage_point(_cluster(device), _items(*modules)) is None
+
+
+def _stage_at(preflight_ok: bool | None, setupplan: bool = False) -> str | None:
+    order = ("test_storage", "test_compute", "test_training")
+    preflight = None if preflight_ok is None else SimpleNamespace(ok=preflight_ok)
+    owner = SimpleNamespace(collect_only=False, preflight=preflight, run=_cluster("cuda"))
+    stage = TrainingStage(owner)
+    option = SimpleNamespace(setupplan=setupplan, setuponly=False)
+    stage.pytest_collection_finish(
+        cast(pytest.Session, SimpleNamespace(items=_items(*order), config=SimpleNamespace(option=option)))
+    )
+    return stage.at
+
+
+def test_no_job_is_staged_for_tests_that_will_not_run() -> None:
+    assert _stage_at(True) == _stage_at(None) == "tests_cluster/test_compute.py::t1"
+    assert _stage_at(False) is None  # the node lacks its GPUs: the training tests skip
+    assert _stage_at(True, setupplan=True) is None  # --setup-plan runs no fixture, so no probe
+
+
+def test_a_failed_preload_is_left_to_the_strategy_that_needs_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "deepspeed", None)  # import deepspeed raises ImportError
+    spec = {"training": {"model": "tiny", "compile": "none"}, "strategies": ["ddp", "zero1"]}
+    preload(spec)  # ddp's job goes on; zero1 fails alone when it imports deepspeed itself
+    with pytest.raises(ImportError):
+        import deepspeed  # noqa: F401

@@ -55,8 +55,11 @@ def stage_point(cluster: ClusterRun, items: list[pytest.Item]) -> str | None:
     first = next((i for i, item in enumerate(items) if item.path.stem == TRAINING_MODULE), None)
     if first is None or cluster.topology.device != "cuda":
         return None
+    timed = GPU_TIMED
+    if cluster.profile.model.collectives.timing == "eager":  # the sweeps' small sizes timed from the host
+        timed = timed - {"collectives", "internode"}
     start = first
-    while start > 0 and family_of_module(items[start - 1].path.stem) in GPU_TIMED:
+    while start > 0 and family_of_module(items[start - 1].path.stem) in timed:
         start -= 1
     return items[start].nodeid if start < first else None
 
@@ -70,9 +73,12 @@ class TrainingStage:
         self.items: list[pytest.Item] = []
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
-        if not self.session.collect_only:
-            self.items = list(session.items)
-            self.at = stage_point(self.session.run, self.items)
+        options = session.config.option
+        preflight = self.session.preflight  # a node without its GPUs skips the training tests
+        if self.session.collect_only or options.setupplan or options.setuponly or (preflight and not preflight.ok):
+            return
+        self.items = list(session.items)
+        self.at = stage_point(self.session.run, self.items)
 
     @pytest.hookimpl(tryfirst=True)  # before the module's fixtures start its probe
     def pytest_runtest_setup(self, item: pytest.Item) -> None:

@@ -9,6 +9,7 @@ fp16 weights with fp32 master copies. fp16 scales the loss (GradScaler, ShardedG
 from __future__ import annotations
 
 import contextlib
+import importlib
 import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -259,16 +260,15 @@ def global_mean(values: list[torch.Tensor], ctx: Ctx) -> list[float]:
 def preload(spec: dict[str, Any]) -> None:
     """What a staged training job imports while it waits for the node (``rank.wait_at_gate``): transformers'
     model classes, DeepSpeed where a strategy runs on it, TorchInductor where layers are compiled; seconds
-    of imports that a job started on a free node spends before its first step. Imports only: no GPU."""
-    import importlib
-
-    from transformers import AutoModelForCausalLM  # noqa: F401  (its model registry, and torch's DTensor)
-
+    of imports that a job started on a free node spends before its first step. Imports only: no GPU. One
+    that fails is left to the strategy that needs it, which fails alone with the same error."""
     t = spec["training"]
     family = SHAPES[t["model"]][0]
-    importlib.import_module(f"transformers.models.{family}.modeling_{family}")
+    wanted = ["transformers", f"transformers.models.{family}.modeling_{family}"]  # with torch's DTensor
     if any(s in (t.get("deepspeed") or {}) or s in STAGE for s in spec["strategies"]):
-        import deepspeed  # noqa: F401
-
+        wanted.append("deepspeed")
     if t.get("compile", "none") != "none":
-        import torch._inductor.compile_fx  # noqa: F401
+        wanted.append("torch._inductor.compile_fx")
+    for module in wanted:
+        with contextlib.suppress(Exception):
+            importlib.import_module(module)

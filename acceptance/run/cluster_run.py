@@ -87,10 +87,11 @@ class ClusterRun:
     def close(self) -> None:
         """End the jobs staged for nothing and this node's worker; release the evidence folder (the run is
         over; its evidence stays)."""
-        self._staged.cancel_all()
-        self.workers.close()
-        if self.lock is not None:
-            self.lock.release()
+        with contextlib.ExitStack() as later:  # each step even when one before it raised (a second Ctrl-C)
+            if self.lock is not None:
+                later.callback(self.lock.release)
+            later.callback(self.workers.close)
+            self._staged.cancel_all()
 
     def discard(self) -> None:
         """The run was refused before it measured anything: remove what claiming the folder created
@@ -164,13 +165,18 @@ class ClusterRun:
             return False
         if self.placement.nodes != 1 or self.topology.launcher != "torchrun":
             return False
-        self._seq += 1
-        out_dir = self.evidence_dir / "probes" / f"{self._seq:02d}-{key}"
-        run_id = f"{self.run_tag or self.profile.sha256[:12]}-{self._seq}-{key}"
+        seq = self._seq + 1
+        out_dir = self.evidence_dir / "probes" / f"{seq:02d}-{key}"
+        run_id = f"{self.run_tag or self.profile.sha256[:12]}-{seq}-{key}"
         where = {"topo": self.topology, "placement": self.placement, "out_dir": out_dir}
         env = launch.child_env(self.profile.model.env, {})
-        job = launch.stage(name, spec, run_id=run_id, timeout_s=self.timeout(name, parts), env=env, **where)
-        self._staged.add(key, self._seq, spec, job)
+        try:
+            job = launch.stage(name, spec, run_id=run_id, timeout_s=self.timeout(name, parts), env=env, **where)
+        except OSError as exc:  # the probe then starts at its turn, and fails there with its own error if it must
+            self.say(f"{key}: not staged: {exc}")
+            return False
+        self._seq = seq
+        self._staged.add(key, seq, spec, job)
         self.say(f"{key}: staged (its job imports what it needs, then waits for the node)")
         return True
 
@@ -202,8 +208,7 @@ class ClusterRun:
         out_dir = where["out_dir"]
         record = self.evidence.probe(name, key, env)
         record.out_dir = str(out_dir.relative_to(self.evidence_dir))
-        if where["staged"] is not None:  # how long its job had been importing and waiting when the node came free
-            record.staged_s = round(time.monotonic() - where["staged"].job.started, 3)
+        staged = where["staged"]
         self.evidence.write()
         ranks = f"{where['placement'].nodes} node(s) x {where['topo'].nproc_per_node} rank(s)"
         self.say(f"{key}: started ({name} probe on {ranks}, timeout {timeout_s:g} s)")
@@ -216,11 +221,13 @@ class ClusterRun:
             self.say(f"{key}: interrupted")
             raise
         except launch.ProbeError as error:
+            record.staged_s = staged.staged_s if staged is not None else None
             record.status, record.error, record.wall_s = "failed", str(error), round(time.monotonic() - start, 3)
             record.result = self._partials[key] = read_partial(out_dir)  # what its ranks finished before it failed
             self.evidence.write()
             self.say(f"{key}: failed in {record.wall_s:.1f} s (the first test of the probe says why)")
             return error
+        record.staged_s = staged.staged_s if staged is not None else None
         record.status, record.wall_s = "ok", round(outcome.wall_s, 3)
         record.argv, record.result = outcome.argv, outcome.result
         if name == "connectivity" and outcome.result:
@@ -233,9 +240,9 @@ class ClusterRun:
         self, key: str, spec: dict[str, Any], env: dict[str, str], topo: Any, placement: Placement
     ) -> tuple[int, dict[str, Any]]:
         """The probe's number in the session and where it runs: its world, its folder, and the job staged
-        for it (``stage``; taken when it was started for this spec and world, else cancelled)."""
+        for it (``stage``; kept when it was started for this spec and world, else cancelled)."""
         same_world = topo == self.topology and placement == self.placement
-        staged = self._staged.take(key, spec, env if same_world else {"world": "smaller"})
+        staged = self._staged.match(key, spec, env if same_world else {"world": "smaller"})
         if staged is None:
             self._seq += 1
         seq = staged.seq if staged is not None else self._seq
@@ -257,7 +264,7 @@ class ClusterRun:
                 if in_worker:
                     return self.workers.run(name, spec, (tag, seq, where["out_dir"]), timeout_s)
                 self.workers.close()  # a job of its own has the node to itself, as before (a staged one's gate opens)
-                job = staged.job if staged is not None else None
+                job = self._staged.take(key).job if staged is not None else None  # from here launch.run ends it
                 return launch.run(
                     name, spec, run_id=f"{tag}-{seq}-{key}", timeout_s=timeout_s, env=env, staged=job, **where
                 )

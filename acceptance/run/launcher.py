@@ -180,6 +180,7 @@ def run(
         except BaseException:
             cancel(staged)
             raise
+        staged.opened = time.monotonic()
     outcome = ProbeRun(probe=probe, argv=staged.argv, out_dir=out_dir)
     stalled, starting = _supervise(outcome, staged, timeout_s)
     return conclude(outcome, outcome.returncode == 0, timeout_s, stalled, starting)
@@ -194,6 +195,7 @@ class Staged:
     proc: subprocess.Popen[bytes]
     log: IO[bytes]
     started: float = field(default_factory=time.monotonic)
+    opened: float | None = None  # when its gate opened (``run``)
 
 
 def stage(

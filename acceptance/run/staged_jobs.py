@@ -22,6 +22,12 @@ class StagedJob:
     spec: dict[str, Any]
     job: launch.Staged
 
+    @property
+    def staged_s(self) -> float | None:
+        """How long it had imported and waited when its gate opened (None before)."""
+        opened = self.job.opened
+        return None if opened is None else round(opened - self.job.started, 3)
+
 
 class StagedJobs:
     def __init__(self) -> None:
@@ -33,17 +39,21 @@ class StagedJobs:
     def add(self, key: str, seq: int, spec: dict[str, Any], job: launch.Staged) -> None:
         self.jobs[key] = StagedJob(seq, spec, job)
 
-    def take(self, key: str, spec: dict[str, Any], env: dict[str, str]) -> StagedJob | None:
-        """The job staged for ``key``, when it was started with this spec and no variables of its own (the
-        gate opens on it); one started with another is cancelled, and the run starts a fresh job."""
-        found = self.jobs.pop(key, None)
+    def match(self, key: str, spec: dict[str, Any], env: dict[str, str]) -> StagedJob | None:
+        """The job staged for ``key``, when it was started with this spec and no variables of its own (its
+        gate opens on it; it stays here, cancelled at the end, until ``take``); one started with another is
+        cancelled now, and the run starts a fresh job."""
+        found = self.jobs.get(key)
         if found is not None and (found.spec != spec or env):
-            launch.cancel(found.job)
+            launch.cancel(self.jobs.pop(key).job)
             return None
         return found
 
+    def take(self, key: str) -> StagedJob:
+        """Hand the job to the run that opens its gate (``launcher.run``), which ends it from then on."""
+        return self.jobs.pop(key)
+
     def cancel_all(self) -> None:
         """The session is over: end every job no run took (each exits at its gate)."""
-        jobs, self.jobs = self.jobs, {}
-        for staged in jobs.values():
-            launch.cancel(staged.job)
+        while self.jobs:
+            launch.cancel(self.jobs.popitem()[1].job)
