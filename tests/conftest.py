@@ -5,7 +5,9 @@ from __future__ import annotations
 import os
 import platform
 import shutil
+import signal
 import subprocess
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +18,12 @@ from tests.harness import ROOT
 # platform.processor() runs `uname -p` once per interpreter and caches it; the evidence records the platform.
 # Asked here, so that the guard below sees only the processes a test starts itself, whatever ran first.
 platform.platform()
+
+# The interrupt tests send SIGINT to a pytest they start, which inherits this process's disposition of the
+# signal: a caller that ignores it (a background job of a non-interactive shell does) would hand SIG_IGN on,
+# and the pytest under test would never see the Ctrl-C. A handled signal is reset to its default on exec.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN and threading.current_thread() is threading.main_thread():
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(autouse=True)

@@ -24,7 +24,7 @@ from acceptance.run import launcher as launch
 from acceptance.run.judging import Judged, judge
 from acceptance.run.placement import Placement
 from acceptance.run.progress import Watch, read_partial
-from acceptance.run.staged_jobs import StagedJob, StagedJobs
+from acceptance.run.staged_jobs import StagedJob, StagedJobs, staged_s
 from acceptance.run.worker import WORKER_PROBES, Workers
 
 
@@ -208,7 +208,6 @@ class ClusterRun:
         out_dir = where["out_dir"]
         record = self.evidence.probe(name, key, env)
         record.out_dir = str(out_dir.relative_to(self.evidence_dir))
-        staged = where["staged"]
         self.evidence.write()
         ranks = f"{where['placement'].nodes} node(s) x {where['topo'].nproc_per_node} rank(s)"
         self.say(f"{key}: started ({name} probe on {ranks}, timeout {timeout_s:g} s)")
@@ -221,13 +220,13 @@ class ClusterRun:
             self.say(f"{key}: interrupted")
             raise
         except launch.ProbeError as error:
-            record.staged_s = staged.staged_s if staged is not None else None
+            record.staged_s = staged_s(where["staged"])
             record.status, record.error, record.wall_s = "failed", str(error), round(time.monotonic() - start, 3)
             record.result = self._partials[key] = read_partial(out_dir)  # what its ranks finished before it failed
             self.evidence.write()
             self.say(f"{key}: failed in {record.wall_s:.1f} s (the first test of the probe says why)")
             return error
-        record.staged_s = staged.staged_s if staged is not None else None
+        record.staged_s = staged_s(where["staged"])
         record.status, record.wall_s = "ok", round(outcome.wall_s, 3)
         record.argv, record.result = outcome.argv, outcome.result
         if name == "connectivity" and outcome.result:
@@ -256,7 +255,8 @@ class ClusterRun:
         lock that was there before it started is named in its error."""
         tag = self.run_tag or self.profile.sha256[:12]
         self._meet_before(name, seq, key, timeout_s)
-        staged: StagedJob | None = where.pop("staged")
+        staged: StagedJob | None = where["staged"]
+        where = {k: where[k] for k in ("topo", "placement", "out_dir")}  # what the launcher takes
         in_worker = staged is None and self.workers.takes(name, env, where["topo"], where["placement"])
         env = launch.child_env(self.profile.model.env, env)
         with Watch(key, where["out_dir"], self.say, env, self.on_row) as watch:

@@ -29,8 +29,7 @@ from acceptance.profile.model import Topology
 from acceptance.run import diagnose, reaper
 from acceptance.run.placement import Placement
 
-# how long a cancelled staged job's ranks get to leave the gate (a file read away) before they are ended
-CANCEL_GRACE_S = 10.0
+CANCEL_GRACE_S = 10.0  # for a cancelled staged job's ranks to leave the gate (a file read away)
 
 
 class ProbeError(Exception):

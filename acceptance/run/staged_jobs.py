@@ -22,12 +22,6 @@ class StagedJob:
     spec: dict[str, Any]
     job: launch.Staged
 
-    @property
-    def staged_s(self) -> float | None:
-        """How long it had imported and waited when its gate opened (None before)."""
-        opened = self.job.opened
-        return None if opened is None else round(opened - self.job.started, 3)
-
 
 class StagedJobs:
     def __init__(self) -> None:
@@ -57,3 +51,9 @@ class StagedJobs:
         """The session is over: end every job no run took (each exits at its gate)."""
         while self.jobs:
             launch.cancel(self.jobs.popitem()[1].job)
+
+
+def staged_s(staged: StagedJob | None) -> float | None:
+    """How long a staged job had imported and waited when its gate opened; None for a job started at its turn."""
+    opened = staged.job.opened if staged is not None else None
+    return None if staged is None or opened is None else round(opened - staged.job.started, 3)
