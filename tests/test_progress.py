@@ -74,12 +74,13 @@ def test_wall_rows_list_each_strategy_under_its_job() -> None:
         "key": "training",
         "status": "ok",
         "wall_s": 40.0,
+        "staged_s": 19.04,
         "result": {"strategies": {"ddp": {"wall_s": 12.5}, "zero2": {"wall_s": 8.0, "error": "x"}}},
     }
     rows = walls.rows(_evidence([{"key": "compute", "status": "ok", "wall_s": 5.0}, training]))
     assert rows == [
         ("compute", 5.0, "ok"),
-        ("training", 40.0, "ok"),
+        ("training", 40.0, "ok (staged 19.0 s before)"),  # its wall time counts from the gate's opening
         ("- ddp", 12.5, "ok"),
         ("- zero2", 8.0, "failed"),
         ("suite", 150.0, "PASS"),

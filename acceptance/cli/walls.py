@@ -3,7 +3,8 @@
     python -m acceptance.cli.walls results/h200-x2/evidence.json
     python -m acceptance.cli.walls before/evidence.json after/evidence.json
 
-One row per probe job (``training`` jobs also list each strategy's part of the job, as ``- <strategy>``; evidence
+One row per probe job (a staged job's wall time counts from its gate's opening, and its status says how long
+it was staged before; ``training`` jobs also list each strategy's part of the job, as ``- <strategy>``; evidence
 written with a job per strategy lists that job's wall time as the strategy's), then the suite's wall time
 from the evidence's start and finish. With two files, rows are matched by name (a strategy's row by the
 strategy, whichever job it ran in) and the change is shown. ``--phases`` adds, per probe, the seconds rank 0
@@ -31,7 +32,9 @@ def rows(data: dict[str, Any]) -> list[Row]:
     """(name, wall seconds, status) per probe job, each training strategy under its job, then the suite."""
     out: list[Row] = []
     for probe in data.get("probes", []):
-        out.append((probe["key"], probe.get("wall_s"), probe.get("status", "?")))
+        staged = probe.get("staged_s")  # started that long before its turn, beside the probes before it
+        status = str(probe.get("status", "?")) + (f" (staged {staged:.1f} s before)" if staged is not None else "")
+        out.append((probe["key"], probe.get("wall_s"), status))
         result = probe.get("result") or {}
         parts = result.get("strategies") or result.get("parts") or {}
         if isinstance(result.get("strategy"), str):  # evidence of a job per strategy: the job is the part
