@@ -31,8 +31,7 @@ def time_eager(op: Op, ctx: Ctx, warmup: int, iters: int) -> list[float]:
     ctx.sync()
     ctx.progress()
     dist.barrier(group=op.group)
-    calls = windows.split(iters)
-    return [s / n for s, n in zip(windows.timed_windows(ctx, op, calls), calls, strict=True)]
+    return windows.timed_windows(ctx, op, windows.split(iters))
 
 
 def time_graph(op: Op, ctx: Ctx, warmup: int, iters: int) -> list[float]:
@@ -43,13 +42,12 @@ def time_graph(op: Op, ctx: Ctx, warmup: int, iters: int) -> list[float]:
             op()
     torch.cuda.current_stream(ctx.device).wait_stream(stream)
     ctx.sync()
-    calls = windows.split(iters)
-    graph = windows.GraphWindows(op, calls, stream)
+    graph = windows.GraphWindows(op, windows.split(iters), stream)
     graph.replay()
     ctx.sync()
     ctx.progress()
     dist.barrier(group=op.group)
-    return [s / n for s, n in zip(graph.replay(), calls, strict=True)]
+    return graph.replay()
 
 
 def measure(ctx: Ctx, name: str, nbytes: int, cfg: dict[str, Any], group: Any = None) -> dict[str, Any]:

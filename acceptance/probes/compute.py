@@ -94,13 +94,12 @@ def seconds_per_call(ctx: Ctx, fn: Callable[[], object], warmup: int, iters: int
         dist.barrier()
     if failed is not None:
         raise failed
-    calls = windows.split(iters)
     sampler = GpuSampler(ctx.device, period_s=CLOCK_SAMPLE_S)
     sampler.start()
-    seconds = windows.timed_windows(ctx, fn, calls)
+    seconds = windows.timed_windows(ctx, fn, windows.split(iters))
     sampled = sampler.stop()
     clocks = {k: sampled[k] for k in ("clock_events", "clock_events_reason")} if ctx.is_cuda else None
-    return Timed([s / n for s, n in zip(seconds, calls, strict=True)], clocks)
+    return Timed(seconds, clocks)
 
 
 def _random(shape: tuple[int, int], dtype: torch.dtype, device: torch.device, seed: int) -> torch.Tensor:

@@ -27,23 +27,18 @@ def split(iters: int) -> list[int]:
 
 
 def timed_windows(ctx: Ctx, fn: Callable[[], object], calls: list[int]) -> list[float]:
-    """Seconds of each window of back-to-back calls, one loop: CUDA events between windows on a GPU, the host
-    clock on the CPU."""
+    """Seconds per call in each window of back-to-back calls, one loop: CUDA events between windows on a GPU,
+    the host clock on the CPU."""
     if ctx.is_cuda:
         marks = [torch.cuda.Event(enable_timing=True) for _ in range(len(calls) + 1)]
-        marks[0].record()
-        for n, mark in zip(calls, marks[1:], strict=True):
-            for _ in range(n):
-                fn()
-            mark.record()
-        marks[-1].synchronize()
-        return [a.elapsed_time(b) / 1e3 for a, b in itertools.pairwise(marks)]
+        _marked_loop(fn, calls, marks)
+        return _per_call(marks, calls)
     stamps = [time.perf_counter()]
     for n in calls:
         for _ in range(n):
             fn()
         stamps.append(time.perf_counter())
-    return [b - a for a, b in itertools.pairwise(stamps)]
+    return [(b - a) / n for (a, b), n in zip(itertools.pairwise(stamps), calls, strict=True)]
 
 
 class GraphWindows:
@@ -55,17 +50,27 @@ class GraphWindows:
     the launch to the first window and leave the others unmarked."""
 
     def __init__(self, fn: Callable[[], object], calls: list[int], stream: torch.cuda.Stream) -> None:
+        self.calls = calls
         self.marks = [torch.cuda.Event(enable_timing=True, external=True) for _ in range(len(calls) + 1)]
         self.graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(self.graph, stream=stream):
-            self.marks[0].record()
-            for n, mark in zip(calls, self.marks[1:], strict=True):
-                for _ in range(n):
-                    fn()
-                mark.record()
+            _marked_loop(fn, calls, self.marks)
 
     def replay(self) -> list[float]:
-        """One replay; the seconds of each window."""
+        """One replay; the seconds per call in each window."""
         self.graph.replay()
-        self.marks[-1].synchronize()
-        return [a.elapsed_time(b) / 1e3 for a, b in itertools.pairwise(self.marks)]
+        return _per_call(self.marks, self.calls)
+
+
+def _marked_loop(fn: Callable[[], object], calls: list[int], marks: list[torch.cuda.Event]) -> None:
+    """The loop, a mark before it and after each window (recorded now, or captured into a graph)."""
+    marks[0].record()
+    for n, mark in zip(calls, marks[1:], strict=True):
+        for _ in range(n):
+            fn()
+        mark.record()
+
+
+def _per_call(marks: list[torch.cuda.Event], calls: list[int]) -> list[float]:
+    marks[-1].synchronize()
+    return [a.elapsed_time(b) / 1e3 / n for (a, b), n in zip(itertools.pairwise(marks), calls, strict=True)]

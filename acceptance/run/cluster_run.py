@@ -240,8 +240,8 @@ class ClusterRun:
     ) -> tuple[int, dict[str, Any]]:
         """The probe's number in the session and where it runs: its world, its folder, and the job staged
         for it (``stage``; kept when it was started for this spec and world, else cancelled)."""
-        same_world = topo == self.topology and placement == self.placement
-        staged = self._staged.match(key, spec, env if same_world else {"world": "smaller"})
+        as_staged = topo == self.topology and placement == self.placement and not env
+        staged = self._staged.match(key, spec, as_staged)
         if staged is None:
             self._seq += 1
         seq = staged.seq if staged is not None else self._seq

@@ -33,12 +33,12 @@ class StagedJobs:
     def add(self, key: str, seq: int, spec: dict[str, Any], job: launch.Staged) -> None:
         self.jobs[key] = StagedJob(seq, spec, job)
 
-    def match(self, key: str, spec: dict[str, Any], env: dict[str, str]) -> StagedJob | None:
-        """The job staged for ``key``, when it was started with this spec and no variables of its own (its
-        gate opens on it; it stays here, cancelled at the end, until ``take``); one started with another is
-        cancelled now, and the run starts a fresh job."""
+    def match(self, key: str, spec: dict[str, Any], as_staged: bool) -> StagedJob | None:
+        """The job staged for ``key``, when the run asks for this spec and ``as_staged`` (the whole world,
+        no variables of its own, as every job is staged): its gate opens on it, and it stays here, cancelled
+        at the end, until ``take``. One staged for another run is cancelled now, and a fresh job starts."""
         found = self.jobs.get(key)
-        if found is not None and (found.spec != spec or env):
+        if found is not None and (found.spec != spec or not as_staged):
             launch.cancel(self.jobs.pop(key).job)
             return None
         return found
