@@ -23,6 +23,7 @@ from typing import Any
 
 import pytest
 
+from acceptance.run.worker import EARLY
 from tests.harness import PLUGIN_ARGS, ROOT, evidence, free_port
 from tests.test_multinode import run_nodes
 
@@ -231,4 +232,5 @@ def test_a_gpu_profile_on_a_cpu_only_torch_is_one_line(suite: pytest.Pytester) -
     data = assert_failed_evidence(run, complete=True)
     assert data["errors"][0].startswith("preflight: profile h200-x2") and data["probes"] == []
     assert data["cluster"]["preflight"]["ok"] is False
+    assert (run.folder / "workers" / EARLY / "torchrun.log").is_file()  # started beside the preflight, then ended
     assert_nothing_left(run.mark)

@@ -16,7 +16,7 @@ import pytest
 from acceptance.plugin.options import on_off
 from acceptance.profile.model import Topology
 from acceptance.run.placement import Placement
-from acceptance.run.worker import Worker, Workers, copy_logs, log_sizes
+from acceptance.run.worker import EARLY, Worker, Workers, copy_logs, log_sizes
 from tests.test_faults import Run, assert_nothing_left, hung_connectivity
 
 CPU = Topology(device="cpu", backend="gloo", ranks_per_node=2)
@@ -53,6 +53,13 @@ def test_under_srun_every_probe_keeps_a_job_of_its_own() -> None:
     srun = CPU.model_copy(update={"launcher": "srun"})
     assert not workers(srun).takes("compute", {}, srun, ONE_NODE)
     assert workers(srun).session_env == {}  # the probe reads SLURM_NODEID there
+
+
+def test_only_one_node_under_torchrun_starts_its_worker_with_the_session() -> None:
+    two = Placement(2, 1, "gpu-01", 29400, "slurm")  # the nodes start theirs together, at the first probe
+    srun = CPU.model_copy(update={"launcher": "srun"})
+    for pool in (workers(placement=two), workers(srun), workers(enabled=False)):
+        assert not pool.start_early("run", 60.0) and pool.current is None
 
 
 class FakeWorker:
@@ -122,12 +129,15 @@ def test_successive_probes_run_in_one_worker_job(suite: pytest.Pytester) -> None
     assert run.wait() == pytest.ExitCode.OK, run.output
     found = probes(run)
     assert [(p["key"], p["status"]) for p in found] == [("connectivity", "ok"), ("storage", "ok"), ("compute", "ok")]
-    # one torchrun start, whose ranks ran every probe: the same processes in every probe's heartbeats
-    assert worker_folders(run) == ["01-connectivity"]
+    # one torchrun start, with the session (before its first probe's folder), whose ranks ran every probe:
+    # the same processes in every probe's heartbeats
+    assert worker_folders(run) == [EARLY]
+    first_probe = run.folder / found[0]["out_dir"] / "spec.json"
+    assert (run.folder / "workers" / EARLY / "spec.json").stat().st_mtime_ns < first_probe.stat().st_mtime_ns
     pids = [rank_pids(run, p) for p in found]
     assert len(pids[0]) == 2 and pids[0] == pids[1] == pids[2]
     assert len({tuple(p["argv"]) for p in found}) == 1 and "acceptance.probes.worker" in found[0]["argv"]
-    requests = run.folder / "workers" / "01-connectivity" / "requests"
+    requests = run.folder / "workers" / EARLY / "requests"
     assert json.loads((requests / "4.json").read_text()) == {"exit": True}  # told to exit at the session's end
     for probe in found:  # each probe's folder as a job of its own leaves it
         out = run.folder / probe["out_dir"]
@@ -147,7 +157,7 @@ def test_a_crash_fails_its_probe_and_the_next_one_runs_in_a_fresh_worker(suite: 
     assert re.search(headline, run.output), run.output
     found = probes(run)
     assert [(p["key"], p["status"]) for p in found] == [("connectivity", "failed"), ("compute", "ok")]
-    assert worker_folders(run) == ["01-connectivity", "02-compute"]
+    assert worker_folders(run) == [EARLY, "02-compute"]
     assert not set(rank_pids(run, found[0]).values()) & set(rank_pids(run, found[1]).values())
     assert_nothing_left(run.mark)
 
@@ -159,7 +169,7 @@ def test_a_hang_times_out_naming_the_rank_and_the_next_probe_runs(suite: pytest.
     assert re.search(hung_connectivity(30), run.output), run.output
     found = probes(run)
     assert [(p["key"], p["status"]) for p in found] == [("connectivity", "failed"), ("compute", "ok")]
-    assert worker_folders(run) == ["01-connectivity", "02-compute"]
+    assert worker_folders(run) == [EARLY, "02-compute"]
     assert_nothing_left(run.mark)
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from acceptance.profile.metrics import family_of_module
 from acceptance.run import preflight
 from acceptance.run.cluster_run import ClusterRun
 from acceptance.run.launcher import ProbeError, child_env
@@ -21,7 +22,11 @@ NEEDS_EVERY_GPU = ("connectivity", "health", "compute", "storage", "collectives"
 PREFIX = "preflight: "
 
 
-def run_preflight(run: ClusterRun) -> preflight.PreflightResult | None:
+def run_preflight(run: ClusterRun, start_worker: bool) -> preflight.PreflightResult | None:
+    """The preflight, with the probe worker starting beside it where it can (``Workers.start_early``: both
+    import torch, seconds each); a node that fails its preflight ends the worker, which it cannot use."""
+    if start_worker and run.persist:
+        run.workers.start_early(run.tag, run.timeout("connectivity"))
     result = preflight.injected(os.environ)
     if result is None:
         if run.topology.device != "cuda":
@@ -30,8 +35,16 @@ def run_preflight(run: ClusterRun) -> preflight.PreflightResult | None:
     run.evidence.cluster.preflight = {"ok": result.ok, "message": result.message, "gpus": result.gpus}
     if not result.ok:
         run.evidence.error(f"{PREFIX}{result.message}")
+        run.workers.close()
     run.evidence.write()
     return result
+
+
+def end_unused_worker(run: ClusterRun, items: list[pytest.Item]) -> None:
+    """The worker started with the session is ended when the selection has only training tests (a job of
+    its own): it would hold every GPU's CUDA context and NCCL buffers until training's turn, for nothing."""
+    if all(family_of_module(item.path.stem) == "training" for item in items):
+        run.workers.close()
 
 
 def fail_with_other_nodes(

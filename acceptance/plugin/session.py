@@ -25,6 +25,7 @@ from acceptance.plugin import options
 from acceptance.plugin.outcomes import outcome_of, report_unrun
 from acceptance.plugin.preflight_hooks import (
     PREFIX,
+    end_unused_worker,
     fail_the_gate,
     fail_with_other_nodes,
     run_preflight,
@@ -112,7 +113,8 @@ class ClusterSession:
 
     def pytest_sessionstart(self, session: pytest.Session) -> None:
         if not self.collect_only:
-            self.preflight = run_preflight(self.run)
+            options = session.config.option  # --setup-plan and --setup-only run no probe
+            self.preflight = run_preflight(self.run, not (options.setupplan or options.setuponly))
 
     def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
         skip_without_gpus(self.preflight, items)
@@ -134,6 +136,7 @@ class ClusterSession:
                 f"no cluster test was selected, so nothing would be measured (profile {self.run.profile.name}): "
                 "run the suite, e.g. pytest --cluster-profile NAME tests_cluster/"
             )
+        end_unused_worker(self.run, session.items)
         if self.meets:
             self._meet(session.items)
 

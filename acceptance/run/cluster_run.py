@@ -54,13 +54,9 @@ class ClusterRun:
         """Claim the evidence folder (raises EvidenceFolderError) and write the first evidence."""
         if self.persist:
             self.lock = claim(self.evidence_dir)
-        profile = {
-            "name": self.profile.name,
-            "path": str(self.profile.path),
-            "sha256": self.profile.sha256,
-            "extends": [str(p) for p in self.profile.chain[1:]],
-            "resolved": self.profile.resolved,
-        }
+        p = self.profile
+        profile: dict[str, Any] = {"name": p.name, "path": str(p.path), "sha256": p.sha256}
+        profile |= {"extends": [str(c) for c in p.chain[1:]], "resolved": p.resolved}
         topo = {
             "nodes": self.placement.nodes,
             "node_rank": self.placement.node_rank,
@@ -103,6 +99,11 @@ class ClusterRun:
             with contextlib.suppress(OSError):
                 self.evidence_dir.rmdir()
         self.evidence.persist = False
+
+    @property
+    def tag(self) -> str:
+        """What names the run's rendezvous: node 0's session id on several nodes, else the profile's hash."""
+        return self.run_tag or self.profile.sha256[:12]
 
     @property
     def topology(self) -> Any:
@@ -167,7 +168,7 @@ class ClusterRun:
             return False
         seq = self._seq + 1
         out_dir = self.evidence_dir / "probes" / f"{seq:02d}-{key}"
-        run_id = f"{self.run_tag or self.profile.sha256[:12]}-{seq}-{key}"
+        run_id = f"{self.tag}-{seq}-{key}"
         where = {"topo": self.topology, "placement": self.placement, "out_dir": out_dir}
         env = launch.child_env(self.profile.model.env, {})
         try:
@@ -253,7 +254,6 @@ class ClusterRun:
     ) -> launch.ProbeRun:
         """The probe's job, once every node is ready for it, watched for progress; a torch extension build
         lock that was there before it started is named in its error."""
-        tag = self.run_tag or self.profile.sha256[:12]
         self._meet_before(name, seq, key, timeout_s)
         staged: StagedJob | None = where["staged"]
         where = {k: where[k] for k in ("topo", "placement", "out_dir")}  # what the launcher takes
@@ -262,11 +262,11 @@ class ClusterRun:
         with Watch(key, where["out_dir"], self.say, env, self.on_row) as watch:
             try:
                 if in_worker:
-                    return self.workers.run(name, spec, (tag, seq, where["out_dir"]), timeout_s)
+                    return self.workers.run(name, spec, (self.tag, seq, where["out_dir"]), timeout_s)
                 self.workers.close()  # a job of its own has the node to itself, as before (a staged one's gate opens)
                 job = self._staged.take(key).job if staged is not None else None  # from here launch.run ends it
                 return launch.run(
-                    name, spec, run_id=f"{tag}-{seq}-{key}", timeout_s=timeout_s, env=env, staged=job, **where
+                    name, spec, run_id=f"{self.tag}-{seq}-{key}", timeout_s=timeout_s, env=env, staged=job, **where
                 )
             except launch.ProbeError as exc:
                 raise launch.ProbeError("\n".join([str(exc), *watch.stale_locks()]), exc.out_dir) from None

@@ -35,6 +35,7 @@ POLL_S = 0.05  # how often the plugin looks for the probe's end: a few small fil
 # how long ranks told to exit get before they are ended; on several nodes torchrun's agents leave together
 # (its exit barrier), and the nodes close their workers within seconds of each other, after the verdicts
 EXIT_GRACE_S = 10.0
+EARLY = "00-session-start"  # the folder of the worker started with the session (``Workers.start_early``)
 # The probes that run on the whole world with the session's environment and keep nothing in the process
 # from one probe to the next (``Ctx.release``): the worker runs them. Training keeps a fresh process per
 # job (DeepSpeed's and torch.compile's module state, GPU memory), and so does a run on a smaller world (a
@@ -54,8 +55,10 @@ class Worker:
         run_id: str,
         env: Mapping[str, str],
         timeouts: tuple[float, float],
+        early: bool = False,
     ) -> None:
-        """``timeouts``: the process group's and the rendezvous' (the first probe's), in seconds."""
+        """``timeouts``: the process group's and the rendezvous' (the first probe's), in seconds; ``early``:
+        started before the session knew its first probe (``Workers.start``)."""
         pg_timeout_s, join_timeout_s = timeouts
         folder.mkdir(parents=True, exist_ok=True)
         spec = folder / "spec.json"
@@ -65,7 +68,7 @@ class Worker:
         program += ["--requests", str(folder / "requests" / "{number}.json")]
         self.argv = launch.torchrun_argv("worker", folder, topo, placement, run_id, join_timeout_s, env, program)
         self.served = 0
-        self.started = time.monotonic()
+        self.started, self.early = time.monotonic(), early
         with open(folder / "torchrun.log", "wb") as log:  # the job writes to its own copy of the file
             self.proc = launch.spawn(self.argv, env, log)
 
@@ -75,10 +78,12 @@ class Worker:
 
     def run(self, probe: str, spec: dict[str, Any], out_dir: Path, topo: Topology, timeout_s: float) -> launch.ProbeRun:
         """Run ``probe`` in the worker; raise ``launcher.ProbeError`` (the job has then exited or been ended)
-        unless it produced a result. The first probe's time counts from the worker's start, which it waited for."""
+        unless it produced a result. The first probe's time counts from the worker's start, which it waited for;
+        a worker started early has started beside the session's own start, and its first probe counts from its
+        request, the rest of the start included."""
         launch.prepare(out_dir, spec, topo, timeout_s)
         marks = log_sizes(self.folder)
-        start = self.started if self.served == 0 else time.monotonic()
+        start = self.started if self.served == 0 and not self.early else time.monotonic()
         self.served += 1
         self._post({"probe": probe, "spec": str(out_dir / "spec.json"), "out": str(out_dir)})
         outcome = launch.ProbeRun(probe=probe, argv=self.argv, out_dir=out_dir)
@@ -124,7 +129,12 @@ class Worker:
         reaper.end(self.proc, lambda: launch.local_ranks(out_dir, self.spec) if out_dir else [], hung=hung)
 
     def close(self) -> None:
-        """Tell the ranks to exit, give them EXIT_GRACE_S, then end whatever is left."""
+        """Tell the ranks to exit, give them EXIT_GRACE_S, then end whatever is left; a worker that ran no
+        probe (started early for a session that had none for it) is ended at once: its ranks may still be
+        starting, and have nothing to finish."""
+        if self.served == 0:
+            self.end()
+            return
         try:
             if self.alive:
                 self.served += 1
@@ -211,12 +221,9 @@ class Workers:
         the probe's number in the session and its folder."""
         tag, seq, out_dir = where
         if self.current is None or not self.current.alive:
-            self.close()
-            self.started_at = out_dir.name  # NN-key: the same on every node
-            timeouts = (self.pg_timeout_s, timeout_s)
-            folder = self.folder / self.started_at
-            self.current = Worker(folder, self.topo, self.placement, f"{tag}-worker-{seq}", self.env, timeouts)
+            self.start(out_dir.name, f"{tag}-worker-{seq}", timeout_s)  # NN-key: the same on every node
         worker = self.current
+        assert worker is not None
         try:
             return worker.run(probe, spec, out_dir, self.topo, timeout_s)
         except BaseException:
@@ -224,6 +231,23 @@ class Workers:
             if worker.alive:  # a crash or a timeout has ended it; anything else leaves it unusable
                 worker.end(out_dir)
             raise
+
+    def start(self, name: str, run_id: str, join_timeout_s: float, early: bool = False) -> None:
+        """A fresh worker in ``folder/name`` (the name every node gives it), joining the rendezvous ``run_id``
+        within ``join_timeout_s``."""
+        self.close()
+        self.started_at = name
+        timeouts = (self.pg_timeout_s, join_timeout_s)
+        self.current = Worker(self.folder / name, self.topo, self.placement, run_id, self.env, timeouts, early)
+
+    def start_early(self, tag: str, join_timeout_s: float) -> bool:
+        """Start the worker with the session, before its first probe is known, when it can be: one node under
+        torchrun (several nodes start theirs together at their first probe's barrier). Its start (torchrun,
+        ``import torch`` in every rank, the process group) then runs beside the preflight and the collection."""
+        if not self.enabled or self.placement.nodes != 1 or self.topo.launcher != "torchrun":
+            return False
+        self.start(EARLY, f"{tag}-worker-0", join_timeout_s, early=True)
+        return True
 
     def close(self) -> None:
         """Tell the worker's ranks to exit and reap them (the session's end, or before a job of its own, which
