@@ -37,6 +37,9 @@ def _fast_tier_starts_no_process(request: pytest.FixtureRequest, monkeypatch: py
         raise AssertionError(f"this test starts a process ({args!r}) but is not marked e2e: the fast tier starts none")
 
     monkeypatch.setattr(subprocess.Popen, "__init__", refuse)
+    # the sessions it runs in its own process measure nothing, and a session starts its probe worker (a
+    # process) beside its preflight as soon as it has selected a test of a family that the worker runs
+    monkeypatch.setenv("CLUSTER_WORKER", "off")
 
 
 @pytest.fixture

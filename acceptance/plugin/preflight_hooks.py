@@ -16,16 +16,18 @@ from acceptance.profile.metrics import family_of_module
 from acceptance.run import preflight
 from acceptance.run.cluster_run import ClusterRun
 from acceptance.run.launcher import ProbeError, child_env
+from acceptance.run.worker import WORKER_PROBES
 
 # the families whose probes start a rank on every GPU of the node: pointless, and noisy, without them
 NEEDS_EVERY_GPU = ("connectivity", "health", "compute", "storage", "collectives", "internode", "training")
 PREFIX = "preflight: "
 
 
-def run_preflight(run: ClusterRun, start_worker: bool) -> preflight.PreflightResult | None:
-    """The preflight, with the probe worker starting beside it where it can (``Workers.start_early``: both
-    import torch, seconds each); a node that fails its preflight ends the worker, which it cannot use."""
-    if start_worker and run.persist:
+def run_preflight(run: ClusterRun, items: list[pytest.Item], probes: bool) -> preflight.PreflightResult | None:
+    """The preflight, with the probe worker starting beside it when a selected test needs it and ``probes``
+    will run (``Workers.start_early``: both import torch, seconds each); a node that fails its preflight
+    ends the worker, which it cannot use."""
+    if probes and run.persist and any(family_of_module(item.path.stem) in WORKER_PROBES for item in items):
         run.workers.start_early(run.tag, run.timeout("connectivity"))
     result = preflight.injected(os.environ)
     if result is None:
@@ -38,13 +40,6 @@ def run_preflight(run: ClusterRun, start_worker: bool) -> preflight.PreflightRes
         run.workers.close()
     run.evidence.write()
     return result
-
-
-def end_unused_worker(run: ClusterRun, items: list[pytest.Item]) -> None:
-    """The worker started with the session is ended when the selection has only training tests (a job of
-    its own): it would hold every GPU's CUDA context and NCCL buffers until training's turn, for nothing."""
-    if all(family_of_module(item.path.stem) == "training" for item in items):
-        run.workers.close()
 
 
 def fail_with_other_nodes(

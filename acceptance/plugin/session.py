@@ -25,7 +25,6 @@ from acceptance.plugin import options
 from acceptance.plugin.outcomes import outcome_of, report_unrun
 from acceptance.plugin.preflight_hooks import (
     PREFIX,
-    end_unused_worker,
     fail_the_gate,
     fail_with_other_nodes,
     run_preflight,
@@ -111,12 +110,11 @@ class ClusterSession:
     def pytest_report_header(self, config: pytest.Config) -> list[str]:
         return header_lines(self.run, self.meets)
 
-    def pytest_sessionstart(self, session: pytest.Session) -> None:
+    @pytest.hookimpl(trylast=True)  # on the tests left after -k and -m
+    def pytest_collection_modifyitems(self, config: pytest.Config, items: list[pytest.Item]) -> None:
         if not self.collect_only:
-            options = session.config.option  # --setup-plan and --setup-only run no probe
-            self.preflight = run_preflight(self.run, not (options.setupplan or options.setuponly))
-
-    def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
+            options = config.option  # --setup-plan and --setup-only run no probe
+            self.preflight = run_preflight(self.run, items, not (options.setupplan or options.setuponly))
         skip_without_gpus(self.preflight, items)
 
     def pytest_runtest_setup(self, item: pytest.Item) -> None:
@@ -136,7 +134,6 @@ class ClusterSession:
                 f"no cluster test was selected, so nothing would be measured (profile {self.run.profile.name}): "
                 "run the suite, e.g. pytest --cluster-profile NAME tests_cluster/"
             )
-        end_unused_worker(self.run, session.items)
         if self.meets:
             self._meet(session.items)
 
