@@ -52,6 +52,9 @@ def test_one_folder_for_both_nodes_is_shared(tmp_path: Path) -> None:
     ranks = by_name(data, "test_checkpoint_intact[tmp]")["measurements"]["ranks"]
     # each node read back the shard the other node wrote
     assert [(r["rank"], r["read_from"], r["wrong"]) for r in ranks] == [(0, 1, 0), (1, 0, 0)]
+    # each rank names the files it wrote, which it removed itself; none of them is another rank's
+    assert all(r["files"] and all(f.startswith("checkpoint/") for f in r["files"]) for r in ranks), ranks
+    assert not set(ranks[0]["files"]) & set(ranks[1]["files"])
     assert list(shared.iterdir()) == []
 
 

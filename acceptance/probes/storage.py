@@ -22,7 +22,7 @@ import signal
 import tempfile
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
@@ -48,12 +48,14 @@ class TimedWriter(FileSystemWriter):
     """The writer a training job uses (``sync_files=True``: every file fsync'd), timing this rank's writes."""
 
     seconds = 0.0
+    files: tuple[str, ...] = ()  # the files this rank wrote, relative to the checkpoint's folder
 
     def write_data(self, plan: Any, planner: Any) -> Any:
         t0 = time.perf_counter()
         done = super().write_data(plan, planner)
         done.wait()
         self.seconds = time.perf_counter() - t0
+        self.files = tuple(sorted({r.storage_data.relative_path for r in done.value()}))
         return done
 
 
@@ -118,7 +120,8 @@ def checkpoint(ctx: Ctx, name: str, folder: Path, nbytes: int, read_from: int, g
 def write_shard(ctx: Ctx, folder: Path, nbytes: int, group: Any) -> dict[str, Any]:
     state, writer = make_state(ctx, nbytes, ctx.rank), TimedWriter(folder)
     seconds, error = timed(ctx, lambda: save(state, storage_writer=writer, process_group=group), group)
-    return {"tensors": len(state), "save_s": seconds, "write_s": writer.seconds, "error": error}
+    files = [f"{folder.name}/{name}" for name in writer.files]  # relative to the run folder
+    return {"tensors": len(state), "save_s": seconds, "write_s": writer.seconds, "error": error, "files": files}
 
 
 def read_shard(ctx: Ctx, folder: Path, nbytes: int, read_from: int, group: Any) -> dict[str, Any]:
@@ -150,7 +153,8 @@ def check_path(ctx: Ctx, name: str, cfg: dict[str, Any], run_name: str, group: A
         if not result["skipped"]:
             result["checkpoint"] = checkpoint_all(ctx, name, run_dir, nbytes, shared, group)
         ctx.phase(f"storage {name}: clean up")
-        result["left_behind"] = clean_up(ctx, run_dir)
+        mine = result["checkpoint"]["ranks"][ctx.rank].get("files", []) if result["checkpoint"] else []
+        result["left_behind"] = clean_up(ctx, run_dir, mine)
     return result
 
 
@@ -189,10 +193,16 @@ def checkpoint_all(ctx: Ctx, name: str, run_dir: Path, nbytes: int, shared: bool
     }
 
 
-def clean_up(ctx: Ctx, run_dir: Path) -> list[str]:
-    """Node 0 removes the run folder first (on a shared path the others would race it), then every node
-    removes what it still sees of it; what remains anywhere, by node."""
+def clean_up(ctx: Ctx, run_dir: Path, mine: list[str]) -> list[str]:
+    """Every rank removes the files it wrote (``mine``, relative to the run folder) at once: removing a
+    shard of gigabytes takes the filesystem seconds, and the ranks' shards are apart. Then node 0 removes
+    the run folder (on a shared path the others would race it), then every node removes what it still
+    sees of it; what remains anywhere, by node."""
     ctx.gather(None)  # every rank is done with the files
+    for name in mine:
+        with suppress(OSError):  # what is left is found and named below
+            (run_dir / name).unlink()
+    ctx.gather(None)
     if ctx.rank == 0:
         files.remove_tree(run_dir)
     ctx.gather(None)
