@@ -86,7 +86,7 @@ class ClusterRun:
         with contextlib.ExitStack() as later:  # each step even when one before it raised (a second Ctrl-C)
             if self.lock is not None:
                 later.callback(self.lock.release)
-            later.callback(self.workers.close)
+            later.callback(self.workers.shut_down)
             self._staged.cancel_all()
 
     def discard(self) -> None:

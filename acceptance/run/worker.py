@@ -69,6 +69,7 @@ class Worker:
         self.argv = launch.torchrun_argv("worker", folder, topo, placement, run_id, join_timeout_s, env, program)
         self.served = 0
         self.started, self.early = time.monotonic(), early
+        self.last_out: Path | None = None  # the folder of the last probe it was handed: its ranks' heartbeats
         with open(folder / "torchrun.log", "wb") as log:  # the job writes to its own copy of the file
             self.proc = launch.spawn(self.argv, env, log)
 
@@ -84,7 +85,7 @@ class Worker:
         launch.prepare(out_dir, spec, topo, timeout_s)
         marks = log_sizes(self.folder)
         start = self.started if self.served == 0 and not self.early else time.monotonic()
-        self.served += 1
+        self.served, self.last_out = self.served + 1, out_dir
         self._post({"probe": probe, "spec": str(out_dir / "spec.json"), "out": str(out_dir)})
         outcome = launch.ProbeRun(probe=probe, argv=self.argv, out_dir=out_dir)
         try:
@@ -129,21 +130,25 @@ class Worker:
         reaper.end(self.proc, lambda: launch.local_ranks(out_dir, self.spec) if out_dir else [], hung=hung)
 
     def close(self) -> None:
-        """Tell the ranks to exit, give them EXIT_GRACE_S, then end whatever is left; a worker that ran no
-        probe (started early for a session that had none for it) is ended at once: its ranks may still be
-        starting, and have nothing to finish."""
+        """Tell the ranks to exit and wait until they have, EXIT_GRACE_S at most, then end whatever is left
+        of them: their GPUs are free from then on. torchrun's own exit after its ranks' (its agent's
+        bookkeeping, about a second) goes on beside the next probe, and ``Workers.shut_down`` waits for it.
+        A worker that ran no probe (started early for a session that had none for it) is ended at once: its
+        ranks may still be starting, and have nothing to finish."""
         if self.served == 0:
             self.end()
             return
+        ranks = launch.local_ranks(self.last_out, self.spec) if self.last_out is not None else []
         try:
             if self.alive:
                 self.served += 1
                 self._post({"exit": True})
-                self.proc.wait(timeout=EXIT_GRACE_S)
-        except subprocess.TimeoutExpired:
-            pass
+                deadline = time.monotonic() + EXIT_GRACE_S
+                # without heartbeats to name the ranks, the job's own exit says they are gone
+                while self.alive and (not ranks or any(map(reaper.alive, ranks))) and time.monotonic() < deadline:
+                    time.sleep(POLL_S)
         finally:
-            if self.alive:
+            if any(map(reaper.alive, ranks)) or (not ranks and self.alive):
                 self.end()
 
 
@@ -195,6 +200,7 @@ class Workers:
         self.env = launch.child_env(profile_env, self.session_env)
         self.pg_timeout_s = pg_timeout_s
         self.current: Worker | None = None
+        self.leaving: list[Worker] = []  # closed workers whose torchrun is still exiting
         self.started_at = ""  # the probe the current worker started with: every node's must be the same one
 
     def takes(self, probe: str, env: Mapping[str, str], topo: Topology, placement: Placement) -> bool:
@@ -250,8 +256,24 @@ class Workers:
         return True
 
     def close(self) -> None:
-        """Tell the worker's ranks to exit and reap them (the session's end, or before a job of its own, which
-        has the node to itself as before: its GPUs free of the worker's CUDA context and NCCL buffers)."""
+        """Tell the worker's ranks to exit and wait for them (before a job of its own, which has the node to
+        itself as before: its GPUs free of the worker's CUDA context and NCCL buffers)."""
         worker, self.current = self.current, None
         if worker is not None:
             worker.close()
+            if worker.alive:
+                self.leaving.append(worker)
+
+    def shut_down(self) -> None:
+        """The session's end: close the worker, then wait for every closed one's torchrun to exit, ending
+        what is left after EXIT_GRACE_S."""
+        self.close()
+        leaving, self.leaving = self.leaving, []
+        for worker in leaving:
+            try:
+                worker.proc.wait(timeout=EXIT_GRACE_S)
+            except subprocess.TimeoutExpired:
+                pass
+            finally:
+                if worker.alive:
+                    worker.end()
