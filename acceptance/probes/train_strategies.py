@@ -272,12 +272,3 @@ def preload(spec: dict[str, Any]) -> None:
     for module in wanted:
         with contextlib.suppress(Exception):
             importlib.import_module(module)
-    if t.get("compile", "none") != "none":
-        # TorchInductor's pool of compile processes, which torch starts at a job's first compilation "as
-        # early as possible" because it is slow to start (torch/_dynamo/backends/inductor.py): until it is
-        # up, kernels compile one at a time in the rank. Started here, beside the wait, it is ready for the
-        # first step. Processes on the host only; without Triton (a CPU build) it is a no-op.
-        with contextlib.suppress(Exception):
-            from torch._inductor.async_compile import maybe_warm_pool
-
-            maybe_warm_pool()
