@@ -8,6 +8,7 @@ import json
 import os
 import re
 import socket
+import subprocess
 from pathlib import Path
 from typing import Any, cast
 
@@ -15,6 +16,8 @@ import pytest
 
 from acceptance.plugin.options import on_off
 from acceptance.profile.model import Topology
+from acceptance.run import launcher, reaper
+from acceptance.run import worker as worker_module
 from acceptance.run.placement import Placement
 from acceptance.run.worker import EARLY, Worker, Workers, copy_logs, log_sizes
 from tests.test_faults import Run, assert_nothing_left, hung_connectivity
@@ -182,3 +185,54 @@ def test_with_the_worker_off_every_probe_is_a_job_of_its_own(suite: pytest.Pytes
     assert not set(rank_pids(run, found[0]).values()) & set(rank_pids(run, found[1]).values())
     assert "acceptance.probes.compute" in found[1]["argv"]
     assert_nothing_left(run.mark)
+
+
+class Torchrun:
+    """A worker's torchrun that outlives its ranks (its agent's bookkeeping), until it is ended."""
+
+    returncode = None
+
+    def poll(self) -> int | None:
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        raise subprocess.TimeoutExpired("torchrun", timeout or 0)
+
+
+def closing_worker(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, nodes: int, named: int) -> tuple[Worker, list[str]]:
+    """A worker that served one probe, whose ``named`` ranks (of two) leave when told to exit; the calls that
+    end a job, recorded."""
+    worker = Worker.__new__(Worker)
+    worker.folder, worker.spec, worker.ranks, worker.nodes = tmp_path, "worker-spec.json", 2, nodes
+    worker.served, worker.last_out, worker.proc = 1, tmp_path / "probe", cast(Any, Torchrun())
+    exit_posted = tmp_path / "requests" / "2.json"
+    monkeypatch.setattr(launcher, "local_ranks", lambda out, arg: [101, 102][:named])
+    monkeypatch.setattr(reaper, "runs", lambda pid, arg: not exit_posted.exists())
+    ended: list[str] = []
+    monkeypatch.setattr(reaper, "end", lambda proc, ranks, hung: ended.append("end"))
+    monkeypatch.setattr(worker_module, "EXIT_GRACE_S", 0.2)
+    return worker, ended
+
+
+def test_on_one_node_closing_waits_for_the_ranks_and_the_session_end_for_torchrun(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    worker, ended = closing_worker(tmp_path, monkeypatch, nodes=1, named=2)
+    pool = workers()
+    pool.current = worker
+    pool.close()
+    assert json.loads((tmp_path / "requests" / "2.json").read_text()) == {"exit": True}
+    assert ended == [] and pool.leaving == [worker]  # the ranks left; torchrun still exits beside the next job
+    pool.shut_down()
+    assert ended == ["end"] and pool.leaving == []  # it never exited: ended at the session's end
+
+
+@pytest.mark.parametrize(("nodes", "named"), [(2, 2), (1, 1)], ids=["several-nodes", "a-rank-unnamed"])
+def test_otherwise_closing_waits_for_torchrun_itself(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, nodes: int, named: int
+) -> None:
+    """On several nodes torchrun's store holds the port the next job meets at; with a rank its heartbeats do
+    not name, only the job's exit says that every rank has gone. A torchrun that does not exit is ended."""
+    worker, ended = closing_worker(tmp_path, monkeypatch, nodes, named)
+    worker.close()
+    assert ended == ["end"]

@@ -113,8 +113,9 @@ class ClusterSession:
     @pytest.hookimpl(trylast=True)  # on the tests left after -k and -m
     def pytest_collection_modifyitems(self, config: pytest.Config, items: list[pytest.Item]) -> None:
         if not self.collect_only:
-            options = config.option  # --setup-plan and --setup-only run no probe
-            self.preflight = run_preflight(self.run, items, not (options.setupplan or options.setuponly))
+            o = config.option  # --setup-plan, --setup-only and --fixtures run no probe
+            probes = not (o.setupplan or o.setuponly or o.showfixtures or o.show_fixtures_per_test)
+            self.preflight = run_preflight(self.run, items, probes)
         skip_without_gpus(self.preflight, items)
 
     def pytest_runtest_setup(self, item: pytest.Item) -> None:

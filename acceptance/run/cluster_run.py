@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import socket
 import threading
 import time
@@ -57,15 +58,10 @@ class ClusterRun:
         p = self.profile
         profile: dict[str, Any] = {"name": p.name, "path": str(p.path), "sha256": p.sha256}
         profile |= {"extends": [str(c) for c in p.chain[1:]], "resolved": p.resolved}
-        topo = {
-            "nodes": self.placement.nodes,
-            "node_rank": self.placement.node_rank,
-            "head": self.placement.endpoint,
-            "source": self.placement.source,
-            "ranks_per_node": self.topology.nproc_per_node,
-            "world_size": self.world_size,
-            "host": socket.gethostname(),
-        }
+        place = self.placement
+        topo = {"nodes": place.nodes, "node_rank": place.node_rank, "head": place.endpoint, "source": place.source}
+        topo |= {"ranks_per_node": self.topology.nproc_per_node, "world_size": self.world_size}
+        topo["host"] = socket.gethostname()
         env = {**os.environ, **self.profile.model.env}
         self.evidence = Evidence(self.evidence_dir, profile, topo, env, persist=self.persist)
         self.evidence.write()
@@ -96,6 +92,7 @@ class ClusterRun:
         if self.persist:
             for name in ("evidence.json", LOCK_NAME):
                 (self.evidence_dir / name).unlink(missing_ok=True)
+            shutil.rmtree(self.evidence_dir / "workers", ignore_errors=True)  # one started early, unused
             with contextlib.suppress(OSError):
                 self.evidence_dir.rmdir()
         self.evidence.persist = False

@@ -58,12 +58,12 @@ class Worker:
         early: bool = False,
     ) -> None:
         """``timeouts``: the process group's and the rendezvous' (the first probe's), in seconds; ``early``:
-        started before the session knew its first probe (``Workers.start``)."""
+        started before the session knew its first probe (``Workers.start_early``)."""
         pg_timeout_s, join_timeout_s = timeouts
         folder.mkdir(parents=True, exist_ok=True)
         spec = folder / "spec.json"
         spec.write_text(json.dumps({"backend": topo.backend, "device": topo.device, "pg_timeout_s": pg_timeout_s}))
-        self.folder, self.spec, self.ranks = folder, str(spec), topo.nproc_per_node
+        self.folder, self.spec, self.ranks, self.nodes = folder, str(spec), topo.nproc_per_node, placement.nodes
         program = ["-m", "acceptance.probes.worker", "--spec", self.spec]
         program += ["--requests", str(folder / "requests" / "{number}.json")]
         self.argv = launch.torchrun_argv("worker", folder, topo, placement, run_id, join_timeout_s, env, program)
@@ -130,26 +130,37 @@ class Worker:
         reaper.end(self.proc, lambda: launch.local_ranks(out_dir, self.spec) if out_dir else [], hung=hung)
 
     def close(self) -> None:
-        """Tell the ranks to exit and wait until they have, EXIT_GRACE_S at most, then end whatever is left
-        of them: their GPUs are free from then on. torchrun's own exit after its ranks' (its agent's
-        bookkeeping, about a second) goes on beside the next probe, and ``Workers.shut_down`` waits for it.
-        A worker that ran no probe (started early for a session that had none for it) is ended at once: its
-        ranks may still be starting, and have nothing to finish."""
+        """Tell the ranks to exit and wait until they have, EXIT_GRACE_S at most, then end whatever is left.
+        On one node the wait ends with the ranks: their GPUs are free, and torchrun's own exit after them
+        (its agent's bookkeeping, about a second) goes on beside the next job, on a port of its own
+        (``--standalone``); ``Workers.shut_down`` waits for it. On several nodes it ends with torchrun, whose
+        rendezvous store holds the one port the next job meets at. A worker that ran no probe (started early
+        for a session that had none for it) is ended at once: its ranks may still be starting."""
         if self.served == 0:
             self.end()
             return
-        ranks = launch.local_ranks(self.last_out, self.spec) if self.last_out is not None else []
+        ranks = self._ranks()
         try:
             if self.alive:
                 self.served += 1
                 self._post({"exit": True})
                 deadline = time.monotonic() + EXIT_GRACE_S
-                # without heartbeats to name the ranks, the job's own exit says they are gone
-                while self.alive and (not ranks or any(map(reaper.alive, ranks))) and time.monotonic() < deadline:
+                while self._running(ranks) and time.monotonic() < deadline:
                     time.sleep(POLL_S)
         finally:
-            if any(map(reaper.alive, ranks)) or (not ranks and self.alive):
+            if self._running(ranks):
                 self.end()
+
+    def _ranks(self) -> list[int]:
+        """This node's ranks by their last heartbeats, when every one is named there and one node has them
+        all; else none, and the job's own exit says when they are gone."""
+        found = launch.local_ranks(self.last_out, self.spec) if self.last_out is not None else []
+        return found if self.nodes == 1 and len(found) == self.ranks else []
+
+    def _running(self, ranks: list[int]) -> bool:
+        # a rank that has exited is gone from the process table or a zombie, whose command line is empty;
+        # a pid taken since by another program does not have the worker's spec on its command line
+        return any(reaper.runs(pid, self.spec) for pid in ranks) if ranks else self.alive
 
 
 def log_sizes(folder: Path) -> dict[Path, int]:
@@ -182,9 +193,10 @@ def node_env(topo: Topology, placement: Placement) -> dict[str, str]:
 
 
 class Workers:
-    """This node's worker: started for the first probe it can run, handed each such probe, and replaced
-    after any failure. ``topo``, ``placement``, ``profile_env``: the session's; ``pg_timeout_s``: the
-    longest probe it may run, so that no collective of a probe gives up before the probe's own timeout."""
+    """This node's worker: started with the session (``start_early``) or for the first probe it can run,
+    handed each such probe, and replaced after any failure. ``topo``, ``placement``, ``profile_env``: the
+    session's; ``pg_timeout_s``: the longest probe it may run, so that no collective of a probe gives up
+    before the probe's own timeout."""
 
     def __init__(
         self,
@@ -249,7 +261,7 @@ class Workers:
     def start_early(self, tag: str, join_timeout_s: float) -> bool:
         """Start the worker with the session, before its first probe is known, when it can be: one node under
         torchrun (several nodes start theirs together at their first probe's barrier). Its start (torchrun,
-        ``import torch`` in every rank, the process group) then runs beside the preflight and the collection."""
+        ``import torch`` in every rank, the process group) then runs beside the preflight."""
         if not self.enabled or self.placement.nodes != 1 or self.topo.launcher != "torchrun":
             return False
         self.start(EARLY, f"{tag}-worker-0", join_timeout_s, early=True)
@@ -260,9 +272,11 @@ class Workers:
         itself as before: its GPUs free of the worker's CUDA context and NCCL buffers)."""
         worker, self.current = self.current, None
         if worker is not None:
-            worker.close()
-            if worker.alive:
-                self.leaving.append(worker)
+            try:
+                worker.close()
+            finally:  # also on Ctrl-C: the session's end still waits for its torchrun
+                if worker.alive:
+                    self.leaving.append(worker)
 
     def shut_down(self) -> None:
         """The session's end: close the worker, then wait for every closed one's torchrun to exit, ending
