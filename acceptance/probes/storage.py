@@ -153,7 +153,7 @@ def check_path(ctx: Ctx, name: str, cfg: dict[str, Any], run_name: str, group: A
         if not result["skipped"]:
             result["checkpoint"] = checkpoint_all(ctx, name, run_dir, nbytes, shared, group)
         ctx.phase(f"storage {name}: clean up")
-        mine = result["checkpoint"]["ranks"][ctx.rank].get("files", []) if result["checkpoint"] else []
+        mine = result["checkpoint"]["ranks"][ctx.rank]["files"] if result["checkpoint"] else []
         result["left_behind"] = clean_up(ctx, run_dir, mine)
     return result
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# h200-x2: the default suite twice on one fresh machine (cold, then with the compile cache warm): the worker
-# started beside the preflight, the staged training job warming TorchInductor's compile pool
+# h200-x2: the default suite twice on one fresh machine (cold, then with the compile cache warm), with each
+# run's probe walls and rank 0's phases
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:$PWD || exit 1
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0
 nvidia-smi -L; nproc
