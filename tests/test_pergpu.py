@@ -162,8 +162,9 @@ def suite(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.
 
 @pytest.mark.e2e
 def test_compute_probe_cpu_path_on_local_cpu(suite: pytest.Pytester) -> None:
-    """One real torchrun job: the CPU path measures, the burn-in agrees, and an impossible bound fails
-    with a message that names the slowest rank."""
+    """Real torchrun jobs: the CPU path measures, the burn-in agrees, and an impossible bound is measured
+    again (matmul alone, no second burn-in), then fails with a message that names the slowest rank and
+    gives the reading before."""
     folder = suite.path / "evidence"
     bound = "thresholds:\n  compute.matmul_tflops_min: {min: 1000000}\n"
     suite.makefile(".yaml", impossible=f"name: impossible-cpu\nextends: local-cpu\n{bound}")
@@ -182,8 +183,9 @@ def test_compute_probe_cpu_path_on_local_cpu(suite: pytest.Pytester) -> None:
     )
     result.stdout.fnmatch_lines(
         [
+            "*compute: matmul_tflops out of bounds; measuring again (1 of 1)",
             "compute.matmul_tflops_min = * TFLOP/s, expected >= 1e+06 (profile impossible-cpu)",
-            "slowest: * rank ? (cpu); its timed windows *-*",
+            "slowest: * rank ? (cpu); its timed windows *-*; measured 2 times: the slowest GPU read * before this",
             "compute.copy_gbps_min * GB/s * >= 0.05 * PASS",
             "compute.burnin_disagreeing_gpus * 0 * GPUs * == 0 * PASS",
             "*node health reads NVML on GPUs; profile impossible-cpu runs on the CPU*",
@@ -202,7 +204,10 @@ def test_compute_probe_cpu_path_on_local_cpu(suite: pytest.Pytester) -> None:
     for r in rows["per_gpu"]:  # local-cpu: 10 matmuls and 5 copies, in 5 windows; the figure is their median
         assert [len(r["windows"][f]) for f in ("matmul_tflops", "copy_gbps")] == [5, 5]
         assert r["matmul_tflops"] == pytest.approx(statistics.median(r["windows"]["matmul_tflops"]))
-    assert [p["status"] for p in data["probes"]] == ["ok"]
+    assert [(p["key"], p["status"]) for p in data["probes"]] == [("compute", "ok"), ("compute-again-1", "ok")]
+    assert all(len(r["earlier"]["matmul_tflops"]) == 1 for r in rows["per_gpu"])
+    first_min = min(r["earlier"]["matmul_tflops"][0] for r in rows["per_gpu"])
+    assert rows["remeasured"]["matmul_tflops"]["earlier_min"] == [pytest.approx(first_min)]
 
 
 def test_profile_sections_and_metric_names(tmp_path: Path) -> None:

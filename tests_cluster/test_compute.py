@@ -8,7 +8,8 @@ import pytest
 
 from acceptance.families import compute as pergpu
 from acceptance.numbers import fmt
-from acceptance.plugin import MUST_BE_ZERO, Checker, probe_result, probe_wall_s
+from acceptance.plugin import MUST_BE_ZERO, Checker, probe_wall_s
+from acceptance.plugin import remeasure as again
 from acceptance.profile.model import Threshold
 from acceptance.run.cluster_run import ClusterRun
 
@@ -17,7 +18,8 @@ FIGURES = list(pergpu.FIGURES)
 
 @pytest.fixture(scope="module")
 def perf(cluster: ClusterRun) -> dict[str, Any]:
-    return probe_result(cluster, "compute")
+    """Every GPU's figures; one out of bounds is measured again before it stands (``compute.remeasure``)."""
+    return again.measured(cluster)
 
 
 def _summary(perf: dict[str, Any], figure: str) -> dict[str, Any]:
@@ -37,6 +39,10 @@ def _check_every_gpu(
     """Check the figure, then fail when some GPUs did not measure it: the min and median are over the GPUs
     that did, so a GPU that could not measure must not leave a pass behind."""
     missing = pergpu.partly_measured(perf["rows"], figure)
+    earlier = again.earlier_text(perf, figure)
+    if earlier:
+        metric, value, unit, detail = figures
+        figures = (metric, value, unit, f"{detail}; {earlier}" if detail else earlier)
     try:
         check(*figures, default=default)
     except pytest.fail.Exception as exc:  # XFailed is one too: a known issue does not excuse the missing GPUs
@@ -50,6 +56,8 @@ def _check_every_gpu(
 def test_every_rank_measured(cluster: ClusterRun, perf: dict[str, Any], check: Checker) -> None:
     check.measurements("per_gpu", perf["rows"])
     check.measurements("summary", perf["summary"])
+    if perf.get("remeasured"):
+        check.measurements("remeasured", perf["remeasured"])
     assert len(perf["rows"]) == cluster.world_size, f"{len(perf['rows'])} ranks reported, {cluster.world_size} ran"
 
 
@@ -81,12 +89,11 @@ def test_within_tolerance(cluster: ClusterRun, perf: dict[str, Any], figure: str
     _summary(perf, figure)
     cfg = cluster.profile.model.compute
     shorts = pergpu.shortfalls(perf["rows"], figure, cfg.median_of)
-    tolerance = Threshold(max=cfg.tolerance, source=f"compute.tolerance (median of the {cfg.median_of})")
-    bound = cluster.profile.threshold(f"compute.{figure}_below_median") or tolerance
+    bound = again.tolerance(cluster, figure)
     limit = bound.max if bound.max is not None else cfg.tolerance
     off = [pergpu.describe(s, figure) for s in shorts if s.fraction > limit] or [pergpu.describe(shorts[0], figure)]
     figures = (f"compute.{figure}_below_median", shorts[0].fraction, "fraction", "\n".join(off))
-    _check_every_gpu(check, perf, figure, figures, default=tolerance)
+    _check_every_gpu(check, perf, figure, figures, default=bound)
 
 
 def test_burnin_same_result(perf: dict[str, Any], check: Checker) -> None:

@@ -1,0 +1,97 @@
+"""Per-GPU speed measured again before a low figure stands.
+
+A shared host's other tenants can hold its links down for seconds. On a fresh 2x H200 machine the host
+links read 43.8 GB/s in one suite and 53.0 a minute later (``results/h200-x2-asfiled``); sixteen rounds of
+the same copies on another read 48.2-55.3, with or without processes importing beside them
+(``results/h200-x2-hostlinks-ab``). So a figure under its bound, or a GPU further under the median than
+the tolerance allows, is measured again (``compute.remeasure`` times, every GPU at once as the first time),
+and the last reading is the one judged. A link that is really slow reads low every time and still fails,
+with every reading in its message; one that was only crowded passes, and the evidence keeps what it read
+first (``per_gpu[].earlier``, ``remeasured``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from acceptance.families import compute as pergpu
+from acceptance.numbers import fmt
+from acceptance.plugin.checker import probe_result
+from acceptance.profile.bounds import evaluate
+from acceptance.profile.model import Threshold
+from acceptance.run.cluster_run import ClusterRun
+
+ROW_PARTS = ("windows", "clocks", "not_measured")  # a row's per-figure records, replaced with the figure
+
+
+def tolerance(run: ClusterRun, figure: str) -> Threshold:
+    """The bound of ``compute.<figure>_below_median``: the profile's, else ``compute.tolerance``."""
+    cfg = run.profile.model.compute
+    default = Threshold(max=cfg.tolerance, source=f"compute.tolerance (median of the {cfg.median_of})")
+    return run.profile.threshold(f"compute.{figure}_below_median") or default
+
+
+def low_figures(run: ClusterRun, result: dict[str, Any]) -> list[str]:
+    """The figures a test of ``test_compute`` would fail now: the slowest GPU or the median under its bound,
+    or one GPU further under the median than the tolerance. A known issue (``xfail``) is not measured again."""
+    low = []
+    for figure in pergpu.FIGURES:
+        found = result["summary"].get(figure)
+        if found is None:
+            continue
+        judged = [(run.profile.threshold(f"compute.{figure}_{stat}"), float(found[stat])) for stat in ("min", "median")]
+        shorts = pergpu.shortfalls(result["rows"], figure, run.profile.model.compute.median_of)
+        judged.append((tolerance(run, figure), shorts[0].fraction))
+        if any(t is not None and t.xfail is None and not evaluate(t, value)[0] for t, value in judged):
+            low.append(figure)
+    return low
+
+
+def merged(first: dict[str, Any], again: dict[str, Any], figures: list[str]) -> dict[str, Any]:
+    """``first`` with ``figures`` as ``again`` measured them, each row keeping its earlier readings."""
+    fresh = {row["rank"]: row for row in again["rows"]}
+    rows = []
+    for row in first["rows"]:
+        new, now = dict(row), fresh.get(row["rank"], {})
+        earlier = {k: list(v) for k, v in (row.get("earlier") or {}).items()}
+        for part in ROW_PARTS:
+            new[part] = {k: v for k, v in (row.get(part) or {}).items() if k not in figures}
+            new[part].update({k: v for k, v in (now.get(part) or {}).items() if k in figures})
+        for figure in figures:
+            earlier.setdefault(figure, []).append(row.get(figure))
+            new[figure] = now.get(figure)
+        new["earlier"] = earlier
+        rows.append(new)
+    out = dict(first, rows=rows)
+    out["summary"] = {**first["summary"], **{f: pergpu.summary(rows, f) for f in figures}}
+    out["not_measured"] = {**first["not_measured"], **{f: pergpu.not_measured(rows, f) for f in figures}}
+    record = dict(first.get("remeasured") or {})
+    for figure in figures:
+        before = first["summary"].get(figure) or {}
+        record.setdefault(figure, {"earlier_min": []})["earlier_min"].append(before.get("min"))
+    out["remeasured"] = record
+    return out
+
+
+def measured(run: ClusterRun) -> dict[str, Any]:
+    """The compute probe's result, its low figures measured again up to ``compute.remeasure`` times."""
+    result = probe_result(run, "compute")
+    times = run.profile.model.compute.remeasure
+    for n in range(1, times + 1):
+        figures = low_figures(run, result)
+        if not figures:
+            break
+        run.say(f"compute: {', '.join(figures)} out of bounds; measuring again ({n} of {times})")
+        spec = run.spec("compute")
+        spec["compute"] = {**spec["compute"], "figures": figures, "duration_s": 0}  # no second burn-in
+        result = merged(result, probe_result(run, "compute", spec=spec, key=f"compute-again-{n}"), figures)
+    return result
+
+
+def earlier_text(result: dict[str, Any], figure: str) -> str:
+    """``measured again: the slowest GPU read 43.8 first`` for a figure measured more than once, else ""."""
+    found = (result.get("remeasured") or {}).get(figure)
+    if not found:
+        return ""
+    readings = ", then ".join(fmt(v) for v in found["earlier_min"] if v is not None)
+    return f"measured {len(found['earlier_min']) + 1} times: the slowest GPU read {readings} before this"
