@@ -206,6 +206,8 @@ def test_compute_probe_cpu_path_on_local_cpu(suite: pytest.Pytester) -> None:
         assert r["matmul_tflops"] == pytest.approx(statistics.median(r["windows"]["matmul_tflops"]))
     assert [(p["key"], p["status"]) for p in data["probes"]] == [("compute", "ok"), ("compute-again-1", "ok")]
     assert all(len(r["earlier"]["matmul_tflops"]) == 1 for r in rows["per_gpu"])
+    again = data["probes"][1]["result"]["rows"]  # the matmul alone, and no burn-in
+    assert all("matmul_tflops" in r and "copy_gbps" not in r and "burnin" not in r for r in again)
     first_min = min(r["earlier"]["matmul_tflops"][0] for r in rows["per_gpu"])
     assert rows["remeasured"]["matmul_tflops"]["earlier_min"] == [pytest.approx(first_min)]
 

@@ -162,11 +162,11 @@ def device_copy(ctx: Ctx, cfg: dict[str, Any]) -> Measured:
     return timed.rate(2 * nbytes / 1e9)
 
 
-def host_links(ctx: Ctx, cfg: dict[str, Any]) -> dict[str, Measured]:
-    """Pinned host-to-device and device-to-host GB/s, each direction alone on the link."""
+def host_links(ctx: Ctx, cfg: dict[str, Any], wanted: set[str]) -> dict[str, Measured]:
+    """Pinned host-to-device and device-to-host GB/s (those of ``wanted``), each direction alone on the link."""
     if not ctx.is_cuda:
         reason = "host links: not applicable on the CPU (no device memory to copy to)"
-        return {"h2d_gbps": (reason, None, []), "d2h_gbps": (reason, None, [])}
+        return {figure: (reason, None, []) for figure in HOST_LINKS if figure in wanted}
     nbytes = parse_size(cfg["host_copy_size"])
     # DMA speed does not depend on the bytes; filling a large host buffer would only cost start-up time
     host = torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
@@ -175,6 +175,7 @@ def host_links(ctx: Ctx, cfg: dict[str, Any]) -> dict[str, Measured]:
         "h2d_gbps": lambda: dev.copy_(host, non_blocking=True),
         "d2h_gbps": lambda: host.copy_(dev, non_blocking=True),
     }
+    calls = {figure: call for figure, call in calls.items() if figure in wanted}
     # together: every GPU of the node copies at once, timed from the barrier after every warm-up;
     # one_at_a_time: the node's GPUs take turns (all nodes in step), so no two links share the root complex
     together = cfg["host_links"] == "together"
@@ -238,7 +239,7 @@ def run(ctx: Ctx) -> dict[str, Any]:
             found[figure] = measure(ctx, cfg)
     if only & set(HOST_LINKS):
         ctx.phase("host links")
-        found.update(host_links(ctx, cfg))
+        found.update(host_links(ctx, cfg, only))
     row["not_measured"] = {f: value for f, (value, _, _) in found.items() if isinstance(value, str)}
     row.update({f: value for f, (value, _, _) in found.items() if not isinstance(value, str)})
     row["clocks"] = {f: clocks for f, (_, clocks, _) in found.items() if clocks is not None}
