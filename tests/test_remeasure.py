@@ -127,3 +127,38 @@ def test_remeasure_is_a_checked_profile_key(tmp_path: Path) -> None:
     assert profile(tmp_path).model.compute.remeasure == 1
     with pytest.raises(ProfileError, match=r"compute\.remeasure"):
         profile(tmp_path, ", remeasure: 4")
+
+
+def test_a_figure_some_gpus_could_not_measure_is_not_measured_again(tmp_path: Path) -> None:
+    """It fails whatever the others read: measuring again could only hide the GPU that did not."""
+    first = result(26.1, 53.0)
+    first["rows"][0][FIGURE] = None
+    first["rows"][0]["not_measured"] = {FIGURE: "cudaMemcpyAsync failed"}
+    first["summary"][FIGURE] = pergpu.summary(first["rows"], FIGURE)
+    run = FakeRun(profile(tmp_path), [first])
+    assert remeasure.low_figures(run, first) == []  # type: ignore[arg-type]
+
+
+def test_a_re_measure_that_some_gpu_could_not_take_keeps_the_first_readings(tmp_path: Path) -> None:
+    """GPU 1 read 15% under GPU 0; on the re-measure GPU 1 cannot copy at all: the first readings stand, so
+    the tolerance still fails, rather than the figure skipping for want of a summary."""
+    again = result(53.0, 53.0)
+    again["rows"][1][FIGURE] = None
+    again["rows"][1]["not_measured"] = {FIGURE: "cudaMemcpyAsync failed"}
+    run = FakeRun(profile(tmp_path, ", remeasure: 1"), [result(53.0, 45.0), again])
+    found = remeasure.measured(run)  # type: ignore[arg-type]
+    assert [r[FIGURE] for r in found["rows"]] == [53.0, 45.0] and found["rows"][0]["earlier"] == {}
+    assert found["remeasured"][FIGURE]["not_measured_again"] == ["cudaMemcpyAsync failed (node-0 GPU 1 (GPU-1aaa...))"]
+    assert remeasure.low_figures(run, found) == [FIGURE]  # type: ignore[arg-type]
+    assert "the readings before stand" in remeasure.earlier_text(found, FIGURE)
+
+
+def test_rows_are_matched_by_gpu_uuid_not_rank(tmp_path: Path) -> None:
+    """A job of its own may hand the ranks out in another order: each GPU keeps its own readings."""
+    again = result(53.4, 53.0)
+    again["rows"][0]["uuid"], again["rows"][1]["uuid"] = "GPU-1aaaaaaa", "GPU-0aaaaaaa"
+    found = remeasure.merged(result(43.8, 45.0), again, [FIGURE])
+    assert [(r["uuid"], r[FIGURE], r["earlier"][FIGURE]) for r in found["rows"]] == [
+        ("GPU-0aaaaaaa", 53.0, [43.8]),
+        ("GPU-1aaaaaaa", 53.4, [45.0]),
+    ]

@@ -37,7 +37,7 @@ def low_figures(run: ClusterRun, result: dict[str, Any]) -> list[str]:
     low = []
     for figure in pergpu.FIGURES:
         found = result["summary"].get(figure)
-        if found is None:
+        if found is None or pergpu.partly_measured(result["rows"], figure):  # that fails whatever it reads
             continue
         judged = [(run.profile.threshold(f"compute.{figure}_{stat}"), float(found[stat])) for stat in ("min", "median")]
         shorts = pergpu.shortfalls(result["rows"], figure, run.profile.model.compute.median_of)
@@ -47,28 +47,45 @@ def low_figures(run: ClusterRun, result: dict[str, Any]) -> list[str]:
     return low
 
 
+def _gpu(row: dict[str, Any]) -> tuple[Any, ...]:
+    """A GPU by its UUID (a job of its own may give the ranks out in another order), a CPU rank by host and rank."""
+    return (row["uuid"],) if row.get("uuid") else (row.get("host"), row["rank"])
+
+
+def _measured_on(rows: list[dict[str, Any]], figure: str) -> int:
+    return sum(isinstance(r.get(figure), (int, float)) for r in rows)
+
+
 def merged(first: dict[str, Any], again: dict[str, Any], figures: list[str]) -> dict[str, Any]:
-    """``first`` with ``figures`` as ``again`` measured them, each row keeping its earlier readings."""
-    fresh = {row["rank"]: row for row in again["rows"]}
+    """``first`` with ``figures`` as ``again`` measured them, each row keeping its earlier readings.
+
+    A figure the re-measure measured on fewer GPUs than the first time keeps the first readings, and the
+    reasons go into ``remeasured``: a GPU that could not measure it again must not turn a failure into a
+    pass or a skip."""
+    fresh = {_gpu(row): row for row in again["rows"]}
+    now = [fresh.get(_gpu(row), {}) for row in first["rows"]]
+    taken = [f for f in figures if _measured_on(now, f) >= _measured_on(first["rows"], f)]
     rows = []
-    for row in first["rows"]:
-        new, now = dict(row), fresh.get(row["rank"], {})
-        earlier = {k: list(v) for k, v in (row.get("earlier") or {}).items()}
+    for row, new_row in zip(first["rows"], now, strict=True):
+        new, earlier = dict(row), {k: list(v) for k, v in (row.get("earlier") or {}).items()}
         for part in ROW_PARTS:
-            new[part] = {k: v for k, v in (row.get(part) or {}).items() if k not in figures}
-            new[part].update({k: v for k, v in (now.get(part) or {}).items() if k in figures})
-        for figure in figures:
+            new[part] = {k: v for k, v in (row.get(part) or {}).items() if k not in taken}
+            new[part].update({k: v for k, v in (new_row.get(part) or {}).items() if k in taken})
+        for figure in taken:
             earlier.setdefault(figure, []).append(row.get(figure))
-            new[figure] = now.get(figure)
+            new[figure] = new_row.get(figure)
         new["earlier"] = earlier
         rows.append(new)
     out = dict(first, rows=rows)
-    out["summary"] = {**first["summary"], **{f: pergpu.summary(rows, f) for f in figures}}
-    out["not_measured"] = {**first["not_measured"], **{f: pergpu.not_measured(rows, f) for f in figures}}
+    out["summary"] = {**first["summary"], **{f: pergpu.summary(rows, f) for f in taken}}
+    out["not_measured"] = {**first["not_measured"], **{f: pergpu.not_measured(rows, f) for f in taken}}
     record = dict(first.get("remeasured") or {})
     for figure in figures:
-        before = first["summary"].get(figure) or {}
-        record.setdefault(figure, {"earlier_min": []})["earlier_min"].append(before.get("min"))
+        entry = record.setdefault(figure, {"earlier_min": []})
+        if figure in taken:
+            entry["earlier_min"].append((first["summary"].get(figure) or {}).get("min"))
+        else:
+            entry["not_measured_again"] = pergpu.not_measured(now, figure)
     out["remeasured"] = record
     return out
 
@@ -93,5 +110,8 @@ def earlier_text(result: dict[str, Any], figure: str) -> str:
     found = (result.get("remeasured") or {}).get(figure)
     if not found:
         return ""
+    if found.get("not_measured_again"):
+        why = "; ".join(found["not_measured_again"])
+        return f"measured again, but not on every GPU ({why}): the readings before stand"
     readings = ", then ".join(fmt(v) for v in found["earlier_min"] if v is not None)
     return f"measured {len(found['earlier_min']) + 1} times: the slowest GPU read {readings} before this"
