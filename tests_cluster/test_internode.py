@@ -17,6 +17,7 @@ from acceptance.families.isolation import Isolation
 from acceptance.plugin import MUST_BE_ZERO, NO_PROFILE, Checker, current, probe_result
 from acceptance.run import isolation
 from acceptance.run.cluster_run import ClusterRun
+from acceptance.run.judging import would_fail
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -86,7 +87,7 @@ def _detail(row: dict[str, Any]) -> str:
 
 def _isolating(run: ClusterRun, check: Checker, metric: str, value: float, detail: str) -> tuple[str, Isolation | None]:
     """The figure's detail; when the figure misses its bound, with the isolation's verdict (one line) added."""
-    if not (isolation.enabled(run) and isolation.would_fail(run, metric, value)):
+    if not (isolation.enabled(run) and would_fail(run.profile, metric, value)):
         return detail, None
     found = isolation.isolate(run)
     check.measurements("isolation", found.evidence())

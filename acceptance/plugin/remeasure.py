@@ -17,9 +17,9 @@ from typing import Any
 from acceptance.families import compute as pergpu
 from acceptance.numbers import fmt
 from acceptance.plugin.checker import probe_result
-from acceptance.profile.bounds import evaluate
 from acceptance.profile.model import Threshold
 from acceptance.run.cluster_run import ClusterRun
+from acceptance.run.judging import would_fail
 
 ROW_PARTS = ("windows", "clocks", "not_measured")  # a row's per-figure records, replaced with the figure
 
@@ -39,10 +39,11 @@ def low_figures(run: ClusterRun, result: dict[str, Any]) -> list[str]:
         found = result["summary"].get(figure)
         if found is None or pergpu.partly_measured(result["rows"], figure):  # that fails whatever it reads
             continue
-        judged = [(run.profile.threshold(f"compute.{figure}_{stat}"), float(found[stat])) for stat in ("min", "median")]
         shorts = pergpu.shortfalls(result["rows"], figure, run.profile.model.compute.median_of)
-        judged.append((tolerance(run, figure), shorts[0].fraction))
-        if any(t is not None and t.xfail is None and not evaluate(t, value)[0] for t, value in judged):
+        profile = run.profile
+        bounded = [would_fail(profile, f"compute.{figure}_{stat}", float(found[stat])) for stat in ("min", "median")]
+        within = would_fail(profile, f"compute.{figure}_below_median", shorts[0].fraction, tolerance(run, figure))
+        if any(bounded) or within:
             low.append(figure)
     return low
 

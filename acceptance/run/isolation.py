@@ -10,19 +10,12 @@ from __future__ import annotations
 from typing import Any
 
 from acceptance.families.isolation import Isolation, Round
-from acceptance.profile.loader import evaluate
 from acceptance.run import worker
 from acceptance.run.cluster_run import ClusterRun
 from acceptance.run.launcher import ProbeError
 
 # all_reduce: the collective a cross-node figure is most often about, and its busbw compares across sizes
 PAIR_OP = "all_reduce"
-
-
-def would_fail(run: ClusterRun, metric: str, value: float) -> bool:
-    """Whether ``value`` misses the profile's bound for ``metric`` (a known issue, xfail, does not count)."""
-    threshold = run.profile.threshold(metric)
-    return threshold is not None and not threshold.xfail and not evaluate(threshold, value)[0]
 
 
 def enabled(run: ClusterRun) -> bool:

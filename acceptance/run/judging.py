@@ -46,3 +46,10 @@ def judge(
     return Judged(
         check, message + (f"\n{detail}" if detail and message else ""), threshold.xfail if threshold else None
     )
+
+
+def would_fail(profile: Profile, metric: str, value: float, default: Threshold | None = None) -> bool:
+    """Whether ``value`` misses the profile's bound for ``metric`` (else ``default``); a known issue, xfail, does
+    not count."""
+    threshold = profile.threshold(metric) or default
+    return threshold is not None and not threshold.xfail and not evaluate(threshold, value)[0]
