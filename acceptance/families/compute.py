@@ -43,13 +43,14 @@ def clocks(row: dict[str, Any], figure: str) -> str:
     return f"clock events while timed: {clock_events_text(found['clock_events'])}"
 
 
-def _measured(rows: list[dict[str, Any]], figure: str) -> list[dict[str, Any]]:
+def measured_rows(rows: list[dict[str, Any]], figure: str) -> list[dict[str, Any]]:
+    """The rows that carry a number for ``figure``."""
     return [r for r in rows if isinstance(r.get(figure), (int, float))]
 
 
 def summary(rows: list[dict[str, Any]], figure: str) -> dict[str, Any] | None:
     """Cluster min / median / max of one figure and who is slowest; None when no rank measured it."""
-    have = _measured(rows, figure)
+    have = measured_rows(rows, figure)
     if not have:
         return None
     values = [float(r[figure]) for r in have]
@@ -95,7 +96,7 @@ def partly_measured(rows: list[dict[str, Any]], figure: str) -> str | None:
     memory, a failed kernel) would otherwise vanish from them and the figure would pass without it. None
     when every GPU measured it, or none did (then the figure does not apply here: the test skips).
     """
-    have = _measured(rows, figure)
+    have = measured_rows(rows, figure)
     if not have or len(have) == len(rows):
         return None
     missing = not_measured(rows, figure)
@@ -117,7 +118,7 @@ class Shortfall:
 
 def shortfalls(rows: list[dict[str, Any]], figure: str, median_of: str = "cluster") -> list[Shortfall]:
     """Every measured GPU against the median of the cluster (or of its own node), worst first."""
-    have = _measured(rows, figure)
+    have = measured_rows(rows, figure)
     groups: dict[Any, list[dict[str, Any]]] = {}
     for r in have:
         groups.setdefault(r["node_rank"] if median_of == "node" else None, []).append(r)

@@ -39,8 +39,8 @@ def low_figures(run: ClusterRun, result: dict[str, Any]) -> list[str]:
         found = result["summary"].get(figure)
         if found is None or pergpu.partly_measured(result["rows"], figure):  # that fails whatever it reads
             continue
-        shorts = pergpu.shortfalls(result["rows"], figure, run.profile.model.compute.median_of)
         profile = run.profile
+        shorts = pergpu.shortfalls(result["rows"], figure, profile.model.compute.median_of)
         bounded = [would_fail(profile, f"compute.{figure}_{stat}", float(found[stat])) for stat in ("min", "median")]
         within = would_fail(profile, f"compute.{figure}_below_median", shorts[0].fraction, tolerance(run, figure))
         if any(bounded) or within:
@@ -53,10 +53,6 @@ def _gpu(row: dict[str, Any]) -> tuple[Any, ...]:
     return (row["uuid"],) if row.get("uuid") else (row.get("host"), row["rank"])
 
 
-def _measured_on(rows: list[dict[str, Any]], figure: str) -> int:
-    return sum(isinstance(r.get(figure), (int, float)) for r in rows)
-
-
 def merged(first: dict[str, Any], again: dict[str, Any], figures: list[str]) -> dict[str, Any]:
     """``first`` with ``figures`` as ``again`` measured them, each row keeping its earlier readings.
 
@@ -65,7 +61,7 @@ def merged(first: dict[str, Any], again: dict[str, Any], figures: list[str]) -> 
     pass or a skip."""
     fresh = {_gpu(row): row for row in again["rows"]}
     now = [fresh.get(_gpu(row), {}) for row in first["rows"]]
-    taken = [f for f in figures if _measured_on(now, f) >= _measured_on(first["rows"], f)]
+    taken = [f for f in figures if len(pergpu.measured_rows(now, f)) >= len(pergpu.measured_rows(first["rows"], f))]
     rows = []
     for row, new_row in zip(first["rows"], now, strict=True):
         new, earlier = dict(row), {k: list(v) for k, v in (row.get("earlier") or {}).items()}
