@@ -154,8 +154,11 @@ def test_a_stopped_process_on_this_node_is_named_by_the_process_table(tmp_path: 
     with subprocess.Popen(["sleep", "600"], start_new_session=True) as stopped:
         try:
             os.kill(stopped.pid, signal.SIGSTOP)
-            while reaper.state(stopped.pid) is None:  # the signal is delivered asynchronously
-                time.sleep(0.05)
+            # the signal is delivered asynchronously, and until it is the process table may read any state
+            # (a just-started process can be in uninterruptible sleep, paging its program in): wait for the
+            # kernel to report the child stopped, as a shell's job control does
+            _, status = os.waitpid(stopped.pid, os.WUNTRACED)
+            assert os.WIFSTOPPED(status)
             heartbeat(tmp_path, 0, progress=12, ago=40, host=socket.gethostname(), pid=os.getpid())
             heartbeat(tmp_path, 1, progress=12, ago=40, host=socket.gethostname(), pid=stopped.pid)
             first = diagnose.stalls(tmp_path)[0]
