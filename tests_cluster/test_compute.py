@@ -8,7 +8,7 @@ import pytest
 
 from acceptance.families import compute as pergpu
 from acceptance.numbers import fmt
-from acceptance.plugin import MUST_BE_ZERO, Checker, probe_wall_s
+from acceptance.plugin import MUST_BE_ZERO, Checker, baseline_of, probe_wall_s
 from acceptance.plugin import remeasure as again
 from acceptance.profile.model import Threshold
 from acceptance.run.cluster_run import ClusterRun
@@ -17,9 +17,10 @@ FIGURES = list(pergpu.FIGURES)
 
 
 @pytest.fixture(scope="module")
-def perf(cluster: ClusterRun) -> dict[str, Any]:
-    """Every GPU's figures; one out of bounds is measured again before it stands (``compute.remeasure``)."""
-    return again.measured(cluster)
+def perf(cluster: ClusterRun, request: pytest.FixtureRequest) -> dict[str, Any]:
+    """Every GPU's figures; one out of bounds, or worse than --cluster-baseline, is measured again before it
+    stands (``compute.remeasure``)."""
+    return again.measured(cluster, baseline_of(request.config))
 
 
 def _summary(perf: dict[str, Any], figure: str) -> dict[str, Any]:

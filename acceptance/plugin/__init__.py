@@ -24,6 +24,9 @@ from acceptance.plugin.checker import (
     current,
 )
 from acceptance.plugin.checker import (
+    baseline_of as baseline_of,
+)
+from acceptance.plugin.checker import (
     probe_result as probe_result,
 )
 from acceptance.plugin.checker import (

@@ -114,7 +114,8 @@ class Checker:
         if judged.ok:
             return []
         check.verdict, check.bound = "baseline_fail", f"{check.bound} and {judged.change.limit}"
-        return [f"{judged.message} [--cluster-baseline {options.value(self.item.config, 'cluster_baseline')}]"]
+        message = f"{judged.message} [--cluster-baseline {options.value(self.item.config, 'cluster_baseline')}]"
+        return [message + (f"\n{check.detail}" if check.detail else "")]  # the slowest GPU, as a bound's failure
 
     def measurements(self, key: str, data: Any) -> None:
         """Attach a table (a sweep, a per-GPU list) to this test's evidence."""

@@ -5,9 +5,10 @@ links read 43.8 GB/s in one suite and 53.0 a minute later (``results/h200-x2-asf
 the same copies on another read 48.2-55.3, with or without processes importing beside them
 (``results/h200-x2-hostlinks-ab``). So a figure under its bound, or a GPU further under the median than
 the tolerance allows, is measured again (``compute.remeasure`` times, every GPU at once as the first time),
-and the last reading is the one judged. A link that is really slow reads low every time and still fails,
-with every reading in its message; one that was only crowded passes, and the evidence keeps what it read
-first (``per_gpu[].earlier``, ``remeasured``).
+and the last reading is the one judged. A figure that holds its bound but is worse than ``--cluster-baseline``
+beyond the tolerance would fail as well, and is measured again too. A link that is really slow reads low
+every time and still fails, with every reading in its message; one that was only crowded passes, and the
+evidence keeps what it read first (``per_gpu[].earlier``, ``remeasured``).
 """
 
 from __future__ import annotations
@@ -17,11 +18,13 @@ from typing import Any
 from acceptance.families import compute as pergpu
 from acceptance.numbers import fmt
 from acceptance.plugin.checker import probe_result
+from acceptance.profile import baseline
 from acceptance.profile.model import Threshold
 from acceptance.run.cluster_run import ClusterRun
 from acceptance.run.judging import would_fail
 
 ROW_PARTS = ("windows", "clocks", "not_measured")  # a row's per-figure records, replaced with the figure
+Baseline = dict[str, dict[str, Any]] | None  # --cluster-baseline: the earlier run's figures by metric
 
 
 def tolerance(run: ClusterRun, figure: str) -> Threshold:
@@ -31,18 +34,34 @@ def tolerance(run: ClusterRun, figure: str) -> Threshold:
     return run.profile.threshold(f"compute.{figure}_below_median") or default
 
 
-def low_figures(run: ClusterRun, result: dict[str, Any]) -> list[str]:
+def fails(run: ClusterRun, metric: str, value: float, old: Baseline, default: Threshold | None = None) -> bool:
+    """Whether the checker would fail ``value``: out of the profile's bound (else ``default``), or within it
+    but worse than ``old``, the --cluster-baseline figures, beyond the tolerance (``Checker._against_baseline``).
+    A known issue (``xfail``) fails neither way."""
+    threshold = run.profile.threshold(metric) or default
+    if threshold is not None and threshold.xfail:
+        return False
+    if would_fail(run.profile, metric, value, default):
+        return True
+    if old is None:
+        return False
+    tolerance = baseline.tolerance_for(run.profile.resolved, metric)
+    judged = baseline.judge(old, metric, value, threshold is not None, tolerance)
+    return judged is not None and not judged.ok
+
+
+def low_figures(run: ClusterRun, result: dict[str, Any], old: Baseline = None) -> list[str]:
     """The figures a test of ``test_compute`` would fail now: the slowest GPU or the median under its bound,
-    or one GPU further under the median than the tolerance. A known issue (``xfail``) is not measured again."""
+    or one GPU further under the median than the tolerance, or any of them worse than ``old`` (see ``fails``).
+    A known issue (``xfail``) is not measured again."""
     low = []
     for figure in pergpu.FIGURES:
         found = result["summary"].get(figure)
         if found is None or pergpu.partly_measured(result["rows"], figure):  # that fails whatever it reads
             continue
-        profile = run.profile
-        shorts = pergpu.shortfalls(result["rows"], figure, profile.model.compute.median_of)
-        bounded = [would_fail(profile, f"compute.{figure}_{stat}", float(found[stat])) for stat in ("min", "median")]
-        within = would_fail(profile, f"compute.{figure}_below_median", shorts[0].fraction, tolerance(run, figure))
+        shorts = pergpu.shortfalls(result["rows"], figure, run.profile.model.compute.median_of)
+        bounded = [fails(run, f"compute.{figure}_{stat}", float(found[stat]), old) for stat in ("min", "median")]
+        within = fails(run, f"compute.{figure}_below_median", shorts[0].fraction, old, tolerance(run, figure))
         if any(bounded) or within:
             low.append(figure)
     return low
@@ -87,12 +106,13 @@ def merged(first: dict[str, Any], again: dict[str, Any], figures: list[str]) -> 
     return out
 
 
-def measured(run: ClusterRun) -> dict[str, Any]:
-    """The compute probe's result, its low figures measured again up to ``compute.remeasure`` times."""
+def measured(run: ClusterRun, old: Baseline = None) -> dict[str, Any]:
+    """The compute probe's result, its low figures (against ``old`` too, the --cluster-baseline figures) measured
+    again up to ``compute.remeasure`` times."""
     result = probe_result(run, "compute")
     times = run.profile.model.compute.remeasure
     for n in range(1, times + 1):
-        figures = low_figures(run, result)
+        figures = low_figures(run, result, old)
         if not figures:
             break
         run.say(f"compute: {', '.join(figures)} out of bounds; measuring again ({n} of {times})")
