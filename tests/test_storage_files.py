@@ -57,10 +57,10 @@ def test_stale_folders_go_live_ones_and_others_stay(tmp_path: Path) -> None:
     for folder in (stale, live, other):
         (folder / "sub").mkdir(parents=True)
         (folder / "sub" / "f").write_text("x")
-    seen = view()
-    files.open_run_dir(seen, base / rules.run_dir_name(time.time() + 60, "cafe"))
+    seen, mine = view(), rules.run_dir_name(time.time() + 60, "cafe")  # named once: a second may tick by
+    files.open_run_dir(seen, base / mine)
     assert seen["stale_removed"] == ["run-1000-dead"]
-    assert sorted(p.name for p in base.iterdir()) == sorted([live.name, "notes", f"run-{int(time.time() + 60)}-cafe"])
+    assert sorted(p.name for p in base.iterdir()) == sorted([live.name, "notes", mine])
 
 
 @pytest.mark.e2e
