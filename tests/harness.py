@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import random
 import socket
 from importlib.metadata import entry_points
 from pathlib import Path
@@ -22,16 +24,26 @@ def schema() -> dict[str, Any]:
     return json.loads((ROOT / "acceptance" / "evidence" / "evidence.schema.json").read_text())
 
 
+PORTS_BOTTOM, PORTS_TOP = 20000, 32767  # under Linux's default ip_local_port_range, above the well-known ports
+PORT_SHARES = 8  # xdist workers with ports of their own
+
+
 def free_port() -> int:
-    """A rendezvous port whose successor is free too: the nodes' store listens on rendezvous port + 1."""
+    """A rendezvous port whose successor is free too: the nodes' store listens on rendezvous port + 1.
+
+    Drawn below the kernel's range for outgoing connections (``ip_local_port_range``, 32768 up by default):
+    a port that ``bind(0)`` hands out is one the kernel may give any other test's connection in the seconds
+    before the node binds it. Each xdist worker draws from its own share, so two never pick one port."""
+    worker = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0)
+    share = (PORTS_TOP - PORTS_BOTTOM) // PORT_SHARES
+    low = PORTS_BOTTOM + (worker % PORT_SHARES) * share
     for _ in range(50):
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            port = int(sock.getsockname()[1])
-        with socket.socket() as probe:
-            try:
-                probe.bind(("127.0.0.1", port + 1))
-            except OSError:
-                continue
+        port = random.randrange(low, low + share - 1)
+        try:
+            for candidate in (port, port + 1):
+                with socket.socket() as sock:
+                    sock.bind(("127.0.0.1", candidate))
+        except OSError:
+            continue
         return port
     raise RuntimeError("no free pair of ports")

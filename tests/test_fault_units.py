@@ -115,8 +115,11 @@ def test_a_cpu_profile_inspects_nothing() -> None:
     assert preflight.check(cpu, {}, detect).ok
 
 
+NOW = time.time()  # one clock for writing the heartbeats and reading them: the ages in the messages are exact
+
+
 def heartbeat(folder: Path, rank: int, progress: int, ago: float, **extra: Any) -> None:
-    now = time.time()
+    now = NOW
     state = {"rank": rank, "local_rank": rank, "host": "gpu-node-7", "pid": 1, "phase": "all_reduce 1G",
              "status": "running", "progress": progress, "progress_at": now - ago, "beat_at": now, **extra}  # fmt: skip
     (folder / f"rank-{rank}.json").write_text(json.dumps(state))
@@ -126,7 +129,7 @@ def test_the_rank_short_of_the_collective_is_named(tmp_path: Path) -> None:
     heartbeat(tmp_path, 0, progress=12, ago=40)
     heartbeat(tmp_path, 1, progress=11, ago=41, gpu_uuid=UUID[1])
     heartbeat(tmp_path, 2, progress=12, ago=40)
-    message = diagnose.hang("collectives", 60, diagnose.stalls(tmp_path), tmp_path)
+    message = diagnose.hang("collectives", 60, diagnose.stalls(tmp_path, NOW), tmp_path)
     assert message.startswith(
         "probe collectives timed out after 60 s and was killed: rank 1 (host gpu-node-7, local rank 1, "
         f"{UUID[1]}) stopped progressing 41 s ago in phase 'all_reduce 1G' (progress 11); the others wait for it: "
@@ -136,15 +139,15 @@ def test_the_rank_short_of_the_collective_is_named(tmp_path: Path) -> None:
 
 def test_a_rank_whose_heartbeat_stopped_comes_first(tmp_path: Path) -> None:
     heartbeat(tmp_path, 0, progress=12, ago=40)
-    heartbeat(tmp_path, 1, progress=12, ago=40, beat_at=time.time() - 39)  # on another node: no process table
-    first = diagnose.stalls(tmp_path)[0]
+    heartbeat(tmp_path, 1, progress=12, ago=40, beat_at=NOW - 39)  # on another node: no process table
+    first = diagnose.stalls(tmp_path, NOW)[0]
     assert first.rank == 1 and first.frozen == "no heartbeat for 39 s"
 
 
 def test_ranks_nothing_tells_apart_are_all_listed(tmp_path: Path) -> None:
     heartbeat(tmp_path, 0, progress=12, ago=40)
     heartbeat(tmp_path, 1, progress=12, ago=40)
-    message = diagnose.hang("collectives", 60, diagnose.stalls(tmp_path), tmp_path)
+    message = diagnose.hang("collectives", 60, diagnose.stalls(tmp_path, NOW), tmp_path)
     assert "no rank stands out; all stopped progressing at the same point: rank 0 (" in message
     assert "; rank 1 (host gpu-node-7, local rank 1) in phase 'all_reduce 1G'" in message
 
@@ -161,7 +164,7 @@ def test_a_stopped_process_on_this_node_is_named_by_the_process_table(tmp_path: 
             assert os.WIFSTOPPED(status)
             heartbeat(tmp_path, 0, progress=12, ago=40, host=socket.gethostname(), pid=os.getpid())
             heartbeat(tmp_path, 1, progress=12, ago=40, host=socket.gethostname(), pid=stopped.pid)
-            first = diagnose.stalls(tmp_path)[0]
+            first = diagnose.stalls(tmp_path, NOW)[0]
             assert first.rank == 1 and first.frozen == "stopped (SIGSTOP or a debugger)"
         finally:
             stopped.kill()
@@ -221,6 +224,8 @@ def test_ending_a_probe_ends_a_stopped_rank_and_a_torchrun_that_ignores_sigterm(
     assert agent.stdout is not None and agent.stdout.readline() == b"\n"  # SIGTERM is ignored from now on
     rank = subprocess.Popen(["sleep", "600"], start_new_session=True)
     os.kill(rank.pid, signal.SIGSTOP)
+    _, status = os.waitpid(rank.pid, os.WUNTRACED)  # stopped now: a SIGTERM still pending could not overtake it
+    assert os.WIFSTOPPED(status)
     reaper.end(agent, lambda: [rank.pid], hung=True)
     agent.stdout.close()
     assert agent.returncode == -signal.SIGKILL

