@@ -7,6 +7,7 @@ import json
 import os
 import shutil
 import statistics
+import time
 from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
@@ -167,7 +168,8 @@ def test_compute_probe_cpu_path_on_local_cpu(suite: pytest.Pytester) -> None:
     gives the reading before."""
     folder = suite.path / "evidence"
     bound = "thresholds:\n  compute.matmul_tflops_min: {min: 1000000}\n"
-    suite.makefile(".yaml", impossible=f"name: impossible-cpu\nextends: local-cpu\n{bound}")
+    # tolerance 1: only the impossible bound is out, however far apart two ranks on loaded cores read
+    suite.makefile(".yaml", impossible=f"name: impossible-cpu\nextends: local-cpu\ncompute: {{tolerance: 1}}\n{bound}")
     result = suite.runpytest_subprocess(
         *PLUGIN_ARGS,
         "-p",
@@ -229,6 +231,8 @@ def test_compute_probe_cpu_path_on_local_cpu(suite: pytest.Pytester) -> None:
         str(later),
         "--cluster-baseline",
         str(suite.path / "handover.json"),
+        "--cluster-set",
+        "compute.tolerance=1",
         "tests_cluster/test_compute.py::test_slowest",
         timeout=RUN_TIMEOUT_S,
     )
@@ -294,3 +298,21 @@ def test_timed_loop_in_windows(iters: int, calls: list[int]) -> None:
     value, clocks, per_window = timed.rate(1.0)
     assert clocks is None and per_window == [1.0 / s for s in timed.windows]
     assert value == statistics.median(per_window)
+
+
+def test_a_loop_shorter_than_min_s_gets_more_calls_at_the_warm_up_pace(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The matmul loops last at least ``compute.matmul_min_s`` (a power-capped GPU's clocks swing with a period
+    of about 1 s): a call taking 0.25 s on a clock the test controls, 3 calls asked, at least 2 s wanted: 8."""
+    now = [0.0]
+    monkeypatch.setattr(time, "perf_counter", lambda: now[0])  # the probe's and its windows' clock
+    done: list[int] = []
+
+    def call() -> None:
+        done.append(1)
+        now[0] += 0.25
+
+    timed = compute_probe.seconds_per_call(_CpuCtx(), call, 0, 3, together=False, min_s=2.0)  # type: ignore[arg-type]
+    assert len(done) == 1 + 8 and timed.windows == [0.25] * 5  # windows of 2, 2, 2, 1, 1 calls
+    done.clear()
+    compute_probe.seconds_per_call(_CpuCtx(), call, 0, 12, together=False, min_s=2.0)  # type: ignore[arg-type]
+    assert len(done) == 1 + 12  # never fewer than asked

@@ -14,6 +14,7 @@ reads faster than real work.
 from __future__ import annotations
 
 import hashlib
+import math
 import statistics
 import time
 from collections.abc import Callable
@@ -63,30 +64,36 @@ def identity(ctx: Ctx) -> dict[str, Any]:
     return row
 
 
-def warm_up(ctx: Ctx, fn: Callable[[], object], warmup: int) -> None:
+def warm_up(ctx: Ctx, fn: Callable[[], object], warmup: int) -> float:
     """``warmup`` calls; on a GPU for at least WARMUP_S: an idle GPU's clocks take a while to ramp, and a timed
-    loop that starts before they have would measure the ramp rather than the GPU."""
+    loop that starts before they have would measure the ramp rather than the GPU. Returns the seconds per
+    call of its last round, on the host's clock once the device has caught up: the pace of the timed loop."""
     start_warm = time.perf_counter()
     while True:
-        for _ in range(max(1, warmup)):
+        begun, calls = time.perf_counter(), max(1, warmup)
+        for _ in range(calls):
             fn()
         ctx.sync()
+        per_call = (time.perf_counter() - begun) / calls
         ctx.progress()
         if not ctx.is_cuda or time.perf_counter() - start_warm >= WARMUP_S:
-            return
+            return per_call
 
 
-def seconds_per_call(ctx: Ctx, fn: Callable[[], object], warmup: int, iters: int, together: bool = True) -> Timed:
+def seconds_per_call(
+    ctx: Ctx, fn: Callable[[], object], warmup: int, iters: int, together: bool = True, min_s: float = 0.0
+) -> Timed:
     """Seconds per call of ``fn`` in each timed window (``windows.split``) of ``iters`` back-to-back calls in
-    all, after the warm-up.
+    all, after the warm-up; more calls where ``iters`` would take less than ``min_s`` at the warm-up's pace.
 
     ``together``: every rank is measuring, and a barrier after every rank's warm-up starts their timed loops
     at once (a warm-up lasts as long as its GPU needs, so a barrier before it would let the loops drift
     apart). A rank whose warm-up fails still meets the barrier, then raises.
     """
     failed: RuntimeError | None = None
+    per_call = 0.0
     try:
-        warm_up(ctx, fn, warmup)
+        per_call = warm_up(ctx, fn, warmup)
     except RuntimeError as exc:
         failed = exc
     if together:
@@ -94,9 +101,10 @@ def seconds_per_call(ctx: Ctx, fn: Callable[[], object], warmup: int, iters: int
         dist.barrier()
     if failed is not None:
         raise failed
+    calls = max(iters, math.ceil(min_s / per_call)) if per_call > 0 else iters
     sampler = GpuSampler(ctx.device, period_s=CLOCK_SAMPLE_S)
     sampler.start()
-    seconds = windows.timed_windows(ctx, fn, windows.split(iters))
+    seconds = windows.timed_windows(ctx, fn, windows.split(calls))
     sampled = sampler.stop()
     clocks = {k: sampled[k] for k in ("clock_events", "clock_events_reason")} if ctx.is_cuda else None
     return Timed(seconds, clocks)
@@ -113,7 +121,9 @@ def matmul(ctx: Ctx, cfg: dict[str, Any]) -> Measured:
     n, dtype = cfg["matmul_size"], TORCH_DTYPES[cfg["matmul_dtype"]]
     a, b = _random((n, n), dtype, ctx.device, cfg["seed"]), _random((n, n), dtype, ctx.device, cfg["seed"] + 1)
     out = torch.empty((n, n), dtype=dtype, device=ctx.device)
-    timed = seconds_per_call(ctx, lambda: torch.mm(a, b, out=out), cfg["warmup_iters"], cfg["matmul_iters"])
+    timed = seconds_per_call(
+        ctx, lambda: torch.mm(a, b, out=out), cfg["warmup_iters"], cfg["matmul_iters"], min_s=cfg["matmul_min_s"]
+    )
     return timed.rate(2 * n**3 / 1e12)
 
 
@@ -134,6 +144,7 @@ def fp8_matmul(ctx: Ctx, cfg: dict[str, Any]) -> Measured:
             lambda: torch._scaled_mm(a, b, scale, scale, out_dtype=torch.bfloat16),
             cfg["warmup_iters"],
             cfg["matmul_iters"],
+            min_s=cfg["matmul_min_s"],
         )
     except RuntimeError as exc:
         return f"fp8 matmul: torch._scaled_mm failed: {str(exc).splitlines()[0]}", None, []
