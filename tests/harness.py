@@ -25,7 +25,6 @@ def schema() -> dict[str, Any]:
 
 
 PORTS_BOTTOM, PORTS_TOP = 20000, 32767  # under Linux's default ip_local_port_range, above the well-known ports
-PORT_SHARES = 8  # xdist workers with ports of their own
 
 
 def free_port() -> int:
@@ -35,8 +34,8 @@ def free_port() -> int:
     a port that ``bind(0)`` hands out is one the kernel may give any other test's connection in the seconds
     before the node binds it. Each xdist worker draws from its own share, so two never pick one port."""
     worker = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0)
-    share = (PORTS_TOP - PORTS_BOTTOM) // PORT_SHARES
-    low = PORTS_BOTTOM + (worker % PORT_SHARES) * share
+    share = (PORTS_TOP - PORTS_BOTTOM) // int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    low = PORTS_BOTTOM + worker * share
     for _ in range(50):
         port = random.randrange(low, low + share - 1)
         try:

@@ -33,8 +33,8 @@ HOST = re.escape(socket.gethostname())
 MARK = "ACCEPTANCE_FAULT_MARK"  # inherited by pytest, torchrun and every rank of one case
 TIMEOUT_S = 60  # --cluster-timeout: enough for two ranks to import torch on a loaded two-core machine
 VERDICT_SLACK_S = 15  # the feature's promise: a verdict within the probe's timeout + 15 s
-# what torchrun waits for a rank that ignores SIGTERM before it kills it: the wait the launcher must not make
-TORCHRUN_GRACE_S = 30
+# pytest's own end after the verdict (the evidence, JUnit, the summary) on a loaded machine
+PYTEST_END_SLACK_S = 30
 LEFTOVER_POLL_S = 10.0  # SIGKILL takes effect at once; this only absorbs a loaded machine's scheduling
 HARNESS_TIMEOUT_S = 300  # only so that a broken run cannot hang CI
 SMALL = ["--cluster-set", "collectives.ops=[all_reduce, all_gather]", "--cluster-set", "collectives.sizes=[64K, 8M]"]
@@ -163,12 +163,11 @@ def test_a_stopped_rank_gives_a_verdict_within_the_timeout(suite: pytest.Pyteste
     started, stopped = run.wait_for_stopped_rank()
     assert run.wait() == pytest.ExitCode.TESTS_FAILED, run.output
     since_start, since_stop = time.monotonic() - started, time.monotonic() - stopped
-    # the timeout counts from the probe's start; a stopped rank ignores SIGTERM, and waiting for torchrun
-    # to give up on it would cost another 30 s. The verdict is the probe's record; pytest's own exit on a
-    # loaded machine comes on top of it, but never a torchrun grace
+    # the timeout counts from the probe's start, and a stopped rank ignores SIGTERM: the launcher must not
+    # wait for torchrun to give up on it. The verdict is the probe's record; pytest's own end comes on top
     wall_s = run.evidence()["probes"][0]["wall_s"]
     assert wall_s <= TIMEOUT_S + VERDICT_SLACK_S, f"the probe ended {wall_s:.1f} s after it started"
-    assert since_start < TIMEOUT_S + TORCHRUN_GRACE_S, f"pytest ended {since_start:.1f} s after the probe started"
+    assert since_start < TIMEOUT_S + PYTEST_END_SLACK_S, f"pytest ended {since_start:.1f} s after the probe started"
     culprit = (
         rf"rank 1 \(host {HOST}, local rank 1\) stopped progressing \d+ s ago in phase 'all_reduce 8M' "
         r"\(progress \d+; process stopped \(SIGSTOP or a debugger\)\); the others wait for it: rank 0"
@@ -199,7 +198,7 @@ def test_an_interrupted_hang_ends_every_process(suite: pytest.Pytester, signals:
         run.proc.send_signal(sig)
         time.sleep(0.5)
     assert run.wait() == pytest.ExitCode.INTERRUPTED, run.output
-    assert time.monotonic() - start < TORCHRUN_GRACE_S, "ending a stopped rank must not wait for torchrun's grace"
+    assert time.monotonic() - start <= VERDICT_SLACK_S, "ending a stopped rank must not wait for torchrun's grace"
     data = assert_failed_evidence(run, complete=False)
     assert [p["status"] for p in data["probes"]] == ["interrupted"]
     assert_nothing_left(run.mark)

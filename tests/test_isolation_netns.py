@@ -36,10 +36,6 @@ SUITE = [
     "topology.ranks_per_node=1",
     "--cluster-set",
     f"thresholds.internode.rail_min_gbps.min={FLOOR}",
-    # a pair slower than 1% of the best is slow: healthy pairs on a loaded 2-core machine have read 9x apart,
-    # 10x inside this line, and the throttled ones read about 1/400 of the best, 4x outside it
-    "--cluster-set",
-    "internode.slow_pair_fraction=0.01",
 ]
 
 pytestmark = [

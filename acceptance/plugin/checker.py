@@ -9,9 +9,9 @@ import pytest
 from acceptance.evidence.junit import figure_properties
 from acceptance.evidence.model import Check
 from acceptance.plugin import options
-from acceptance.profile import baseline
 from acceptance.profile.model import Threshold
 from acceptance.run.cluster_run import ClusterRun
+from acceptance.run.judging import against_baseline
 from acceptance.run.launcher import ProbeError
 
 SESSION_NAME = "cluster-acceptance-session"
@@ -103,13 +103,11 @@ class Checker:
     def _against_baseline(self, check: Check) -> list[str]:
         """--cluster-baseline: the figure just checked against the earlier run's, by the rule of ``compare``;
         a figure worse beyond the tolerance fails even where the profile's bound held."""
-        old = baseline_of(self.item.config)
-        if old is None or check.value is None:
-            return []
-        tolerance = baseline.tolerance_for(self.run.profile.resolved, check.metric)
-        judged = baseline.judge(old, check.metric, check.value, bool(check.bound), tolerance)
+        profile = self.run.profile
+        judged = against_baseline(profile, baseline_of(self.item.config), check.metric, check.value, bool(check.bound))
         if judged is None:
             return []
+        tolerance = judged.change.tolerance
         check.baseline = {"value": judged.change.old, "bound": judged.change.limit, "tolerance": tolerance}
         if judged.ok:
             return []

@@ -18,10 +18,10 @@ from typing import Any
 from acceptance.families import compute as pergpu
 from acceptance.numbers import fmt
 from acceptance.plugin.checker import probe_result
-from acceptance.profile import baseline
+from acceptance.profile.loader import evaluate
 from acceptance.profile.model import Threshold
 from acceptance.run.cluster_run import ClusterRun
-from acceptance.run.judging import would_fail
+from acceptance.run.judging import against_baseline
 
 ROW_PARTS = ("windows", "clocks", "not_measured")  # a row's per-figure records, replaced with the figure
 Baseline = dict[str, dict[str, Any]] | None  # --cluster-baseline: the earlier run's figures by metric
@@ -35,18 +35,16 @@ def tolerance(run: ClusterRun, figure: str) -> Threshold:
 
 
 def fails(run: ClusterRun, metric: str, value: float, old: Baseline, default: Threshold | None = None) -> bool:
-    """Whether the checker would fail ``value``: out of the profile's bound (else ``default``), or within it
-    but worse than ``old``, the --cluster-baseline figures, beyond the tolerance (``Checker._against_baseline``).
-    A known issue (``xfail``) fails neither way."""
+    """Whether the checker would fail ``value``: out of the profile's bound (else ``default``), unless that is a
+    known issue (``xfail``); or within it but worse than ``old``, the --cluster-baseline figures, beyond the
+    tolerance (``Checker._against_baseline``, through the same ``against_baseline``). A figure with no bound is
+    information, which no baseline fails."""
     threshold = run.profile.threshold(metric) or default
-    if threshold is not None and threshold.xfail:
+    if threshold is None:
         return False
-    if would_fail(run.profile, metric, value, default):
-        return True
-    if old is None:
-        return False
-    tolerance = baseline.tolerance_for(run.profile.resolved, metric)
-    judged = baseline.judge(old, metric, value, threshold is not None, tolerance)
+    if not evaluate(threshold, value)[0]:
+        return not threshold.xfail
+    judged = against_baseline(run.profile, old, metric, value, gated=True)
     return judged is not None and not judged.ok
 
 
@@ -115,7 +113,8 @@ def measured(run: ClusterRun, old: Baseline = None) -> dict[str, Any]:
         figures = low_figures(run, result, old)
         if not figures:
             break
-        run.say(f"compute: {', '.join(figures)} out of bounds; measuring again ({n} of {times})")
+        why = "out of bounds" if old is None else "out of bounds or worse than --cluster-baseline"
+        run.say(f"compute: {', '.join(figures)} {why}; measuring again ({n} of {times})")
         spec = run.spec("compute")
         spec["compute"] = {**spec["compute"], "figures": figures, "duration_s": 0}  # no second burn-in
         result = merged(result, probe_result(run, "compute", spec=spec, key=f"compute-again-{n}"), figures)

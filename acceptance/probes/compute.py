@@ -33,7 +33,7 @@ from acceptance.profile.sizes import parse_size
 WARMUP_S = 1.0
 BURNIN_BATCH = 10  # matmuls between two checks of the clock: long enough to keep the GPU fed
 FP8_MIN_CAPABILITY = (8, 9)  # Ada and Hopper have fp8 tensor cores (CUDA C Programming Guide, compute capabilities)
-CLOCK_SAMPLE_S = 0.01  # a timed matmul loop lasts ~0.2 s on an H200: enough samples to say "throughout"
+CLOCK_SAMPLE_S = 0.01  # host copies are timed for ~0.2 s on an H200: enough samples to say "throughout"
 
 
 @dataclass

@@ -131,8 +131,8 @@ class Compute(Strict):
     matmul_dtype: Literal[DTYPE_NAMES] = "bfloat16"  # type: ignore[valid-type]
     matmul_iters: PositiveInt = 100
     # and at least this long: under the power cap the clocks swing with a period of about 1 s (an H100 at
-    # 700 W: 1,095-1,410 MHz, 640-711 TFLOP/s; results/h100-x1-ramp), so a 0.15 s loop reads its phase
-    matmul_min_s: Annotated[float, Field(ge=0)] = 2.0
+    # 700 W: 1,125-1,425 MHz, 607-713 TFLOP/s; results/h100-x1-ramp), so a 0.15 s loop reads its phase
+    matmul_min_s: Annotated[float, Field(ge=0, le=60)] = 2.0
     fp8: bool = True  # also an fp8 matmul (torch._scaled_mm) where the GPU has it (compute capability >= 8.9)
     copy_size: Size = "2G"  # bytes read per device copy; bytes read + written count toward GB/s
     copy_iters: PositiveInt = 50

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from acceptance.evidence.model import Check, CheckVerdict
 from acceptance.numbers import fmt
+from acceptance.profile import baseline
 from acceptance.profile.loader import Profile, evaluate
 from acceptance.profile.model import Threshold
 
@@ -53,3 +56,13 @@ def would_fail(profile: Profile, metric: str, value: float, default: Threshold |
     not count."""
     threshold = profile.threshold(metric) or default
     return threshold is not None and not threshold.xfail and not evaluate(threshold, value)[0]
+
+
+def against_baseline(
+    profile: Profile, old: Mapping[str, dict[str, Any]] | None, metric: str, value: float | None, gated: bool
+) -> baseline.Judgement | None:
+    """--cluster-baseline's rule for a figure that met its profile bound: ``value`` against ``old`` (the earlier
+    run's figures by metric) with the profile's tolerance, as ``compare`` judges; None where it does not apply."""
+    if old is None or value is None:
+        return None
+    return baseline.judge(old, metric, value, gated, baseline.tolerance_for(profile.resolved, metric))
