@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import copy
 import json
-import os
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +12,7 @@ import pytest
 from acceptance.families import compute as pergpu
 from acceptance.plugin import remeasure
 from acceptance.profile.loader import Profile, load
-from tests.harness import PLUGIN_ARGS, ROOT
+from tests.harness import PLUGIN_ARGS
 
 FIGURE = "h2d_gbps"
 
@@ -214,23 +212,18 @@ def _compute_slowest(pytester: pytest.Pytester, folder: str, *extra: str) -> pyt
 
 
 @pytest.mark.e2e
-def test_a_figure_worse_than_the_baseline_is_measured_again_on_local_cpu(
-    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_figure_worse_than_the_baseline_is_measured_again_on_local_cpu(suite: pytest.Pytester) -> None:
     """Real torchrun jobs: against a handover run that read ten times the ranks' copy speed, the copy holds
     its bound but fails the baseline gate, so it is measured again, alone, and fails with both readings and
     the slowest rank named."""
-    shutil.copytree(ROOT / "tests_cluster", pytester.path / "tests_cluster")
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p))
-    monkeypatch.delenv("CLUSTER_PROFILE", raising=False)
-    assert _compute_slowest(pytester, "handover").ret == pytest.ExitCode.OK
-    data = json.loads((pytester.path / "handover" / "evidence.json").read_text())
+    assert _compute_slowest(suite, "handover").ret == pytest.ExitCode.OK
+    data = json.loads((suite.path / "handover" / "evidence.json").read_text())
     for test in data["tests"]:  # the CPU's other figures move more than 5% from run to run on two busy cores
         test["checks"] = [c for c in test["checks"] if c["metric"] == "compute.copy_gbps_min"]
         for check in test["checks"]:
             check["value"] *= 10
-    (pytester.path / "handover.json").write_text(json.dumps(data))
-    result = _compute_slowest(pytester, "later", "--cluster-baseline", str(pytester.path / "handover.json"))
+    (suite.path / "handover.json").write_text(json.dumps(data))
+    result = _compute_slowest(suite, "later", "--cluster-baseline", str(suite.path / "handover.json"))
     result.stdout.fnmatch_lines(
         [
             "*compute: copy_gbps out of bounds or worse than --cluster-baseline; measuring again (1 of 1)",
@@ -239,6 +232,6 @@ def test_a_figure_worse_than_the_baseline_is_measured_again_on_local_cpu(
         ]
     )
     assert result.parseoutcomes() == {"failed": 1, "skipped": 3, "passed": 1}
-    probes = json.loads((pytester.path / "later" / "evidence.json").read_text())["probes"]
+    probes = json.loads((suite.path / "later" / "evidence.json").read_text())["probes"]
     assert [(p["key"], p["status"]) for p in probes] == [("compute", "ok"), ("compute-again-1", "ok")]
     assert all("copy_gbps" in r and "matmul_tflops" not in r for r in probes[1]["result"]["rows"])

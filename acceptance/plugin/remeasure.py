@@ -18,10 +18,9 @@ from typing import Any
 from acceptance.families import compute as pergpu
 from acceptance.numbers import fmt
 from acceptance.plugin.checker import probe_result
-from acceptance.profile.loader import evaluate
 from acceptance.profile.model import Threshold
 from acceptance.run.cluster_run import ClusterRun
-from acceptance.run.judging import against_baseline
+from acceptance.run.judging import against_baseline, judge
 
 ROW_PARTS = ("windows", "clocks", "not_measured")  # a row's per-figure records, replaced with the figure
 Baseline = dict[str, dict[str, Any]] | None  # --cluster-baseline: the earlier run's figures by metric
@@ -35,15 +34,12 @@ def tolerance(run: ClusterRun, figure: str) -> Threshold:
 
 
 def fails(run: ClusterRun, metric: str, value: float, old: Baseline, default: Threshold | None = None) -> bool:
-    """Whether the checker would fail ``value``: out of the profile's bound (else ``default``), unless that is a
-    known issue (``xfail``); or within it but worse than ``old``, the --cluster-baseline figures, beyond the
-    tolerance (``Checker._against_baseline``, through the same ``against_baseline``). A figure with no bound is
-    information, which no baseline fails."""
-    threshold = run.profile.threshold(metric) or default
-    if threshold is None:
-        return False
-    if not evaluate(threshold, value)[0]:
-        return not threshold.xfail
+    """Whether the checker would fail ``value``, by its own rules: ``judge``'s verdict (out of the profile's
+    bound, else ``default``, and not a known issue), and for a figure that passed, ``against_baseline`` with
+    ``old``, the --cluster-baseline figures (``Checker.all``)."""
+    verdict = judge(run.profile, metric, value, "", default=default).verdict
+    if verdict != "pass":
+        return verdict == "fail"  # a known issue (xfail) and information (no bound) never fail
     judged = against_baseline(run.profile, old, metric, value, gated=True)
     return judged is not None and not judged.ok
 
