@@ -22,7 +22,7 @@ from acceptance.cli.main import main
 from acceptance.profile import loader as profiles
 from acceptance.profile.baseline import change, figures, judge
 from acceptance.reports import compare
-from tests.harness import ROOT, schema
+from tests.harness import EVIDENCE, ROOT, schema
 
 BASELINE = {
     "compute.matmul_tflops_min": {"metric": "compute.matmul_tflops_min", "value": 100.0, "unit": "TFLOP/s",
@@ -86,7 +86,7 @@ def test_two_healthy_h200_runs_differ_by_no_regression() -> None:
     wall times, the temperature and the ~50 us barrier all moved; under today's h200-x2 profile none of them
     is a regression."""
     old, new = (
-        json.loads((ROOT / "results" / r / "evidence.json").read_text()) for r in ("h200-x2-onejob", "h200-x2-zero3fix")
+        json.loads((EVIDENCE / r / "evidence.json").read_text()) for r in ("h200-x2-onejob", "h200-x2-zero3fix")
     )
     found = compare.rows(old, new, profile=profiles.load("h200-x2").resolved)
     assert [r.change.metric for r in found if r.regression] == []
@@ -98,7 +98,7 @@ def test_two_healthy_h200_runs_differ_by_no_regression() -> None:
 def test_compare_takes_the_tolerances_of_the_profile_it_is_given(capsys: pytest.CaptureFixture[str]) -> None:
     """The recorded pair judged the barrier at the default 5%, the profile they recorded; today's h200-x2
     allows 60% for it."""
-    pair = [str(ROOT / "results" / r) for r in ("h200-x2-onejob", "h200-x2-zero3fix")]
+    pair = [str(EVIDENCE / r) for r in ("h200-x2-onejob", "h200-x2-zero3fix")]
     assert main(["compare", *pair]) == 1
     assert "connectivity.barrier_latency_us: 49.47 -> 71.16 us" in capsys.readouterr().out
     assert main(["compare", *pair, "--profile", "h200-x2"]) == 0
@@ -106,7 +106,7 @@ def test_compare_takes_the_tolerances_of_the_profile_it_is_given(capsys: pytest.
 
 
 def test_figures_of_an_evidence_file_by_canonical_name() -> None:
-    data = json.loads((ROOT / "results" / "h200-x2" / "evidence.json").read_text())
+    data = json.loads((EVIDENCE / "h200-x2" / "evidence.json").read_text())
     found = figures(data)
     assert found["collectives.all_reduce.busbw_gbps@1G"]["value"] == pytest.approx(332.534, abs=1e-3)
 

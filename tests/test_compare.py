@@ -20,13 +20,11 @@ from acceptance.profile.bounds import evaluate, limits
 from acceptance.profile.metrics import better
 from acceptance.profile.model import Threshold
 from acceptance.reports import compare
-from tests.harness import ROOT
-
-RESULTS = ROOT / "results"
+from tests.harness import EVIDENCE, ROOT
 
 
 def load(name: str) -> dict[str, Any]:
-    return json.loads((RESULTS / name / "evidence.json").read_text())
+    return json.loads((EVIDENCE / name / "evidence.json").read_text())
 
 
 def write(tmp_path: Path, name: str, data: dict[str, Any]) -> str:
@@ -84,7 +82,7 @@ def test_tolerance_default_profile_and_per_metric() -> None:
 
 
 def test_h100_rerun_names_the_zero3_failure_and_exits_1(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["compare", str(RESULTS / "h100-x1"), str(RESULTS / "h100-x1-zero3-variance")]) == 1
+    assert main(["compare", str(EVIDENCE / "h100-x1"), str(EVIDENCE / "h100-x1-zero3-variance")]) == 1
     out = capsys.readouterr().out
     head = out.split("\n\n")[0]
     assert "old: " in head and ": PASS, profile h100-x1" in head and ": FAIL, profile h100-x1" in head
@@ -95,12 +93,12 @@ def test_h100_rerun_names_the_zero3_failure_and_exits_1(capsys: pytest.CaptureFi
     assert table[0].split()[:4] == ["metric", "better", "old", "new"]
     flagged = [line.split()[0] for line in table if line.endswith("REGRESSION")]
     assert "training.zero3.tokens_per_s_per_gpu" in flagged and table[2].endswith("REGRESSION")  # worst first
-    assert main(["compare", str(RESULTS / "h100-x1"), str(RESULTS / "h100-x1-zero3-variance"),
+    assert main(["compare", str(EVIDENCE / "h100-x1"), str(EVIDENCE / "h100-x1-zero3-variance"),
                  "--no-fail-on-regression"]) == 0  # fmt: skip
 
 
 def test_a_run_against_itself_has_no_regression(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["compare", str(RESULTS / "h200-x2"), str(RESULTS / "h200-x2")]) == 0
+    assert main(["compare", str(EVIDENCE / "h200-x2"), str(EVIDENCE / "h200-x2")]) == 0
     assert "regressions (gated figures worse beyond tolerance, or turned FAIL): 0" in capsys.readouterr().out
 
 
@@ -122,15 +120,15 @@ def test_regression_is_a_gated_figure_worse_beyond_tolerance(
     rows = {r.change.metric: r for r in compare.rows(load("h200-x2"), new)}
     assert rows[metric].regression is regressed
     expected = 1 if regressed else 0
-    assert main(["compare", str(RESULTS / "h200-x2"), write(tmp_path, "new", new)]) == expected
+    assert main(["compare", str(EVIDENCE / "h200-x2"), write(tmp_path, "new", new)]) == expected
 
 
 def test_per_metric_tolerance_from_the_new_profile(tmp_path: Path) -> None:
     new = load("h200-x2")
     set_value(new, "compute.matmul_tflops_min", 0.90)
     new["profile"]["resolved"]["baseline"] = {"tolerance": 0.05, "tolerances": {"compute.matmul_tflops_min": 0.15}}
-    assert main(["compare", str(RESULTS / "h200-x2"), write(tmp_path, "new", new)]) == 0
-    assert main(["compare", str(RESULTS / "h200-x2"), str(tmp_path / "new"), "--tolerance", "0.05"]) == 1
+    assert main(["compare", str(EVIDENCE / "h200-x2"), write(tmp_path, "new", new)]) == 0
+    assert main(["compare", str(EVIDENCE / "h200-x2"), str(tmp_path / "new"), "--tolerance", "0.05"]) == 1
 
 
 @pytest.mark.parametrize(
@@ -172,7 +170,7 @@ def test_reference_bounds_rejected(fields: dict[str, float], message: str) -> No
 
 def test_rebaseline_writes_bounds_that_the_evidence_meets(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "bounds.yaml"
-    assert main(["rebaseline", str(RESULTS / "h200-x2"), "--profile", "h200-x2", "--tolerance", "0.1",
+    assert main(["rebaseline", str(EVIDENCE / "h200-x2"), "--profile", "h200-x2", "--tolerance", "0.1",
                  "--tolerance", "training.*=0.15", "-o", str(out)]) == 0  # fmt: skip
     text = out.read_text()
     assert text.startswith("# bounds from ") and "run started 2026-11-22T00:49:15+00:00, verdict PASS" in text
@@ -180,7 +178,10 @@ def test_rebaseline_writes_bounds_that_the_evidence_meets(tmp_path: Path, capsys
     matmul = bounds["compute.matmul_tflops_min"]
     assert matmul["ref"] == 647.8 and matmul["lower"] == -0.1  # the committed evidence, not 635 from prose
     assert matmul["min"] is None  # replaces the profile's entry whole, also under extends
-    assert "results/h200-x2/evidence.json (2026-11-22T00:49:15+00:00): measured 647.8 TFLOP/s" in matmul["source"]
+    assert (
+        "tests/data/evidence/h200-x2/evidence.json (2026-11-22T00:49:15+00:00): measured 647.8 TFLOP/s"
+        in matmul["source"]
+    )
     assert bounds["training.zero3.tokens_per_s_per_gpu"]["lower"] == -0.15
     assert bounds["collectives.all_reduce.time_us@1M"]["upper"] == 0.1  # lower is better: a bound above
     assert not any(key.startswith("collectives.all_reduce.wrong") for key in bounds)  # exact gates stay built in
@@ -194,7 +195,7 @@ def test_rebaseline_writes_bounds_that_the_evidence_meets(tmp_path: Path, capsys
 
 
 def test_rebaseline_of_a_profile_s_bounds_only(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["rebaseline", str(RESULTS / "h100-x1"), "--profile", "h100-x1"]) == 0
+    assert main(["rebaseline", str(EVIDENCE / "h100-x1"), "--profile", "h100-x1"]) == 0
     bounds = yaml.safe_load(capsys.readouterr().out)["thresholds"]
     assert set(bounds) <= set(profiles.load("h100-x1").model.thresholds)
     assert bounds["training.zero3.tokens_per_s_per_gpu"]["ref"] == 22383
@@ -202,13 +203,13 @@ def test_rebaseline_of_a_profile_s_bounds_only(capsys: pytest.CaptureFixture[str
 
 @pytest.mark.parametrize("option", ["ten", "1.5", "training.*=x"])
 def test_rebaseline_bad_tolerance_is_one_line(option: str, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["rebaseline", str(RESULTS / "h200-x2"), "--tolerance", option]) == 4
+    assert main(["rebaseline", str(EVIDENCE / "h200-x2"), "--tolerance", option]) == 4
     err = capsys.readouterr().err
     assert err.startswith(f"cluster-acceptance rebaseline: --tolerance '{option}': expected") and err.count("\n") == 1
 
 
 def test_export_csv_one_row_per_figure(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["export", str(RESULTS / "h200-x2"), "--csv"]) == 0
+    assert main(["export", str(EVIDENCE / "h200-x2"), "--csv"]) == 0
     rows = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
     assert list(rows[0]) == ["metric", "value", "unit", "bound", "verdict", "node", "gpu", "source", "test"]
     checks = sum(len(t["checks"]) for t in load("h200-x2")["tests"])

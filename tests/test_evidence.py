@@ -17,7 +17,7 @@ from acceptance.evidence.junit import junit_xml
 from acceptance.evidence.merge import merge
 from acceptance.evidence.model import Check, schema_text
 from acceptance.evidence.store import WRITE_EVERY_S, Evidence, EvidenceError, read_evidence
-from tests.harness import ROOT, schema
+from tests.harness import EVIDENCE, ROOT, schema
 
 SECRETS = {
     "AWS_SECRET_ACCESS_KEY": "secret-value-1",
@@ -170,7 +170,7 @@ def test_reading_validates_the_evidence(tmp_path: Path) -> None:
         read_evidence(path)
 
 
-@pytest.mark.parametrize("folder", sorted((ROOT / "results").glob("**/evidence.json")), ids=str)
+@pytest.mark.parametrize("folder", sorted(EVIDENCE.glob("**/evidence.json")), ids=str)
 def test_committed_evidence_still_validates(folder: Path) -> None:
     read_evidence(folder)
 

@@ -204,7 +204,7 @@ def _wait_for_hang(folder: Path, proc: subprocess.Popen[bytes]) -> Path:
 
 
 CHECKS = """
-from acceptance.plugin import MUST_BE_ZERO
+from acceptance.plugin.api import MUST_BE_ZERO
 
 def test_fails(check):
     check("connectivity.rendezvous_s", 2.5, "s", detail="rank 1 joined last")

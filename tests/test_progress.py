@@ -12,6 +12,7 @@ import pytest
 from acceptance.cli import walls
 from acceptance.run import progress
 from acceptance.run.progress import Watch, extension_roots
+from tests.harness import EVIDENCE
 
 
 def test_extension_roots_follow_torch() -> None:
@@ -134,7 +135,7 @@ def test_walls_phases_from_rank_zero(tmp_path: Path, capsys: pytest.CaptureFixtu
         ["storage", "write", "18.5"],
         ["storage", "clean up", "6.2"],
     ]
-    real = Path(__file__).parents[1] / "results" / "h200-x2-zero3-leaf" / "h200-x2-leaf" / "evidence.json"
+    real = EVIDENCE / "h200-x2-zero3-leaf" / "evidence.json"
     (tmp_path / "evidence.json").write_bytes(real.read_bytes())  # its storage probe's folder is probes/04-storage
     (tmp_path / "probes" / "04-storage").mkdir()
     (tmp_path / "probes" / "04-storage" / "rank-0.json").write_text(json.dumps(beat))

@@ -11,6 +11,7 @@ import pytest
 
 from acceptance.families import compute as pergpu
 from acceptance.plugin import remeasure
+from acceptance.profile.judge import BaselineFigures, Judge
 from acceptance.profile.loader import Profile, load
 from tests.harness import PLUGIN_ARGS
 
@@ -46,8 +47,9 @@ def result(*gbps: float) -> dict[str, Any]:
 class FakeRun:
     """What ``remeasure.measured`` asks of a ClusterRun: the profile, the spec, progress lines, probes."""
 
-    def __init__(self, profile: Profile, readings: list[dict[str, Any]]) -> None:
+    def __init__(self, profile: Profile, readings: list[dict[str, Any]], old: BaselineFigures | None = None) -> None:
         self.profile, self.readings = profile, readings
+        self.baseline, self.judge = old, Judge(profile, old)
         self.asked: list[tuple[str, dict[str, Any]]] = []
         self.said: list[str] = []
 
@@ -175,31 +177,32 @@ def test_a_figure_worse_than_the_baseline_is_measured_again_though_its_bound_hol
     """48 holds the bound of 44, but the handover run read 55: 12.7% worse, past the 5% tolerance, which the
     checker would fail. A reading of 54 on the re-measure is within it and is the one judged."""
     old = baseline_of(f"compute.{FIGURE}_min", 55.0)
-    run = FakeRun(profile(tmp_path), [result(48.0, 48.3), result(54.0, 54.2)])
-    assert remeasure.low_figures(run, run.readings[0]) == []  # type: ignore[arg-type]
-    assert remeasure.low_figures(run, run.readings[0], old) == [FIGURE]  # type: ignore[arg-type]
-    found = remeasure.measured(run, old)  # type: ignore[arg-type]
+    plain = FakeRun(profile(tmp_path), [result(48.0, 48.3)])
+    assert remeasure.low_figures(plain, plain.readings[0]) == []  # type: ignore[arg-type]
+    run = FakeRun(profile(tmp_path), [result(48.0, 48.3), result(54.0, 54.2)], old)
+    assert remeasure.low_figures(run, run.readings[0]) == [FIGURE]  # type: ignore[arg-type]
+    found = remeasure.measured(run)  # type: ignore[arg-type]
     assert [key for key, _ in run.asked] == ["compute", "compute-again-1"]
     assert found["summary"][FIGURE]["min"] == 54.0 and found["remeasured"] == {FIGURE: {"earlier_min": [48.0]}}
 
 
 def test_the_baseline_rule_is_the_checkers(tmp_path: Path) -> None:
-    """As ``Checker._against_baseline`` judges: within the tolerance, or a figure no bound gates (information),
+    """As the run's judge (``Judge.judge``) decides: within the tolerance, or a figure no bound gates (information),
     is not measured again; a known issue out of its bound is not either (it is an xfail, whatever it reads),
     but one that holds its bound is judged against the baseline like any other figure, and measured again."""
     old = baseline_of(f"compute.{FIGURE}_min", 55.0)
-    run = FakeRun(profile(tmp_path), [result(53.0, 53.3)])
-    assert remeasure.low_figures(run, run.readings[0], old) == []  # type: ignore[arg-type]
+    run = FakeRun(profile(tmp_path), [result(53.0, 53.3)], old)
+    assert remeasure.low_figures(run, run.readings[0]) == []  # type: ignore[arg-type]
     path = tmp_path / "ungated.yaml"
     path.write_text("name: p\nextends: local-cpu\ncompute: {tolerance: 0.5}\n")
-    ungated = FakeRun(load(str(path)), [result(30.0, 30.3)])
-    assert remeasure.low_figures(ungated, ungated.readings[0], old) == []  # type: ignore[arg-type]
+    ungated = FakeRun(load(str(path)), [result(30.0, 30.3)], old)
+    assert remeasure.low_figures(ungated, ungated.readings[0]) == []  # type: ignore[arg-type]
     path = tmp_path / "known.yaml"
     path.write_text("name: p\nextends: local-cpu\nthresholds:\n  compute.h2d_gbps_min: {min: 44, xfail: 'a riser'}\n")
-    known = FakeRun(load(str(path)), [result(48.0, 48.3), result(54.0, 54.2)])
-    assert remeasure.low_figures(known, result(40.0, 40.3), old) == []  # type: ignore[arg-type]
-    assert remeasure.low_figures(known, known.readings[0], old) == [FIGURE]  # type: ignore[arg-type]
-    assert remeasure.measured(known, old)["summary"][FIGURE]["min"] == 54.0  # type: ignore[arg-type]
+    known = FakeRun(load(str(path)), [result(48.0, 48.3), result(54.0, 54.2)], old)
+    assert remeasure.low_figures(known, result(40.0, 40.3)) == []  # type: ignore[arg-type]
+    assert remeasure.low_figures(known, known.readings[0]) == [FIGURE]  # type: ignore[arg-type]
+    assert remeasure.measured(known)["summary"][FIGURE]["min"] == 54.0  # type: ignore[arg-type]
     assert known.said == [f"compute: {FIGURE} out of bounds or worse than --cluster-baseline; measuring again (1 of 1)"]
 
 

@@ -13,13 +13,14 @@ import pytest
 
 from acceptance.cli.main import main
 from acceptance.cli.reports import load
+from acceptance.evidence.verdict import verdict_of
 from acceptance.reports import html, measured, overview, pairs, plots, summary, training, view
 from acceptance.reports.blocks import Heading
 from acceptance.reports.table import Raw, render
-from tests.harness import ROOT
+from tests.harness import EVIDENCE, ROOT
 
-H200 = ROOT / "results" / "h200-x2"
-TWO_NODES = ROOT / "results" / "h200-x2-2node"
+H200 = EVIDENCE / "h200-x2"
+TWO_NODES = EVIDENCE / "h200-x2-2node"
 
 
 def evidence(folder: Path) -> dict[str, Any]:
@@ -41,7 +42,7 @@ def evidence(folder: Path) -> dict[str, Any]:
     ],
 )
 def test_verdict_never_pass_for_a_subset_or_an_interruption(fields: dict[str, Any], shown: str) -> None:
-    assert view.verdict(fields) == shown
+    assert verdict_of(fields) == shown
 
 
 def test_partial_run_report_does_not_open_with_pass(tmp_path: Path) -> None:
@@ -139,7 +140,7 @@ def test_table_renders_for_each_target() -> None:
 
 def test_html_is_self_contained_and_checks_itself() -> None:
     data = evidence(H200)
-    page = html.document(overview.blocks(data, "results/h200-x2"), "t")
+    page = html.document(overview.blocks(data, "tests/data/evidence/h200-x2"), "t")
     assert "http://" not in page and "https://" not in page  # works offline
     assert "@media print" in page and 'document.title = problems.length ? "report-error: "' in page
     assert page.count("<img ") == (page.count('src="data:image/png;base64,') if plots.available() else 0)
@@ -147,7 +148,7 @@ def test_html_is_self_contained_and_checks_itself() -> None:
 
 def test_h200_report_names_gpus_inventory_sources_and_training() -> None:
     data = evidence(H200)
-    text = "\n".join(repr(b) for b in overview.blocks(data, "results/h200-x2"))
+    text = "\n".join(repr(b) for b in overview.blocks(data, "tests/data/evidence/h200-x2"))
     # the slowest GPU by host and full UUID, the inventory, the bound's source, every strategy
     assert "matmul: slowest vm GPU 0 (GPU-a686010c-c983-cf32-64df-1f72bc1b5409) at 647.8 TFLOP/s" in text
     assert "96.00.A5.00.1A" in text and "1653724055514" in text and "Gen5 x16 (max Gen5 x16)" in text

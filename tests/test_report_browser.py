@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from acceptance.cli.main import main
-from tests.harness import ROOT
+from tests.harness import EVIDENCE, ROOT
 
 pytestmark = pytest.mark.e2e  # every test starts headless Chromium
 
@@ -65,7 +65,7 @@ CASES = [("h200-x2", "PASS"), ("h200-x2-2node", "PASS"), ("fresh-local-cpu", "PA
 def _evidence(case: str, fresh: pytest.FixtureRequest) -> Path:
     if case == "fresh-local-cpu":
         return Path(fresh.getfixturevalue("fresh_local_cpu"))
-    return ROOT / "results" / case if not Path(case).is_absolute() else Path(case)
+    return EVIDENCE / case if not Path(case).is_absolute() else Path(case)
 
 
 def _browser(chromium: str, *args: str) -> subprocess.CompletedProcess[str]:

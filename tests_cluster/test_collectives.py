@@ -6,9 +6,24 @@ from typing import Any
 
 import pytest
 
-from acceptance.numbers import fmt
-from acceptance.plugin import MUST_BE_ZERO, Checker, probe_result, require_ranks
-from acceptance.run.cluster_run import ClusterRun
+from acceptance.plugin.api import (
+    MUST_BE_ZERO,
+    Checker,
+    ClusterRun,
+    ProfileModel,
+    fmt,
+    parametrize_from_profile,
+    probe_result,
+    require_ranks,
+)
+
+
+def _cases(profile: ProfileModel) -> list[tuple[str, str]]:
+    return [(op, size) for op in profile.collectives.ops for size in profile.collectives.sizes]
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    parametrize_from_profile(metafunc, "coll_case", _cases, ids="-".join)
 
 
 @pytest.fixture(scope="module")

@@ -6,24 +6,30 @@ from typing import Any
 
 import pytest
 
-from acceptance.families import compute as pergpu
-from acceptance.numbers import fmt
-from acceptance.plugin import MUST_BE_ZERO, Checker, baseline_of, probe_wall_s
-from acceptance.plugin import remeasure as again
-from acceptance.profile.model import Threshold
-from acceptance.run.cluster_run import ClusterRun
+from acceptance.plugin.api import (
+    MUST_BE_ZERO,
+    Checker,
+    ClusterRun,
+    Threshold,
+    compute_figures,
+    compute_rules,
+    earlier_readings,
+    fmt,
+    probe_wall_s,
+    tolerance_below_median,
+)
 
-FIGURES = list(pergpu.FIGURES)
+FIGURES = list(compute_rules.FIGURES)
 
 
 @pytest.fixture(scope="module")
-def perf(cluster: ClusterRun, request: pytest.FixtureRequest) -> dict[str, Any]:
+def perf(cluster: ClusterRun) -> dict[str, Any]:
     """Every GPU's figures; one out of bounds, or worse than --cluster-baseline, is measured again before it
     stands (``compute.remeasure``)."""
-    return again.measured(cluster, baseline_of(request.config))
+    return compute_figures(cluster)
 
 
-def _summary(perf: dict[str, Any], figure: str) -> dict[str, Any]:
+def _summary(perf: dict[str, Any], figure: compute_rules.FigureName) -> dict[str, Any]:
     found = perf["summary"].get(figure)
     if found is None:
         pytest.skip(f"{figure} not measured: " + "; ".join(perf["not_measured"].get(figure, [])))
@@ -33,14 +39,14 @@ def _summary(perf: dict[str, Any], figure: str) -> dict[str, Any]:
 def _check_every_gpu(
     check: Checker,
     perf: dict[str, Any],
-    figure: str,
+    figure: compute_rules.FigureName,
     figures: tuple[str, float, str, str],
     default: Threshold | None = None,
 ) -> None:
     """Check the figure, then fail when some GPUs did not measure it: the min and median are over the GPUs
     that did, so a GPU that could not measure must not leave a pass behind."""
-    missing = pergpu.partly_measured(perf["rows"], figure)
-    earlier = again.earlier_text(perf, figure)
+    missing = compute_rules.partly_measured(perf["rows"], figure)
+    earlier = earlier_readings(perf, figure)
     if earlier:
         metric, value, unit, detail = figures
         figures = (metric, value, unit, f"{detail}; {earlier}" if detail else earlier)
@@ -63,9 +69,9 @@ def test_every_rank_measured(cluster: ClusterRun, perf: dict[str, Any], check: C
 
 
 @pytest.mark.parametrize("figure", FIGURES)
-def test_slowest(perf: dict[str, Any], figure: str, check: Checker) -> None:
+def test_slowest(perf: dict[str, Any], figure: compute_rules.FigureName, check: Checker) -> None:
     found = _summary(perf, figure)
-    unit = pergpu.FIGURES[figure][1]
+    unit = compute_rules.FIGURES[figure][1]
     detail = f"slowest: {found['slowest']}" + (f" ({found['slowest_clocks']})" if found["slowest_clocks"] else "")
     if found["slowest_windows"]:
         detail += f"; its timed windows {fmt(min(found['slowest_windows']))}-{fmt(max(found['slowest_windows']))}"
@@ -73,9 +79,9 @@ def test_slowest(perf: dict[str, Any], figure: str, check: Checker) -> None:
 
 
 @pytest.mark.parametrize("figure", FIGURES)
-def test_median(perf: dict[str, Any], figure: str, check: Checker) -> None:
+def test_median(perf: dict[str, Any], figure: compute_rules.FigureName, check: Checker) -> None:
     found = _summary(perf, figure)
-    unit = pergpu.FIGURES[figure][1]
+    unit = compute_rules.FIGURES[figure][1]
     spread = f"min {fmt(found['min'])}, max {fmt(found['max'])} over {found['count']} GPUs"
     spread += f"; slowest GPU's {found['slowest_clocks']}" if found["slowest_clocks"] else ""
     if found["window_spread_max"]:
@@ -85,14 +91,18 @@ def test_median(perf: dict[str, Any], figure: str, check: Checker) -> None:
 
 
 @pytest.mark.parametrize("figure", FIGURES)
-def test_within_tolerance(cluster: ClusterRun, perf: dict[str, Any], figure: str, check: Checker) -> None:
+def test_within_tolerance(
+    cluster: ClusterRun, perf: dict[str, Any], figure: compute_rules.FigureName, check: Checker
+) -> None:
     """Each GPU within the profile's tolerance of the median; the message names every GPU that is not."""
     _summary(perf, figure)
     cfg = cluster.profile.model.compute
-    shorts = pergpu.shortfalls(perf["rows"], figure, cfg.median_of)
-    bound = again.tolerance(cluster, figure)
+    shorts = compute_rules.shortfalls(perf["rows"], figure, cfg.median_of)
+    bound = tolerance_below_median(cluster, figure)
     limit = bound.max if bound.max is not None else cfg.tolerance
-    off = [pergpu.describe(s, figure) for s in shorts if s.fraction > limit] or [pergpu.describe(shorts[0], figure)]
+    off = [compute_rules.describe(s, figure) for s in shorts if s.fraction > limit] or [
+        compute_rules.describe(shorts[0], figure)
+    ]
     figures = (f"compute.{figure}_below_median", shorts[0].fraction, "fraction", "\n".join(off))
     _check_every_gpu(check, perf, figure, figures, default=bound)
 

@@ -7,17 +7,13 @@ from typing import Any
 
 import pytest
 
-from acceptance.families import links
-from acceptance.plugin import MUST_BE_ZERO, Checker, probe_result
-from acceptance.profile.model import Threshold
-from acceptance.run import isolation
-from acceptance.run.cluster_run import ClusterRun
+from acceptance.plugin.api import MUST_BE_ZERO, Checker, ClusterRun, Threshold, isolation_env, links_rules, probe_result
 
 
 @pytest.fixture(scope="module")
 def conn(cluster: ClusterRun) -> dict[str, Any]:
     # nodes named by their own rank, as the isolation rounds name them
-    return probe_result(cluster, "connectivity", env=isolation.node_env(cluster))
+    return probe_result(cluster, "connectivity", env=isolation_env(cluster))
 
 
 def test_world_size(conn: dict[str, Any], check: Checker) -> None:
@@ -55,17 +51,17 @@ def require_node_peers(run: ClusterRun) -> None:
 
 def test_p2p_correct(cluster: ClusterRun, conn: dict[str, Any], check: Checker) -> None:
     require_node_peers(cluster)
-    check("connectivity.p2p_wrong", conn["p2p_wrong"], "elements", links.wrong(conn["p2p"]), default=MUST_BE_ZERO)
+    check("connectivity.p2p_wrong", conn["p2p_wrong"], "elements", links_rules.wrong(conn["p2p"]), default=MUST_BE_ZERO)
 
 
 def test_p2p_slowest_link(cluster: ClusterRun, conn: dict[str, Any], check: Checker) -> None:
     require_node_peers(cluster)
     measured = conn["p2p"]
     check.measurements("p2p", measured)
-    check.measurements("pair_matrices", links.matrices(measured, "node"))
+    check.measurements("pair_matrices", links_rules.matrices(measured, "node"))
     detail = (
         f"{len(measured)} links inside nodes, {conn['p2p_size']} each way in {conn['p2p_rounds']} round(s); "
-        f"slowest: {links.slowest(measured)}"
+        f"slowest: {links_rules.slowest(measured)}"
     )
     check("connectivity.p2p_min_gbps", conn["p2p_slowest"]["gbps"], "GB/s", detail)
 

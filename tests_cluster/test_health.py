@@ -6,9 +6,7 @@ from typing import Any
 
 import pytest
 
-from acceptance.families import health as gpu_health
-from acceptance.plugin import Checker, probe_result, probe_wall_s
-from acceptance.run.cluster_run import ClusterRun
+from acceptance.plugin.api import Checker, ClusterRun, health_rules, probe_result, probe_wall_s
 
 
 @pytest.fixture(scope="module")
@@ -21,14 +19,14 @@ def health(cluster: ClusterRun) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def figures(cluster: ClusterRun, health: dict[str, Any]) -> dict[str, gpu_health.Figure]:
-    expect = gpu_health.Expect.from_profile(cluster.profile.model)
-    return {f.metric: f for f in gpu_health.evaluate(health["nodes"], expect)}
+def figures(cluster: ClusterRun, health: dict[str, Any]) -> dict[str, health_rules.Figure]:
+    expect = health_rules.Expect.from_profile(cluster.profile.model)
+    return {f.metric: f for f in health_rules.evaluate(health["nodes"], expect)}
 
 
 def test_inventory(health: dict[str, Any], check: Checker) -> None:
     """Every GPU's identity, versions and modes go into the evidence; every node must have answered."""
-    rows = gpu_health.inventory(health["nodes"])
+    rows = health_rules.inventory(health["nodes"])
     check.measurements("gpus", rows)
     check.measurements("pcie_under_load", {"on": health["pcie_under_load"], "copies": health["load_copies"]})
     assert rows, "NVML reported no GPU on any node"
@@ -37,12 +35,12 @@ def test_inventory(health: dict[str, Any], check: Checker) -> None:
 # a node short of GPUs fails here, with the preflight's one line, and the families that need them skip
 GATES = [
     pytest.param(m, marks=[pytest.mark.cluster_preflight] if m == "health.gpu_count" else [])
-    for m in gpu_health.METRICS
+    for m in health_rules.METRICS
 ]
 
 
-@pytest.mark.parametrize("metric", GATES, ids=[m.removeprefix("health.") for m in gpu_health.METRICS])
-def test_gate(figures: dict[str, gpu_health.Figure], metric: str, check: Checker) -> None:
+@pytest.mark.parametrize("metric", GATES, ids=[m.removeprefix("health.") for m in health_rules.METRICS])
+def test_gate(figures: dict[str, health_rules.Figure], metric: str, check: Checker) -> None:
     fig = figures[metric]
     if fig.skip:
         pytest.skip(fig.skip)

@@ -12,24 +12,27 @@ from typing import Any
 
 import pytest
 
-from acceptance.families import links
-from acceptance.families.isolation import Isolation
-from acceptance.plugin import MUST_BE_ZERO, NO_PROFILE, Checker, current, probe_result
-from acceptance.run import isolation
-from acceptance.run.cluster_run import ClusterRun
-from acceptance.run.judging import would_fail
+from acceptance.plugin.api import (
+    MUST_BE_ZERO,
+    Checker,
+    ClusterRun,
+    Isolation,
+    ProfileModel,
+    earlier_isolation,
+    isolate_if_failing,
+    isolation_env,
+    links_rules,
+    parametrize_from_profile,
+    probe_result,
+)
+
+
+def _cases(profile: ProfileModel) -> list[tuple[str, str]]:
+    return [(op, size) for op in profile.internode.ops for size in profile.internode.sizes]
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    if "inter_case" not in metafunc.fixturenames:
-        return
-    run = current(metafunc.config)
-    if run is None:
-        metafunc.parametrize("inter_case", [pytest.param(None, marks=pytest.mark.skip(reason=NO_PROFILE))])
-        return
-    cfg = run.profile.model.internode
-    cases = [(op, size) for op in cfg.ops for size in cfg.sizes]
-    metafunc.parametrize("inter_case", cases, ids=[f"{op}-{size}" for op, size in cases])
+    parametrize_from_profile(metafunc, "inter_case", _cases, ids="-".join)
 
 
 def require_nodes(run: ClusterRun, what: str) -> None:
@@ -87,9 +90,9 @@ def _detail(row: dict[str, Any]) -> str:
 
 def _isolating(run: ClusterRun, check: Checker, metric: str, value: float, detail: str) -> tuple[str, Isolation | None]:
     """The figure's detail; when the figure misses its bound, with the isolation's verdict (one line) added."""
-    if not (isolation.enabled(run) and would_fail(run.profile, metric, value)):
+    found = isolate_if_failing(run, metric, value)
+    if found is None:
         return detail, None
-    found = isolation.isolate(run)
     check.measurements("isolation", found.evidence())
     return f"{detail}\n{found.message()}", found
 
@@ -161,11 +164,12 @@ def test_ring_data_correct(ring: dict[str, Any], inter_case: tuple[str, str], ch
 def rails(cluster: ClusterRun) -> dict[str, Any]:
     require_nodes(cluster, "the rails across nodes")
     # the connectivity probe measures every link in one job: inside nodes first, then the rails
-    return probe_result(cluster, "connectivity", env=isolation.node_env(cluster))
+    return probe_result(cluster, "connectivity", env=isolation_env(cluster))
 
 
 def test_rail_data_correct(rails: dict[str, Any], check: Checker) -> None:
-    check("internode.rail_wrong", rails["rails_wrong"], "elements", links.wrong(rails["rails"]), default=MUST_BE_ZERO)
+    wrong = links_rules.wrong(rails["rails"])
+    check("internode.rail_wrong", rails["rails_wrong"], "elements", wrong, default=MUST_BE_ZERO)
 
 
 def test_rail_slowest(cluster: ClusterRun, rails: dict[str, Any], check: Checker) -> None:
@@ -173,14 +177,14 @@ def test_rail_slowest(cluster: ClusterRun, rails: dict[str, Any], check: Checker
     culprits is recorded once per run, and 0 when no figure across nodes missed its bound."""
     measured = rails["rails"]
     check.measurements("rails", measured)
-    check.measurements("rail_matrices", links.matrices(measured, "gpu"))
+    check.measurements("rail_matrices", links_rules.matrices(measured, "gpu"))
     detail = (
         f"{len(measured)} rail links, {rails['p2p_size']} each way in {rails['rails_rounds']} round(s); "
-        f"slowest: {links.slowest(measured)}"
+        f"slowest: {links_rules.slowest(measured)}"
     )
     value = rails["rails_slowest"]["gbps"]
     detail, found = _isolating(cluster, check, "internode.rail_min_gbps", value, detail)
-    found = found or isolation.earlier(cluster)
+    found = found or earlier_isolation(cluster)
     if found is not None:
         check.measurements("isolation", found.evidence())
     culprits = len(found.culprits) if found else 0

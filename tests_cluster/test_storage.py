@@ -7,22 +7,27 @@ from typing import Any
 
 import pytest
 
-from acceptance.families import storage as rules
-from acceptance.plugin import MUST_BE_ZERO, NO_PROFILE, Checker, current, probe_result, probe_wall_s
-from acceptance.run.cluster_run import ClusterRun
+from acceptance.plugin.api import (
+    MUST_BE_ZERO,
+    Checker,
+    ClusterRun,
+    ProfileModel,
+    parametrize_from_profile,
+    probe_result,
+    probe_wall_s,
+    storage_rules,
+)
 
 OPS = ("write", "read")
 
 
+def _paths(profile: ProfileModel) -> list[str]:
+    return list(profile.storage.paths)
+
+
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     """One case per path of ``storage.paths``, under the path's name."""
-    if "storage_path" not in metafunc.fixturenames:
-        return
-    run = current(metafunc.config)
-    if run is None:
-        metafunc.parametrize("storage_path", [pytest.param(None, marks=pytest.mark.skip(reason=NO_PROFILE))])
-        return
-    metafunc.parametrize("storage_path", list(run.profile.model.storage.paths))
+    parametrize_from_profile(metafunc, "storage_path", _paths)
 
 
 @pytest.fixture(scope="module")
@@ -38,7 +43,7 @@ def found(storage: dict[str, Any], storage_path: str) -> dict[str, Any]:
 
 def _usable(found: dict[str, Any]) -> list[dict[str, Any]]:
     """The nodes' views; skip when the path is unusable: test_path_usable names the node and the path."""
-    reason = rules.not_run(found["nodes"], None)
+    reason = storage_rules.not_run(found["nodes"], None)
     if reason:
         pytest.skip(f"not measured: {reason}")
     return found["nodes"]  # type: ignore[no-any-return]
@@ -56,7 +61,7 @@ def _checkpoint(found: dict[str, Any]) -> dict[str, Any]:
 def test_path_usable(found: dict[str, Any], storage_path: str, check: Checker) -> None:
     """There on every node, a folder, writable, with room for the checkpoint."""
     check.measurements("nodes", found["nodes"])
-    bad = rules.unusable(found["nodes"])
+    bad = storage_rules.unusable(found["nodes"])
     check(f"storage.{storage_path}.unusable_nodes", len(bad), "nodes", "\n".join(bad), default=MUST_BE_ZERO)
 
 
@@ -66,7 +71,7 @@ def test_same_files_on_every_node(found: dict[str, Any], storage_path: str, chec
         pytest.skip(f"not required: storage.paths.{storage_path}.shared is false (each node may have its own)")
     views = _usable(found)
     check.measurements("file_from_node0", found["marker"])
-    bad = rules.not_shared(views, found["marker"])
+    bad = storage_rules.not_shared(views, found["marker"])
     check(f"storage.{storage_path}.nodes_not_shared", len(bad), "nodes", "\n".join(bad), default=MUST_BE_ZERO)
 
 
@@ -74,12 +79,12 @@ def test_same_mount_on_every_node(found: dict[str, Any], storage_path: str, chec
     """The shared path has node 0's filesystem type and mount source on every node."""
     if not found["shared"]:
         pytest.skip(f"not required: storage.paths.{storage_path}.shared is false (each node may have its own)")
-    bad = rules.mount_mismatch(_usable(found))
+    bad = storage_rules.mount_mismatch(_usable(found))
     check(f"storage.{storage_path}.mount_mismatch", len(bad), "nodes", "\n".join(bad), default=MUST_BE_ZERO)
 
 
 def test_free_space(found: dict[str, Any], storage_path: str, check: Checker) -> None:
-    value, detail = rules.free_space(_usable(found))
+    value, detail = storage_rules.free_space(_usable(found))
     check(f"storage.{storage_path}.free_gib_min", value, "GiB", detail)
 
 
@@ -95,34 +100,34 @@ def test_checkpoint_intact(found: dict[str, Any], storage_path: str, check: Chec
 @pytest.mark.parametrize("op", OPS)
 def test_gbps(found: dict[str, Any], storage_path: str, op: str, check: Checker) -> None:
     """The whole checkpoint's GB/s: every rank at once, from the common start until the last one is done."""
-    value, detail = rules.aggregate(_checkpoint(found), op)
+    value, detail = storage_rules.aggregate(_checkpoint(found), op)
     check(f"storage.{storage_path}.{op}_gbps", value, "GB/s", detail)
 
 
 @pytest.mark.parametrize("op", OPS)
 def test_slowest_node(found: dict[str, Any], storage_path: str, op: str, check: Checker) -> None:
     rows = _checkpoint(found)["ranks"]
-    check.measurements(f"{op}_per_node", rules.node_rates(rows, op))
-    value, detail = rules.slowest_node(rows, op)
+    check.measurements(f"{op}_per_node", storage_rules.node_rates(rows, op))
+    value, detail = storage_rules.slowest_node(rows, op)
     check(f"storage.{storage_path}.{op}_gbps_min", value, "GB/s", detail)
 
 
 @pytest.mark.parametrize("op", OPS)
 def test_node_below_median(found: dict[str, Any], storage_path: str, op: str, check: Checker) -> None:
-    value, detail = rules.below_median(_checkpoint(found)["ranks"], op)
+    value, detail = storage_rules.below_median(_checkpoint(found)["ranks"], op)
     check(f"storage.{storage_path}.{op}_below_median", value, "fraction", detail)
 
 
 def test_checkpoint_time(found: dict[str, Any], storage_path: str, check: Checker) -> None:
     """Seconds to save the checkpoint of every rank (what a training job waits for)."""
     done = _checkpoint(found)
-    check(f"storage.{storage_path}.checkpoint_s", done["save_s"], "s", rules.aggregate(done, "write")[1])
+    check(f"storage.{storage_path}.checkpoint_s", done["save_s"], "s", storage_rules.aggregate(done, "write")[1])
 
 
 def test_restore_time(found: dict[str, Any], storage_path: str, check: Checker) -> None:
     """Seconds to load it back on every rank (what a restart waits for)."""
     done = _checkpoint(found)
-    check(f"storage.{storage_path}.restore_s", done["load_s"], "s", rules.aggregate(done, "read")[1])
+    check(f"storage.{storage_path}.restore_s", done["load_s"], "s", storage_rules.aggregate(done, "read")[1])
 
 
 def test_nothing_left_behind(found: dict[str, Any], storage_path: str, check: Checker) -> None:

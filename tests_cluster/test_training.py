@@ -10,23 +10,42 @@ from typing import Any
 
 import pytest
 
-from acceptance.families import training as plan
-from acceptance.families.answers import clock_events_text
-from acceptance.numbers import fmt
-from acceptance.plugin import Checker, probe_wall_s
-from acceptance.plugin.training_stage import baseline, needed
-from acceptance.profile.model import Threshold
-from acceptance.run.cluster_run import ClusterRun
-from acceptance.run.launcher import ProbeError
-from acceptance.run.training_jobs import baseline_run, strategy_runs
+from acceptance.plugin.api import (
+    Checker,
+    ClusterRun,
+    ProbeError,
+    ProfileModel,
+    Threshold,
+    baseline_run,
+    clock_events_text,
+    fmt,
+    parametrize_from_profile,
+    probe_wall_s,
+    training_rules,
+    training_runs,
+)
+
+
+def _strategies(profile: ProfileModel) -> list[str]:
+    return list(profile.training.strategies)
+
+
+def _compared(profile: ProfileModel) -> list[str]:
+    """The canary compares every strategy with the first one."""
+    return list(profile.training.strategies[1:])
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    parametrize_from_profile(metafunc, "train_strategy", _strategies)
+    parametrize_from_profile(metafunc, "canary_strategy", _compared)
+
 
 LOSS_MUST_FALL = Threshold(max=0.99, source="built-in: the loss must fall by at least 1% over the run")
 
 
 @pytest.fixture(scope="module")
 def runs(cluster: ClusterRun, request: pytest.FixtureRequest) -> dict[str, dict[str, Any]]:
-    items = request.session.items
-    return strategy_runs(cluster, needed(cluster, items), baseline(cluster, items))
+    return training_runs(cluster, request.session)
 
 
 def run_of(runs: dict[str, dict[str, Any]], strategy: str) -> dict[str, Any]:
@@ -142,7 +161,7 @@ def test_wall_time(cluster: ClusterRun, runs: dict[str, dict[str, Any]], train_s
 
 def test_scaling_efficiency(cluster: ClusterRun, runs: dict[str, dict[str, Any]], check: Checker) -> None:
     training = cluster.profile.model.training
-    base = plan.baseline(training, cluster.topology.nproc_per_node, cluster.placement.nodes)
+    base = training_rules.baseline(training, cluster.topology.nproc_per_node, cluster.placement.nodes)
     if isinstance(base, str):
         pytest.skip(f"no scaling baseline: {base}")
     strategy = training.scaling_strategy
@@ -158,7 +177,7 @@ def test_scaling_efficiency(cluster: ClusterRun, runs: dict[str, dict[str, Any]]
         f"spread (max - min) / median {fmt(full['tokens_per_s_per_gpu_spread'])} and "
         f"{fmt(small['tokens_per_s_per_gpu_spread'])})"
     )
-    check("training.scaling_efficiency", plan.scaling_efficiency(full, small), "fraction", detail)
+    check("training.scaling_efficiency", training_rules.scaling_efficiency(full, small), "fraction", detail)
 
 
 def test_canary(cluster: ClusterRun, runs: dict[str, dict[str, Any]], canary_strategy: str, check: Checker) -> None:
@@ -166,14 +185,14 @@ def test_canary(cluster: ClusterRun, runs: dict[str, dict[str, Any]], canary_str
     reference_name = training.strategies[0]
     reference, other = run_of(runs, reference_name), run_of(runs, canary_strategy)
     steps = training.canary_steps
-    found = plan.canary(reference["losses"], other["losses"], steps, training.canary_rtol)
+    found = training_rules.canary(reference["losses"], other["losses"], steps, training.canary_rtol)
     check.measurements(
         "curves", {reference_name: reference["losses"][:steps], canary_strategy: other["losses"][:steps]}
     )
     detail = (
         f"same seed and data through {reference_name} and {canary_strategy}; largest difference at step "
         f"{found['worst_step']}:\n"
-        + plan.curves_text(reference_name, reference["losses"], canary_strategy, other["losses"], steps)
+        + training_rules.curves_text(reference_name, reference["losses"], canary_strategy, other["losses"], steps)
     )
     default = Threshold(max=training.canary_rtol, source="training.canary_rtol")
     check(f"training.canary.{canary_strategy}.max_rel_diff", found["max_rel_diff"], "relative", detail, default=default)

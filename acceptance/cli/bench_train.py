@@ -17,7 +17,7 @@ from typing import Any
 
 from acceptance.cli.usage import USAGE_ERROR, Parser
 from acceptance.evidence.folder import default_folder
-from acceptance.evidence.verdict import Facts, decide
+from acceptance.evidence.verdict import decide, facts_of
 from acceptance.families import training as plan
 from acceptance.profile import loader as profiles
 from acceptance.reports import training as report
@@ -109,8 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     for label, result in found.items():  # recorded as information: a benchmark checks no bound
         metric = f"training.{label.replace(' (baseline)', '_baseline')}.tokens_per_s_per_gpu"
         cluster.check("cluster-acceptance bench_train", metric, result["tokens_per_s_per_gpu"], "tokens/s")
-    checks = [c.verdict for c in cluster.evidence.checks()]
-    cluster.evidence.finish(decide(Facts(errors=errors, check_verdicts=checks)), complete=True)
+    cluster.evidence.finish(decide(facts_of(cluster.evidence.doc)), complete=True)
     print(f"evidence: {cluster.evidence.write()}")
     cluster.close()
     return 1 if failed else 0

@@ -10,9 +10,10 @@ from typing import Any
 from acceptance.atomic_file import write_atomic
 from acceptance.evidence.merge import merge
 from acceptance.evidence.store import read_evidence as read
+from acceptance.evidence.verdict import verdict_of
 from acceptance.profile import loader as profiles
 from acceptance.profile.arguments import tolerance
-from acceptance.reports import compare, export, html, markdown, overview, rebaseline, view
+from acceptance.reports import compare, export, html, markdown, overview, rebaseline
 
 
 def add(sub: Any) -> None:
@@ -81,7 +82,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     folder = args.evidence if args.evidence.is_dir() else args.evidence.parent
     output: Path = args.output or folder / "report.html"
     blocks = overview.blocks(data, origin)
-    title = f"Cluster acceptance: {view.verdict(data)} ({(data.get('profile') or {}).get('name')})"
+    title = f"Cluster acceptance: {verdict_of(data)} ({(data.get('profile') or {}).get('name')})"
     write_atomic(output, html.document(blocks, title))
     text, images = markdown.document(blocks, output.stem)
     for name, png in images.items():

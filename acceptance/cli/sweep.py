@@ -14,12 +14,12 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from acceptance.evidence.folder import default_folder
-from acceptance.evidence.verdict import Facts, decide
+from acceptance.evidence.verdict import FAILED_CHECKS, decide, facts_of
 from acceptance.profile import loader as profiles
 from acceptance.profile.dtypes import DTYPES
+from acceptance.profile.judge import MUST_BE_ZERO
 from acceptance.profile.sizes import format_size, parse_size
 from acceptance.run.cluster_run import ClusterRun
-from acceptance.run.judging import MUST_BE_ZERO
 from acceptance.run.launcher import ProbeError
 from acceptance.run.placement import resolve
 
@@ -109,7 +109,7 @@ def run(args: SweepArgs, out: TextIO) -> int:
         result = cluster.probe("collectives")
     except ProbeError as exc:
         cluster.evidence.error(str(exc))
-        cluster.evidence.finish(decide(Facts(errors=[str(exc)])), complete=True)
+        cluster.evidence.finish(decide(facts_of(cluster.evidence.doc)), complete=True)
         cluster.evidence.write()
         cluster.close()
         raise
@@ -129,9 +129,9 @@ def _record(cluster: ClusterRun, result: dict[str, Any]) -> bool:
         op, size = row["op"], row["size"]
         cluster.check(nodeid, f"collectives.{op}.busbw_gbps@{size}", row["busbw_gbps"], "GB/s")
         cluster.check(nodeid, f"collectives.{op}.wrong@{size}", row["wrong"], "elements", default=MUST_BE_ZERO)
-    checks = [c.verdict for c in cluster.evidence.checks()]
-    case.outcome = "failed" if "fail" in checks else "passed"
-    verdict = decide(Facts(outcomes=[case.outcome], check_verdicts=checks))
+    judged = [c.verdict for c in cluster.evidence.checks()]
+    case.outcome = "failed" if any(v in FAILED_CHECKS for v in judged) else "passed"
+    verdict = decide(facts_of(cluster.evidence.doc))
     cluster.evidence.finish(verdict, complete=True)
     cluster.evidence.write()
     cluster.close()

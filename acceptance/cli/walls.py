@@ -1,6 +1,6 @@
 """Where a run's time went: each probe's wall time and status, from one evidence file or two side by side.
 
-    python -m acceptance.cli.walls results/h200-x2/evidence.json
+    python -m acceptance.cli.walls acceptance-results/<run>/evidence.json
     python -m acceptance.cli.walls before/evidence.json after/evidence.json
 
 One row per probe job (a staged job's wall time counts from its gate's opening, and its status says how long

@@ -82,7 +82,7 @@ def _case(test: Mapping[str, Any]) -> Any:
         case.add_failure_info(message=message or "failed", output=longrepr)
     elif outcome == "error":
         case.add_error_info(message=message or "error", output=longrepr)
-    elif outcome in ("skipped", "xfailed"):
+    elif outcome in ("skipped", "xfailed", "recorded"):  # recorded: information only, never a pass
         case.add_skipped_info(message=message or outcome)
     elif outcome == "not_run":
         case.add_skipped_info(message=message or NOT_RUN)

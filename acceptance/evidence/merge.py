@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from acceptance.evidence.verdict import effective, worst
+from acceptance.evidence.verdict import verdict_of, worst
 
 
 def merge(documents: list[dict[str, Any]]) -> dict[str, Any]:
@@ -32,5 +32,5 @@ def merge(documents: list[dict[str, Any]]) -> dict[str, Any]:
         merged["probes"] += [{**p, "node": node} for p in doc.get("probes", [])]
     merged["complete"] = all(d.get("complete") for d in documents)
     merged["partial"] = any(d.get("partial") for d in documents)
-    merged["verdict"] = worst(effective(d) for d in documents)
+    merged["verdict"] = worst(verdict_of(d) for d in documents)
     return merged

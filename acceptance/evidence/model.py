@@ -15,8 +15,11 @@ from pydantic import BaseModel, ConfigDict, Field
 SCHEMA_ID = "cluster-acceptance/evidence/1"
 
 Verdict = Literal["PASS", "FAIL", "PARTIAL", "INCOMPLETE"]
-# interrupted: the test was running when the run was stopped; not_run: the run was stopped before it
-Outcome = Literal["running", "passed", "failed", "error", "skipped", "xfailed", "xpassed", "interrupted", "not_run"]
+# interrupted: the test was running when the run was stopped; not_run: the run was stopped before it;
+# recorded: the test ran and every figure it checked is information (no bound): nothing held, nothing passed
+Outcome = Literal[
+    "running", "passed", "recorded", "failed", "error", "skipped", "xfailed", "xpassed", "interrupted", "not_run"
+]
 CheckVerdict = Literal["pass", "fail", "xfail", "info", "baseline_fail"]
 ProbeStatus = Literal["running", "ok", "failed", "interrupted"]
 

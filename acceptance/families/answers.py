@@ -6,20 +6,34 @@ A query a probe cannot answer (an older GPU, no permission, a lost GPU) becomes
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from typing import TypedDict
+
+from typing_extensions import TypeIs
 
 NOT_MEASURED = "not_measured"
 
 
-def not_measured(reason: str) -> dict[str, str]:
-    return {NOT_MEASURED: reason}
+class NotMeasured(TypedDict):
+    """An answer the probe could not give, and why."""
+
+    not_measured: str
 
 
-def is_measured(answer: Any) -> bool:
+def not_measured(reason: str) -> NotMeasured:
+    return {"not_measured": reason}
+
+
+def is_measured(answer: object) -> bool:
     return not (isinstance(answer, dict) and NOT_MEASURED in answer)
 
 
-def gpu_label(host: str, gpu: dict[str, Any]) -> str:
+def unanswered(answer: object) -> TypeIs[NotMeasured]:
+    """``not is_measured(answer)``, telling the type checker which of an answer's types it is."""
+    return not is_measured(answer)
+
+
+def gpu_label(host: str, gpu: Mapping[str, object]) -> str:
     """A GPU as a person finds it: host, index and the start of its UUID."""
     uuid = gpu.get("uuid")
     short = f"{uuid[:8]}..." if isinstance(uuid, str) else "UUID not measured"

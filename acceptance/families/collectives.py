@@ -5,13 +5,130 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Sequence
-from typing import Any
+from typing import TypedDict
+
+from typing_extensions import NotRequired
 
 from acceptance.numbers import spread
 from acceptance.profile.collectives import OPS
 
 
-def figures(op: str, nbytes: int, seconds: Sequence[Sequence[float]], ranks: int) -> dict[str, Any]:
+class CollectivesConfig(TypedDict):
+    """The probe's ``collectives`` section: the profile's, or an isolation round's (no ops, no sizes)."""
+
+    dtype: str
+    timing: str  # auto, cuda_graph or eager
+    warmup_iters: int
+    iters: int
+    check_data: NotRequired[bool]
+    ops: NotRequired[list[str]]
+    sizes: NotRequired[list[str]]
+
+
+class Figures(TypedDict):
+    """nccl-tests' figures of one op at one size (``figures``)."""
+
+    time_us: float
+    time_us_max: float
+    algbw_gbps: float
+    busbw_gbps: float
+    slowest_rank: int
+    busbw_windows_gbps: list[float]
+    window_spread: float
+
+
+class Measured(TypedDict):
+    """One op at one size on one rank (``probes.collectives.measure``)."""
+
+    op: str
+    size: str  # as the profile spells it, canonical
+    size_bytes: int  # asked for
+    bytes: int  # moved (the parts rounded)
+    count: int
+    seconds: list[float]  # per call, in each timed window
+    wrong: int
+    timing: str  # how it was timed (eager, cuda_graph, or why the graph failed)
+
+
+class CollectiveRow(TypedDict):
+    """One op at one size over every rank: a row of the sweep's result."""
+
+    op: str
+    size: str
+    size_bytes: int
+    bytes: int
+    count: int
+    wrong: int  # summed over ranks
+    timing: str
+    time_us: float
+    time_us_max: float
+    algbw_gbps: float
+    busbw_gbps: float
+    slowest_rank: int
+    busbw_windows_gbps: list[float]
+    window_spread: float
+
+
+class RankMeasured(Measured):
+    """A rank's measurement in one group: a pair of an isolation round, a scope of the internode probe."""
+
+    rank: int
+
+
+class ScopedMeasured(RankMeasured):
+    scope: str
+
+
+class GroupFigure(TypedDict):
+    """One process group's figure for one op and size (``probes.internode.figure``)."""
+
+    ranks: int
+    time_us: float
+    time_us_max: float
+    algbw_gbps: float
+    busbw_gbps: float
+    slowest_rank: int  # a global rank
+    busbw_windows_gbps: list[float]
+    window_spread: float
+    wrong: int
+    timing: str
+
+
+class ScopeGroup(GroupFigure):
+    ranks_of_group: list[int]
+
+
+class InternodeRow(GroupFigure):
+    """One op at one size in one scope: the slowest group's figure, the groups' mean and every group."""
+
+    scope: str
+    op: str
+    size: str
+    busbw_gbps_mean: float
+    groups: list[ScopeGroup]
+
+
+class InternodeResult(TypedDict):
+    world_size: int
+    nodes: int
+    dtype: str
+    backend: str
+    rows: list[InternodeRow]
+    nccl_version: str | None
+    nccl_algo: str
+
+
+class SweepResult(TypedDict):
+    world_size: int
+    dtype: str
+    backend: str
+    rows: list[CollectiveRow]
+    nccl_version: str | None
+    nccl_algo: str
+    nccl_env: dict[str, str]
+
+
+def figures(op: str, nbytes: int, seconds: Sequence[Sequence[float]], ranks: int) -> Figures:
     """nccl-tests' figures from each rank's seconds per call in each timed window (``probes.windows``).
 
     A rank's time is its median window's; the time is the mean over ranks (nccl-tests' default ``-a 1``),

@@ -8,12 +8,111 @@ from __future__ import annotations
 
 import statistics
 from collections import Counter
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal, TypedDict, TypeVar
+
+from typing_extensions import NotRequired
 
 from acceptance.families.answers import clock_events_text
 from acceptance.numbers import fmt, spread
 
+
+class ComputeConfig(TypedDict):
+    """The compute probe's section of the profile; ``figures`` where a re-measure asks for some only."""
+
+    matmul_size: int
+    matmul_dtype: str
+    matmul_iters: int
+    matmul_min_s: float
+    fp8: bool
+    copy_size: str
+    copy_iters: int
+    host_copy_size: str
+    host_copy_iters: int
+    host_links: str  # together or one_at_a_time
+    warmup_iters: int
+    tolerance: float
+    median_of: str  # cluster or node
+    duration_s: float
+    seed: int
+    remeasure: int
+    figures: NotRequired[list[str]]
+
+
+class ClockEvents(TypedDict):
+    """The clock-event reasons sampled while a figure was timed: each reason's share of the samples, or None
+    with the reason they could not be sampled."""
+
+    clock_events: dict[str, float] | None
+    clock_events_reason: str | None
+
+
+class Burnin(TypedDict):
+    digest: str  # sha256 of the first result
+    calls: int
+    calls_differing: int  # results that differ from the first
+    seconds: float
+    tflops: float
+
+
+class GpuRow(TypedDict):
+    """One rank's row: who it is and what it measured. The figures of FIGURES are keys of their own where
+    measured (floats), and under ``not_measured`` with the reason where not."""
+
+    host: str
+    node_rank: int
+    rank: int
+    gpu: int | None  # None on the CPU path
+    uuid: str | None
+    name: NotRequired[str]
+    not_measured: dict[str, str]
+    matmul_tflops: NotRequired[float]
+    matmul_fp8_tflops: NotRequired[float]
+    copy_gbps: NotRequired[float]
+    h2d_gbps: NotRequired[float]
+    d2h_gbps: NotRequired[float]
+    clocks: dict[str, ClockEvents]
+    windows: dict[str, list[float]]  # each timed window's figure
+    burnin: NotRequired[Burnin]
+
+
+class Summary(TypedDict):
+    """Cluster min / median / max of one figure and who is slowest."""
+
+    min: float
+    median: float
+    max: float
+    count: int
+    slowest: str
+    slowest_clocks: str
+    slowest_windows: list[float]
+    window_spread_max: float
+    window_spread_gpu: str
+
+
+class BurninVerdict(TypedDict):
+    reference: str | None
+    disagreeing: list[str]
+    first: str | None
+    majority: NotRequired[bool]
+    calls: NotRequired[dict[str, int]]
+
+
+class ComputeResult(TypedDict):
+    rows: list[GpuRow]
+    summary: dict[str, Summary | None]
+    not_measured: dict[str, list[str]]
+    burnin: BurninVerdict | None
+    config: ComputeConfig
+    software: dict[str, str | None]
+
+
+# a row of figures: a GPU's (GpuRow), or a node's (storage.NodeRate); read by the figure's name
+Row = Mapping[str, Any]
+R = TypeVar("R", bound=Row)
+
+FigureName = Literal["matmul_tflops", "matmul_fp8_tflops", "copy_gbps", "h2d_gbps", "d2h_gbps"]
 # figure -> (what it is, unit); the keys are the rows' field names and the metric names' stems
 FIGURES: dict[str, tuple[str, str]] = {
     "matmul_tflops": ("matmul", "TFLOP/s"),
@@ -24,7 +123,7 @@ FIGURES: dict[str, tuple[str, str]] = {
 }
 
 
-def label(row: dict[str, Any]) -> str:
+def label(row: Row) -> str:
     """``gpu-node-1 GPU 5 (GPU-3f2a...)``, or ``host rank 3 (cpu)`` on the CPU path."""
     if row.get("gpu") is None:
         return f"{row['host']} rank {row['rank']} (cpu)"
@@ -32,7 +131,7 @@ def label(row: dict[str, Any]) -> str:
     return f"{row['host']} GPU {row['gpu']} ({uuid[:8]}...)" if uuid else f"{row['host']} GPU {row['gpu']}"
 
 
-def clocks(row: dict[str, Any], figure: str) -> str:
+def clocks(row: Row, figure: str) -> str:
     """What held this GPU's clocks back while ``figure`` was timed (``clock events while timed: sw_power_cap
     100%``), why that is not known, or "" for a row with no record of it."""
     found = (row.get("clocks") or {}).get(figure)
@@ -43,12 +142,12 @@ def clocks(row: dict[str, Any], figure: str) -> str:
     return f"clock events while timed: {clock_events_text(found['clock_events'])}"
 
 
-def measured_rows(rows: list[dict[str, Any]], figure: str) -> list[dict[str, Any]]:
+def measured_rows(rows: Sequence[R], figure: str) -> list[R]:
     """The rows that carry a number for ``figure``."""
     return [r for r in rows if isinstance(r.get(figure), (int, float))]
 
 
-def summary(rows: list[dict[str, Any]], figure: str) -> dict[str, Any] | None:
+def summary(rows: Sequence[Row], figure: str) -> Summary | None:
     """Cluster min / median / max of one figure and who is slowest; None when no rank measured it."""
     have = measured_rows(rows, figure)
     if not have:
@@ -70,17 +169,17 @@ def summary(rows: list[dict[str, Any]], figure: str) -> dict[str, Any] | None:
     }
 
 
-def windows(row: dict[str, Any], figure: str) -> list[float]:
+def windows(row: Row, figure: str) -> list[float]:
     """The figure of each timed window on this GPU (its figure is their median); empty in older evidence."""
     return [float(v) for v in (row.get("windows") or {}).get(figure, [])]
 
 
-def window_spread(row: dict[str, Any], figure: str) -> float:
+def window_spread(row: Row, figure: str) -> float:
     """(max - min) / median of this GPU's timed windows; 0 with fewer than two."""
     return spread(windows(row, figure))
 
 
-def not_measured(rows: list[dict[str, Any]], figure: str) -> list[str]:
+def not_measured(rows: Sequence[Row], figure: str) -> list[str]:
     """Why ``figure`` is missing, one line per reason, naming the ranks it applies to."""
     by_reason: dict[str, list[str]] = {}
     for r in rows:
@@ -89,7 +188,7 @@ def not_measured(rows: list[dict[str, Any]], figure: str) -> list[str]:
     return [f"{reason} ({', '.join(labels)})" for reason, labels in by_reason.items()]
 
 
-def partly_measured(rows: list[dict[str, Any]], figure: str) -> str | None:
+def partly_measured(rows: Sequence[Row], figure: str) -> str | None:
     """A failure message when some GPUs measured ``figure`` and others did not, naming those and why.
 
     The min, median and tolerance are computed over the GPUs that measured; a GPU that could not (out of
@@ -105,7 +204,7 @@ def partly_measured(rows: list[dict[str, Any]], figure: str) -> str | None:
 
 @dataclass(frozen=True)
 class Shortfall:
-    row: dict[str, Any]
+    row: Row
     value: float
     median: float
     scope: str  # "the median" or "the median of node HOST"
@@ -116,10 +215,10 @@ class Shortfall:
         return max(0.0, (self.median - self.value) / self.median) if self.median > 0 else 0.0
 
 
-def shortfalls(rows: list[dict[str, Any]], figure: str, median_of: str = "cluster") -> list[Shortfall]:
+def shortfalls(rows: Sequence[Row], figure: str, median_of: str = "cluster") -> list[Shortfall]:
     """Every measured GPU against the median of the cluster (or of its own node), worst first."""
     have = measured_rows(rows, figure)
-    groups: dict[Any, list[dict[str, Any]]] = {}
+    groups: dict[Hashable, list[Row]] = {}
     for r in have:
         groups.setdefault(r["node_rank"] if median_of == "node" else None, []).append(r)
     out = []
@@ -140,7 +239,7 @@ def describe(short: Shortfall, figure: str) -> str:
     )
 
 
-def burnin_verdict(rows: list[dict[str, Any]]) -> dict[str, Any]:
+def burnin_verdict(rows: Sequence[Row]) -> BurninVerdict:
     """Which GPUs computed something else than the others from the same seed, in rank order.
 
     The reference answer is the one most GPUs agree on; without a strict majority (two GPUs that

@@ -7,14 +7,176 @@ not give stays "not measured" with its reason and is never counted as healthy.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
-from acceptance.families.answers import NOT_MEASURED, gpu_label, is_measured
+from typing_extensions import NotRequired
+
+from acceptance.families.answers import NOT_MEASURED, NotMeasured, gpu_label, is_measured, unanswered
 from acceptance.profile.model import ProfileModel, Threshold
 
 ZERO = Threshold(eq=0, source="built-in: a health gate, never mere information")
+
+
+class HealthConfig(TypedDict):
+    """The probe's ``health`` section (the profile's, as plain data)."""
+
+    min_driver: str | None
+    require_ecc: bool
+    nvlink_links: int | None
+    pcie_gen: int | None
+    pcie_width: int | None
+    pcie_under_load: bool
+    throttle_reasons: list[str]
+    temperature_max_c: float | None
+
+
+class PcieAnswers(TypedDict):
+    gen: int | NotMeasured
+    width: int | NotMeasured
+    max_gen: int | NotMeasured
+    max_width: int | NotMeasured
+
+
+class RowRemap(TypedDict):
+    correctable: int
+    uncorrectable: int
+    pending: bool
+    failure: bool
+
+
+class GpuIdentity(TypedDict):
+    uuid: str | NotMeasured
+    serial: str | NotMeasured
+    pci_bus_id: str | NotMeasured
+    name: str | NotMeasured
+    memory_total_bytes: int | NotMeasured
+    vbios: str | NotMeasured
+    persistence_mode: bool | NotMeasured
+    mig_mode: bool | NotMeasured
+
+
+class GpuMemoryHealth(TypedDict):
+    ecc_mode: bool | NotMeasured
+    ecc_uncorrectable_volatile: int | NotMeasured
+    ecc_uncorrectable_aggregate: int | NotMeasured
+    retired_pages_pending: bool | NotMeasured
+    row_remap: RowRemap | NotMeasured
+
+
+class GpuAnswers(TypedDict):
+    """NVML's answers for one GPU (``probes.nvml.read_gpu``); a GPU without a handle has its index and
+    ``not_measured`` only."""
+
+    index: int
+    not_measured: NotRequired[str]
+    pcie: NotRequired[PcieAnswers]
+    uuid: NotRequired[str | NotMeasured]
+    serial: NotRequired[str | NotMeasured]
+    pci_bus_id: NotRequired[str | NotMeasured]
+    name: NotRequired[str | NotMeasured]
+    memory_total_bytes: NotRequired[int | NotMeasured]
+    vbios: NotRequired[str | NotMeasured]
+    persistence_mode: NotRequired[bool | NotMeasured]
+    mig_mode: NotRequired[bool | NotMeasured]
+    ecc_mode: NotRequired[bool | NotMeasured]
+    ecc_uncorrectable_volatile: NotRequired[int | NotMeasured]
+    ecc_uncorrectable_aggregate: NotRequired[int | NotMeasured]
+    retired_pages_pending: NotRequired[bool | NotMeasured]
+    row_remap: NotRequired[RowRemap | NotMeasured]
+    nvlink_active: NotRequired[int | NotMeasured]
+    clock_event_reasons: NotRequired[list[str] | NotMeasured]
+    temperature_c: NotRequired[int | NotMeasured]
+    slowdown_temperature_c: NotRequired[int | NotMeasured]
+
+
+class NodeAnswers(TypedDict):
+    """NVML's answers for one node (``probes.nvml.read_node``)."""
+
+    driver_version: str | NotMeasured
+    cuda_driver_version: str | NotMeasured
+    gpu_count: int | NotMeasured
+    gpus: list[GpuAnswers] | NotMeasured
+
+
+class NodeHealth(TypedDict):
+    """One node's record in the health probe's result."""
+
+    host: str
+    node_rank: int
+    nvml: NodeAnswers | NotMeasured
+
+
+class HealthResult(TypedDict):
+    nodes: list[NodeHealth]
+    pcie_under_load: bool
+    load_copies: dict[int, int]  # rank -> host-to-device copies it kept going while the links were read
+
+
+class InventoryRow(TypedDict):
+    """One GPU in the evidence: identity, versions and modes; an unanswered field keeps its reason."""
+
+    host: str
+    driver_version: str | NotMeasured | None
+    cuda_driver_version: str | NotMeasured | None
+    index: int | None
+    uuid: str | NotMeasured | None
+    serial: str | NotMeasured | None
+    pci_bus_id: str | NotMeasured | None
+    name: str | NotMeasured | None
+    memory_total_bytes: int | NotMeasured | None
+    vbios: str | NotMeasured | None
+    persistence_mode: bool | NotMeasured | None
+    mig_mode: bool | NotMeasured | None
+    ecc_mode: bool | NotMeasured | None
+    pcie: PcieAnswers | None
+    nvlink_active: int | NotMeasured | None
+
+
+class TorchDevice(TypedDict):
+    index: int
+    name: str
+    uuid: str
+    pci_bus_id: str | None
+
+
+class TorchView(TypedDict, total=False):
+    """What torch on a node offers the ranks (``probes.inventory.torch_view``); ``error`` alone where torch
+    cannot be imported."""
+
+    version: str
+    cuda: str | None
+    devices: list[TorchDevice]
+    nccl: bool
+    available: bool
+    error: str
+
+
+class NvmlListed(TypedDict, total=False):
+    """A GPU as NVML lists it in the inventory: the fields of ``probes.inventory.NVML_KEYS`` it answered."""
+
+    index: int
+    name: str | NotMeasured
+    uuid: str | NotMeasured
+    pci_bus_id: str | NotMeasured
+    not_measured: str
+
+
+class NodeInventory(TypedDict, total=False):
+    """A node's three views of its GPUs (``python -m acceptance.probes.inventory``); ``error`` alone where
+    the inventory gave no answer."""
+
+    pci: list[str]
+    nvml: list[NvmlListed] | None
+    nvml_error: str | None
+    torch: TorchView
+    error: str
+
+
+Nodes = Sequence[NodeHealth]
+# reads one answer of a GPU; the answers differ in type from field to field, so the rules take them as they come
+Read = Callable[[Mapping[str, object]], Any]
 
 
 @dataclass(frozen=True)
@@ -58,31 +220,32 @@ class Figure:
         return "\n".join([*self.findings, *(f"not measured: {line}" for line in self.not_measured)])
 
 
-def _field(key: str) -> Callable[[dict[str, Any]], Any]:
-    def read(gpu: dict[str, Any]) -> Any:
+def _field(key: str) -> Read:
+    def read(gpu: Mapping[str, object]) -> Any:
         return gpu.get(key, {NOT_MEASURED: f"{key}: not in NVML's answers"})
 
     return read
 
 
-def _gpus(nodes: list[dict[str, Any]], fig: Figure) -> Iterator[tuple[str, dict[str, Any], dict[str, Any]]]:
+def _gpus(nodes: Nodes, fig: Figure) -> Iterator[tuple[str, NodeAnswers, GpuAnswers]]:
     """(host, node answers, GPU answers) for every GPU; a node or GPU NVML could not read is noted on ``fig``."""
     for node in nodes:
         host, answers = node["host"], node["nvml"]
-        gpus = answers.get("gpus", answers) if is_measured(answers) else answers
-        if not is_measured(gpus):
-            fig.not_measured.append(f"{host}: {gpus[NOT_MEASURED]}")
+        if unanswered(answers):
+            fig.not_measured.append(f"{host}: {answers['not_measured']}")
+            continue
+        gpus = answers["gpus"]
+        if unanswered(gpus):
+            fig.not_measured.append(f"{host}: {gpus['not_measured']}")
             continue
         for gpu in gpus:
-            if NOT_MEASURED in gpu:
-                fig.not_measured.append(f"{gpu_label(host, gpu)}: {gpu[NOT_MEASURED]}")
+            if "not_measured" in gpu:
+                fig.not_measured.append(f"{gpu_label(host, gpu)}: {gpu['not_measured']}")
             else:
                 yield host, answers, gpu
 
 
-def _answers(
-    nodes: list[dict[str, Any]], fig: Figure, read: Callable[[dict[str, Any]], Any]
-) -> Iterator[tuple[str, Any]]:
+def _answers(nodes: Nodes, fig: Figure, read: Read) -> Iterator[tuple[str, Any]]:
     """(GPU label, answer) for every GPU that answered; the others are noted on ``fig`` with the reason."""
     for host, _, gpu in _gpus(nodes, fig):
         answer = read(gpu)
@@ -95,7 +258,7 @@ def _answers(
 Judge = Callable[[Any], "str | None"]
 
 
-def _count_off(nodes: list[dict[str, Any]], fig: Figure, read: Callable[[dict[str, Any]], Any], judge: Judge) -> Figure:
+def _count_off(nodes: Nodes, fig: Figure, read: Read, judge: Judge) -> Figure:
     """Value = how many GPUs ``judge`` finds off (it says what is wrong, or returns None)."""
     measured = 0
     for label, answer in _answers(nodes, fig, read):
@@ -107,7 +270,7 @@ def _count_off(nodes: list[dict[str, Any]], fig: Figure, read: Callable[[dict[st
     return fig
 
 
-def _extreme(nodes: list[dict[str, Any]], fig: Figure, read: Callable[[dict[str, Any]], Any], lowest: bool) -> Figure:
+def _extreme(nodes: Nodes, fig: Figure, read: Read, lowest: bool) -> Figure:
     """Value = the lowest (or highest) answer over all GPUs; the GPUs past the bound are named."""
     values = [(float(answer), label) for label, answer in _answers(nodes, fig, read)]
     if values:
@@ -123,19 +286,20 @@ def _version(text: str) -> tuple[int, ...]:
     return tuple(int(part) for part in text.split(".") if part.isdigit())
 
 
-def _per_node(nodes: list[dict[str, Any]], fig: Figure, key: str) -> Iterator[tuple[str, Any]]:
+def _per_node(nodes: Nodes, fig: Figure, key: str) -> Iterator[tuple[str, Any]]:
     """(host, answer) for a node-wide answer; a node that could not give it is noted on ``fig``."""
     for node in nodes:
-        answer = node["nvml"].get(key) if is_measured(node["nvml"]) else node["nvml"]
+        answers: Mapping[str, Any] = node["nvml"]
+        answer: Any = answers.get(key) if is_measured(answers) else answers
         if is_measured(answer):
             yield node["host"], answer
         else:
             fig.not_measured.append(f"{node['host']}: {answer[NOT_MEASURED]}")
 
 
-def _node_figures(nodes: list[dict[str, Any]], expect: Expect) -> list[Figure]:
+def _node_figures(nodes: Nodes, expect: Expect) -> list[Figure]:
     unavailable = Figure("health.nvml_unavailable", "nodes", bound=ZERO)
-    unavailable.findings = [f"{n['host']}: {n['nvml'][NOT_MEASURED]}" for n in nodes if not is_measured(n["nvml"])]
+    unavailable.findings = [f"{n['host']}: {nvml['not_measured']}" for n in nodes if unanswered(nvml := n["nvml"])]
     unavailable.value = len(unavailable.findings)
     want = expect.gpus_per_node
     count = Figure("health.gpu_count", "GPUs")
@@ -148,7 +312,7 @@ def _node_figures(nodes: list[dict[str, Any]], expect: Expect) -> list[Figure]:
     return [unavailable, count, _driver(nodes, expect)]
 
 
-def _driver(nodes: list[dict[str, Any]], expect: Expect) -> Figure:
+def _driver(nodes: Nodes, expect: Expect) -> Figure:
     fig = Figure("health.driver_too_old", "nodes", bound=ZERO)
     if expect.min_driver is None:
         fig.skip = "the profile sets no health.min_driver"
@@ -170,7 +334,7 @@ def _model_name(name: str) -> str:
 PCIE_KEYS = ("gen", "width", "max_gen", "max_width")
 
 
-def _pcie_read(gpu: dict[str, Any]) -> Any:
+def _pcie_read(gpu: Mapping[str, object]) -> Any:
     link = _field("pcie")(gpu)
     if not is_measured(link):
         return link
@@ -178,7 +342,7 @@ def _pcie_read(gpu: dict[str, Any]) -> Any:
 
 
 def _pcie_judge(expect: Expect) -> Judge:
-    def judge(link: dict[str, Any]) -> str | None:
+    def judge(link: Mapping[str, int]) -> str | None:  # every part of the link measured (``_pcie_read``)
         gen, width = expect.pcie_gen or link["max_gen"], expect.pcie_width or link["max_width"]
         if link["gen"] < gen or link["width"] < width:
             return f"PCIe Gen{link['gen']} x{link['width']}, expected Gen{gen} x{width}"
@@ -195,8 +359,8 @@ def _throttle_judge(expect: Expect) -> Judge:
     return judge
 
 
-def _remap(key: str) -> Callable[[dict[str, Any]], Any]:
-    def read(gpu: dict[str, Any]) -> Any:
+def _remap(key: str) -> Read:
+    def read(gpu: Mapping[str, object]) -> Any:
         rows = _field("row_remap")(gpu)
         return rows[key] if is_measured(rows) else rows
 
@@ -207,7 +371,7 @@ def _flag(what: str) -> Judge:
     return lambda on: what if on else None
 
 
-def _temperature(nodes: list[dict[str, Any]], expect: Expect) -> Figure:
+def _temperature(nodes: Nodes, expect: Expect) -> Figure:
     fig = Figure("health.temperature_c_max", "C")
     if expect.temperature_max_c is not None:
         fig.bound = Threshold(max=expect.temperature_max_c, source="health.temperature_max_c")
@@ -219,7 +383,7 @@ def _temperature(nodes: list[dict[str, Any]], expect: Expect) -> Figure:
     return _extreme(nodes, fig, _field("temperature_c"), lowest=False)
 
 
-def _nvlink(nodes: list[dict[str, Any]], expect: Expect) -> Figure:
+def _nvlink(nodes: Nodes, expect: Expect) -> Figure:
     fig = Figure("health.nvlink_links_min", "links")
     if expect.nvlink_links == 0:
         fig.skip = "the profile expects no NVLink (health.nvlink_links: 0)"
@@ -229,7 +393,7 @@ def _nvlink(nodes: list[dict[str, Any]], expect: Expect) -> Figure:
     return _extreme(nodes, fig, _field("nvlink_active"), lowest=True)
 
 
-def _sum_errors(nodes: list[dict[str, Any]], key: str) -> Figure:
+def _sum_errors(nodes: Nodes, key: str) -> Figure:
     """Value = uncorrectable errors summed over all GPUs; every GPU with any is named."""
     fig = Figure(f"health.{key}", "errors", bound=ZERO)
     counts = list(_answers(nodes, fig, _field(key)))
@@ -238,11 +402,11 @@ def _sum_errors(nodes: list[dict[str, Any]], key: str) -> Figure:
     return fig
 
 
-def _gate(nodes: list[dict[str, Any]], metric: str, read: Callable[[dict[str, Any]], Any], judge: Judge) -> Figure:
+def _gate(nodes: Nodes, metric: str, read: Read, judge: Judge) -> Figure:
     return _count_off(nodes, Figure(metric, "GPUs", bound=ZERO), read, judge)
 
 
-def _model(nodes: list[dict[str, Any]], expect: Expect) -> Figure:
+def _model(nodes: Nodes, expect: Expect) -> Figure:
     if expect.gpu_model is None:
         return Figure("health.gpu_model_mismatch", "GPUs", skip="the profile names no topology.gpu_model")
     want = _model_name(expect.gpu_model)
@@ -254,13 +418,13 @@ def _model(nodes: list[dict[str, Any]], expect: Expect) -> Figure:
     )
 
 
-def _ecc(nodes: list[dict[str, Any]], expect: Expect) -> Figure:
+def _ecc(nodes: Nodes, expect: Expect) -> Figure:
     if not expect.require_ecc:
         return Figure("health.ecc_disabled", "GPUs", skip="the profile does not require ECC (health.require_ecc)")
     return _gate(nodes, "health.ecc_disabled", _field("ecc_mode"), lambda on: None if on else "ECC disabled")
 
 
-def evaluate(nodes: list[dict[str, Any]], expect: Expect) -> list[Figure]:
+def evaluate(nodes: Nodes, expect: Expect) -> list[Figure]:
     """One figure per gate, over every GPU of every node, in the order a person would look."""
     return [
         *_node_figures(nodes, expect),
@@ -284,13 +448,28 @@ INVENTORY_FIELDS = ("index", "uuid", "serial", "pci_bus_id", "name", "memory_tot
 MODE_FIELDS = ("persistence_mode", "mig_mode", "ecc_mode")
 
 
-def inventory(nodes: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One row per GPU for the evidence: identity, versions and modes; an unanswered field keeps its reason."""
+def inventory(nodes: Nodes) -> list[InventoryRow]:
+    """One row per GPU for the evidence: identity, versions and modes; an unanswered field keeps its reason.
+
+    The fields in the order of INVENTORY_FIELDS, then MODE_FIELDS, as the evidence has always had them."""
     rows = []
     for host, node, gpu in _gpus(nodes, Figure("", "")):
-        row: dict[str, Any] = {"host": host}
-        row.update({k: node.get(k) for k in ("driver_version", "cuda_driver_version")})
-        row.update({k: gpu.get(k) for k in INVENTORY_FIELDS + MODE_FIELDS})
-        row["pcie"], row["nvlink_active"] = gpu.get("pcie"), gpu.get("nvlink_active")
+        row: InventoryRow = {
+            "host": host,
+            "driver_version": node.get("driver_version"),
+            "cuda_driver_version": node.get("cuda_driver_version"),
+            "index": gpu.get("index"),
+            "uuid": gpu.get("uuid"),
+            "serial": gpu.get("serial"),
+            "pci_bus_id": gpu.get("pci_bus_id"),
+            "name": gpu.get("name"),
+            "memory_total_bytes": gpu.get("memory_total_bytes"),
+            "vbios": gpu.get("vbios"),
+            "persistence_mode": gpu.get("persistence_mode"),
+            "mig_mode": gpu.get("mig_mode"),
+            "ecc_mode": gpu.get("ecc_mode"),
+            "pcie": gpu.get("pcie"),
+            "nvlink_active": gpu.get("nvlink_active"),
+        }
         rows.append(row)
     return rows

@@ -21,16 +21,79 @@ in at most 3 rounds whatever N is: one pair round, one re-pairing, one rail roun
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, TypedDict, cast
 
-from acceptance.families.links import Link, endpoint, matrices
+from typing_extensions import NotRequired
+
+from acceptance.families.collectives import GroupFigure
+from acceptance.families.links import Link, Matrix, endpoint, matrices
 
 Pair = tuple[int, int]
 # the node's own rank, which the plugin hands to every job of an isolation: torchrun's GROUP_RANK is
 # assigned anew by each rendezvous, so it cannot say which machine round 2's "node 3" is
 NODE_ENV = "ACCEPTANCE_NODE_RANK"
 MAX_PAIR_ROUNDS = 3  # one slow node needs 2; a third resolves the odd-sized worst case (N = 3, node 0 slow)
+
+
+class RoundSpec(TypedDict):
+    number: int
+    kind: str
+    steps: list[list[list[int]]]  # per step, its node pairs
+
+
+class IsolationConfig(TypedDict):
+    """An isolation round's section of its probe's spec (``acceptance.run.isolation.round_spec``)."""
+
+    round: RoundSpec
+    op: str
+    size: str
+    iters: int
+
+
+class PairRow(GroupFigure):
+    """One node pair's figure in a pairs round: its collective's busbw is its ``gbps``."""
+
+    a: int
+    b: int
+    gbps: float
+
+
+class RoundResult(TypedDict):
+    """An isolation round's probe result: ``pairs`` in a pairs round, ``links`` in a rails round."""
+
+    round: int
+    kind: str
+    hosts: dict[int, str]
+    pairs: NotRequired[list[PairRow]]
+    links: NotRequired[list[Link]]
+
+
+class PairRecord(TypedDict):
+    """A PairFigure in the evidence: its fields."""
+
+    a: int
+    b: int
+    gbps: float
+    wrong: int
+    round: int
+
+
+class IsolationEvidence(TypedDict):
+    message: str
+    rounds: list[RoundSpec]
+    pairs: list[PairRecord]
+    pair_matrix: Matrix
+    slow_under_gbps: float
+    fraction_of_best: float
+    good: list[int]
+    culprits: list[int]
+    suspects: list[int]
+    untested: list[int]
+    rails: list[Link]
+    rail_matrices: dict[str, Matrix]
+    error: str | None
 
 
 @dataclass(frozen=True)
@@ -54,7 +117,7 @@ class Round:
     kind: str  # "pairs": a collective inside each node pair; "rails": every rail of each pair, both directions
     steps: tuple[tuple[Pair, ...], ...]
 
-    def spec(self) -> dict[str, Any]:
+    def spec(self) -> RoundSpec:
         return {"number": self.number, "kind": self.kind, "steps": [[list(p) for p in step] for step in self.steps]}
 
 
@@ -95,7 +158,7 @@ class Isolation:
         rails = self._rail_pairs()
         return Round(number, "rails", (tuple(rails),)) if rails else None
 
-    def record(self, rnd: Round, result: dict[str, Any]) -> None:
+    def record(self, rnd: Round, result: Mapping[str, Any]) -> None:
         """A round's probe result: ``hosts`` {node: host}; ``pairs`` [{a, b, gbps, wrong}] or ``links``."""
         self.rounds.append(rnd)
         self.hosts.update({int(k): str(v) for k, v in result.get("hosts", {}).items()})
@@ -105,7 +168,8 @@ class Isolation:
                 for p in result["pairs"]
             ]
         else:
-            self.rails += [{**link, "round": rnd.number} for link in result["links"]]
+            # a link of the round's result (JSON), renumbered with the isolation's round
+            self.rails += [cast(Link, {**link, "round": rnd.number}) for link in result["links"]]
 
     def fail(self, rnd: Round, error: str) -> None:
         self.rounds.append(rnd)
@@ -239,7 +303,7 @@ class Isolation:
             f"({worst['gbps']:.3g} GB/s, {endpoint(worst, 'src')} -> {endpoint(worst, 'dst')})"
         )
 
-    def evidence(self) -> dict[str, Any]:
+    def evidence(self) -> IsolationEvidence:
         st = self.status()
         cells: dict[frozenset[int], float] = {}
         for p in self.pairs:
@@ -248,7 +312,7 @@ class Isolation:
         return {
             "message": self.message(),
             "rounds": [r.spec() for r in self.rounds],
-            "pairs": [asdict(p) for p in self.pairs],
+            "pairs": [{"a": p.a, "b": p.b, "gbps": p.gbps, "wrong": p.wrong, "round": p.round} for p in self.pairs],
             "pair_matrix": {
                 "labels": [self.label(n) for n in range(self.nodes)],
                 "matrix": [[cells.get(frozenset((a, b))) for b in range(self.nodes)] for a in range(self.nodes)],

@@ -16,10 +16,103 @@ the receiver's figures ``gbps``, ``time_us``, ``wrong`` and ``round``.
 from __future__ import annotations
 
 import math
-from typing import Any
+from collections.abc import Mapping
+from typing import TypedDict
+
+from typing_extensions import NotRequired
 
 Pair = tuple[int, int]
-Link = dict[str, Any]
+
+
+class ConnectivityConfig(TypedDict):
+    """The connectivity probe's section of the profile."""
+
+    p2p_size: str
+    p2p_iters: int
+    barrier_iters: int
+
+
+class Transfer(TypedDict):
+    """One direction of one pair, as its receiver measured it (``probes.links``)."""
+
+    src: int  # global ranks
+    dst: int
+    bytes: int
+    time_us: float
+    gbps: float
+    wrong: int
+
+
+class RoundTransfer(Transfer):
+    round: int  # the probe's round (the isolation's, in its rails)
+
+
+class Link(RoundTransfer):
+    """A measured link with where each end is."""
+
+    src_node: int
+    dst_node: int
+    src_host: str
+    dst_host: str
+    src_gpu: int  # local ranks
+    dst_gpu: int
+    src_uuid: NotRequired[str]
+    dst_uuid: NotRequired[str]
+
+
+class RankIdentity(TypedDict):
+    """A rank as the connectivity probe gathers it: its place, its host, and its GPU on CUDA."""
+
+    rank: int
+    node_rank: int  # torchrun's, for this job
+    node: int  # the node's own rank, the same in every job (``probes.links.stable_node``)
+    local_rank: int
+    host: str
+    ip: str
+    device: str
+    init_s: float
+    device_name: NotRequired[str]
+    uuid: NotRequired[str]
+    memory_gib: NotRequired[float]
+    pci_bus_id: NotRequired[str | None]
+
+
+class LinkFigures(TypedDict):
+    """Every link of one kind (``p2p`` inside nodes, ``rails`` across them) in the connectivity result: the
+    links, the rounds, the slowest and the wrong elements over all of them."""
+
+    p2p: list[Link]
+    p2p_rounds: int
+    p2p_slowest: Link | None
+    p2p_wrong: int
+    rails: list[Link]
+    rails_rounds: int
+    rails_slowest: Link | None
+    rails_wrong: int
+
+
+class ConnectivityResult(LinkFigures):
+    world_size: int
+    expected_world_size: int
+    ranks: list[RankIdentity]
+    nodes: dict[str, list[int]]  # "node_rank:host" -> its ranks
+    expected_ranks_per_node: int
+    short_nodes: dict[str, int]
+    missing_ranks: list[int]
+    duplicate_uuids: list[str]
+    allreduce_wrong: int
+    p2p_size: str
+    barrier_latency_us: float
+    rendezvous_s: float
+    software: dict[str, str | None]
+
+
+class Matrix(TypedDict):
+    """A pair matrix: rows sending, columns receiving; null where the pair was not measured."""
+
+    labels: list[str]
+    matrix: list[list[float | None]]
+    unit: str
 
 
 def circle_rounds(n: int) -> list[list[Pair]]:
@@ -75,8 +168,8 @@ def rail_rounds(nodes: list[list[int]]) -> list[list[Pair]]:
     ]
 
 
-def endpoint(link: Link, side: str) -> str:
-    """``host GPU i (UUID)``: what a person needs to find the device."""
+def endpoint(link: Mapping[str, object], side: str) -> str:
+    """``host GPU i (UUID)``: what a person needs to find the device (``side``: src or dst)."""
     uuid = link.get(f"{side}_uuid")
     return f"{link[f'{side}_host']} GPU {link[f'{side}_gpu']}" + (f" ({uuid})" if uuid else "")
 
@@ -97,12 +190,17 @@ def _rate(link: Link) -> float:
     return value if value == value else -1.0  # a NaN sorts first: a link that never delivered is the worst
 
 
-def matrices(links: list[Link], group: str) -> dict[str, dict[str, Any]]:
+class _Table(TypedDict):
+    labels: dict[int, str]
+    cells: dict[tuple[int, int], float]
+
+
+def matrices(links: list[Link], group: str) -> dict[str, Matrix]:
     """Pair matrices ``{labels, matrix, unit}``, rows sending and columns receiving, GB/s (null: not measured).
 
     ``group="node"``: one matrix per node over its GPUs (the links inside nodes); ``group="gpu"``: one
     matrix per GPU index over the nodes (the rails)."""
-    out: dict[str, dict[str, Any]] = {}
+    out: dict[str, _Table] = {}
     for link in links:
         if group == "node":
             key, src, dst = f"node {link['src_node']} ({link['src_host']})", link["src_gpu"], link["dst_gpu"]
@@ -116,7 +214,7 @@ def matrices(links: list[Link], group: str) -> dict[str, dict[str, Any]]:
     return {key: _square(table) for key, table in sorted(out.items())}
 
 
-def _square(table: dict[str, Any]) -> dict[str, Any]:
+def _square(table: _Table) -> Matrix:
     order = sorted(table["labels"])
     cells = table["cells"]
     return {

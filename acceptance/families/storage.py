@@ -9,8 +9,11 @@ rank measured (one row per rank); these functions turn that into figures. A node
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TypedDict
+
+from typing_extensions import NotRequired
 
 from acceptance.families import compute as pergpu
 from acceptance.numbers import fmt
@@ -22,6 +25,121 @@ _OCTAL = re.compile(r"\\([0-7]{3})")
 # its own disks, and Linux gives network filesystems an anonymous device (major 0) per mount, so the
 # numbers of one export differ from host to host
 MOUNT_FIELDS = ("fstype", "source")
+
+
+class StoragePathConfig(TypedDict):
+    path: str | None  # None: each node's temporary folder
+    shared: bool
+
+
+class StorageConfig(TypedDict):
+    """The storage probe's section of the profile."""
+
+    paths: dict[str, StoragePathConfig]
+    checkpoint_size: str
+
+
+class MarkerRead(TypedDict):
+    """Node 0's file as one node read it back: its size and sha256, or why it could not be read."""
+
+    size: NotRequired[int]
+    sha256: NotRequired[str]
+    error: NotRequired[str]
+
+
+class Marker(MarkerRead):
+    """Node 0's record of the file it wrote for the others."""
+
+    file: str
+
+
+class Where(TypedDict):
+    host: str
+    node_rank: int
+
+
+class NodeView(Where):
+    """What one node saw at a path (``probes.storage_files.look``); ``problem`` where it cannot be used."""
+
+    path: NotRequired[str]
+    problem: NotRequired[str | None]
+    fstype: NotRequired[str | None]
+    source: NotRequired[str | None]
+    mount_point: NotRequired[str | None]
+    device: NotRequired[str]  # major:minor
+    free_bytes: NotRequired[int]
+    total_bytes: NotRequired[int]
+    stale_removed: NotRequired[list[str]]  # run folders of probes killed outright
+    marker: NotRequired[MarkerRead]
+
+
+class ShardWrite(TypedDict):
+    tensors: int
+    save_s: float  # from the common start to the end of the checkpoint on this rank
+    write_s: float  # in the storage layer
+    error: str | None
+    files: list[str]  # relative to the run folder
+
+
+class ShardRead(TypedDict):
+    load_s: float
+    read_s: float
+    read_from: int  # the rank whose shard this rank read
+    error: str | None
+    wrong: int  # tensors that differ from what was written
+
+
+class ShardRow(Where):
+    """One rank's checkpoint: its write, and (unless the write failed) its read."""
+
+    rank: int
+    bytes: int
+    tensors: int
+    save_s: float
+    write_s: float
+    error: str | None
+    files: list[str]
+    cache_kept: NotRequired[str | None]  # why the page cache could not be dropped (local rank 0)
+    load_s: NotRequired[float]
+    read_s: NotRequired[float]
+    read_from: NotRequired[int]
+    wrong: NotRequired[int]
+
+
+class Checkpoint(TypedDict):
+    ranks: list[ShardRow]
+    bytes: int
+    tensors_per_rank: int
+    save_s: float
+    load_s: float | None
+    failed: list[str]
+
+
+class PathResult(TypedDict):
+    path: str | None
+    shared: bool
+    marker: Marker | None
+    checkpoint: Checkpoint | None
+    nodes: NotRequired[list[NodeView]]
+    skipped: NotRequired[str | None]
+    left_behind: NotRequired[list[str]]
+
+
+class StorageResult(TypedDict):
+    paths: dict[str, PathResult]
+    checkpoint_size: str
+    run_folder: str
+
+
+class NodeRate(Where):
+    """Per node, the bytes its ranks moved and how fast (``node_rates``: write_* or read_*)."""
+
+    ranks: int
+    bytes: int
+    write_s: NotRequired[float]
+    write_gbps: NotRequired[float]
+    read_s: NotRequired[float]
+    read_gbps: NotRequired[float]
 
 
 @dataclass(frozen=True)
@@ -82,7 +200,7 @@ def is_stale(name: str, now: float) -> bool:
     return match is not None and int(match.group(1)) < now
 
 
-def where(view: dict[str, Any]) -> str:
+def where(view: Mapping[str, object]) -> str:
     return f"{view['host']} (node {view['node_rank']})"
 
 
@@ -96,18 +214,18 @@ def gib(nbytes: float) -> str:
     return f"{nbytes / 2**30:.3g} GiB"
 
 
-def unusable(views: list[dict[str, Any]]) -> list[str]:
+def unusable(views: Sequence[NodeView]) -> list[str]:
     """Every node where the path is missing, not a folder, read-only, full or not writable."""
     return [f"{where(v)}: {v['path']}: {v['problem']}" for v in views if v.get("problem")]
 
 
-def not_shared(views: list[dict[str, Any]], marker: dict[str, Any]) -> list[str]:
+def not_shared(views: Sequence[NodeView], marker: Marker) -> list[str]:
     """Every node that did not read node 0's file back byte for byte (size and sha256)."""
     if marker.get("error"):
         return [f"{where(views[0])}: {views[0]['path']}: could not write {marker['file']}: {marker['error']}"]
     out = []
     for view in views:
-        seen = view.get("marker") or {"error": "not read"}
+        seen = view.get("marker") or MarkerRead(error="not read")
         if seen.get("error"):
             why = f"cannot read node 0's file {marker['file']}: {seen['error']}"
         elif (seen["size"], seen["sha256"]) != (marker["size"], marker["sha256"]):
@@ -121,7 +239,7 @@ def not_shared(views: list[dict[str, Any]], marker: dict[str, Any]) -> list[str]
     return out
 
 
-def not_run(views: list[dict[str, Any]], marker: dict[str, Any] | None) -> str | None:
+def not_run(views: Sequence[NodeView], marker: Marker | None) -> str | None:
     """Why no checkpoint is written to the path, pointing at the test that names the nodes; None: it is."""
     bad = unusable(views)
     if bad:
@@ -132,7 +250,7 @@ def not_run(views: list[dict[str, Any]], marker: dict[str, Any] | None) -> str |
     return None
 
 
-def mount_mismatch(views: list[dict[str, Any]]) -> list[str]:
+def mount_mismatch(views: Sequence[NodeView]) -> list[str]:
     """Every node whose mount of a shared path has another filesystem type or source than node 0's."""
     ref, out = views[0], []
     for view in views[1:]:
@@ -142,13 +260,13 @@ def mount_mismatch(views: list[dict[str, Any]]) -> list[str]:
     return out
 
 
-def free_space(views: list[dict[str, Any]]) -> tuple[float, str]:
+def free_space(views: Sequence[NodeView]) -> tuple[float, str]:
     """The least free space on any node, in GiB, and which node that is."""
     least = min(views, key=lambda v: v["free_bytes"])
     return least["free_bytes"] / 2**30, f"least free: {where(least)} {least['path']} ({least.get('fstype')})"
 
 
-def failed_ranks(rows: list[dict[str, Any]]) -> list[str]:
+def failed_ranks(rows: Sequence[ShardRow]) -> list[str]:
     """Every rank whose shard could not be written or read, or came back different."""
     out = []
     for row in rows:
@@ -161,29 +279,33 @@ def failed_ranks(rows: list[dict[str, Any]]) -> list[str]:
     return out
 
 
-def node_rates(rows: list[dict[str, Any]], op: str) -> list[dict[str, Any]]:
+def node_rates(rows: Sequence[ShardRow], op: str) -> list[NodeRate]:
     """Per node, GB/s (1e9 B/s) of ``op`` (write or read): the bytes its ranks moved over the longest of
     their times in the storage layer, since the node's ranks share its link to the storage."""
-    by_node: dict[int, list[dict[str, Any]]] = {}
+    by_node: dict[int, list[ShardRow]] = {}
     for row in rows:
         by_node.setdefault(row["node_rank"], []).append(row)
     out = []
     for node_rank, members in sorted(by_node.items()):
-        seconds = max(m[f"{op}_s"] for m in members)
+        seconds = max(m["write_s"] if op == "write" else m["read_s"] for m in members)
         nbytes = sum(m["bytes"] for m in members)
         gbps = nbytes / seconds / 1e9 if seconds > 0 else float("inf")
-        row = {"node_rank": node_rank, "host": members[0]["host"], "ranks": len(members), "bytes": nbytes}
-        out.append({**row, f"{op}_s": seconds, f"{op}_gbps": gbps})
+        rate: NodeRate = {"node_rank": node_rank, "host": members[0]["host"], "ranks": len(members), "bytes": nbytes}
+        if op == "write":
+            rate["write_s"], rate["write_gbps"] = seconds, gbps
+        else:
+            rate["read_s"], rate["read_gbps"] = seconds, gbps
+        out.append(rate)
     return out
 
 
-def slowest_node(rows: list[dict[str, Any]], op: str) -> tuple[float, str]:
+def slowest_node(rows: Sequence[ShardRow], op: str) -> tuple[float, str]:
     """The slowest node's GB/s, and a line naming it against the median of the nodes."""
     slowest = min(pergpu.shortfalls(node_rates(rows, op), f"{op}_gbps"), key=lambda s: s.value)
     return slowest.value, describe(slowest, op)
 
 
-def below_median(rows: list[dict[str, Any]], op: str) -> tuple[float, str]:
+def below_median(rows: Sequence[ShardRow], op: str) -> tuple[float, str]:
     """How far the slowest node falls under the nodes' median (0.2 = 20%), and every node under it."""
     shorts = pergpu.shortfalls(node_rates(rows, op), f"{op}_gbps")
     under = [describe(s, op) for s in shorts if s.fraction > 0] or [describe(shorts[0], op)]
@@ -197,10 +319,12 @@ def describe(short: pergpu.Shortfall, op: str) -> str:
     )
 
 
-def aggregate(checkpoint: dict[str, Any], op: str) -> tuple[float, str]:
+def aggregate(checkpoint: Checkpoint, op: str) -> tuple[float, str]:
     """GB/s of the whole checkpoint: every rank's bytes over the time from the common start until the last
     rank finished, planning and metadata included (``save_s`` / ``load_s``)."""
-    seconds = checkpoint["save_s" if op == "write" else "load_s"]
+    seconds = checkpoint["save_s"] if op == "write" else checkpoint["load_s"]
+    if seconds is None:  # a checkpoint whose read failed has no read time
+        raise TypeError(f"the checkpoint has no {op} time: it failed ({'; '.join(checkpoint['failed'])})")
     nbytes = checkpoint["bytes"]
     detail = (
         f"{gib(nbytes)} by {len(checkpoint['ranks'])} ranks in {seconds:.3g} s "

@@ -13,11 +13,12 @@ strategy gets a job of its own.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
+from acceptance.json_types import JSONObject
 from acceptance.profile.loader import Profile
 from acceptance.profile.model import Training
 
@@ -35,13 +36,37 @@ BASELINE_PART = "scaling-baseline"
 IN_JOB_BASELINE = ("ddp",)
 
 
+# One part's result: its figures (training_figures.TrainingFigures) merged with what its strategy set up
+# (compile mode, DeepSpeed's config...), the job's facts and ``job``; or ``error`` with the strategy's name
+StrategyResult = dict[str, object]
+
+
+class TrainingResult(TypedDict):
+    strategies: dict[str, StrategyResult]
+
+
+class BaselineSpec(TypedDict):
+    """The scaling baseline's part of a training job: which strategy, on how many ranks of each node."""
+
+    strategy: str
+    ranks_per_node: int
+
+
+class Canary(TypedDict):
+    max_rel_diff: float
+    worst_step: int
+    within: bool
+    rtol: float
+    rel_diff: list[float]
+
+
 def job_key(attempt: int) -> str:
     """The first job is ``training``; the next ones (the strategies after one that killed its job)
     ``training-2``, ``training-3``, ..."""
     return PROBE if attempt == 0 else f"{PROBE}-{attempt + 1}"
 
 
-def user_config(profile: Profile, strategy: str) -> dict[str, Any] | None:
+def user_config(profile: Profile, strategy: str) -> JSONObject | None:
     """The user's DeepSpeed JSON for ``strategy``: inline, or read from a file beside the profile."""
     run = profile.model.training.deepspeed.get(strategy)
     if run is None:
@@ -60,7 +85,8 @@ def user_config(profile: Profile, strategy: str) -> dict[str, Any] | None:
         raise TrainingPlanError(f"{where}: {path} is not valid JSON: {exc}") from None
     if not isinstance(data, dict):
         raise TrainingPlanError(f"{where}: {path} must hold a JSON object, got {type(data).__name__}")
-    return data
+    found: JSONObject = data
+    return found
 
 
 def spec(
@@ -92,7 +118,7 @@ Launch = Callable[[list[str], str], tuple[dict[str, dict[str, Any]], str | None]
 # of llama-1b left 8.5 GiB allocated per GPU (held_after_teardown_gib in the evidence). ZeRO-1/2, DDP and
 # FSDP leave nothing behind, so the ZeRO-3 runs go last: what one still leaves can only touch another.
 # A further ZeRO-3 run once had a job of its own; four fresh jobs of zero3_tuned alone read 38,925-52,684
-# tokens/s/GPU (results/h200-x2-zero3-spread), so one job with both saves a job's start.
+# tokens/s/GPU (docs/measurements.md, findings), so one job with both saves a job's start.
 ZERO3 = ("zero3", "zero3_offload")
 
 
@@ -173,12 +199,12 @@ def node_baseline(part: dict[str, Any], node_rank: int) -> dict[str, Any]:
     return found if found is not None else {"error": f"the baseline part has no figures for node {node_rank}"}
 
 
-def scaling_efficiency(full: dict[str, Any], base: dict[str, Any]) -> float:
+def scaling_efficiency(full: Mapping[str, Any], base: Mapping[str, Any]) -> float:
     """Per-GPU throughput at the full world over per-GPU throughput on the baseline (weak scaling)."""
     return float(full["tokens_per_s_per_gpu"]) / float(base["tokens_per_s_per_gpu"])
 
 
-def canary(reference: list[float], other: list[float], steps: int, rtol: float) -> dict[str, Any]:
+def canary(reference: list[float], other: list[float], steps: int, rtol: float) -> Canary:
     """Compare two per-step loss curves over their first ``steps`` steps: the largest relative difference."""
     if len(reference) < steps or len(other) < steps:
         raise ValueError(f"the canary compares {steps} steps; the curves have {len(reference)} and {len(other)}")

@@ -7,9 +7,167 @@ from __future__ import annotations
 
 import itertools
 import statistics
-from typing import Any
+from collections.abc import Sequence
+from typing import TypedDict
 
+from typing_extensions import NotRequired
+
+from acceptance.json_types import JSONObject
 from acceptance.numbers import spread
+
+
+class DeepSpeedRunConfig(TypedDict):
+    base: str  # the built-in stage it starts from
+    config: JSONObject | str  # the user's DeepSpeed JSON, or its file
+
+
+class TrainingConfig(TypedDict):
+    """The training probe's section of the profile (``t`` in the probe), as plain data."""
+
+    model: str
+    seq_len: int
+    micro_batch: int
+    grad_accum: int
+    warmup_steps: int
+    steps: int
+    windows: int | None
+    precision: str
+    compile: str  # none, blocks or model
+    lr: float
+    grad_clip: float
+    seed: int
+    strategies: list[str]
+    deepspeed: dict[str, DeepSpeedRunConfig]
+    peak_tflops: dict[str, float] | None
+    peak_tflops_source: str | None
+    scaling_baseline: str
+    scaling_strategy: str
+    canary_steps: int
+    canary_rtol: float
+    trace_steps: int
+
+
+class GpuUtil(TypedDict):
+    """A rank's GPU utilisation and clock events over the timed steps (``probes.gpu_sampler``)."""
+
+    samples: int
+    clock_events: dict[str, float] | None  # reason -> share of samples it was set in
+    clock_events_reason: str | None
+    mean_pct: float | None
+    reason: str | None
+
+
+class HostLoadFigures(TypedDict):
+    """The host's load over the timed steps (``probes.host_load``)."""
+
+    wall_s: float
+    thread_cpu_s: float
+    cpus_allowed: int | None
+    thread_busy: float | None
+    involuntary_switches: NotRequired[int]
+    host_busy_pct: NotRequired[float]
+    host_steal_pct: NotRequired[float]
+    host_reason: NotRequired[str]
+
+
+class Trace(TypedDict):
+    steps: int
+    files: list[str]
+    host_blocked_s_per_step: dict[str, float]
+    host_blocked_calls_per_step: dict[str, float]
+
+
+class ModelShape(TypedDict):
+    params: int
+    matmul_params: int
+    layers: int
+    heads: int
+    head_dim: int
+    vocab_size: int
+    flops_per_token: int
+    flops_formula: str
+    attn_implementation: str | None
+
+
+class RankRun(TypedDict):
+    """One rank's measurements of one strategy."""
+
+    rank: int
+    host: str
+    step_s: list[float]
+    loop_s: float
+    mem_gib: float
+    util: GpuUtil
+    host_load: HostLoadFigures
+    trace: Trace | None
+    held_at_start_gib: float
+
+
+class RawRun(TypedDict):
+    """A strategy's measurements on every rank, before the figures (``probes.training.measure``)."""
+
+    ranks: list[RankRun]
+    losses: list[float]
+    shape: ModelShape
+    info: JSONObject  # what the strategy set up: compile mode, precision, DeepSpeed's config
+    mem_source: str
+
+
+class Window(TypedDict):
+    steps: list[int]  # [first, end)
+    seconds: float
+    tokens_per_s: float
+
+
+class Throughput(TypedDict):
+    tokens_per_s_per_gpu: float
+    tokens_per_s_per_gpu_q1: float
+    tokens_per_s_per_gpu_q3: float
+    tokens_per_s_per_gpu_min: float
+    tokens_per_s_per_gpu_max: float
+    tokens_per_s_per_gpu_spread: float
+    tokens_per_s_per_gpu_loop: float
+    windows: list[Window]
+
+
+class RankRecord(TypedDict):
+    """What the figures keep of a rank's measurements (PER_RANK; None where a rank lacks one)."""
+
+    rank: int | None
+    host: str | None
+    loop_s: float | None
+    mem_gib: float | None
+    util: GpuUtil | None
+    host_load: HostLoadFigures | None
+    trace: Trace | None
+
+
+class TrainingFigures(Throughput):
+    tokens_per_step_per_gpu: int
+    step_time_s: float
+    step_time_std_s: float
+    step_times_s: list[float]
+    timed_loop_s: float
+    peak_mem_gib: float
+    peak_mem_per_rank_gib: list[float]
+    peak_mem_source: str
+    held_at_start_gib: list[float | None]
+    flops_per_token: int
+    mfu: float | None
+    mfu_reason: str | None
+    peak_tflops: float | None
+    peak_tflops_source: str | None
+    gpu_util_pct: float | None
+    gpu_util_per_rank_pct: list[float | None]
+    gpu_util_reason: str | None
+    clock_events: dict[str, dict[str, float]]
+    clock_events_reason: str | None
+    losses: list[float]
+    loss_first: float
+    loss_last: float
+    loss_ratio: float
+    world_size: int
+    per_rank: list[RankRecord]
 
 
 def quartiles(values: list[float]) -> tuple[float, float, float]:
@@ -23,18 +181,18 @@ def quartiles(values: list[float]) -> tuple[float, float, float]:
 DEFAULT_WINDOWS = 5  # the median and both quartiles fall on a window of their own
 
 
-def window_count(t: dict[str, Any]) -> int:
+def window_count(t: TrainingConfig) -> int:
     """``training.windows``, or by default five (one per step when there are fewer)."""
     return int(t.get("windows") or min(DEFAULT_WINDOWS, int(t["steps"])))
 
 
-def windows(ranks: list[dict[str, Any]], count: int, tokens_per_step: int) -> list[dict[str, Any]]:
+def windows(ranks: Sequence[RankRun], count: int, tokens_per_step: int) -> list[Window]:
     """The timed steps cut into ``count`` consecutive windows (sizes differ by one step at most); a window
     lasts as long as on its slowest rank, and its figure is the tokens per GPU over that time."""
     steps = len(ranks[0]["step_s"])
     count = max(1, min(count, steps))
     edges = [round(i * steps / count) for i in range(count + 1)]
-    out = []
+    out: list[Window] = []
     for first, end in itertools.pairwise(edges):
         seconds = max(sum(r["step_s"][first:end]) for r in ranks)
         rate = tokens_per_step * (end - first) / seconds
@@ -42,7 +200,7 @@ def windows(ranks: list[dict[str, Any]], count: int, tokens_per_step: int) -> li
     return out
 
 
-def throughput(ranks: list[dict[str, Any]], count: int, tokens_per_step: int) -> dict[str, Any]:
+def throughput(ranks: Sequence[RankRun], count: int, tokens_per_step: int) -> Throughput:
     """The median over the timed windows, and its spread: the figure a bound applies to."""
     found = windows(ranks, count, tokens_per_step)
     rates = sorted(w["tokens_per_s"] for w in found)
@@ -61,7 +219,7 @@ def throughput(ranks: list[dict[str, Any]], count: int, tokens_per_step: int) ->
     }
 
 
-def peak_for(t: dict[str, Any]) -> tuple[float | None, str | None]:
+def peak_for(t: TrainingConfig) -> tuple[float | None, str | None]:
     """The dense peak for the run's precision (bf16/fp16: tensor cores; fp32: TF32), or why there is none."""
     peaks = t.get("peak_tflops") or {}
     peak = peaks.get(t["precision"])
@@ -72,7 +230,7 @@ def peak_for(t: dict[str, Any]) -> tuple[float | None, str | None]:
     return None, f"training.peak_tflops gives no peak for precision {t['precision']} (it has {', '.join(peaks)})"
 
 
-def clock_events(ranks: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
+def clock_events(ranks: Sequence[RankRun]) -> dict[str, dict[str, float]]:
     """Per rank, the clock-event reasons seen during the timed steps and their share of samples."""
     return {str(r["rank"]): r["util"].get("clock_events") or {} for r in ranks if r["util"].get("clock_events")}
 
@@ -81,7 +239,7 @@ def clock_events(ranks: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
 PER_RANK = ("rank", "host", "loop_s", "mem_gib", "util", "host_load", "trace")
 
 
-def figures(raw: dict[str, Any], t: dict[str, Any], world_size: int) -> dict[str, Any]:
+def figures(raw: RawRun, t: TrainingConfig, world_size: int) -> TrainingFigures:
     """The cluster's figures from every rank's measurements (the slowest rank's pace, the largest memory)."""
     ranks, shape, losses = raw["ranks"], raw["shape"], raw["losses"]
     tokens_per_step = t["micro_batch"] * t["grad_accum"] * t["seq_len"]
@@ -106,7 +264,7 @@ def figures(raw: dict[str, Any], t: dict[str, Any], world_size: int) -> dict[str
         "mfu_reason": no_peak,
         "peak_tflops": peak,
         "peak_tflops_source": t.get("peak_tflops_source"),
-        "gpu_util_pct": min(utils) if None not in utils else None,
+        "gpu_util_pct": min(u for u in utils if u is not None) if None not in utils else None,
         "gpu_util_per_rank_pct": utils,
         "gpu_util_reason": next((r["util"]["reason"] for r in ranks if r["util"]["reason"]), None),
         "clock_events": clock_events(ranks),
@@ -117,6 +275,15 @@ def figures(raw: dict[str, Any], t: dict[str, Any], world_size: int) -> dict[str
         "loss_ratio": losses[-1] / losses[0] if losses[0] else float("nan"),
         "world_size": world_size,
         "per_rank": [
-            {k: r.get(k) for k in ("rank", "host", "loop_s", "mem_gib", "util", "host_load", "trace")} for r in ranks
+            {
+                "rank": r.get("rank"),
+                "host": r.get("host"),
+                "loop_s": r.get("loop_s"),
+                "mem_gib": r.get("mem_gib"),
+                "util": r.get("util"),
+                "host_load": r.get("host_load"),
+                "trace": r.get("trace"),
+            }
+            for r in ranks
         ],
     }

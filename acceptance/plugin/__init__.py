@@ -15,33 +15,11 @@ from pathlib import Path
 import pytest
 
 from acceptance.plugin import options
-from acceptance.plugin.checker import (
-    NO_PROFILE as NO_PROFILE,
-)
-from acceptance.plugin.checker import (
-    SESSION_NAME,
-    Checker,
-    current,
-)
-from acceptance.plugin.checker import (
-    baseline_of as baseline_of,
-)
-from acceptance.plugin.checker import (
-    probe_result as probe_result,
-)
-from acceptance.plugin.checker import (
-    probe_wall_s as probe_wall_s,
-)
-from acceptance.plugin.checker import (
-    require_ranks as require_ranks,
-)
+from acceptance.plugin.checker import NO_PROFILE, SESSION_NAME, Checker, current
 from acceptance.plugin.session import ClusterSession
 from acceptance.plugin.training_stage import TrainingStage
-from acceptance.profile.metrics import FAMILY_DOCS, family_of_module
+from acceptance.profile.registry import FAMILIES, family_of_module
 from acceptance.run.cluster_run import ClusterRun
-from acceptance.run.judging import MUST_BE_ZERO as MUST_BE_ZERO  # re-exported for test modules
-
-__all__ = ["MUST_BE_ZERO", "NO_PROFILE", "Checker", "current", "probe_result", "probe_wall_s", "require_ranks"]
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -51,8 +29,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "cluster: an acceptance test that runs probes on the cluster")
     config.addinivalue_line("markers", "cluster_preflight: fails with the preflight's line when the node lacks GPUs")
-    for family, doc in FAMILY_DOCS.items():
-        config.addinivalue_line("markers", f"{family}: the {family} family: {doc}")
+    for family in FAMILIES:
+        config.addinivalue_line("markers", f"{family.marker}: the {family.name} family: {family.doc}")
     name = options.value(config, "cluster_profile")
     if name:
         session = ClusterSession.start(config, str(name))
@@ -62,13 +40,17 @@ def pytest_configure(config: pytest.Config) -> None:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # the families in the registry's order: cheap and diagnostic first, so that a missing rank or a sick GPU
+    # is named before a long sweep starts; a stable sort keeps each module's own order
+    order = [f.module for f in FAMILIES]
+    items.sort(key=lambda item: order.index(item.path.stem) if item.path.stem in order else len(order))
     # markers before -m deselects (this hook runs before the one that applies -m)
     for item in items:
         if "cluster" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.cluster)
             family = family_of_module(Path(item.nodeid.split("::")[0]).stem)
             if family is not None:
-                item.add_marker(getattr(pytest.mark, family))
+                item.add_marker(getattr(pytest.mark, family.marker))
 
 
 @pytest.fixture(scope="session")

@@ -7,11 +7,8 @@ from typing import Any
 import pytest
 
 from acceptance.evidence.junit import figure_properties
-from acceptance.evidence.model import Check
-from acceptance.plugin import options
 from acceptance.profile.model import Threshold
 from acceptance.run.cluster_run import ClusterRun
-from acceptance.run.judging import against_baseline
 from acceptance.run.launcher import ProbeError
 
 SESSION_NAME = "cluster-acceptance-session"
@@ -19,12 +16,6 @@ NO_PROFILE = (
     "no cluster profile selected: pass --cluster-profile NAME (or set CLUSTER_PROFILE); "
     "`cluster-acceptance list` shows the profiles, local-cpu runs on any machine"
 )
-
-
-def baseline_of(config: pytest.Config) -> dict[str, dict[str, Any]] | None:
-    """--cluster-baseline: the earlier run's figures by metric, or None."""
-    session = config.pluginmanager.get_plugin(SESSION_NAME)
-    return None if session is None else session.baseline  # type: ignore[no-any-return]
 
 
 def current(config: pytest.Config) -> ClusterRun | None:
@@ -70,7 +61,8 @@ def require_ranks(run: ClusterRun, at_least: int, what: str) -> None:
 
 
 class Checker:
-    """``check(metric, value, unit)``: bound the figure by the profile, record it, fail with one line."""
+    """``check(metric, value, unit)``: the run's judge gives the figure its verdict; it is recorded, and the
+    test fails with one line per figure that failed (a known issue: xfail)."""
 
     def __init__(self, run: ClusterRun, item: pytest.Item) -> None:
         self.run, self.item = run, item
@@ -81,16 +73,14 @@ class Checker:
         self.all([(metric, value, unit, detail)], default=default)
 
     def all(self, figures: list[tuple[str, float, str, str]], default: Threshold | None = None) -> None:
-        """Check several figures; fail once, listing every figure out of bounds."""
+        """Check several figures; fail once, listing every figure that failed."""
         failures, xfails = [], []
         for metric, value, unit, detail in figures:
             judged = self.run.check(self.item.nodeid, metric, value, unit, detail, default)
             # the same properties the plugin's own JUnit carries (what record_property does, without its
             # warning under the default junit_family xunit2)
-            c = judged.check
-            failures += self._against_baseline(c) if c.verdict == "pass" else []
-            self.item.user_properties += figure_properties(metric, c.value, unit, c.bound, c.verdict)
-            if judged.verdict == "fail":
+            self.item.user_properties += figure_properties(metric, value, unit, judged.bound, judged.verdict)
+            if judged.failed:
                 failures.append(judged.message)
             elif judged.verdict == "xfail":
                 xfails.append(f"{judged.message} [known issue: {judged.xfail_reason}]")
@@ -99,21 +89,6 @@ class Checker:
             pytest.fail("\n".join(failures), pytrace=False)
         if xfails:
             pytest.xfail("\n".join(xfails))
-
-    def _against_baseline(self, check: Check) -> list[str]:
-        """--cluster-baseline: the figure just checked against the earlier run's, by the rule of ``compare``;
-        a figure worse beyond the tolerance fails even where the profile's bound held."""
-        profile = self.run.profile
-        judged = against_baseline(profile, baseline_of(self.item.config), check.metric, check.value, bool(check.bound))
-        if judged is None:
-            return []
-        tolerance = judged.change.tolerance
-        check.baseline = {"value": judged.change.old, "bound": judged.change.limit, "tolerance": tolerance}
-        if judged.ok:
-            return []
-        check.verdict, check.bound = "baseline_fail", f"{check.bound} and {judged.change.limit}"
-        message = f"{judged.message} [--cluster-baseline {options.value(self.item.config, 'cluster_baseline')}]"
-        return [message + (f"\n{check.detail}" if check.detail else "")]  # the slowest GPU, as a bound's failure
 
     def measurements(self, key: str, data: Any) -> None:
         """Attach a table (a sweep, a per-GPU list) to this test's evidence."""

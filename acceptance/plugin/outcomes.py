@@ -13,7 +13,7 @@ from typing import Literal
 import pytest
 
 from acceptance.evidence.junit import INTERRUPTED, NOT_RUN
-from acceptance.evidence.model import Outcome
+from acceptance.evidence.model import Check, Outcome
 from acceptance.evidence.store import Evidence
 
 
@@ -24,8 +24,33 @@ def outcome_of(report: pytest.TestReport) -> tuple[Outcome | None, str]:
     if report.failed:
         return ("failed" if report.when == "call" else "error"), _message(report)
     if report.skipped:
-        return "skipped", _message(report)
+        return (RECORDED if is_recorded(report) else "skipped"), _message(report)
     return ("passed" if report.when == "call" else None), ""
+
+
+RECORDED: Literal["recorded"] = (
+    "recorded"  # the category and the user property of a test whose figures are all information
+)
+
+
+def only_information(checks: list[Check]) -> bool:
+    """A test that checked figures, every one without a bound: it recorded them and held no gate."""
+    return bool(checks) and all(c.verdict == "info" for c in checks)
+
+
+def mark_recorded(report: pytest.TestReport, checks: list[Check]) -> None:
+    """Report a passing test that checked only information as recorded: a skip in JUnit and in pytest's
+    counts (not a pass: no gate held), with the figures it recorded as the reason; the terminal counts it
+    under its own word (``pytest_report_teststatus``)."""
+    names = ", ".join(dict.fromkeys(c.metric for c in checks))
+    reason = f"{RECORDED}: information only, no bound in the profile: {names}"
+    report.outcome = "skipped"
+    report.longrepr = (str(report.location[0]), (report.location[1] or 0) + 1, reason)
+    report.user_properties.append(("cluster_outcome", RECORDED))
+
+
+def is_recorded(report: pytest.TestReport) -> bool:
+    return (("cluster_outcome", RECORDED)) in report.user_properties
 
 
 def _message(report: pytest.TestReport) -> str:

@@ -8,18 +8,14 @@ with it, instead of each failing on its own. The line is an error in the evidenc
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 import pytest
 
-from acceptance.profile.metrics import family_of_module
+from acceptance.profile.registry import WORKER_PROBES, family_of_module
 from acceptance.run import preflight
 from acceptance.run.cluster_run import ClusterRun
 from acceptance.run.launcher import ProbeError, child_env
-from acceptance.run.worker import WORKER_PROBES
 
-# the families whose probes start a rank on every GPU of the node: pointless, and noisy, without them
-NEEDS_EVERY_GPU = ("connectivity", "health", "compute", "storage", "collectives", "internode", "training")
 PREFIX = "preflight: "
 
 
@@ -27,7 +23,7 @@ def run_preflight(run: ClusterRun, items: list[pytest.Item], probes: bool) -> pr
     """The preflight, with the probe worker starting beside it when a selected test needs it and ``probes``
     will run (``Workers.start_early``: both import torch, seconds each); a node that fails its preflight
     ends the worker, which it cannot use."""
-    if probes and run.persist and any(family_of_module(item.path.stem) in WORKER_PROBES for item in items):
+    if probes and run.persist and any(set(_probes_of(item)) & WORKER_PROBES for item in items):
         run.workers.start_early(run.tag, run.timeout("connectivity"))
     result = preflight.injected(os.environ)
     if result is None:
@@ -65,9 +61,15 @@ def skip_without_gpus(result: preflight.PreflightResult | None, items: list[pyte
     if result is None or result.ok:
         return
     for item in items:
-        family = Path(item.nodeid.split("::")[0]).stem.removeprefix("test_")
-        if family in NEEDS_EVERY_GPU and not item.get_closest_marker("cluster_preflight"):
+        family = family_of_module(item.path.stem)
+        # the families whose probes start a rank on every GPU of the node: pointless, and noisy, without them
+        if family is not None and family.needs_every_gpu and not item.get_closest_marker("cluster_preflight"):
             item.add_marker(pytest.mark.skip(reason=f"preflight failed: {result.message}"))
+
+
+def _probes_of(item: pytest.Item) -> tuple[str, ...]:
+    family = family_of_module(item.path.stem)
+    return family.probes if family is not None else ()
 
 
 def fail_the_gate(result: preflight.PreflightResult | None, item: pytest.Item) -> None:

@@ -1,14 +1,14 @@
 """Per-GPU speed measured again before a low figure stands.
 
-A shared host's other tenants can hold its links down for seconds. On a fresh 2x H200 machine the host
-links read 43.8 GB/s in one suite and 53.0 a minute later (``results/h200-x2-asfiled``); sixteen rounds of
-the same copies on another read 48.2-55.3, with or without processes importing beside them
-(``results/h200-x2-hostlinks-ab``). So a figure under its bound, or a GPU further under the median than
-the tolerance allows, is measured again (``compute.remeasure`` times, every GPU at once as the first time),
-and the last reading is the one judged. A figure that holds its bound but is worse than ``--cluster-baseline``
-beyond the tolerance would fail as well, and is measured again too. A link that is really slow reads low
-every time and still fails, with every reading in its message; one that was only crowded passes, and the
-evidence keeps what it read first (``per_gpu[].earlier``, ``remeasured``).
+A shared host's other tenants can hold its links down for seconds. On a fresh 2x H200 machine the host links
+read 43.8 GB/s in one suite and 53.0 a minute later; sixteen rounds of the same copies on another read
+48.2-55.3, with or without processes importing beside them (docs/measurements.md, findings). So a figure
+under its bound, or a GPU further under the median than the tolerance allows, is measured again
+(``compute.remeasure`` times, every GPU at once as the first time), and the last reading is the one judged.
+A figure that holds its bound but is worse than ``--cluster-baseline`` beyond the tolerance would fail as
+well, and is measured again too: the run's judge decides both. A link that is really slow reads low every
+time and still fails, with every reading in its message; one that was only crowded passes, and the evidence
+keeps what it read first (``per_gpu[].earlier``, ``remeasured``).
 """
 
 from __future__ import annotations
@@ -20,10 +20,8 @@ from acceptance.numbers import fmt
 from acceptance.plugin.checker import probe_result
 from acceptance.profile.model import Threshold
 from acceptance.run.cluster_run import ClusterRun
-from acceptance.run.judging import against_baseline, judge
 
 ROW_PARTS = ("windows", "clocks", "not_measured")  # a row's per-figure records, replaced with the figure
-Baseline = dict[str, dict[str, Any]] | None  # --cluster-baseline: the earlier run's figures by metric
 
 
 def tolerance(run: ClusterRun, figure: str) -> Threshold:
@@ -33,29 +31,18 @@ def tolerance(run: ClusterRun, figure: str) -> Threshold:
     return run.profile.threshold(f"compute.{figure}_below_median") or default
 
 
-def fails(run: ClusterRun, metric: str, value: float, old: Baseline, default: Threshold | None = None) -> bool:
-    """Whether the checker would fail ``value``, by its own rules: ``judge``'s verdict (out of the profile's
-    bound, else ``default``, and not a known issue), and for a figure that passed, ``against_baseline`` with
-    ``old``, the --cluster-baseline figures (``Checker.all``)."""
-    verdict = judge(run.profile, metric, value, "", default=default).verdict
-    if verdict != "pass":
-        return verdict == "fail"  # a known issue (xfail) and information (no bound) never fail
-    judged = against_baseline(run.profile, old, metric, value, gated=True)
-    return judged is not None and not judged.ok
-
-
-def low_figures(run: ClusterRun, result: dict[str, Any], old: Baseline = None) -> list[str]:
-    """The figures a test of ``test_compute`` would fail now: the slowest GPU or the median under its bound,
-    or one GPU further under the median than the tolerance, or any of them worse than ``old`` (see ``fails``).
-    A known issue (``xfail``) is not measured again."""
-    low = []
+def low_figures(run: ClusterRun, result: dict[str, Any]) -> list[str]:
+    """The figures a test of ``test_compute`` would fail now, as the run's judge says: the slowest GPU or the
+    median under its bound, or one GPU further under the median than the tolerance, or any of them worse than
+    the --cluster-baseline run. A known issue (``xfail``) is not measured again."""
+    low: list[str] = []
     for figure in pergpu.FIGURES:
         found = result["summary"].get(figure)
         if found is None or pergpu.partly_measured(result["rows"], figure):  # that fails whatever it reads
             continue
         shorts = pergpu.shortfalls(result["rows"], figure, run.profile.model.compute.median_of)
-        bounded = [fails(run, f"compute.{figure}_{stat}", float(found[stat]), old) for stat in ("min", "median")]
-        within = fails(run, f"compute.{figure}_below_median", shorts[0].fraction, old, tolerance(run, figure))
+        bounded = [run.judge.fails(f"compute.{figure}_{stat}", float(found[stat])) for stat in ("min", "median")]
+        within = run.judge.fails(f"compute.{figure}_below_median", shorts[0].fraction, tolerance(run, figure))
         if any(bounded) or within:
             low.append(figure)
     return low
@@ -100,16 +87,16 @@ def merged(first: dict[str, Any], again: dict[str, Any], figures: list[str]) -> 
     return out
 
 
-def measured(run: ClusterRun, old: Baseline = None) -> dict[str, Any]:
-    """The compute probe's result, its low figures (against ``old`` too, the --cluster-baseline figures) measured
-    again up to ``compute.remeasure`` times."""
+def measured(run: ClusterRun) -> dict[str, Any]:
+    """The compute probe's result, its low figures (``low_figures``) measured again up to ``compute.remeasure``
+    times."""
     result = probe_result(run, "compute")
     times = run.profile.model.compute.remeasure
     for n in range(1, times + 1):
-        figures = low_figures(run, result, old)
+        figures = low_figures(run, result)
         if not figures:
             break
-        why = "out of bounds" if old is None else "out of bounds or worse than --cluster-baseline"
+        why = "out of bounds" if run.baseline is None else "out of bounds or worse than --cluster-baseline"
         run.say(f"compute: {', '.join(figures)} {why}; measuring again ({n} of {times})")
         spec = run.spec("compute")
         spec["compute"] = {**spec["compute"], "figures": figures, "duration_s": 0}  # no second burn-in

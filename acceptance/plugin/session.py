@@ -18,11 +18,11 @@ from acceptance.atomic_file import write_atomic
 from acceptance.evidence.folder import EvidenceFolderError, default_folder
 from acceptance.evidence.junit import junit_xml
 from acceptance.evidence.store import EvidenceError, read_evidence
-from acceptance.evidence.verdict import Facts, decide, problems
+from acceptance.evidence.verdict import Facts, decide, facts_of, problems
 from acceptance.multinode import meeting as meetings
 from acceptance.multinode.plan import Plan, failed_preflights, versions
 from acceptance.plugin import options
-from acceptance.plugin.outcomes import outcome_of, report_unrun
+from acceptance.plugin.outcomes import RECORDED, is_recorded, mark_recorded, only_information, outcome_of, report_unrun
 from acceptance.plugin.preflight_hooks import (
     PREFIX,
     fail_the_gate,
@@ -55,9 +55,8 @@ def _module(nodeid: str) -> str:
 class ClusterSession:
     """The run's state and hooks; registered with the plugin manager by ``pytest_configure``."""
 
-    def __init__(self, config: pytest.Config, run: ClusterRun, old: dict[str, dict[str, Any]] | None = None) -> None:
+    def __init__(self, config: pytest.Config, run: ClusterRun) -> None:
         self.config, self.run = config, run
-        self.baseline = old  # --cluster-baseline: the earlier run's figures, by metric
         self.collect_only = bool(config.option.collectonly)
         self.selected: list[str] = []
         self.deselected: set[str] = set()
@@ -91,16 +90,18 @@ class ClusterSession:
         try:
             profile = profiles.load(name, options.value(config, "cluster_set"))
             placement = _placement(config, profile)
-            folder = _folder(config, profile.name, placement.nodes, placement.node_rank, profile.model.topology)
-            run = ClusterRun(profile, placement, folder, **options.run_settings(config))
             old_path = options.value(config, "cluster_baseline")
             old = baseline.figures(read_evidence(old_path)) if old_path else None
+            folder = _folder(config, profile.name, placement.nodes, placement.node_rank, profile.model.topology)
+            label = f"--cluster-baseline {old_path}"
+            run = ClusterRun(
+                profile, placement, folder, baseline=old, baseline_label=label, **options.run_settings(config)
+            )
         except (profiles.ProfileError, TopologyError, EvidenceFolderError) as exc:
             raise pytest.UsageError(str(exc)) from None
         except EvidenceError as exc:
-            run.discard()
             raise pytest.UsageError(f"--cluster-baseline: {exc}") from None
-        return cls(config, run, old)
+        return cls(config, run)
 
     @property
     def meets(self) -> bool:
@@ -175,9 +176,20 @@ class ClusterSession:
     ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
         report = yield
         shorten_repeated_probe_error(item, call, report, self.run)
-        if self.run.evidence.has_test(report.nodeid) or "cluster" in report.keywords:
+        recorded = self.run.evidence.has_test(report.nodeid) or "cluster" in report.keywords
+        if recorded and report.when == "call" and report.passed:
+            checks = self.run.evidence.test(report.nodeid).checks
+            if only_information(checks):
+                mark_recorded(report, checks)
+        if recorded:
             self._record(report)
         return report
+
+    def pytest_report_teststatus(self, report: pytest.TestReport) -> tuple[str, str, str] | None:
+        """A test that recorded information only is counted as such: ``12 recorded``, ``r``, RECORDED."""
+        if report.when == "call" and is_recorded(report):
+            return RECORDED, "r", RECORDED.upper()
+        return None
 
     def _record(self, report: pytest.TestReport) -> None:
         case = self.run.evidence.test(report.nodeid)
@@ -187,6 +199,7 @@ class ClusterSession:
             case.outcome = outcome
             if outcome != "passed":
                 case.message = message
+            if outcome not in ("passed", RECORDED):
                 case.longrepr = str(report.longrepr)[-4000:] if report.longrepr else None
         self.run.evidence.write(soon=True)
 
@@ -222,13 +235,7 @@ class ClusterSession:
         if enforced and not interrupted and not preflight_failed:
             run.evidence.error(f"thresholds that no test checked: {', '.join(enforced)}")
         subset = bool(self.deselected) or not set(FAMILY_MODULES.values()) <= ran_modules
-        return Facts(
-            outcomes=[c.outcome for c in run.evidence.doc.tests],
-            check_verdicts=[c.verdict for c in run.evidence.checks()],
-            errors=list(run.evidence.doc.errors),
-            interrupted=interrupted,
-            subset=subset,
-        )
+        return facts_of(run.evidence.doc, interrupted=interrupted, subset=subset)
 
     def _share(self, verdict: str, facts: Facts) -> Any:
         """Node 0 of several hears every node's verdict and answers for the cluster."""
@@ -248,7 +255,7 @@ class ClusterSession:
         if meeting.rank == 0:
             evidence.cluster.node_verdicts = heard.nodes
         node_verdicts = [n["verdict"] for n in heard.nodes]
-        return decide(Facts(**{**facts.__dict__, "errors": list(evidence.doc.errors), "node_verdicts": node_verdicts}))
+        return decide(facts_of(evidence.doc, facts.interrupted, facts.subset, node_verdicts))
 
     def pytest_terminal_summary(self, terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
         if self.collect_only:

@@ -44,6 +44,7 @@ def summary_lines(data: dict[str, Any], path: str) -> list[tuple[str, str | None
                 "red" if gate_off else None,
             )
         )
+    out.append((summary.counts(data), None))
     out += [(e.splitlines()[0], "red") for e in data["errors"]]
     verdict = data["verdict"]
     out.append((f"verdict: {VERDICT_WORDS[verdict]}; evidence: {path}", "green" if verdict == "PASS" else "red"))

@@ -15,13 +15,11 @@ from typing import Any
 import pytest
 
 from acceptance.families import training as plan
-from acceptance.profile.metrics import family_of_module
+from acceptance.profile.registry import FAMILIES, TRAINING, family_of_module
 from acceptance.run.cluster_run import ClusterRun
 from acceptance.run.training_jobs import stage_first
 
-TRAINING_MODULE = "test_training"
-# families whose figures are timed on the GPU, so that a job importing beside them cannot move one
-GPU_TIMED = frozenset({"compute", "collectives", "internode"})
+TRAINING_MODULE = TRAINING.module
 
 
 def needed(cluster: ClusterRun, items: list[pytest.Item]) -> list[str]:
@@ -55,13 +53,17 @@ def stage_point(cluster: ClusterRun, items: list[pytest.Item]) -> str | None:
     first = next((i for i, item in enumerate(items) if item.path.stem == TRAINING_MODULE), None)
     if first is None or cluster.topology.device != "cuda":
         return None
-    timed = GPU_TIMED
-    if cluster.profile.model.collectives.timing == "eager":  # the sweeps' small sizes timed from the host
-        timed = timed - {"collectives", "internode"}
+    eager = cluster.profile.model.collectives.timing == "eager"  # the sweeps' small sizes timed from the host
+    timed = {f.name for f in FAMILIES if f.gpu_timed and not (eager and f.eager_timed)}
     start = first
-    while start > 0 and family_of_module(items[start - 1].path.stem) in timed:
+    while start > 0 and _family_name(items[start - 1]) in timed:
         start -= 1
     return items[start].nodeid if start < first else None
+
+
+def _family_name(item: pytest.Item) -> str | None:
+    family = family_of_module(item.path.stem)
+    return family.name if family is not None else None
 
 
 class TrainingStage:

@@ -18,7 +18,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from acceptance.families.collectives import figures
+from acceptance.families.collectives import CollectiveRow, CollectivesConfig, Measured, SweepResult, figures
 from acceptance.probes import windows
 from acceptance.probes.ops import Op
 from acceptance.probes.rank import Ctx, main, write_json
@@ -50,7 +50,7 @@ def time_graph(op: Op, ctx: Ctx, warmup: int, iters: int) -> list[float]:
     return graph.replay()
 
 
-def measure(ctx: Ctx, name: str, nbytes: int, cfg: dict[str, Any], group: Any = None) -> dict[str, Any]:
+def measure(ctx: Ctx, name: str, nbytes: int, cfg: CollectivesConfig, group: Any = None) -> Measured:
     """One op at one size on this rank (a member of ``group``): its #wrong and seconds per call in each
     timed window.
     ``size_bytes`` is the size asked for; ``bytes`` and ``count`` what the call moved (the parts rounded)."""
@@ -89,16 +89,22 @@ def measure(ctx: Ctx, name: str, nbytes: int, cfg: dict[str, Any], group: Any = 
     }
 
 
-def reduce_rows(ctx: Ctx, mine: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def reduce_rows(ctx: Ctx, mine: list[Measured]) -> list[CollectiveRow]:
     every = ctx.gather(mine)
-    rows = []
+    rows: list[CollectiveRow] = []
     for i, row in enumerate(mine):
         seconds = [ranks[i]["seconds"] for ranks in every]
+        # the measurement's fields in its own order, its seconds replaced by the figures
         rows.append(
             {
-                **{k: v for k, v in row.items() if k != "seconds"},
-                **figures(row["op"], row["bytes"], seconds, ctx.world_size),
+                "op": row["op"],
+                "size": row["size"],
+                "size_bytes": row["size_bytes"],
+                "bytes": row["bytes"],
+                "count": row["count"],
                 "wrong": sum(ranks[i]["wrong"] for ranks in every),
+                "timing": row["timing"],
+                **figures(row["op"], row["bytes"], seconds, ctx.world_size),
             }
         )
     return rows
@@ -111,9 +117,9 @@ def nccl_version() -> str | None:
     return ".".join(str(v) for v in version) if isinstance(version, tuple) else str(version)
 
 
-def run(ctx: Ctx) -> dict[str, Any]:
+def run(ctx: Ctx) -> SweepResult:
     cfg = ctx.spec["collectives"]
-    rows: list[dict[str, Any]] = []
+    rows: list[CollectiveRow] = []
     for op in cfg["ops"]:
         for size in cfg["sizes"]:
             # each size's row once every rank has timed it (a gather between sizes, outside any timed

@@ -19,12 +19,12 @@ import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 import torch.distributed as dist
 
 from acceptance.families import compute as pergpu
+from acceptance.families.compute import Burnin, ClockEvents, ComputeConfig, ComputeResult, FigureName, GpuRow
 from acceptance.probes import windows
 from acceptance.probes.gpu_sampler import GpuSampler
 from acceptance.probes.rank import TORCH_DTYPES, Ctx, main
@@ -42,7 +42,7 @@ class Timed:
     (GpuSampler.stop()); None off the GPU, where there are no GPU clocks to hold back."""
 
     windows: list[float]
-    clocks: dict[str, Any] | None
+    clocks: ClockEvents | None
 
     def rate(self, work: float) -> Measured:
         """``work`` per second: the median window's, and each window's."""
@@ -52,15 +52,25 @@ class Timed:
 
 # a figure, or why it was not measured; the clocks while it was timed (None when it was not); each timed
 # window's figure (none when it was not measured)
-Measured = tuple["float | str", "dict[str, Any] | None", list[float]]
-Measure = Callable[[Ctx, dict[str, Any]], Measured]
+Measured = tuple["float | str", "ClockEvents | None", list[float]]
+Measure = Callable[[Ctx, ComputeConfig], Measured]
 
 
-def identity(ctx: Ctx) -> dict[str, Any]:
-    row: dict[str, Any] = {"host": ctx.host, "node_rank": ctx.node_rank, "rank": ctx.rank, "gpu": None, "uuid": None}
+def identity(ctx: Ctx) -> GpuRow:
+    """The row's identity; its figures are filled in by ``run``."""
+    row: GpuRow = {
+        "host": ctx.host,
+        "node_rank": ctx.node_rank,
+        "rank": ctx.rank,
+        "gpu": None,
+        "uuid": None,
+        "not_measured": {},
+        "clocks": {},
+        "windows": {},
+    }
     if ctx.is_cuda:
         props = torch.cuda.get_device_properties(ctx.device)
-        row.update(gpu=ctx.device.index, uuid=f"GPU-{props.uuid}", name=props.name)
+        row["gpu"], row["uuid"], row["name"] = ctx.device.index, f"GPU-{props.uuid}", props.name
     return row
 
 
@@ -106,7 +116,9 @@ def seconds_per_call(
     sampler.start()
     seconds = windows.timed_windows(ctx, fn, windows.split(calls))
     sampled = sampler.stop()
-    clocks = {k: sampled[k] for k in ("clock_events", "clock_events_reason")} if ctx.is_cuda else None
+    clocks: ClockEvents | None = None
+    if ctx.is_cuda:
+        clocks = {"clock_events": sampled["clock_events"], "clock_events_reason": sampled["clock_events_reason"]}
     return Timed(seconds, clocks)
 
 
@@ -116,7 +128,7 @@ def _random(shape: tuple[int, int], dtype: torch.dtype, device: torch.device, se
     return torch.randn(shape, generator=gen, device=device, dtype=dtype)
 
 
-def matmul(ctx: Ctx, cfg: dict[str, Any]) -> Measured:
+def matmul(ctx: Ctx, cfg: ComputeConfig) -> Measured:
     """TFLOP/s of an n x n x n matmul in the profile's dtype (2 n^3 floating-point operations per call)."""
     n, dtype = cfg["matmul_size"], TORCH_DTYPES[cfg["matmul_dtype"]]
     a, b = _random((n, n), dtype, ctx.device, cfg["seed"]), _random((n, n), dtype, ctx.device, cfg["seed"] + 1)
@@ -127,7 +139,7 @@ def matmul(ctx: Ctx, cfg: dict[str, Any]) -> Measured:
     return timed.rate(2 * n**3 / 1e12)
 
 
-def fp8_matmul(ctx: Ctx, cfg: dict[str, Any]) -> Measured:
+def fp8_matmul(ctx: Ctx, cfg: ComputeConfig) -> Measured:
     """TFLOP/s of an e4m3 matmul with bf16 output (torch._scaled_mm), or why it was not measured."""
     reason = _fp8_unavailable(ctx, cfg)
     if reason:
@@ -151,7 +163,7 @@ def fp8_matmul(ctx: Ctx, cfg: dict[str, Any]) -> Measured:
     return timed.rate(2 * n**3 / 1e12)
 
 
-def _fp8_unavailable(ctx: Ctx, cfg: dict[str, Any]) -> str | None:
+def _fp8_unavailable(ctx: Ctx, cfg: ComputeConfig) -> str | None:
     if not cfg["fp8"]:
         return "fp8 matmul: off in the profile (compute.fp8: false)"
     if not ctx.is_cuda:
@@ -164,7 +176,7 @@ def _fp8_unavailable(ctx: Ctx, cfg: dict[str, Any]) -> str | None:
     return None
 
 
-def device_copy(ctx: Ctx, cfg: dict[str, Any]) -> Measured:
+def device_copy(ctx: Ctx, cfg: ComputeConfig) -> Measured:
     """GB/s of a copy within the GPU's memory (or the host's), counting bytes read plus bytes written."""
     nbytes = parse_size(cfg["copy_size"])
     src = torch.empty(nbytes, dtype=torch.uint8, device=ctx.device).random_(0, 256)
@@ -173,7 +185,7 @@ def device_copy(ctx: Ctx, cfg: dict[str, Any]) -> Measured:
     return timed.rate(2 * nbytes / 1e9)
 
 
-def host_links(ctx: Ctx, cfg: dict[str, Any], wanted: set[str]) -> dict[str, Measured]:
+def host_links(ctx: Ctx, cfg: ComputeConfig, wanted: set[str]) -> dict[FigureName, Measured]:
     """Pinned host-to-device and device-to-host GB/s (those of ``wanted``), each direction alone on the link."""
     if not ctx.is_cuda:
         reason = "host links: not applicable on the CPU (no device memory to copy to)"
@@ -182,7 +194,7 @@ def host_links(ctx: Ctx, cfg: dict[str, Any], wanted: set[str]) -> dict[str, Mea
     # DMA speed does not depend on the bytes; filling a large host buffer would only cost start-up time
     host = torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
     dev = torch.empty(nbytes, dtype=torch.uint8, device=ctx.device).random_(0, 256)
-    calls: dict[str, Callable[[], object]] = {
+    calls: dict[FigureName, Callable[[], object]] = {
         "h2d_gbps": lambda: dev.copy_(host, non_blocking=True),
         "d2h_gbps": lambda: host.copy_(dev, non_blocking=True),
     }
@@ -191,7 +203,7 @@ def host_links(ctx: Ctx, cfg: dict[str, Any], wanted: set[str]) -> dict[str, Mea
     # one_at_a_time: the node's GPUs take turns (all nodes in step), so no two links share the root complex
     together = cfg["host_links"] == "together"
     turns: list[int | None] = [None] if together else list(range(ctx.local_world_size))
-    out: dict[str, Measured] = {}
+    out: dict[FigureName, Measured] = {}
     for turn in turns:
         for figure, call in calls.items():
             ctx.progress()
@@ -203,7 +215,7 @@ def host_links(ctx: Ctx, cfg: dict[str, Any], wanted: set[str]) -> dict[str, Mea
     return out
 
 
-def burnin(ctx: Ctx, cfg: dict[str, Any]) -> dict[str, Any]:
+def burnin(ctx: Ctx, cfg: ComputeConfig) -> Burnin:
     """Keep the GPU busy for ``duration_s`` on one matmul whose inputs every rank draws from the same seed.
 
     Every result must equal this GPU's first one (checked on the device, no copy per call), and the first
@@ -235,15 +247,19 @@ def burnin(ctx: Ctx, cfg: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-MEASURES: dict[str, Measure] = {"matmul_tflops": matmul, "matmul_fp8_tflops": fp8_matmul, "copy_gbps": device_copy}
-HOST_LINKS = ("h2d_gbps", "d2h_gbps")  # measured together by host_links
+MEASURES: dict[FigureName, Measure] = {
+    "matmul_tflops": matmul,
+    "matmul_fp8_tflops": fp8_matmul,
+    "copy_gbps": device_copy,
+}
+HOST_LINKS: tuple[FigureName, ...] = ("h2d_gbps", "d2h_gbps")  # measured together by host_links
 
 
-def run(ctx: Ctx) -> dict[str, Any]:
+def run(ctx: Ctx) -> ComputeResult:
     cfg = ctx.spec["compute"]
     # a re-measure (plugin/remeasure.py) names the figures it wants again; the first run measures them all
     only = set(cfg.get("figures") or [*MEASURES, *HOST_LINKS])
-    row, found = identity(ctx), {}
+    row, found = identity(ctx), dict[FigureName, Measured]()
     for figure, measure in MEASURES.items():
         if figure in only:
             ctx.phase(figure)
@@ -252,7 +268,9 @@ def run(ctx: Ctx) -> dict[str, Any]:
         ctx.phase("host links")
         found.update(host_links(ctx, cfg, only))
     row["not_measured"] = {f: value for f, (value, _, _) in found.items() if isinstance(value, str)}
-    row.update({f: value for f, (value, _, _) in found.items() if not isinstance(value, str)})
+    for f, (value, _, _) in found.items():
+        if not isinstance(value, str):
+            row[f] = value
     row["clocks"] = {f: clocks for f, (_, clocks, _) in found.items() if clocks is not None}
     row["windows"] = {f: per_window for f, (_, _, per_window) in found.items() if per_window}
     if cfg["duration_s"] > 0:

@@ -12,19 +12,19 @@ from __future__ import annotations
 import socket
 import time
 from collections import Counter
-from typing import Any
 
 import torch
 import torch.distributed as dist
 
 from acceptance.families import links
+from acceptance.families.links import ConnectivityConfig, ConnectivityResult, Link, LinkFigures, RankIdentity
 from acceptance.probes.links import measure_rounds, name_links, ranks_by_node, stable_node
 from acceptance.probes.rank import Ctx, main
 from acceptance.profile.sizes import format_size, parse_size
 
 
-def identity(ctx: Ctx) -> dict[str, Any]:
-    ident: dict[str, Any] = {
+def identity(ctx: Ctx) -> RankIdentity:
+    ident: RankIdentity = {
         "rank": ctx.rank,
         "node_rank": ctx.node_rank,
         "node": stable_node(ctx),  # the node's own rank, as isolation rounds name it
@@ -37,12 +37,10 @@ def identity(ctx: Ctx) -> dict[str, Any]:
     if ctx.is_cuda:
         props = torch.cuda.get_device_properties(ctx.device)
         pci = [getattr(props, f"pci_{part}_id", None) for part in ("domain", "bus", "device")]
-        ident.update(
-            device_name=props.name,
-            uuid=f"GPU-{props.uuid}",
-            memory_gib=round(props.total_memory / 2**30, 1),
-            pci_bus_id=f"{pci[0]:04x}:{pci[1]:02x}:{pci[2]:02x}.0" if None not in pci else None,
-        )
+        ident["device_name"] = props.name
+        ident["uuid"] = f"GPU-{props.uuid}"
+        ident["memory_gib"] = round(props.total_memory / 2**30, 1)
+        ident["pci_bus_id"] = f"{pci[0]:04x}:{pci[1]:02x}:{pci[2]:02x}.0" if None not in pci else None
     return ident
 
 
@@ -73,23 +71,31 @@ def barrier_latency_us(ctx: Ctx, iters: int) -> float:
     return (time.perf_counter() - t0) / iters * 1e6
 
 
-def every_link(ctx: Ctx, ranks: list[dict[str, Any]], cfg: dict[str, Any]) -> dict[str, Any]:
+def every_link(ctx: Ctx, ranks: list[RankIdentity], cfg: ConnectivityConfig) -> LinkFigures:
     """Inside nodes, then across them: the two never share a round, so each figure is the link's own."""
     nodes = list(ranks_by_node(ranks, key="node").values())
-    plan = {"p2p": links.intranode_rounds(nodes), "rails": links.rail_rounds(nodes)}
     nbytes = parse_size(cfg["p2p_size"])
-    out: dict[str, Any] = {}
-    for kind, rounds in plan.items():
-        measured = [k for mine in ctx.gather(measure_rounds(ctx, rounds, nbytes, cfg["p2p_iters"])) for k in mine]
-        named = name_links(measured, ranks, node_of={r["rank"]: r["node"] for r in ranks})
-        out[kind] = named
-        out[f"{kind}_rounds"] = len(rounds)
-        out[f"{kind}_slowest"] = min(named, key=lambda k: k["gbps"]) if named else None
-        out[f"{kind}_wrong"] = sum(k["wrong"] for k in named)
-    return out
+
+    def measured(rounds: list[list[links.Pair]]) -> list[Link]:
+        found = [k for mine in ctx.gather(measure_rounds(ctx, rounds, nbytes, cfg["p2p_iters"])) for k in mine]
+        return name_links(found, ranks, node_of={r["rank"]: r["node"] for r in ranks})
+
+    p2p_rounds, rail_rounds = links.intranode_rounds(nodes), links.rail_rounds(nodes)
+    p2p = measured(p2p_rounds)
+    rails = measured(rail_rounds)
+    return {
+        "p2p": p2p,
+        "p2p_rounds": len(p2p_rounds),
+        "p2p_slowest": min(p2p, key=lambda k: k["gbps"]) if p2p else None,
+        "p2p_wrong": sum(k["wrong"] for k in p2p),
+        "rails": rails,
+        "rails_rounds": len(rail_rounds),
+        "rails_slowest": min(rails, key=lambda k: k["gbps"]) if rails else None,
+        "rails_wrong": sum(k["wrong"] for k in rails),
+    }
 
 
-def run(ctx: Ctx) -> dict[str, Any]:
+def run(ctx: Ctx) -> ConnectivityResult:
     cfg = ctx.spec["connectivity"]
     expected_world = int(ctx.spec["expected_world_size"])
     ranks = ctx.gather(identity(ctx))

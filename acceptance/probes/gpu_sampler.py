@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from acceptance.families.training_figures import GpuUtil
 from acceptance.probes.nvml import CLOCK_EVENT_QUERIES, clock_event_names
 
 PERIOD_S = 0.1
@@ -77,18 +78,24 @@ class GpuSampler:
             self.events_reason = f"clock-event reasons: {type(exc).__name__}: {exc}"
             self._events_query = None
 
-    def stop(self) -> dict[str, Any]:
+    def stop(self) -> GpuUtil:
         """``mean_pct`` (None with ``reason``), and ``clock_events``: reason -> share of samples it was set in."""
         if self._thread is not None:
             self._stop.set()
             self._thread.join()
             self._thread = None
-        out: dict[str, Any] = {"samples": len(self.util), "clock_events": None, "clock_events_reason": None}
+        out: GpuUtil = {
+            "samples": len(self.util),
+            "clock_events": None,
+            "clock_events_reason": None,
+            "mean_pct": None,
+            "reason": self.reason or "no sample taken (run too short)",
+        }
         if self.events:
             names = sorted({n for sample in self.events for n in sample})
             out["clock_events"] = {n: sum(n in s for s in self.events) / len(self.events) for n in names}
         else:
             out["clock_events_reason"] = self.events_reason or "no sample taken (timed loop too short)"
-        if not self.util:
-            return {**out, "mean_pct": None, "reason": self.reason or "no sample taken (run too short)"}
-        return {**out, "mean_pct": sum(self.util) / len(self.util), "reason": None}
+        if self.util:
+            out["mean_pct"], out["reason"] = sum(self.util) / len(self.util), None
+        return out

@@ -8,10 +8,11 @@ reads the links every rank keeps pinned host-to-device copies flowing to its own
 from __future__ import annotations
 
 import threading
-from typing import Any
 
 import torch
 
+from acceptance.families.answers import NotMeasured
+from acceptance.families.health import HealthResult, NodeAnswers, NodeHealth
 from acceptance.probes import nvml
 from acceptance.probes.rank import Ctx, main
 
@@ -49,7 +50,7 @@ class LinkLoad:
         self.thread.join()
 
 
-def read_under_load(ctx: Ctx, under_load: bool) -> tuple[dict[str, Any] | None, int]:
+def read_under_load(ctx: Ctx, under_load: bool) -> tuple[NodeAnswers | NotMeasured | None, int]:
     """Local rank 0's NVML answers (None on the other ranks), and how many copies this rank kept going."""
     if not (under_load and ctx.is_cuda):
         ctx.gather(None)
@@ -61,14 +62,16 @@ def read_under_load(ctx: Ctx, under_load: bool) -> tuple[dict[str, Any] | None, 
     return answers, load.copies
 
 
-def run(ctx: Ctx) -> dict[str, Any]:
+def run(ctx: Ctx) -> HealthResult:
     cfg = ctx.spec["health"]
     ctx.phase("nvml")
     answers, copies = read_under_load(ctx, bool(cfg["pcie_under_load"]))
     ctx.phase("gather")
     mine = {"host": ctx.host, "node_rank": ctx.node_rank, "rank": ctx.rank, "load_copies": copies}
     everyone = ctx.gather({**mine, "nvml": answers})
-    nodes = [{k: r[k] for k in ("host", "node_rank", "nvml")} for r in everyone if r["nvml"] is not None]
+    nodes: list[NodeHealth] = [
+        {"host": r["host"], "node_rank": r["node_rank"], "nvml": r["nvml"]} for r in everyone if r["nvml"] is not None
+    ]
     return {
         "nodes": nodes,
         "pcie_under_load": bool(cfg["pcie_under_load"]) and ctx.is_cuda,

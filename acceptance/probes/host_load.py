@@ -14,7 +14,8 @@ import os
 import resource
 import time
 from pathlib import Path
-from typing import Any
+
+from acceptance.families.training_figures import HostLoadFigures
 
 PROC_STAT = Path("/proc/stat")
 # the fields of /proc/stat's "cpu" line, in USER_HZ ticks (proc(5))
@@ -38,14 +39,15 @@ class HostLoad:
         self._usage = resource.getrusage(resource.RUSAGE_THREAD) if hasattr(resource, "RUSAGE_THREAD") else None
         self._ticks = _host_ticks()
 
-    def stop(self) -> dict[str, Any]:
+    def stop(self) -> HostLoadFigures:
         wall = time.perf_counter() - self._wall
-        out: dict[str, Any] = {
+        thread_cpu_s = time.thread_time() - self._thread_cpu
+        out: HostLoadFigures = {
             "wall_s": wall,
-            "thread_cpu_s": time.thread_time() - self._thread_cpu,
+            "thread_cpu_s": thread_cpu_s,
             "cpus_allowed": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+            "thread_busy": thread_cpu_s / wall if wall > 0 else None,
         }
-        out["thread_busy"] = out["thread_cpu_s"] / wall if wall > 0 else None
         if self._usage is not None:
             now = resource.getrusage(resource.RUSAGE_THREAD)
             out["involuntary_switches"] = now.ru_nivcsw - self._usage.ru_nivcsw

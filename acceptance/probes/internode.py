@@ -16,11 +16,20 @@ variable set (NCCL reads it when a communicator is created).
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from typing import Any
 
 import torch.distributed as dist
 
-from acceptance.families.collectives import figures
+from acceptance.families.collectives import (
+    CollectivesConfig,
+    GroupFigure,
+    InternodeResult,
+    InternodeRow,
+    RankMeasured,
+    ScopedMeasured,
+    figures,
+)
 from acceptance.probes.collectives import measure, nccl_version
 from acceptance.probes.rank import Ctx, main
 from acceptance.profile.sizes import parse_size
@@ -46,7 +55,7 @@ def scope_groups(ctx: Ctx) -> dict[str, tuple[Any, list[list[int]]]]:
     }
 
 
-def sweep(ctx: Ctx, scope: str, group: Any, cfg: dict[str, Any]) -> list[dict[str, Any]]:
+def sweep(ctx: Ctx, scope: str, group: Any, cfg: CollectivesConfig) -> list[ScopedMeasured]:
     if group is None:
         return []
     return [
@@ -56,7 +65,7 @@ def sweep(ctx: Ctx, scope: str, group: Any, cfg: dict[str, Any]) -> list[dict[st
     ]
 
 
-def figure(rows: list[dict[str, Any]], ranks: list[int]) -> dict[str, Any]:
+def figure(rows: Sequence[RankMeasured], ranks: list[int]) -> GroupFigure:
     """One group's figure for one op and size: mean time over its ranks, busbw with its size's factor."""
     mine = sorted((r for r in rows if r["rank"] in ranks), key=lambda r: r["rank"])
     found = figures(mine[0]["op"], mine[0]["bytes"], [r["seconds"] for r in mine], len(ranks))
@@ -69,8 +78,10 @@ def figure(rows: list[dict[str, Any]], ranks: list[int]) -> dict[str, Any]:
     }
 
 
-def summarise(every: list[dict[str, Any]], scope: str, groups: list[list[int]], cfg: dict[str, Any]) -> list[Any]:
-    out = []
+def summarise(
+    every: list[ScopedMeasured], scope: str, groups: list[list[int]], cfg: CollectivesConfig
+) -> list[InternodeRow]:
+    out: list[InternodeRow] = []
     for op in cfg["ops"]:
         for size in cfg["sizes"]:
             rows = [r for r in every if r["scope"] == scope and r["op"] == op and r["size_bytes"] == parse_size(size)]
@@ -91,7 +102,7 @@ def summarise(every: list[dict[str, Any]], scope: str, groups: list[list[int]], 
     return out
 
 
-def run(ctx: Ctx) -> dict[str, Any]:
+def run(ctx: Ctx) -> InternodeResult:
     cfg = ctx.spec["collectives"]
     scopes = [s for s in ctx.spec["scopes"] if s in SCOPES]
     groups = scope_groups(ctx)

@@ -12,8 +12,9 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import cast
 
+from acceptance.families.health import NodeInventory, NvmlListed, TorchView
 from acceptance.probes import nvml
 
 PCI_DEVICES = Path("/sys/bus/pci/devices")
@@ -35,13 +36,13 @@ def pci_gpus(root: Path = PCI_DEVICES) -> list[str]:
     return found
 
 
-def torch_view() -> dict[str, Any]:
+def torch_view() -> TorchView:
     try:
         import torch
         import torch.distributed as dist
     except ImportError as exc:
         return {"error": f"torch cannot be imported: {exc}"}
-    view: dict[str, Any] = {"version": torch.__version__, "cuda": torch.version.cuda, "devices": []}
+    view: TorchView = {"version": torch.__version__, "cuda": torch.version.cuda, "devices": []}
     view["nccl"] = bool(dist.is_available() and dist.is_nccl_available())
     try:
         view["available"] = torch.cuda.is_available()
@@ -56,13 +57,18 @@ def torch_view() -> dict[str, Any]:
     return view
 
 
-def read() -> dict[str, Any]:
+def read() -> NodeInventory:
     node = nvml.read_node()
     gpus = node.get("gpus")
+    listed: list[NvmlListed] | None
     if isinstance(gpus, list):
-        listed, error = [{k: g[k] for k in NVML_KEYS if k in g} for g in gpus], None
+        # the GPU's answers cut down to NVML_KEYS, a subset of its own keys
+        listed, error = [cast(NvmlListed, {k: g[k] for k in NVML_KEYS if k in g}) for g in gpus], None
     else:  # NVML missing, or it could not count: the reason is on the node or on its count
-        listed, error = None, str(node.get(nvml.NOT_MEASURED) or dict(gpus or {}).get(nvml.NOT_MEASURED))
+        listed, error = (
+            None,
+            str(node.get(nvml.NOT_MEASURED) or (gpus if isinstance(gpus, dict) else {}).get(nvml.NOT_MEASURED)),
+        )
     return {"pci": pci_gpus(), "nvml": listed, "nvml_error": error, "torch": torch_view()}
 
 

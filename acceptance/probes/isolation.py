@@ -10,43 +10,43 @@ so round 2 means the same machines as round 1.
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch.distributed as dist
 
+from acceptance.families.collectives import RankMeasured
+from acceptance.families.isolation import PairRow, RoundResult
 from acceptance.probes.collectives import measure
 from acceptance.probes.connectivity import identity
 from acceptance.probes.internode import figure
 from acceptance.probes.links import measure_rounds, name_links, ranks_by_node
-from acceptance.probes.rank import Ctx, main
+from acceptance.probes.rank import Ctx, ProbeSpec, main
 from acceptance.profile.sizes import parse_size
 
 
-def pair_step(ctx: Ctx, step: list[list[int]], nodes: dict[int, list[int]], spec: dict[str, Any]) -> list[Any]:
+def pair_step(ctx: Ctx, step: list[list[int]], nodes: dict[int, list[int]], spec: ProbeSpec) -> list[PairRow]:
     cfg = spec["isolation"]
     groups = [sorted(nodes[a] + nodes[b]) for a, b in step]
     mine = ctx.subgroups(groups)
-    rows = []
+    rows: list[RankMeasured] = []
     if mine is not None:
         row = measure(ctx, cfg["op"], parse_size(cfg["size"]), spec["collectives"], mine)
         rows.append({**row, "rank": ctx.rank})
     dist.barrier()  # the ranks that sat this step out wait here, so steps never overlap
     every = [row for per_rank in ctx.gather(rows) for row in per_rank]
-    out = []
+    out: list[PairRow] = []
     for (a, b), ranks in zip(step, groups, strict=True):
         fig = figure(every, ranks)
         out.append({"a": a, "b": b, "gbps": fig["busbw_gbps"], **fig})
     return out
 
 
-def run(ctx: Ctx) -> dict[str, Any]:
+def run(ctx: Ctx) -> RoundResult:
     cfg = ctx.spec["isolation"]
     rnd = cfg["round"]
     ranks = ctx.gather(identity(ctx))
     nodes = ranks_by_node(ranks, key="node")
     if len(nodes) != len({r["node_rank"] for r in ranks}):
         raise RuntimeError(f"nodes do not have distinct ranks: {sorted({(r['node'], r['host']) for r in ranks})}")
-    out: dict[str, Any] = {"round": rnd["number"], "kind": rnd["kind"], "hosts": {r["node"]: r["host"] for r in ranks}}
+    out: RoundResult = {"round": rnd["number"], "kind": rnd["kind"], "hosts": {r["node"]: r["host"] for r in ranks}}
     if rnd["kind"] == "pairs":
         out["pairs"] = [fig for step in rnd["steps"] for fig in pair_step(ctx, step, nodes, ctx.spec)]
         return out

@@ -12,13 +12,12 @@ from __future__ import annotations
 import os
 import statistics
 import time
-from typing import Any
 
 import torch
 import torch.distributed as dist
 
 from acceptance.families.isolation import NODE_ENV
-from acceptance.families.links import Link, Pair
+from acceptance.families.links import Link, Pair, RankIdentity, RoundTransfer, Transfer
 from acceptance.probes.rank import Ctx
 
 
@@ -36,12 +35,12 @@ def payload(rank: int, count: int, device: torch.device) -> torch.Tensor:
     return (torch.arange(count, device=device, dtype=torch.int64) % 1021 + rank).to(torch.float32)
 
 
-def measure_rounds(ctx: Ctx, rounds: list[list[Pair]], nbytes: int, iters: int) -> list[Link]:
+def measure_rounds(ctx: Ctx, rounds: list[list[Pair]], nbytes: int, iters: int) -> list[RoundTransfer]:
     """The links this rank received, every round, both directions; the caller gathers and names them."""
     count = max(1, nbytes // 4)
     send = payload(ctx.rank, count, ctx.device)
     recv = torch.empty(count, device=ctx.device, dtype=torch.float32)
-    mine = []
+    mine: list[RoundTransfer] = []
     for number, pairs in enumerate(rounds, start=1):
         for directed in (pairs, [(b, a) for a, b in pairs]):
             ctx.phase(f"links round {number}")
@@ -51,7 +50,7 @@ def measure_rounds(ctx: Ctx, rounds: list[list[Pair]], nbytes: int, iters: int) 
     return mine
 
 
-def _transfer(ctx: Ctx, directed: list[Pair], send: torch.Tensor, recv: torch.Tensor, iters: int) -> Link | None:
+def _transfer(ctx: Ctx, directed: list[Pair], send: torch.Tensor, recv: torch.Tensor, iters: int) -> Transfer | None:
     role = next(((src, dst) for src, dst in directed if ctx.rank in (src, dst)), None)
     times = []
     for _ in range(iters + 1):
@@ -81,25 +80,40 @@ def _transfer(ctx: Ctx, directed: list[Pair], send: torch.Tensor, recv: torch.Te
     }
 
 
-def name_links(links: list[Link], ranks: list[dict[str, Any]], node_of: dict[int, int] | None = None) -> list[Link]:
+def name_links(
+    links: list[RoundTransfer], ranks: list[RankIdentity], node_of: dict[int, int] | None = None
+) -> list[Link]:
     """Add where each end is (node, host, GPU index, UUID) from the gathered identities, keyed by rank."""
     by_rank = {r["rank"]: r for r in ranks}
-    named = []
+    named: list[Link] = []
     for link in links:
-        extra: dict[str, Any] = {}
-        for side in ("src", "dst"):
-            who = by_rank[link[side]]
-            extra[f"{side}_node"] = node_of[link[side]] if node_of else who["node_rank"]
-            extra[f"{side}_host"], extra[f"{side}_gpu"] = who["host"], who["local_rank"]
-            if who.get("uuid"):
-                extra[f"{side}_uuid"] = who["uuid"]
-        named.append({**link, **extra})
+        src, dst = by_rank[link["src"]], by_rank[link["dst"]]
+        found: Link = {
+            "src": link["src"],
+            "dst": link["dst"],
+            "bytes": link["bytes"],
+            "time_us": link["time_us"],
+            "gbps": link["gbps"],
+            "wrong": link["wrong"],
+            "round": link["round"],
+            "src_node": node_of[link["src"]] if node_of else src["node_rank"],
+            "src_host": src["host"],
+            "src_gpu": src["local_rank"],
+            "dst_node": node_of[link["dst"]] if node_of else dst["node_rank"],
+            "dst_host": dst["host"],
+            "dst_gpu": dst["local_rank"],
+        }
+        if src.get("uuid"):
+            found["src_uuid"] = src["uuid"]
+        if dst.get("uuid"):
+            found["dst_uuid"] = dst["uuid"]
+        named.append(found)
     return sorted(named, key=lambda k: (k["round"], k["src"], k["dst"]))
 
 
-def ranks_by_node(ranks: list[dict[str, Any]], key: str = "node_rank") -> dict[int, list[int]]:
+def ranks_by_node(ranks: list[RankIdentity], key: str = "node_rank") -> dict[int, list[int]]:
     """Node -> its global ranks in local-rank order."""
     nodes: dict[int, list[tuple[int, int]]] = {}
     for r in ranks:
-        nodes.setdefault(int(r[key]), []).append((r["local_rank"], r["rank"]))
+        nodes.setdefault(int(r["node"] if key == "node" else r["node_rank"]), []).append((r["local_rank"], r["rank"]))
     return {node: [rank for _, rank in sorted(members)] for node, members in sorted(nodes.items())}

@@ -13,8 +13,9 @@ from collections.abc import Callable
 from typing import Any
 
 from acceptance.families.answers import NOT_MEASURED as NOT_MEASURED
+from acceptance.families.answers import NotMeasured, not_measured
 from acceptance.families.answers import is_measured as is_measured
-from acceptance.families.answers import not_measured
+from acceptance.families.health import GpuAnswers, GpuIdentity, GpuMemoryHealth, NodeAnswers, PcieAnswers, RowRemap
 
 # Clock-event (throttle) reason bits, from nvml.h (nvmlClocksEventReason*, the same values as the older
 # nvmlClocksThrottleReason* names that pynvml keeps for drivers before 535).
@@ -54,11 +55,11 @@ def load_library() -> Any:
     return pynvml
 
 
-def read_node(lib: Any = None) -> dict[str, Any]:
+def read_node(lib: Any = None) -> NodeAnswers | NotMeasured:
     """Driver versions and every GPU NVML sees on this node (NVML ignores CUDA_VISIBLE_DEVICES)."""
     lib = load_library() if lib is None else lib
     if not is_measured(lib):
-        return dict(lib)
+        return not_measured(lib[NOT_MEASURED])
     try:
         lib.nvmlInit()
     except lib.NVMLError as exc:
@@ -82,28 +83,43 @@ def _cuda(version: int) -> str:
     return f"{version // 1000}.{version % 1000 // 10}"
 
 
-def read_gpu(lib: Any, index: int) -> dict[str, Any]:
+def read_gpu(lib: Any, index: int) -> GpuAnswers:
     ask = _Asker(lib)
     handle = ask("device handle", lib.nvmlDeviceGetHandleByIndex, index)
     if not is_measured(handle):
-        return {"index": index, **handle}
+        return {"index": index, "not_measured": handle[NOT_MEASURED]}
     # the link first: it is read while the probe keeps the GPU's PCIe link busy
-    gpu: dict[str, Any] = {"index": index, "pcie": _pcie(ask, lib, handle)}
-    gpu.update(_identity(ask, lib, handle))
-    gpu.update(_memory_health(ask, lib, handle))
-    gpu["nvlink_active"] = _nvlink_active(lib, handle)
-    gpu["clock_event_reasons"] = _clock_events(ask, lib, handle)
-    gpu["temperature_c"] = ask("temperature", lib.nvmlDeviceGetTemperature, handle, lib.NVML_TEMPERATURE_GPU)
-    gpu["slowdown_temperature_c"] = ask(
-        "slowdown temperature",
-        lib.nvmlDeviceGetTemperatureThreshold,
-        handle,
-        lib.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN,
-    )
-    return gpu
+    pcie = _pcie(ask, lib, handle)
+    ident, memory = _identity(ask, lib, handle), _memory_health(ask, lib, handle)
+    return {
+        "index": index,
+        "pcie": pcie,
+        "uuid": ident["uuid"],
+        "serial": ident["serial"],
+        "pci_bus_id": ident["pci_bus_id"],
+        "name": ident["name"],
+        "memory_total_bytes": ident["memory_total_bytes"],
+        "vbios": ident["vbios"],
+        "persistence_mode": ident["persistence_mode"],
+        "mig_mode": ident["mig_mode"],
+        "ecc_mode": memory["ecc_mode"],
+        "ecc_uncorrectable_volatile": memory["ecc_uncorrectable_volatile"],
+        "ecc_uncorrectable_aggregate": memory["ecc_uncorrectable_aggregate"],
+        "retired_pages_pending": memory["retired_pages_pending"],
+        "row_remap": memory["row_remap"],
+        "nvlink_active": _nvlink_active(lib, handle),
+        "clock_event_reasons": _clock_events(ask, lib, handle),
+        "temperature_c": ask("temperature", lib.nvmlDeviceGetTemperature, handle, lib.NVML_TEMPERATURE_GPU),
+        "slowdown_temperature_c": ask(
+            "slowdown temperature",
+            lib.nvmlDeviceGetTemperatureThreshold,
+            handle,
+            lib.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN,
+        ),
+    }
 
 
-def _identity(ask: _Asker, lib: Any, handle: Any) -> dict[str, Any]:
+def _identity(ask: _Asker, lib: Any, handle: Any) -> GpuIdentity:
     return {
         "uuid": ask("UUID", lib.nvmlDeviceGetUUID, handle, then=_text),
         "serial": ask("serial", lib.nvmlDeviceGetSerial, handle, then=_text),
@@ -116,7 +132,7 @@ def _identity(ask: _Asker, lib: Any, handle: Any) -> dict[str, Any]:
     }
 
 
-def _memory_health(ask: _Asker, lib: Any, handle: Any) -> dict[str, Any]:
+def _memory_health(ask: _Asker, lib: Any, handle: Any) -> GpuMemoryHealth:
     errors, volatile, aggregate = lib.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, lib.NVML_VOLATILE_ECC, lib.NVML_AGGREGATE_ECC
     return {
         "ecc_mode": ask("ECC mode", lib.nvmlDeviceGetEccMode, handle, then=lambda m: bool(m[0])),
@@ -133,7 +149,7 @@ def _memory_health(ask: _Asker, lib: Any, handle: Any) -> dict[str, Any]:
     }
 
 
-def _remap(rows: tuple[int, int, int, int]) -> dict[str, Any]:
+def _remap(rows: tuple[int, int, int, int]) -> RowRemap:
     correctable, uncorrectable, pending, failure = rows
     return {
         "correctable": int(correctable),
@@ -143,7 +159,7 @@ def _remap(rows: tuple[int, int, int, int]) -> dict[str, Any]:
     }
 
 
-def _pcie(ask: _Asker, lib: Any, handle: Any) -> dict[str, Any]:
+def _pcie(ask: _Asker, lib: Any, handle: Any) -> PcieAnswers:
     return {
         "gen": ask("PCIe generation", lib.nvmlDeviceGetCurrPcieLinkGeneration, handle),
         "width": ask("PCIe width", lib.nvmlDeviceGetCurrPcieLinkWidth, handle),
@@ -152,7 +168,7 @@ def _pcie(ask: _Asker, lib: Any, handle: Any) -> dict[str, Any]:
     }
 
 
-def _nvlink_active(lib: Any, handle: Any) -> Any:
+def _nvlink_active(lib: Any, handle: Any) -> int | NotMeasured:
     """Active links; NVML answers links past the GPU's last one with an error, so the count stops there."""
     active = 0
     for link in range(lib.NVML_NVLINK_MAX_LINKS):
@@ -174,7 +190,7 @@ def clock_event_names(bits: int) -> list[str]:
     return sorted(name for name, bit in CLOCK_EVENT_BITS.items() if int(bits) & bit)
 
 
-def _clock_events(ask: _Asker, lib: Any, handle: Any) -> Any:
+def _clock_events(ask: _Asker, lib: Any, handle: Any) -> list[str] | NotMeasured:
     # drivers before 535 know the query only by its older name
     bits: Any = not_measured("clock event reasons: this pynvml has neither query")
     for name in CLOCK_EVENT_QUERIES:

@@ -28,10 +28,10 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict, cast
 
 import torch
 import torch.distributed as dist
@@ -39,6 +39,16 @@ from torch.distributed.elastic.multiprocessing.errors import record
 
 from acceptance.atomic_file import write_atomic
 from acceptance.families import staging
+from acceptance.families.collectives import CollectivesConfig
+from acceptance.families.compute import ComputeConfig
+from acceptance.families.health import HealthConfig
+from acceptance.families.heartbeat import RankIdentity, RankState
+from acceptance.families.isolation import IsolationConfig
+from acceptance.families.links import ConnectivityConfig
+from acceptance.families.storage import StorageConfig
+from acceptance.families.training import BaselineSpec
+from acceptance.families.training_figures import TrainingConfig
+from acceptance.json_types import JSONObject
 from acceptance.profile.dtypes import DTYPE_NAMES
 
 # the profile's type names as torch types, for every probe (the names are torch's attribute names)
@@ -49,6 +59,34 @@ MAX_PHASES = 500  # a probe names a few dozen (a sweep: one per operation and si
 BEAT_S = 1.0  # heartbeat period: a stopped rank's beat is at most this old when it stopped
 
 
+class ProbeSpec(TypedDict, total=False):
+    """A probe's ``--spec``: the process group's settings, the profile's section for the probe, the world it
+    expects, and what a probe of its own asks for; each probe reads the keys it needs."""
+
+    backend: str
+    device: str
+    pg_timeout_s: float
+    gate: str  # a staged job's gate file
+    expected_world_size: int
+    ranks_per_node: int
+    nodes: int
+    connectivity: ConnectivityConfig
+    collectives: CollectivesConfig
+    health: HealthConfig
+    compute: ComputeConfig
+    storage: StorageConfig
+    training: TrainingConfig
+    isolation: IsolationConfig
+    scopes: list[str]  # the internode probe's
+    strategies: list[str]  # the training job's parts
+    deepspeed_user: dict[str, JSONObject | None]  # per strategy, the user's DeepSpeed JSON
+    baseline: BaselineSpec
+
+
+# a probe's result: its own TypedDict, written as JSON
+ProbeResult = Mapping[str, object]
+
+
 def write_json(path: Path, data: Any, durable: bool = True) -> None:
     write_atomic(path, json.dumps(data, indent=1, sort_keys=True, default=str), durable)
 
@@ -57,20 +95,24 @@ class Heartbeat:
     """This rank's ``rank-<r>.json``. ``phase`` writes at once; ``tick`` only counts, so it is cheap enough
     for a timed loop, and a thread writes the count with the beat every BEAT_S."""
 
-    def __init__(self, out: Path, ident: dict[str, Any], phase: str = "init process group") -> None:
+    def __init__(self, out: Path, ident: RankIdentity, phase: str = "init process group") -> None:
         now = time.time()
         self.path = out / f"rank-{ident['rank']}.json"
         self.started = now
-        self.state: dict[str, Any] = {
-            **ident,
-            "pid": os.getpid(),
-            "phase": phase,
-            "status": "running",
-            "progress": 0,
-            "progress_at": now,
-            # each phase and the second it began, from this heartbeat's start: where a probe's time went
-            "phases": [[phase, 0.0]],
-        }
+        # the identity's keys as they come, then the beat's own (mypy cannot follow NotRequired keys through **)
+        self.state = cast(
+            RankState,
+            {
+                **ident,
+                "pid": os.getpid(),
+                "phase": phase,
+                "status": "running",
+                "progress": 0,
+                "progress_at": now,
+                # each phase and the second it began, from this heartbeat's start: where a probe's time went
+                "phases": [[phase, 0.0]],
+            },
+        )
         self.lock = threading.Lock()
         self.write()
         threading.Thread(target=self._beat, name="heartbeat", daemon=True).start()
@@ -79,18 +121,19 @@ class Heartbeat:
         self.state["progress"] += 1
         self.state["progress_at"] = time.time()
 
-    def update(self, **changes: Any) -> None:
+    def update(self, **changes: object) -> None:
+        """Set keys of the state (RankState's: ``phase``, ``status``, ``gpu_uuid`` ...) and write it."""
         with self.lock:  # the beat thread copies the state under it
             if "phase" in changes and len(self.state["phases"]) < MAX_PHASES:
-                self.state["phases"].append([changes["phase"], round(time.time() - self.started, 3)])
-            self.state.update(changes)
+                self.state["phases"].append([cast(str, changes["phase"]), round(time.time() - self.started, 3)])
+            self.state.update(cast(RankState, changes))
         self.tick()
         self.write()
 
     def write(self) -> None:
         with self.lock:  # the beat thread writes too, through the same temporary file
             now = time.time()
-            self.state.update(beat_at=now, elapsed_s=round(now - self.started, 3))
+            self.state["beat_at"], self.state["elapsed_s"] = now, round(now - self.started, 3)
             write_json(self.path, dict(self.state), durable=False)
 
     def _beat(self) -> None:
@@ -111,7 +154,7 @@ class Ctx:
     host: str
     device: torch.device
     backend: str
-    spec: dict[str, Any]
+    spec: ProbeSpec
     out: Path
     beat: Heartbeat
     init_s: float = 0.0
@@ -188,7 +231,7 @@ def _maybe_fault(rank: int, phase: str) -> None:
         os.kill(os.getpid(), signal.SIGSTOP)
 
 
-def identity() -> dict[str, Any]:
+def identity() -> RankIdentity:
     """This rank's place, from torchrun's variables: written before the process group exists, so that a
     rank that hangs in its rendezvous is still found and killed by pid."""
     env = os.environ
@@ -200,7 +243,7 @@ def identity() -> dict[str, Any]:
     }
 
 
-def connect(spec: dict[str, Any], out: Path, beat: Heartbeat) -> Ctx:
+def connect(spec: ProbeSpec, out: Path, beat: Heartbeat) -> Ctx:
     """Join the process group (``spec``: backend, device, pg_timeout_s) and return the probe's context."""
     rank, local_rank = beat.state["rank"], beat.state["local_rank"]
     backend = spec["backend"]
@@ -230,7 +273,7 @@ def connect(spec: dict[str, Any], out: Path, beat: Heartbeat) -> Ctx:
     )
 
 
-def parse_args(argv: list[str] | None = None) -> tuple[dict[str, Any], Path]:
+def parse_args(argv: list[str] | None = None) -> tuple[ProbeSpec, Path]:
     parser = argparse.ArgumentParser()
     parser.add_argument("--spec", type=Path, required=True)
     parser.add_argument("--out", type=Path, required=True)
@@ -240,16 +283,16 @@ def parse_args(argv: list[str] | None = None) -> tuple[dict[str, Any], Path]:
 
 
 def main(
-    run: Callable[[Ctx], dict[str, Any]],
+    run: Callable[[Ctx], ProbeResult],
     argv: list[str] | None = None,
-    preload: Callable[[dict[str, Any]], None] | None = None,
+    preload: Callable[[ProbeSpec], None] | None = None,
 ) -> None:
     """``preload``: what a staged job (a spec with a ``gate``) imports before it waits (see ``wait_at_gate``)."""
     record(_main)(run, argv, preload)
 
 
 def _main(
-    run: Callable[[Ctx], dict[str, Any]], argv: list[str] | None, preload: Callable[[dict[str, Any]], None] | None
+    run: Callable[[Ctx], ProbeResult], argv: list[str] | None, preload: Callable[[ProbeSpec], None] | None
 ) -> None:
     spec, out = parse_args(argv)
     gate = spec.get("gate")
@@ -279,7 +322,7 @@ def wait_at_gate(gate: Path, beat: Heartbeat, preload: Callable[[], None]) -> bo
         time.sleep(staging.POLL_S)
 
 
-def serve(run: Callable[[Ctx], dict[str, Any]], ctx: Ctx, t0: float) -> None:
+def serve(run: Callable[[Ctx], ProbeResult], ctx: Ctx, t0: float) -> None:
     """Run one probe on this rank: rank 0's result to every rank, ``result.json`` on each node's local
     rank 0, what the probe held released, then ``"status": "done"`` in the heartbeat."""
     ctx.phase("start")

@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict, TypeVar, cast
 
 import torch
 import torch.distributed as dist
@@ -34,6 +34,18 @@ from torch.distributed.checkpoint.state_dict_loader import load
 from torch.distributed.checkpoint.state_dict_saver import save
 
 from acceptance.families import storage as rules
+from acceptance.families.storage import (
+    Checkpoint,
+    Marker,
+    NodeView,
+    PathResult,
+    ShardRead,
+    ShardRow,
+    ShardWrite,
+    StorageConfig,
+    StoragePathConfig,
+    StorageResult,
+)
 from acceptance.probes import storage_files as files
 from acceptance.probes.rank import Ctx, main
 from acceptance.profile.sizes import parse_size
@@ -70,7 +82,10 @@ class TimedReader(FileSystemReader):
         return done
 
 
-def nodes_only(ctx: Ctx, fn: Callable[[], dict[str, Any]]) -> list[dict[str, Any]]:
+T = TypeVar("T")
+
+
+def nodes_only(ctx: Ctx, fn: Callable[[], T]) -> list[T]:
     """``fn`` on local rank 0 of every node, gathered on every rank in node order."""
     return [v for v in ctx.gather(fn() if ctx.local_rank == 0 else None) if v is not None]
 
@@ -104,27 +119,39 @@ def timed(ctx: Ctx, fn: Callable[[], object], group: Any) -> tuple[float, str | 
     return time.perf_counter() - t0, None
 
 
-def checkpoint(ctx: Ctx, name: str, folder: Path, nbytes: int, read_from: int, group: Any) -> dict[str, Any]:
+def checkpoint(ctx: Ctx, name: str, folder: Path, nbytes: int, read_from: int, group: Any) -> ShardRow:
     """Write this rank's shard, then read back rank ``read_from``'s; this rank's row of figures."""
-    row: dict[str, Any] = {"rank": ctx.rank, "node_rank": ctx.node_rank, "host": ctx.host, "bytes": nbytes}
     ctx.phase(f"storage {name}: checkpoint write")
-    row.update(write_shard(ctx, folder, nbytes, group))
+    wrote = write_shard(ctx, folder, nbytes, group)
+    row: ShardRow = {
+        "rank": ctx.rank,
+        "node_rank": ctx.node_rank,
+        "host": ctx.host,
+        "bytes": nbytes,
+        "tensors": wrote["tensors"],
+        "save_s": wrote["save_s"],
+        "write_s": wrote["write_s"],
+        "error": wrote["error"],
+        "files": wrote["files"],
+    }
     if row["error"]:  # then every rank has one: the checkpoint raises on all of them
         return row
     ctx.phase(f"storage {name}: checkpoint read")
     row["cache_kept"] = files.drop_cache(folder) if ctx.local_rank == 0 else None
-    row.update(read_shard(ctx, folder, nbytes, read_from, group))
+    read = read_shard(ctx, folder, nbytes, read_from, group)
+    row["load_s"], row["read_s"], row["read_from"] = read["load_s"], read["read_s"], read["read_from"]
+    row["error"], row["wrong"] = read["error"], read["wrong"]
     return row
 
 
-def write_shard(ctx: Ctx, folder: Path, nbytes: int, group: Any) -> dict[str, Any]:
+def write_shard(ctx: Ctx, folder: Path, nbytes: int, group: Any) -> ShardWrite:
     state, writer = make_state(ctx, nbytes, ctx.rank), TimedWriter(folder)
     seconds, error = timed(ctx, lambda: save(state, storage_writer=writer, process_group=group), group)
     files = [f"{folder.name}/{name}" for name in writer.files]  # relative to the run folder
     return {"tensors": len(state), "save_s": seconds, "write_s": writer.seconds, "error": error, "files": files}
 
 
-def read_shard(ctx: Ctx, folder: Path, nbytes: int, read_from: int, group: Any) -> dict[str, Any]:
+def read_shard(ctx: Ctx, folder: Path, nbytes: int, read_from: int, group: Any) -> ShardRead:
     """Rank ``read_from``'s shard into zeroed tensors (a read that delivers nothing cannot pass), compared
     exactly with that shard rebuilt from its seed."""
     want = make_state(ctx, nbytes, read_from)
@@ -134,47 +161,48 @@ def read_shard(ctx: Ctx, folder: Path, nbytes: int, read_from: int, group: Any) 
     return {"load_s": seconds, "read_s": reader.seconds, "read_from": read_from, "error": error, "wrong": wrong}
 
 
-def check_path(ctx: Ctx, name: str, cfg: dict[str, Any], run_name: str, group: Any) -> dict[str, Any]:
+def check_path(ctx: Ctx, name: str, cfg: StoragePathConfig, run_name: str, group: Any) -> PathResult:
     """One path of the profile, from the look at it to the cleanup; the same result on every rank."""
     shared, nbytes = bool(cfg["shared"]), parse_size(ctx.spec["storage"]["checkpoint_size"])
     path = os.path.realpath(cfg["path"] or tempfile.gettempdir())
     run_dir = Path(path, rules.BASE_DIR, run_name)
     writers = ctx.world_size if shared else ctx.local_world_size  # ranks writing into one node's view
     need = nbytes * writers + files.MARKER_BYTES
-    result: dict[str, Any] = {"path": cfg["path"], "shared": shared, "marker": None, "checkpoint": None}
+    result: PathResult = {"path": cfg["path"], "shared": shared, "marker": None, "checkpoint": None}
     with removed_on_error(run_dir):
         ctx.phase(f"storage {name}: look")
-        result["nodes"] = nodes_only(ctx, lambda: prepare(ctx, path, need, run_dir))
-        result["skipped"] = rules.not_run(result["nodes"], None)
+        result["nodes"] = nodes = nodes_only(ctx, lambda: prepare(ctx, path, need, run_dir))
+        result["skipped"] = rules.not_run(nodes, None)
         if shared and not result["skipped"]:
             ctx.phase(f"storage {name}: same files")
-            result["marker"] = same_files(ctx, run_dir, result["nodes"])
-            result["skipped"] = rules.not_run(result["nodes"], result["marker"])
+            result["marker"] = marker = same_files(ctx, run_dir, nodes)
+            result["skipped"] = rules.not_run(nodes, marker)
         if not result["skipped"]:
             result["checkpoint"] = checkpoint_all(ctx, name, run_dir, nbytes, shared, group)
         ctx.phase(f"storage {name}: clean up")
-        mine = result["checkpoint"]["ranks"][ctx.rank]["files"] if result["checkpoint"] else []
+        done = result["checkpoint"]
+        mine = done["ranks"][ctx.rank]["files"] if done else []
         result["left_behind"] = clean_up(ctx, run_dir, mine)
     return result
 
 
-def prepare(ctx: Ctx, path: str, need: int, run_dir: Path) -> dict[str, Any]:
+def prepare(ctx: Ctx, path: str, need: int, run_dir: Path) -> NodeView:
     view = files.look({"host": ctx.host, "node_rank": ctx.node_rank}, path, need)
     if not view["problem"]:
         files.open_run_dir(view, run_dir)
     return view
 
 
-def same_files(ctx: Ctx, run_dir: Path, views: list[dict[str, Any]]) -> dict[str, Any]:
+def same_files(ctx: Ctx, run_dir: Path, views: list[NodeView]) -> Marker:
     """Node 0 writes a file, every node reads it back (kept in its view); node 0's record of the file."""
     marker = ctx.gather(files.write_marker(run_dir) if ctx.rank == 0 else None)[0]
     reads = nodes_only(ctx, lambda: files.read_marker(run_dir))
     for view, seen in zip(views, reads, strict=True):
         view["marker"] = seen
-    return dict(marker)
+    return cast(Marker, dict(marker))  # as rank 0 wrote it
 
 
-def checkpoint_all(ctx: Ctx, name: str, run_dir: Path, nbytes: int, shared: bool, group: Any) -> dict[str, Any]:
+def checkpoint_all(ctx: Ctx, name: str, run_dir: Path, nbytes: int, shared: bool, group: Any) -> Checkpoint:
     """Every rank's shard at once: one checkpoint of the whole world on a shared path (read back across
     nodes), one per node on a node-local one; every rank's row and the times of the whole."""
     if shared:
@@ -207,8 +235,13 @@ def clean_up(ctx: Ctx, run_dir: Path, mine: list[str]) -> list[str]:
         files.remove_tree(run_dir)
     ctx.gather(None)
     here = rules.where({"host": ctx.host, "node_rank": ctx.node_rank})
-    left = nodes_only(ctx, lambda: {"where": here, "left": files.remove_run_dir(run_dir)})
+    left = nodes_only(ctx, lambda: Leftover(where=here, left=files.remove_run_dir(run_dir)))
     return [f"{node['where']}: {entry}" for node in left for entry in node["left"]]
+
+
+class Leftover(TypedDict):
+    where: str  # the node
+    left: list[str]  # what remains of the run folder there
 
 
 @contextmanager
@@ -238,7 +271,7 @@ def sigterm_unwinds() -> Iterator[list[int]]:
         signal.signal(signal.SIGTERM, previous)
 
 
-def node_group(ctx: Ctx, paths: dict[str, Any]) -> Any:
+def node_group(ctx: Ctx, paths: dict[str, StoragePathConfig]) -> Any:
     """This node's ranks as a process group, for the node-local checkpoints of a multi-node run."""
     if ctx.world_size == ctx.local_world_size or all(p["shared"] for p in paths.values()):
         return None
@@ -248,10 +281,10 @@ def node_group(ctx: Ctx, paths: dict[str, Any]) -> Any:
     return ctx.subgroups(list(members.values()))
 
 
-def run(ctx: Ctx) -> dict[str, Any]:
-    cfg = ctx.spec["storage"]
+def run(ctx: Ctx) -> StorageResult:
+    cfg: StorageConfig = ctx.spec["storage"]
     deadline = time.time() + float(ctx.spec.get("pg_timeout_s", 600)) + DEADLINE_MARGIN_S
-    paths: dict[str, Any] = {}
+    paths: dict[str, PathResult] = {}
     with sigterm_unwinds() as caught:
         run_name = ctx.gather(rules.run_dir_name(deadline, secrets.token_hex(4)) if ctx.rank == 0 else None)[0]
         group = node_group(ctx, cfg["paths"])

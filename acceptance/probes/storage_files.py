@@ -14,9 +14,9 @@ import stat
 import time
 from contextlib import suppress
 from pathlib import Path
-from typing import Any
 
 from acceptance.families import storage as rules
+from acceptance.families.storage import Marker, MarkerRead, NodeView, Where
 
 MARKER_BYTES = 2**20
 MARKER_FILE = "from-node0.bin"
@@ -30,16 +30,18 @@ def why(exc: OSError) -> str:
     return f"{exc.strerror or exc}" + (f" ({name})" if name else "")
 
 
-def look(view: dict[str, Any], path: str, need: int) -> dict[str, Any]:
-    """Fill ``view`` (host, node) with ``path``: there, a folder, its mount, free space; ``problem`` when it
+def look(where: Where, path: str, need: int) -> NodeView:
+    """``where`` (host, node) with ``path``: there, a folder, its mount, free space; ``problem`` when it
     cannot take ``need`` bytes."""
-    view.update(path=path, problem=None)
+    view: NodeView = {"host": where["host"], "node_rank": where["node_rank"], "path": path, "problem": None}
     try:
         info = os.stat(path)
     except OSError as exc:
-        return {**view, "problem": why(exc)}
+        view["problem"] = why(exc)
+        return view
     if not stat.S_ISDIR(info.st_mode):
-        return {**view, "problem": "is not a folder"}
+        view["problem"] = "is not a folder"
+        return view
     device = f"{os.major(info.st_dev)}:{os.minor(info.st_dev)}"
     try:
         mount = rules.mount_of(path, device, rules.parse_mountinfo(Path("/proc/self/mountinfo").read_text()))
@@ -47,14 +49,12 @@ def look(view: dict[str, Any], path: str, need: int) -> dict[str, Any]:
         mount = None
     fs = os.statvfs(path)
     free = fs.f_bavail * fs.f_frsize  # what an unprivileged writer may use, like df's "Avail"
-    view.update(
-        fstype=mount.fstype if mount else None,
-        source=mount.source if mount else None,
-        mount_point=mount.mount_point if mount else None,
-        device=device,
-        free_bytes=free,
-        total_bytes=fs.f_blocks * fs.f_frsize,
-    )
+    view["fstype"] = mount.fstype if mount else None
+    view["source"] = mount.source if mount else None
+    view["mount_point"] = mount.mount_point if mount else None
+    view["device"] = device
+    view["free_bytes"] = free
+    view["total_bytes"] = fs.f_blocks * fs.f_frsize
     if fs.f_flag & os.ST_RDONLY:
         view["problem"] = "not writable: read-only filesystem (EROFS)"
     else:
@@ -62,7 +62,7 @@ def look(view: dict[str, Any], path: str, need: int) -> dict[str, Any]:
     return view
 
 
-def open_run_dir(view: dict[str, Any], run_dir: Path) -> None:
+def open_run_dir(view: NodeView, run_dir: Path) -> None:
     """Remove stale run folders, make this run's, and write a file naming this node into it (the check
     that the node may write there)."""
     view["stale_removed"] = remove_stale(run_dir.parent)
@@ -114,7 +114,7 @@ def remove_run_dir(run_dir: Path) -> list[str]:
     return left + ([str(run_dir)] if run_dir.exists() else [])
 
 
-def write_marker(run_dir: Path) -> dict[str, Any]:
+def write_marker(run_dir: Path) -> Marker:
     """Node 0's file of random bytes, fsync'd; its size and sha256, or why it could not be written."""
     path, data = run_dir / MARKER_FILE, os.urandom(MARKER_BYTES)
     try:
@@ -127,7 +127,7 @@ def write_marker(run_dir: Path) -> dict[str, Any]:
     return {"file": str(path), "size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
 
 
-def read_marker(run_dir: Path) -> dict[str, Any]:
+def read_marker(run_dir: Path) -> MarkerRead:
     try:
         data = (run_dir / MARKER_FILE).read_bytes()
     except OSError as exc:

@@ -12,11 +12,11 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
-from acceptance.families.training import BASELINE_PART
+from acceptance.families.training import BASELINE_PART, StrategyResult
 from acceptance.probes.rank import Ctx
 
 # one_strategy(ctx, name, store, part, within): see acceptance.probes.training
-OneStrategy = Callable[[Ctx, str, Any, str, "Ctx | None"], dict[str, Any]]
+OneStrategy = Callable[[Ctx, str, Any, str, "Ctx | None"], StrategyResult]
 
 
 def node_group(ctx: Ctx, ranks_per_node: int) -> Ctx | None:
@@ -34,7 +34,7 @@ def node_group(ctx: Ctx, ranks_per_node: int) -> Ctx | None:
     return mine
 
 
-def run_baseline(ctx: Ctx, store: Any, one_strategy: OneStrategy) -> dict[str, Any]:
+def run_baseline(ctx: Ctx, store: Any, one_strategy: OneStrategy) -> StrategyResult:
     """Every node's baseline figures (``by_node``, keyed by node rank), node 0's at the top level, or the
     part's error."""
     spec = ctx.spec["baseline"]

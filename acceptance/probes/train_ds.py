@@ -10,7 +10,10 @@ No ``optimizer`` section: the probe hands DeepSpeed a torch AdamW, so no JIT-bui
 from __future__ import annotations
 
 import copy
-from typing import Any
+from collections.abc import Mapping
+
+from acceptance.families.training_figures import TrainingConfig
+from acceptance.json_types import JSONObject, JSONValue
 
 # (hidden size, fully qualified class of the decoder layer): what the built-in configs are sized from
 Shape = tuple[int, str]
@@ -22,15 +25,15 @@ class DeepSpeedConfigError(ValueError):
     """A user's DeepSpeed config that the run cannot honour; the message names the key and what was expected."""
 
 
-def base_strategy(name: str, training: dict[str, Any]) -> str:
+def base_strategy(name: str, training: TrainingConfig) -> str:
     if name in STAGE:
         return name
     return str(training["deepspeed"][name]["base"])
 
 
-def builtin(base: str, training: dict[str, Any], world_size: int, shape: Shape, on_gpu: bool) -> dict[str, Any]:
+def builtin(base: str, training: TrainingConfig, world_size: int, shape: Shape, on_gpu: bool) -> JSONObject:
     """What the probe runs when the profile names a ZeRO strategy and gives no config of its own."""
-    zero: dict[str, Any] = {
+    zero: JSONObject = {
         "stage": STAGE[base],
         "contiguous_gradients": True,
         "reduce_bucket_size": BUCKET,
@@ -44,7 +47,7 @@ def builtin(base: str, training: dict[str, Any], world_size: int, shape: Shape, 
         zero["offload_optimizer"] = {"device": "cpu", "pin_memory": on_gpu}
         zero["offload_param"] = {"device": "cpu", "pin_memory": on_gpu}
     mb, ga = int(training["micro_batch"]), int(training["grad_accum"])
-    config: dict[str, Any] = {
+    config: JSONObject = {
         "train_micro_batch_size_per_gpu": mb,
         "gradient_accumulation_steps": ga,
         "train_batch_size": mb * ga * world_size,
@@ -61,10 +64,10 @@ def builtin(base: str, training: dict[str, Any], world_size: int, shape: Shape, 
     return config
 
 
-def _stage3(shape: Shape, on_gpu: bool) -> dict[str, Any]:
+def _stage3(shape: Shape, on_gpu: bool) -> JSONObject:
     hidden, layer_class = shape
     # transformers' "auto" rules for stage 3 (integrations/deepspeed.py), sized from the model's width
-    out: dict[str, Any] = {
+    out: JSONObject = {
         "stage3_prefetch_bucket_size": int(0.9 * hidden * hidden),
         "stage3_param_persistence_threshold": 10 * hidden,
         "stage3_max_live_parameters": 1_000_000_000,
@@ -74,13 +77,13 @@ def _stage3(shape: Shape, on_gpu: bool) -> dict[str, Any]:
         # Each decoder layer gathered and released whole (DeepSpeed's leaf modules): hooks on 16 layers rather
         # than on every linear and norm inside them. With a hook per submodule the GPU waits on Python:
         # llama-1b on one H100 ran at 52-58% GPU utilisation and 26,495-29,029 tokens/s over three jobs, with
-        # leaf layers at 88-92% and 42,685-44,999 (results/h100-x1-zero3-leaf). Not on the CPU accelerator:
+        # leaf layers at 88-92% and 42,685-44,999 (docs/measurements.md, findings). Not on the CPU accelerator:
         # DeepSpeed 0.19's zero_grad calls record_stream on a leaf layer's gradient, which a CPU tensor lacks.
         out["leaf_module"] = {"classes": [layer_class]}
     return out
 
 
-def _auto_values(training: dict[str, Any], world_size: int, hidden: int, stage: int) -> dict[str, Any]:
+def _auto_values(training: TrainingConfig, world_size: int, hidden: int, stage: int) -> JSONObject:
     mb, ga = int(training["micro_batch"]), int(training["grad_accum"])
     return {
         "train_micro_batch_size_per_gpu": mb,
@@ -96,12 +99,12 @@ def _auto_values(training: dict[str, Any], world_size: int, hidden: int, stage: 
     }
 
 
-def resolve_auto(config: dict[str, Any], values: dict[str, Any], where: str) -> tuple[dict[str, Any], dict[str, Any]]:
+def resolve_auto(config: JSONObject, values: Mapping[str, JSONValue], where: str) -> tuple[JSONObject, JSONObject]:
     """Replace every ``"auto"`` by its value; returns the new config and what was resolved (dotted key -> value)."""
     out = copy.deepcopy(config)
-    resolved: dict[str, Any] = {}
+    resolved: JSONObject = {}
 
-    def walk(node: dict[str, Any], prefix: str) -> None:
+    def walk(node: JSONObject, prefix: str) -> None:
         for key, value in node.items():
             dotted = f"{prefix}{key}"
             if isinstance(value, dict):
@@ -118,18 +121,19 @@ def resolve_auto(config: dict[str, Any], values: dict[str, Any], where: str) -> 
     return out, resolved
 
 
-def merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+def merge(base: JSONObject, over: JSONObject) -> JSONObject:
     out = copy.deepcopy(base)
     for key, value in over.items():
-        if isinstance(value, dict) and isinstance(out.get(key), dict):
-            out[key] = merge(out[key], value)
+        mine = out.get(key)
+        if isinstance(value, dict) and isinstance(mine, dict):
+            out[key] = merge(mine, value)
         else:
             out[key] = copy.deepcopy(value)
     return out
 
 
-def _get(config: dict[str, Any], dotted: str) -> Any:
-    node: Any = config
+def _get(config: JSONObject, dotted: str) -> JSONValue:
+    node: JSONValue = config
     for part in dotted.split("."):
         if not isinstance(node, dict) or part not in node:
             return None
@@ -137,7 +141,7 @@ def _get(config: dict[str, Any], dotted: str) -> Any:
     return node
 
 
-def _check(config: dict[str, Any], values: dict[str, Any], where: str) -> None:
+def _check(config: JSONObject, values: Mapping[str, JSONValue], where: str) -> None:
     if "optimizer" in config:
         raise DeepSpeedConfigError(
             f"{where}: an optimizer section makes DeepSpeed build its own (JIT-compiled) optimizer; the run hands it "
@@ -161,8 +165,8 @@ def _check(config: dict[str, Any], values: dict[str, Any], where: str) -> None:
 
 
 def build(
-    name: str, training: dict[str, Any], user: dict[str, Any] | None, world_size: int, shape: Shape, on_gpu: bool
-) -> tuple[dict[str, Any], dict[str, Any]]:
+    name: str, training: TrainingConfig, user: JSONObject | None, world_size: int, shape: Shape, on_gpu: bool
+) -> tuple[JSONObject, JSONObject]:
     """The config DeepSpeed gets for strategy ``name``, and the ``"auto"`` keys resolved on the way."""
     base, hidden = base_strategy(name, training), shape[0]
     config = builtin(base, training, world_size, shape, on_gpu)

@@ -14,6 +14,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from acceptance.families.training_figures import ModelShape
+
 # GPT-2 vocabulary padded from 50,257 to 50,304 (a multiple of 64), as nanoGPT does: the output layer's
 # matrix product runs on friendlier shapes, and the synthetic tokens never use the padding.
 GPT2_VOCAB = 50304
@@ -100,7 +102,7 @@ def flops_per_token(n_params: int, layers: int, heads: int, head_dim: int, seq_l
     return 6 * n_params + 12 * layers * heads * head_dim * seq_len
 
 
-def describe(model: Any, seq_len: int) -> dict[str, Any]:
+def describe(model: Any, seq_len: int) -> ModelShape:
     layers, heads, head_dim = attention_shape(model.config)
     n = matmul_params(model)
     return {

@@ -20,7 +20,9 @@ import torch.distributed as dist
 from torch import nn
 
 from acceptance.families.training import IN_JOB_BASELINE
-from acceptance.probes.rank import Ctx
+from acceptance.families.training_figures import TrainingConfig
+from acceptance.json_types import JSONObject
+from acceptance.probes.rank import Ctx, ProbeSpec
 from acceptance.probes.train_ds import STAGE, Shape, base_strategy, build
 from acceptance.probes.train_model import SHAPES, decoder_layers
 
@@ -33,7 +35,7 @@ def _nothing() -> None:
     return None
 
 
-def _no_counters() -> dict[str, Any]:
+def _no_counters() -> JSONObject:
     return {}
 
 
@@ -45,9 +47,9 @@ class Runner:
     steps and loss scale)."""
 
     step: Callable[[list[torch.Tensor]], torch.Tensor]
-    info: dict[str, Any] = field(default_factory=dict)
+    info: JSONObject = field(default_factory=dict)
     close: Callable[[], None] = _nothing
-    counters: Callable[[], dict[str, Any]] = _no_counters
+    counters: Callable[[], JSONObject] = _no_counters
 
 
 def adamw(params: Iterator[nn.Parameter], lr: float, device: torch.device, offload: bool = False) -> Any:
@@ -66,7 +68,7 @@ def compile_blocks(model: nn.Module) -> None:
 def _torch_step(
     model: nn.Module,
     opt: Any,
-    t: dict[str, Any],
+    t: TrainingConfig,
     sync: Callable[[bool], contextlib.AbstractContextManager[Any]],
     autocast: Callable[[], contextlib.AbstractContextManager[Any]],
     scaler: Any,
@@ -97,7 +99,7 @@ def _torch_step(
     return step
 
 
-def ddp(model: nn.Module, t: dict[str, Any], ctx: Ctx) -> Runner:
+def ddp(model: nn.Module, t: TrainingConfig, ctx: Ctx) -> Runner:
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     mode = t["compile"]
@@ -122,7 +124,7 @@ def ddp(model: nn.Module, t: dict[str, Any], ctx: Ctx) -> Runner:
     return Runner(_torch_step(forward, opt, t, sync, autocast, scaler), {"compile": mode, "autocast": str(dtype)})
 
 
-def fsdp(model: nn.Module, t: dict[str, Any], ctx: Ctx) -> Runner:
+def fsdp(model: nn.Module, t: TrainingConfig, ctx: Ctx) -> Runner:
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
     from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
@@ -155,13 +157,14 @@ def model_shape(model: Any) -> Shape:
     return int(model.config.hidden_size), f"{layer.__module__}.{layer.__qualname__}"
 
 
-def deepspeed_runner(name: str, model: Any, t: dict[str, Any], ctx: Ctx, user: dict[str, Any] | None) -> Runner:
+def deepspeed_runner(name: str, model: Any, t: TrainingConfig, ctx: Ctx, user: JSONObject | None) -> Runner:
     if not ctx.is_cuda:
         os.environ.setdefault("DS_ACCELERATOR", "cpu")  # before the import: DeepSpeed picks its accelerator then
     import deepspeed
 
     base = base_strategy(name, t)
-    offload = bool(base == "zero3_offload" or (user or {}).get("zero_optimization", {}).get("offload_optimizer"))
+    zero: Any = (user or {}).get("zero_optimization", {})  # the user's JSON, unchecked until DeepSpeed reads it
+    offload = bool(base == "zero3_offload" or zero.get("offload_optimizer"))
     config, resolved = build(name, t, user, ctx.world_size, model_shape(model), ctx.is_cuda)
     # ZeRO-3 gathers parameters in module hooks that a compiled graph would trace through: run it eagerly
     mode = "blocks" if t["compile"] != "none" and STAGE[base] < 3 else "none"
@@ -189,7 +192,7 @@ def deepspeed_runner(name: str, model: Any, t: dict[str, Any], ctx: Ctx, user: d
     return Runner(step, info, close=lambda: close_deepspeed(engine), counters=lambda: loss_scaling(engine))
 
 
-def loss_scaling(engine: Any) -> dict[str, Any]:
+def loss_scaling(engine: Any) -> JSONObject:
     """fp16's dynamic loss scaling so far: optimizer steps skipped on an overflow, and the current scale."""
     scale = getattr(engine.optimizer, "loss_scale", None)
     return {"skipped_steps": int(engine.skipped_steps), "loss_scale": float(scale) if scale is not None else None}
@@ -238,7 +241,7 @@ def close_deepspeed(engine: Any) -> None:
             deepspeed.comm.destroy_process_group(group)
 
 
-def make_runner(name: str, model: nn.Module, t: dict[str, Any], ctx: Ctx, user: dict[str, Any] | None) -> Runner:
+def make_runner(name: str, model: nn.Module, t: TrainingConfig, ctx: Ctx, user: JSONObject | None) -> Runner:
     if ctx.within is not None and name not in IN_JOB_BASELINE:  # the plan never asks for it
         raise ValueError(f"{name} runs on the whole world only, not on a smaller process group")
     if name == "ddp":
@@ -257,7 +260,7 @@ def global_mean(values: list[torch.Tensor], ctx: Ctx) -> list[float]:
     return [float(x) for x in (stacked / ctx.world_size).tolist()]
 
 
-def preload(spec: dict[str, Any]) -> None:
+def preload(spec: ProbeSpec) -> None:
     """What a staged training job imports while it waits for the node (``rank.wait_at_gate``): transformers'
     model classes, DeepSpeed where a strategy runs on it, TorchInductor where layers are compiled; seconds
     of imports that a job started on a free node spends before its first step. Imports only: no GPU. One

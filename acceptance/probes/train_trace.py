@@ -13,11 +13,11 @@ from __future__ import annotations
 import gzip
 import shutil
 from pathlib import Path
-from typing import Any
 
 import torch
 from torch.profiler import ProfilerActivity, profile
 
+from acceptance.families.training_figures import Trace
 from acceptance.probes.rank import Ctx
 from acceptance.probes.train_strategies import Runner
 
@@ -25,7 +25,7 @@ from acceptance.probes.train_strategies import Runner
 SYNC_CALLS = ("cudaStreamSynchronize", "cudaEventSynchronize", "cudaDeviceSynchronize")
 
 
-def traced_steps(runner: Runner, batches: list[list[torch.Tensor]], ctx: Ctx, part: str, steps: int) -> dict[str, Any]:
+def traced_steps(runner: Runner, batches: list[list[torch.Tensor]], ctx: Ctx, part: str, steps: int) -> Trace:
     """Run ``steps`` steps under the profiler; what was written and the host's blocked time per step."""
     ctx.phase(f"{part}: traced steps")
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if ctx.is_cuda else [])

@@ -38,8 +38,9 @@ import torch
 import torch.distributed as dist
 from torch._C._distributed_c10d import PrefixStore, TCPStore  # typed here; torch.distributed re-exports them
 
-from acceptance.families.training import BASELINE_PART
-from acceptance.families.training_figures import figures
+from acceptance.families.training import BASELINE_PART, StrategyResult, TrainingResult
+from acceptance.families.training_figures import RankRun, RawRun, TrainingConfig, figures
+from acceptance.json_types import JSONObject
 from acceptance.probes.gpu_sampler import GpuSampler
 from acceptance.probes.host_load import HostLoad
 from acceptance.probes.rank import Ctx, main, write_json
@@ -57,7 +58,7 @@ AGREE_WAIT_S = 30.0
 PEAK_RSS_RESET = Path("/proc/self/clear_refs")  # writing "5" resets VmHWM (Linux >= 4.0, proc(5))
 
 
-def synthetic_batches(t: dict[str, Any], vocab: int, ctx: Ctx, count: int) -> list[list[torch.Tensor]]:
+def synthetic_batches(t: TrainingConfig, vocab: int, ctx: Ctx, count: int) -> list[list[torch.Tensor]]:
     """``count`` steps of ``grad_accum`` micro-batches; rank-dependent, identical for every strategy."""
     gen = torch.Generator(device=ctx.device)
     gen.manual_seed(int(t["seed"]) * 1000 + ctx.rank)
@@ -122,7 +123,7 @@ def peak_mem(ctx: Ctx, was_reset: bool) -> tuple[float, str]:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / GIB, "peak RSS of the job (ru_maxrss)"
 
 
-def measure(ctx: Ctx, name: str, part: str) -> dict[str, Any]:
+def measure(ctx: Ctx, name: str, part: str) -> RawRun:
     """One strategy from a fresh model to every rank's measurements; its runner is closed however it ends.
     ``part``: what the heartbeat's phases call it (the strategy, or the scaling baseline)."""
     t = ctx.spec["training"]
@@ -150,9 +151,18 @@ def measure(ctx: Ctx, name: str, part: str) -> dict[str, Any]:
         traced = traced_steps(runner, batches, ctx, part, t["trace_steps"]) if t.get("trace_steps") else None
         ctx.phase(f"{part}: gather figures")
         mem, mem_source = peak_mem(ctx, mem_reset)
-        counters = {"before_timed_steps": before, "after": runner.counters()} if before else {}
-        mine = {"rank": ctx.rank, "host": ctx.host, "step_s": step_s, "loop_s": loop_s, "mem_gib": mem, "util": util}
-        mine.update(host_load=host_load, trace=traced, held_at_start_gib=held_at_start)
+        counters: JSONObject = {"before_timed_steps": before, "after": runner.counters()} if before else {}
+        mine: RankRun = {
+            "rank": ctx.rank,
+            "host": ctx.host,
+            "step_s": step_s,
+            "loop_s": loop_s,
+            "mem_gib": mem,
+            "util": util,
+            "host_load": host_load,
+            "trace": traced,
+            "held_at_start_gib": held_at_start,
+        }
         return {
             "ranks": ctx.gather(mine),
             "losses": global_mean(warm + losses, ctx),
@@ -208,17 +218,17 @@ def job_store() -> Any:
     return PrefixStore("acceptance-training", client)
 
 
-def one_strategy(ctx: Ctx, name: str, store: Any, part: str = "", within: Ctx | None = None) -> dict[str, Any]:
+def one_strategy(ctx: Ctx, name: str, store: Any, part: str = "", within: Ctx | None = None) -> StrategyResult:
     """Run ``name``, tear it down and agree with every rank on how it ended. ``part``: its name in the job
     (default: the strategy). ``within``: the smaller world this rank runs it in (a scaling baseline, where
     ranks outside it skip to the teardown and wait there)."""
     t, start, part, here = ctx.spec["training"], time.perf_counter(), part or name, within or ctx
     failure: BaseException | None = None
-    out: dict[str, Any] = {}
+    out: StrategyResult = {}
     try:
         if part == name or within is not None:
             raw = measure(here, name, part)
-            out = figures(raw, t, here.world_size)
+            out = dict(figures(raw, t, here.world_size))
             out.update(model_shape=raw["shape"], **raw["info"])
     except Exception as exc:
         traceback.print_exception(exc)
@@ -236,7 +246,7 @@ def one_strategy(ctx: Ctx, name: str, store: Any, part: str = "", within: Ctx | 
     return {**out, **common(here, name), "wall_s": round(time.perf_counter() - start, 3)}
 
 
-def common(ctx: Ctx, name: str) -> dict[str, Any]:
+def common(ctx: Ctx, name: str) -> StrategyResult:
     t = ctx.spec["training"]
     return {
         "strategy": name,
@@ -266,10 +276,10 @@ def unwinding_on_term() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
-def run(ctx: Ctx) -> dict[str, Any]:
+def run(ctx: Ctx) -> TrainingResult:
     torch.set_float32_matmul_precision("high")  # fp32 matrix products on tensor cores (TF32), as training code does
     store = job_store()
-    results: dict[str, dict[str, Any]] = {}
+    results: dict[str, StrategyResult] = {}
     for name in ctx.spec["strategies"]:
         if name == BASELINE_PART:
             results[name] = run_baseline(ctx, store, one_strategy)

@@ -27,12 +27,23 @@ import itertools
 import json
 import time
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 import torch.distributed as dist
 from torch.distributed.elastic.multiprocessing.errors import record
+from typing_extensions import NotRequired
 
-from acceptance.probes.rank import Ctx, Heartbeat, connect, identity, serve
+from acceptance.probes.rank import Ctx, Heartbeat, ProbeSpec, connect, identity, serve
+
+
+class Request(TypedDict):
+    """One request file: a probe to run, or ``exit``."""
+
+    probe: NotRequired[str]
+    spec: NotRequired[str]  # the probe's spec file
+    out: NotRequired[str]  # its folder
+    exit: NotRequired[bool]
+
 
 POLL_S = 0.02  # how often an idle rank looks for the next request: one stat, against a probe's seconds
 
@@ -46,7 +57,7 @@ def _work(argv: list[str] | None) -> None:
     parser.add_argument("--spec", type=Path, required=True, help="the process group's backend, device, timeout")
     parser.add_argument("--requests", required=True, help="the requests' path, with {number} for 1, 2, 3, ...")
     args = parser.parse_args(argv)
-    group_spec = json.loads(args.spec.read_text())
+    group_spec: ProbeSpec = json.loads(args.spec.read_text())
     ctx: Ctx | None = None
     for number in itertools.count(1):
         request = _take(Path(args.requests.format(number=number)))
@@ -57,15 +68,15 @@ def _work(argv: list[str] | None) -> None:
         dist.destroy_process_group()
 
 
-def _take(path: Path) -> dict[str, Any]:
+def _take(path: Path) -> Request:
     """The request at ``path``, once the plugin has written it (atomically: whole, or not there)."""
     while not path.exists():
         time.sleep(POLL_S)
-    found: dict[str, Any] = json.loads(path.read_text())
+    found: Request = json.loads(path.read_text())
     return found
 
 
-def _probe(request: dict[str, Any], group_spec: dict[str, Any], ctx: Ctx | None) -> Ctx:
+def _probe(request: Request, group_spec: ProbeSpec, ctx: Ctx | None) -> Ctx:
     """Run the requested probe on this rank; the first one joins the process group that later ones reuse."""
     t0 = time.perf_counter()
     out = Path(request["out"])
@@ -75,8 +86,10 @@ def _probe(request: dict[str, Any], group_spec: dict[str, Any], ctx: Ctx | None)
         ctx = connect(group_spec, out, beat)
     else:
         # the GPU this rank drives, which names it in a failure's message, carries over to every probe
-        gpu = {k: v for k, v in ctx.beat.state.items() if k == "gpu_uuid"}
-        beat = Heartbeat(out, {**identity(), **gpu}, phase="import probe")
+        ident = identity()
+        if "gpu_uuid" in ctx.beat.state:
+            ident["gpu_uuid"] = ctx.beat.state["gpu_uuid"]
+        beat = Heartbeat(out, ident, phase="import probe")
     ctx = dataclasses.replace(ctx, spec=json.loads(Path(request["spec"]).read_text()), out=out, beat=beat, groups=[])
     module = importlib.import_module(f"acceptance.probes.{request['probe']}")
     serve(module.run, ctx, t0)

@@ -9,7 +9,7 @@ from typing import Any
 
 from pydantic import TypeAdapter
 
-from acceptance.profile.model import Seconds, Tolerance
+from acceptance.profile.fields import Seconds, Tolerance
 
 
 def _option(kind: Any, expected: str) -> Callable[[str], float]:

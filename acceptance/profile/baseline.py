@@ -145,7 +145,7 @@ class Judgement:
 
 
 def judge(
-    baseline: Mapping[str, dict[str, Any]],
+    baseline: Mapping[str, Mapping[str, Any]],
     metric: str,
     value: float | None,
     gated: bool,

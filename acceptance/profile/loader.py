@@ -213,8 +213,16 @@ def _explain(exc: ValidationError, chain: tuple[Path, ...], lines: LineMap) -> s
     for err in exc.errors():
         loc = tuple(str(part) for part in err["loc"])
         key = ".".join(loc) or "(top level)"
-        problems.append(f"{_where(loc, chain, lines)}: {key}: {_expected(err, loc)}")
-    return "invalid profile:\n  " + "\n  ".join(problems)
+        problems.append((_where(loc, chain, lines), f"{key}: {_expected(err, loc)}"))
+    # in the files' own order, as a person reads them (pydantic's follows the model's fields)
+    problems.sort(key=lambda found: _file_line(found[0]))
+    return "invalid profile:\n  " + "\n  ".join(f"{where}: {what}" for where, what in problems)
+
+
+def _file_line(where: str) -> tuple[str, int]:
+    """``thresholds/p.yaml:6`` as a sort key; a label without a line (``--cluster-set ...``) sorts first."""
+    file, _, line = where.rpartition(":")
+    return (file, int(line)) if line.isdigit() else ("", 0)
 
 
 def _expected(err: Any, loc: tuple[str, ...]) -> str:

@@ -1,30 +1,29 @@
-"""The profile schema: one strict pydantic model per YAML section.
+"""The profile schema: the sections every profile has, and one section per family from the registry.
 
-Strict on purpose: an unknown key, a wrong type or a number that is not finite is an error, because a
-typo in a profile must never turn a gate off (``max: .inf`` holds for every figure, a NaN bound for
-none). Sizes are validated here and stored in their canonical spelling (see ``units``).
+Strict on purpose (``fields.Strict``): a typo in a profile must never turn a gate off.
 """
 
 from __future__ import annotations
 
-import re
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+from pydantic import Field, create_model, model_validator
 
-from acceptance.profile.collectives import COLLECTIVE_OPS
-from acceptance.profile.dtypes import DTYPE_NAMES
-from acceptance.profile.peaks import Peaks, Precision
-from acceptance.profile.sizes import canonical_size
-
-Size = Annotated[str, BeforeValidator(canonical_size)]
-PositiveInt = Annotated[int, Field(gt=0)]
-Seconds = Annotated[float, Field(gt=0, allow_inf_nan=False)]
-Tolerance = Annotated[float, Field(ge=0, allow_inf_nan=False)]
-
-
-class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, allow_inf_nan=False)
+from acceptance.profile.fields import PositiveInt as PositiveInt  # re-exported: the sections' field types
+from acceptance.profile.fields import RunName as RunName
+from acceptance.profile.fields import Seconds, Strict, Tolerance
+from acceptance.profile.fields import Size as Size
+from acceptance.profile.registry import FAMILIES
+from acceptance.profile.sections import TRAIN_STRATEGIES as TRAIN_STRATEGIES
+from acceptance.profile.sections import Collectives as Collectives  # re-exported: the families' sections
+from acceptance.profile.sections import Compute as Compute
+from acceptance.profile.sections import Connectivity as Connectivity
+from acceptance.profile.sections import DeepSpeedRun as DeepSpeedRun
+from acceptance.profile.sections import Health as Health
+from acceptance.profile.sections import Internode as Internode
+from acceptance.profile.sections import Storage as Storage
+from acceptance.profile.sections import StoragePath as StoragePath
+from acceptance.profile.sections import Training as Training
 
 
 class Topology(Strict):
@@ -53,181 +52,28 @@ class Topology(Strict):
         return self.gpus_per_node if self.device == "cuda" else 2
 
 
-class Timeouts(Strict):
-    """Wall-clock limit per probe run, in seconds (start-up included)."""
+class TimeoutsBase(Strict):
+    """Wall-clock limit per probe run, in seconds (start-up included); one field per family besides these
+    (``timeouts.<family>``: its probes' runs; training's: each strategy's run, and the scaling baseline's)."""
 
     default: Seconds = 300
-    connectivity: Seconds | None = None
-    collectives: Seconds | None = None
-    health: Seconds | None = None
-    compute: Seconds | None = None
-    internode: Seconds | None = None
     rendezvous: Seconds = 300  # multi-node: how long the nodes wait for each other at the start and before a probe
-    training: Seconds | None = None  # each strategy's run, and the scaling baseline's
-    storage: Seconds | None = None
 
     def for_probe(self, probe: str) -> float:
+        """The family's own limit for a probe named after it, else ``default``."""
         value = getattr(self, probe, None)
         return float(value if value is not None else self.default)
 
 
-class Connectivity(Strict):
-    p2p_size: Size = "16M"
-    p2p_iters: PositiveInt = 5
-    barrier_iters: PositiveInt = 20
-
-
-class Internode(Strict):
-    """Collectives across nodes next to the same inside each node; measured when there are 2+ nodes."""
-
-    ops: list[Literal[COLLECTIVE_OPS]] = ["all_reduce"]  # type: ignore[valid-type]
-    sizes: list[Size] = ["256M", "1G"]
-    ring: bool = False  # also across nodes with NCCL_ALGO=Ring
-    one_gpu_per_node: bool = False  # also with local rank 0 of each node only: the network alone
-    # when a figure across nodes fails: name the node and the rail in rounds of node pairs (none when healthy)
-    isolation: bool = True
-    # in those rounds a pair is slow under this fraction of the best pair's figure
-    slow_pair_fraction: Annotated[float, Field(gt=0, le=1)] = 0.5
-
-
-class Collectives(Strict):
-    ops: list[Literal[COLLECTIVE_OPS]] = ["all_reduce", "all_gather", "reduce_scatter", "all_to_all"]  # type: ignore[valid-type]
-    sizes: list[Size] = ["1M", "16M", "256M", "1G"]
-    dtype: Literal[DTYPE_NAMES] = "bfloat16"  # type: ignore[valid-type]
-    warmup_iters: Annotated[int, Field(ge=0)] = 5
-    iters: PositiveInt = 20
-    # auto: a CUDA graph on GPUs (takes Python's launch cost out of the figure), a host clock on the CPU
-    timing: Literal["auto", "cuda_graph", "eager"] = "auto"
-    check_data: bool = True
-
-
-def _dotted_version(text: str) -> str:
-    if not re.fullmatch(r"\d+(\.\d+)*", text):
-        raise ValueError(f"expected a dotted driver version like 550.54.15, got {text!r}")
-    return text
-
-
-ThrottleReason = Literal["hw_slowdown", "hw_thermal", "hw_power_brake", "sw_thermal", "sw_power_cap"]
-
-
-class Health(Strict):
-    """NVML gates per GPU. GPU count and model come from ``topology`` (gpus_per_node, gpu_model)."""
-
-    min_driver: Annotated[str, AfterValidator(_dotted_version)] | None = None
-    require_ecc: bool = True
-    nvlink_links: Annotated[int, Field(ge=0)] | None = None  # active links per GPU; None: recorded, not gated
-    pcie_gen: PositiveInt | None = None  # None: the generation the GPU and its slot can reach (NVML's max)
-    pcie_width: PositiveInt | None = None  # None: the width the GPU and its slot can reach (NVML's max)
-    # idle GPUs drop their PCIe link to Gen1 to save power: hold a copy running while the link is read
-    pcie_under_load: bool = True
-    throttle_reasons: list[ThrottleReason] = ["hw_slowdown", "hw_thermal", "hw_power_brake"]
-    temperature_max_c: Annotated[float, Field(gt=0)] | None = None  # None: each GPU's own slowdown temperature
-
-
-class Compute(Strict):
-    """Per-GPU speed, every GPU at once; the slow one named against the median."""
-
-    matmul_size: PositiveInt = 8192  # m = n = k
-    matmul_dtype: Literal[DTYPE_NAMES] = "bfloat16"  # type: ignore[valid-type]
-    matmul_iters: PositiveInt = 100
-    # and at least this long: under the power cap the clocks swing with a period of about 1 s (an H100 at
-    # 700 W: 1,125-1,425 MHz, 607-713 TFLOP/s; results/h100-x1-ramp), so a 0.15 s loop reads its phase
-    matmul_min_s: Annotated[float, Field(ge=0, le=60)] = 2.0
-    fp8: bool = True  # also an fp8 matmul (torch._scaled_mm) where the GPU has it (compute capability >= 8.9)
-    copy_size: Size = "2G"  # bytes read per device copy; bytes read + written count toward GB/s
-    copy_iters: PositiveInt = 50
-    host_copy_size: Size = "1G"  # pinned host buffer per direction
-    host_copy_iters: PositiveInt = 10
-    # together: every GPU of a node at once (shares the host's root complex); one_at_a_time: each link alone
-    host_links: Literal["together", "one_at_a_time"] = "together"
-    warmup_iters: Annotated[int, Field(ge=0)] = 10
-    tolerance: Annotated[float, Field(ge=0, le=1)] = 0.10  # largest shortfall of one GPU under the median
-    median_of: Literal["cluster", "node"] = "cluster"
-    duration_s: Annotated[float, Field(ge=0)] = 0  # burn-in with a result check across GPUs; 0: off
-    seed: int = 1234
-    # a figure under its bound (or a GPU past the tolerance) is measured again this many times before it
-    # stands: a shared host's neighbours can hold the host links down for seconds (plugin/remeasure.py)
-    remeasure: Annotated[int, Field(ge=0, le=3)] = 1
-
-
-TRAIN_STRATEGIES = ("ddp", "fsdp", "zero1", "zero2", "zero3", "zero3_offload")
-DEEPSPEED_STRATEGIES = ("zero1", "zero2", "zero3", "zero3_offload")
-TRAIN_MODELS = ("tiny", "gpt2-124m", "gpt2-355m", "llama-1b")  # shapes in acceptance/probes/train_model.py
-RunName = Annotated[str, Field(pattern=r"^[a-z][a-z0-9_]*$")]  # it goes into metric names and test ids
-
-
-class DeepSpeedRun(Strict):
-    """A DeepSpeed run under its own name: a built-in stage with a user's DeepSpeed JSON merged on top."""
-
-    base: Literal[DEEPSPEED_STRATEGIES]  # type: ignore[valid-type]
-    config: dict[str, Any] | str  # the JSON itself, or a file (relative to the profile's folder)
-
-
-class Training(Strict):
-    """Short real training runs, all strategies in one torchrun job; ``steps`` timed after ``warmup_steps``."""
-
-    model: Literal[TRAIN_MODELS] = "gpt2-124m"  # type: ignore[valid-type]
-    seq_len: PositiveInt = 1024
-    micro_batch: PositiveInt = 16
-    grad_accum: PositiveInt = 1
-    warmup_steps: Annotated[int, Field(ge=0)] = 5
-    steps: PositiveInt = 20
-    windows: PositiveInt | None = None  # of the timed steps: tokens/s is their median; None: 5 (at most steps)
-    precision: Precision = "bf16"
-    compile: Literal["none", "blocks", "model"] = "none"  # blocks: each decoder layer, a short cold start
-    lr: Annotated[float, Field(ge=0)] = 3e-4  # constant: the same for every strategy, so curves compare
-    grad_clip: Annotated[float, Field(ge=0)] = 1.0  # 0: off
-    seed: int = 1234
-    strategies: list[RunName] = ["ddp", "fsdp", "zero2", "zero3"]
-    deepspeed: dict[RunName, DeepSpeedRun] = {}
-    peak_tflops: Peaks = None  # per GPU, dense, per precision (1 TFLOP/s = 1e12); MFU takes ``precision``'s
-    peak_tflops_source: str | None = None
-    scaling_baseline: Literal["one_gpu", "one_node", "none"] = "one_gpu"
-    scaling_strategy: RunName = "ddp"
-    canary_steps: PositiveInt = 5
-    canary_rtol: Annotated[float, Field(ge=0)] = 0.02
-    # after the timed steps, this many more under torch.profiler: a trace per rank, none of the figures
-    trace_steps: Annotated[int, Field(ge=0)] = 0
-
-    @model_validator(mode="after")
-    def _consistent(self) -> Training:
-        known = set(TRAIN_STRATEGIES) | set(self.deepspeed)
-        unknown = [s for s in self.strategies if s not in known]
-        if unknown:
-            raise ValueError(
-                f"strategies {unknown} are neither built in {list(TRAIN_STRATEGIES)} nor named under deepspeed:"
-            )
-        if not self.strategies or len(set(self.strategies)) != len(self.strategies):
-            raise ValueError("strategies must list at least one strategy, each once")
-        if (self.peak_tflops is None) != (self.peak_tflops_source is None):
-            raise ValueError("peak_tflops and peak_tflops_source go together (say where the peak comes from)")
-        if self.scaling_baseline != "none" and self.scaling_strategy not in self.strategies:
-            raise ValueError(f"scaling_strategy {self.scaling_strategy!r} is not in strategies {self.strategies}")
-        if self.windows is not None and self.windows > self.steps:
-            raise ValueError(f"windows ({self.windows}) exceeds steps ({self.steps}): every timed window needs a step")
-        if self.canary_steps > self.warmup_steps + self.steps:
-            raise ValueError("canary_steps exceeds warmup_steps + steps: the runs would not have that many losses")
-        return self
-
-
-def _absolute(text: str) -> str:
-    if not text.startswith("/"):
-        raise ValueError(f"expected an absolute path (each node resolves it on its own), got {text!r}")
-    return text
-
-
-class StoragePath(Strict):
-    """A folder checked on every node; ``path: null`` is each node's temporary folder ($TMPDIR, else /tmp)."""
-
-    path: Annotated[str, AfterValidator(_absolute)] | None = None
-    shared: bool = False  # true: one filesystem every node sees (node 0 writes a file, every node reads it back)
-
-
-class Storage(Strict):
-    """Paths every node must see, and a checkpoint written to each and read back; ``checkpoint_size`` per rank."""
-
-    paths: dict[RunName, StoragePath] = {"tmp": StoragePath()}  # the name goes into metric names and test ids
-    checkpoint_size: Size = "256M"
+if TYPE_CHECKING:
+    Timeouts = TimeoutsBase
+else:
+    Timeouts = create_model(
+        "Timeouts",
+        __base__=TimeoutsBase,
+        __module__=__name__,
+        **{family.name: (Seconds | None, None) for family in FAMILIES},
+    )
 
 
 class Threshold(Strict):
@@ -276,20 +122,38 @@ class Baseline(Strict):
     tolerances: dict[str, Tolerance] = {}  # per metric name, replacing the default
 
 
-class ProfileModel(Strict):
+class ProfileBase(Strict):
+    """The sections every profile has; the families' sections come from the registry (``ProfileModel``)."""
+
     name: str
     description: str = ""
     extends: str | None = None
     topology: Topology = Topology(device="cpu", backend="gloo", ranks_per_node=2)
     env: dict[str, str] = {}
     timeouts: Timeouts = Timeouts()
-    connectivity: Connectivity = Connectivity()
-    collectives: Collectives = Collectives()
-    internode: Internode = Internode()
-    health: Health = Health()
-    compute: Compute = Compute()
-    training: Training = Training()
-    storage: Storage = Storage()
     thresholds: dict[str, Threshold] = {}
     cost: Cost | None = None
     baseline: Baseline = Baseline()
+
+
+if TYPE_CHECKING:
+
+    class ProfileModel(ProfileBase):
+        """For the type checker only: the sections of the registry's families as the code reads them. A new
+        family's code reads its own with ``Family.section_of``; the model below is built from the registry."""
+
+        connectivity: Connectivity = Connectivity()
+        health: Health = Health()
+        storage: Storage = Storage()
+        compute: Compute = Compute()
+        collectives: Collectives = Collectives()
+        internode: Internode = Internode()
+        training: Training = Training()
+
+else:
+    ProfileModel = create_model(
+        "ProfileModel",
+        __base__=ProfileBase,
+        __module__=__name__,
+        **{family.name: (family.section, family.section()) for family in FAMILIES},
+    )

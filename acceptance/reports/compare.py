@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from acceptance.evidence.verdict import verdict_of
 from acceptance.numbers import fmt
 from acceptance.profile.baseline import Change, change, figures, tolerance_for
 from acceptance.reports import view
@@ -130,7 +131,7 @@ def summary(old: Mapping[str, Any], new: Mapping[str, Any], found: list[Row], na
     for label, data, name in (("old", old, names[0]), ("new", new, names[1])):
         profile = data.get("profile") or {}
         lines.append(
-            f"{label}: {name}: {view.verdict(data)}, profile {profile.get('name')} "
+            f"{label}: {name}: {verdict_of(data)}, profile {profile.get('name')} "
             f"sha256 {str(profile.get('sha256'))[:12]}, started {data.get('started')}"
         )
     bad = [r for r in found if r.regression]

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from acceptance.evidence.verdict import verdict_of
 from acceptance.reports import measured, training, view
 from acceptance.reports.blocks import Block, Heading, Table, Text, Verdict
 
@@ -28,7 +29,7 @@ def verdict(data: Mapping[str, Any], origin: str) -> Verdict:
     if view.merged(data):
         parts = [f"{m.get('node') or m.get('host')}: {m.get('verdict')}" for m in data["merged_from"]]
         facts.append(("merged from", "; ".join(parts)))
-    return Verdict(view.verdict(data), view.verdict_note(data), facts)
+    return Verdict(verdict_of(data), view.verdict_note(data), facts)
 
 
 def _agree(data: Mapping[str, Any], found: list[view.Figure]) -> tuple[bool, list[Block]]:

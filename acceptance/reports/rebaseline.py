@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from acceptance.evidence.verdict import verdict_of
 from acceptance.numbers import fmt
 from acceptance.profile.metrics import better, canonical_metric
 from acceptance.reports import view
@@ -96,7 +97,7 @@ def document(
     measured = data.get("profile") or {}
     lines = [
         f"# bounds from {origin}: profile {measured.get('name')} (sha256 {str(measured.get('sha256'))[:12]}),",
-        f"# run started {started}, verdict {view.verdict(data)}; ref = measured, lower/upper relative to ref",
+        f"# run started {started}, verdict {verdict_of(data)}; ref = measured, lower/upper relative to ref",
         "thresholds:",
     ]
     for figure in figures:

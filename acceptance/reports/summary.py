@@ -3,11 +3,29 @@ tokens per dollar where the profile names a price per GPU-hour. The plugin write
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping
 from typing import Any
 
 from acceptance.reports import training, view
 from acceptance.reports.table import render
+
+
+def counts(data: Mapping[str, Any]) -> str:
+    """Gated checks apart from recorded information, and the tests' outcomes: a figure without a bound held
+    nothing, so it is never counted as a passed check."""
+    verdicts = [c.get("verdict") for t in data.get("tests") or [] for c in t.get("checks") or []]
+    gated = [v for v in verdicts if v != "info"]
+    by_verdict = Counter(gated)
+    parts = [f"{by_verdict[v]} {word}" for v, word in _CHECK_WORDS if by_verdict[v]]
+    outcomes = Counter(t.get("outcome") for t in data.get("tests") or [])
+    tests = ", ".join(f"{n} {outcome}" for outcome, n in sorted(outcomes.items(), key=lambda kv: str(kv[0])))
+    held = f" ({', '.join(parts)})" if parts else ""
+    return f"checks: {len(gated)} gated{held}, {len(verdicts) - len(gated)} recorded as information; tests: {tests}"
+
+
+_CHECK_WORDS = (("pass", "held"), ("fail", "failed"), ("baseline_fail", "worse than the baseline"),
+                ("xfail", "known issues"))  # fmt: skip
 
 
 def lines(data: Mapping[str, Any]) -> list[str]:

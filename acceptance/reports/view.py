@@ -11,37 +11,16 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from acceptance.evidence.verdict import FAILED_CHECKS, verdict_of
+
 VERDICTS = ("PASS", "FAIL", "PARTIAL", "INCOMPLETE")
 CHECK_ORDER = {"fail": 0, "baseline_fail": 0, "xfail": 1, "pass": 2, "info": 3}
-FAILED = ("fail", "baseline_fail")  # baseline_fail: the bound held, the figure is worse than --cluster-baseline
+FAILED = FAILED_CHECKS  # baseline_fail: the bound held, the figure is worse than --cluster-baseline
 EVERY_NODE = "every node"
 
 
-def _failed_anything(data: Mapping[str, Any]) -> bool:
-    tests = data.get("tests") or []
-    return (
-        bool(data.get("errors"))
-        or any(t.get("outcome") in ("failed", "error") for t in tests)
-        or any(c.get("verdict") in FAILED for t in tests for c in t.get("checks") or [])
-        or any(p.get("status") == "failed" for p in data.get("probes") or [])
-    )
-
-
-def verdict(data: Mapping[str, Any]) -> str:
-    """PASS only for a complete run of the whole selection; older files say PASS with ``partial`` or
-    without ``complete``: those read PARTIAL and INCOMPLETE here, never PASS."""
-    stated = str(data.get("verdict") or "FAIL").upper()
-    if stated in ("PARTIAL", "INCOMPLETE"):
-        return stated
-    if stated != "PASS":
-        return "FAIL" if data.get("complete") or _failed_anything(data) else "INCOMPLETE"
-    if not data.get("complete"):
-        return "INCOMPLETE"
-    return "PARTIAL" if data.get("partial") else "PASS"
-
-
 def verdict_note(data: Mapping[str, Any]) -> str:
-    shown = verdict(data)
+    shown = verdict_of(data)
     if shown == "PASS":
         return "the whole suite for the profile ran; every gate held"
     if shown == "PARTIAL":

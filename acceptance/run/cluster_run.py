@@ -17,16 +17,18 @@ from pathlib import Path
 from typing import Any
 
 from acceptance.evidence.folder import LOCK_NAME, FolderLock, claim
+from acceptance.evidence.model import Check
 from acceptance.evidence.store import Evidence
 from acceptance.multinode.meeting import Meeting, PlanError
+from acceptance.profile.judge import BaselineFigures, Judge, Judgement
 from acceptance.profile.loader import Profile
 from acceptance.profile.model import Threshold
+from acceptance.profile.registry import WORKER_PROBES
 from acceptance.run import launcher as launch
-from acceptance.run.judging import Judged, judge
 from acceptance.run.placement import Placement
 from acceptance.run.progress import Watch, read_partial
 from acceptance.run.staged_jobs import StagedJob, StagedJobs, staged_s
-from acceptance.run.worker import WORKER_PROBES, Workers
+from acceptance.run.worker import Workers
 
 
 @dataclass
@@ -41,7 +43,10 @@ class ClusterRun:
     progress: Callable[[str], None] | None = None  # one line at a time: a probe starts, finishes, builds
     on_row: Callable[[dict[str, Any]], None] | None = None  # a probe's result rows as measured (the sweep's)
     worker: bool = True  # False: every probe a torchrun job of its own (--cluster-worker off)
+    baseline: BaselineFigures | None = None  # --cluster-baseline: the earlier run's figures by metric
+    baseline_label: str = "--cluster-baseline"  # how a figure worse than the baseline names it
     evidence: Evidence = field(init=False)
+    judge: Judge = field(init=False)  # the run's one judge: the profile and the baseline
     workers: Workers = field(init=False)
     lock: FolderLock | None = field(init=False, default=None)
     checked: set[str] = field(default_factory=set)
@@ -53,6 +58,7 @@ class ClusterRun:
 
     def __post_init__(self) -> None:
         """Claim the evidence folder (raises EvidenceFolderError) and write the first evidence."""
+        self.judge = Judge(self.profile, self.baseline, self.baseline_label)
         if self.persist:
             self.lock = claim(self.evidence_dir)
         p = self.profile
@@ -286,12 +292,27 @@ class ClusterRun:
 
     def check(
         self, nodeid: str, metric: str, value: float, unit: str, detail: str = "", default: Threshold | None = None
-    ) -> Judged:
-        """Bound ``value`` by the profile's threshold, else by ``default`` (see ``judging.judge``)."""
+    ) -> Judgement:
+        """The figure's verdict by the run's judge (``default``: see ``Judge.judge``), recorded in the evidence."""
         self.checked.add(metric)
-        judged = judge(self.profile, metric, value, unit, detail, default)
-        self.evidence.add_check(nodeid, judged.check)
+        judged = self.judge.judge(metric, value, unit, detail, default)
+        self.evidence.add_check(nodeid, check_record(judged))
         return judged
 
     def unchecked(self) -> list[str]:
         return sorted(set(self.profile.model.thresholds) - self.checked)
+
+
+def check_record(judged: Judgement) -> Check:
+    """The evidence's record of a judged figure."""
+    found = judged.baseline
+    return Check(
+        metric=judged.metric,
+        value=judged.value,
+        unit=judged.unit,
+        bound=judged.bound,
+        verdict=judged.verdict,
+        threshold=judged.threshold.model_dump(exclude_none=True) if judged.threshold else None,
+        detail=judged.detail or None,
+        baseline=None if found is None else {"value": found.value, "bound": found.bound, "tolerance": found.tolerance},
+    )

@@ -14,10 +14,12 @@ import json
 import re
 import socket
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from acceptance.families.heartbeat import RankState
 from acceptance.run import reaper
 
 TAIL_LINES = 30
@@ -36,7 +38,7 @@ HINTS = {
 class Stall:
     """A rank that had not finished when the probe ran out of time, as its heartbeat and this node saw it."""
 
-    state: dict[str, Any]
+    state: Mapping[str, Any]  # a heartbeat (RankState), or what torchrun's error file says of a rank without one
     idle_s: float  # since its last progress
     frozen: str | None  # why it cannot be making progress at all: stopped, wedged, gone, no heartbeat
 
@@ -45,9 +47,9 @@ class Stall:
         return int(self.state["rank"])
 
 
-def rank_states(out_dir: Path) -> list[dict[str, Any]]:
+def rank_states(out_dir: Path) -> list[RankState]:
     """Every rank's last heartbeat, in rank order."""
-    states = []
+    states: list[RankState] = []
     for path in sorted(out_dir.glob("rank-*.json"), key=lambda p: int(p.stem.split("-")[1])):
         try:
             states.append(json.loads(path.read_text()))
@@ -76,7 +78,7 @@ def stalls(out_dir: Path, now: float | None = None) -> list[Stall]:
     return found
 
 
-def rank_label(state: dict[str, Any]) -> str:
+def rank_label(state: Mapping[str, Any]) -> str:
     gpu = f", {state['gpu_uuid']}" if state.get("gpu_uuid") else ""
     return f"rank {state['rank']} (host {state.get('host')}, local rank {state.get('local_rank')}{gpu})"
 

@@ -25,6 +25,7 @@ from typing import IO, Any
 import acceptance
 from acceptance.atomic_file import write_atomic
 from acceptance.families import staging
+from acceptance.families.heartbeat import RankState
 from acceptance.profile.model import Topology
 from acceptance.run import diagnose, reaper
 from acceptance.run.placement import Placement
@@ -52,7 +53,7 @@ class ProbeRun:
     timed_out: bool = False
     result: dict[str, Any] | None = None
     error: str | None = None
-    ranks: list[dict[str, Any]] = field(default_factory=list)
+    ranks: list[RankState] = field(default_factory=list)
 
 
 def torchrun_argv(
@@ -145,7 +146,7 @@ def child_env(profile_env: Mapping[str, str], extra: Mapping[str, str] | None = 
     return env
 
 
-def prepare(out_dir: Path, spec: dict[str, Any], topo: Topology, timeout_s: float) -> None:
+def prepare(out_dir: Path, spec: Mapping[str, object], topo: Topology, timeout_s: float) -> None:
     """A fresh folder for the probe, holding its ``spec.json``."""
     if out_dir.exists() and any(out_dir.iterdir()):
         # a reused evidence folder: keep the earlier run's files, but never read them as this run's
@@ -157,7 +158,7 @@ def prepare(out_dir: Path, spec: dict[str, Any], topo: Topology, timeout_s: floa
 
 def run(
     probe: str,
-    spec: dict[str, Any],
+    spec: Mapping[str, object],
     *,
     out_dir: Path,
     topo: Topology,
@@ -199,7 +200,7 @@ class Staged:
 
 def stage(
     probe: str,
-    spec: dict[str, Any],
+    spec: Mapping[str, object],
     *,
     out_dir: Path,
     topo: Topology,

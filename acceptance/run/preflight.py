@@ -17,29 +17,32 @@ import subprocess
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import cast
 
+from acceptance.families.health import NodeInventory, TorchView
 from acceptance.profile.model import ProfileModel
 
 FAULT_ENV = "ACCEPTANCE_TEST_FAULT"  # the tests' fault knob, the one the ranks read (acceptance.probes.rank)
 DETECT_TIMEOUT_S = 120.0  # importing torch and initialising NVML; minutes would mean a wedged driver
-Detect = Callable[[Mapping[str, str]], dict[str, Any]]
+Detect = Callable[[Mapping[str, str]], NodeInventory]
+# one GPU as the views saw it, merged: cuda_index, nvml_index, pci_bus_id, uuid, name (those some view gave)
+SeenGpu = dict[str, "int | str"]
 
 
 @dataclass(frozen=True)
 class PreflightResult:
     ok: bool
     message: str  # one line; empty when ok
-    gpus: list[dict[str, Any]] = field(default_factory=list)  # every GPU any view saw, merged by PCI bus id
-    answers: dict[str, Any] = field(default_factory=dict)  # the raw answers, for the evidence
+    gpus: list[SeenGpu] = field(default_factory=list)  # every GPU any view saw, merged by PCI bus id
+    answers: NodeInventory = field(default_factory=lambda: NodeInventory())  # the raw answers, for the evidence
 
 
-def detect(env: Mapping[str, str]) -> dict[str, Any]:
+def detect(env: Mapping[str, str]) -> NodeInventory:
     """This node's answers, from a subprocess with the ranks' environment."""
     argv = [sys.executable, "-m", "acceptance.probes.inventory"]
     try:
         done = subprocess.run(argv, env=dict(env), capture_output=True, text=True, timeout=DETECT_TIMEOUT_S)
-        return dict(json.loads(done.stdout))
+        return cast(NodeInventory, dict(json.loads(done.stdout)))  # the inventory's JSON, as it wrote it
     except (subprocess.TimeoutExpired, ValueError, OSError) as exc:
         return {"error": f"{' '.join(argv[1:])} gave no answer: {type(exc).__name__}: {exc}"}
 
@@ -62,11 +65,9 @@ def check(model: ProfileModel, env: Mapping[str, str], detect: Detect = detect) 
     return PreflightResult(problem is None, problem or "", gpus, answers)
 
 
-def _problem(
-    model: ProfileModel, answers: dict[str, Any], gpus: list[dict[str, Any]], env: Mapping[str, str]
-) -> str | None:
+def _problem(model: ProfileModel, answers: NodeInventory, gpus: list[SeenGpu], env: Mapping[str, str]) -> str | None:
     topo, name = model.topology, model.name
-    torch = answers.get("torch") or {}
+    torch = answers.get("torch") or TorchView()
     if answers.get("error") or (torch.get("error") and not torch.get("version")):
         failure = answers.get("error") or torch["error"]
         return f"profile {name} needs CUDA GPUs, but this node could not be inspected: {failure}"
@@ -92,7 +93,7 @@ def _problem(
     )
 
 
-def _missing(gpus: list[dict[str, Any]], count: int, answers: dict[str, Any]) -> str:
+def _missing(gpus: list[SeenGpu], count: int, answers: NodeInventory) -> str:
     """The GPUs some view saw that CUDA cannot use, with the reason each is out; else how many are gone."""
     named = [f"{describe(g)} ({_why_out(g)})" for g in gpus if g.get("cuda_index") is None]
     if named:
@@ -101,19 +102,19 @@ def _missing(gpus: list[dict[str, Any]], count: int, answers: dict[str, Any]) ->
     return f"{count} GPU(s) that neither the PCI bus, NVML nor CUDA lists{nvml_note}"
 
 
-def _why_out(gpu: dict[str, Any]) -> str:
+def _why_out(gpu: SeenGpu) -> str:
     if gpu.get("nvml_index") is not None:
         return "NVML lists it, CUDA does not: hidden by CUDA_VISIBLE_DEVICES, or CUDA cannot use it"
     return "on the PCI bus, not answering NVML: fallen off the bus, or no driver bound"
 
 
-def describe(gpu: dict[str, Any]) -> str:
+def describe(gpu: SeenGpu) -> str:
     index = gpu.get("cuda_index", gpu.get("nvml_index"))
-    parts = ", ".join(p for p in (gpu.get("pci_bus_id"), gpu.get("uuid"), gpu.get("name")) if p)
+    parts = ", ".join(str(p) for p in (gpu.get("pci_bus_id"), gpu.get("uuid"), gpu.get("name")) if p)
     return f"GPU {index} ({parts})" if index is not None else f"the GPU at {parts}"
 
 
-def bus_id(raw: Any) -> str | None:
+def bus_id(raw: object) -> str | None:
     """NVML writes 00000000:18:00.0, sysfs and torch 0000:18:00.0: one spelling to compare them."""
     if not isinstance(raw, str) or raw.count(":") != 2:
         return None
@@ -124,15 +125,15 @@ def bus_id(raw: Any) -> str | None:
         return None
 
 
-def inventory(answers: dict[str, Any]) -> list[dict[str, Any]]:
+def inventory(answers: NodeInventory) -> list[SeenGpu]:
     """One entry per GPU seen by any view, merged by bus id (or UUID): what CUDA, NVML and PCI say."""
-    merged: dict[str, dict[str, Any]] = {}
+    merged: dict[str, SeenGpu] = {}
 
-    def add(key: str | None, fallback: str, **fields: Any) -> None:
+    def add(key: str | None, fallback: str, **fields: int | str | None) -> None:
         entry = merged.setdefault(key or fallback, {})
         entry.update({k: v for k, v in fields.items() if v is not None and k not in entry})
 
-    for dev in (answers.get("torch") or {}).get("devices", []):
+    for dev in (answers.get("torch") or TorchView()).get("devices", []):
         key = bus_id(dev.get("pci_bus_id"))
         add(
             key,
@@ -144,8 +145,8 @@ def inventory(answers: dict[str, Any]) -> list[dict[str, Any]]:
         )
     for gpu in answers.get("nvml") or []:
         key = bus_id(gpu.get("pci_bus_id"))
-        uuid = gpu.get("uuid") if isinstance(gpu.get("uuid"), str) else None
-        name = gpu.get("name") if isinstance(gpu.get("name"), str) else None
+        uuid, name = gpu.get("uuid"), gpu.get("name")
+        uuid, name = (uuid if isinstance(uuid, str) else None), (name if isinstance(name, str) else None)
         add(
             key,
             str(uuid or f"nvml-{gpu.get('index')}"),

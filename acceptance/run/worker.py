@@ -22,11 +22,11 @@ import subprocess
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 from acceptance.atomic_file import write_atomic
 from acceptance.families.isolation import NODE_ENV
 from acceptance.profile.model import Topology
+from acceptance.profile.registry import WORKER_PROBES
 from acceptance.run import diagnose, reaper
 from acceptance.run import launcher as launch
 from acceptance.run.placement import Placement
@@ -36,11 +36,9 @@ POLL_S = 0.05  # how often the plugin looks for the probe's end: a few small fil
 # (its exit barrier), and the nodes close their workers within seconds of each other, after the verdicts
 EXIT_GRACE_S = 10.0
 EARLY = "00-session-start"  # the folder of the worker started with the session (``Workers.start_early``)
-# The probes that run on the whole world with the session's environment and keep nothing in the process
-# from one probe to the next (``Ctx.release``): the worker runs them. Training keeps a fresh process per
-# job (DeepSpeed's and torch.compile's module state, GPU memory), and so does a run on a smaller world (a
-# scaling baseline) or with variables of its own (NCCL_ALGO is read when a communicator is created).
-WORKER_PROBES = frozenset({"connectivity", "health", "compute", "storage", "collectives", "internode", "isolation"})
+# The worker runs the probes the registry lets it (``Family.in_worker``), on the whole world with the
+# session's environment; a run on a smaller world (a scaling baseline) or with variables of its own
+# (NCCL_ALGO is read when a communicator is created) keeps a job of its own.
 
 
 class Worker:
@@ -77,7 +75,9 @@ class Worker:
     def alive(self) -> bool:
         return self.proc.poll() is None
 
-    def run(self, probe: str, spec: dict[str, Any], out_dir: Path, topo: Topology, timeout_s: float) -> launch.ProbeRun:
+    def run(
+        self, probe: str, spec: Mapping[str, object], out_dir: Path, topo: Topology, timeout_s: float
+    ) -> launch.ProbeRun:
         """Run ``probe`` in the worker; raise ``launcher.ProbeError`` (the job has then exited or been ended)
         unless it produced a result. The first probe's time counts from the worker's start, which it waited for;
         a worker started early has started beside the session's own start, and its first probe counts from its
@@ -96,7 +96,8 @@ class Worker:
         finished = outcome.returncode is None and not outcome.timed_out
         return launch.conclude(outcome, finished, timeout_s, stalled, starting)
 
-    def _post(self, request: dict[str, Any]) -> None:
+    def _post(self, request: Mapping[str, str | bool]) -> None:
+        """A request for the ranks (``acceptance.probes.worker``): a probe's name, spec and folder, or exit."""
         write_atomic(self.folder / "requests" / f"{self.served}.json", json.dumps(request))
 
     def _wait(self, outcome: launch.ProbeRun, deadline: float) -> tuple[list[diagnose.Stall], int]:
@@ -234,7 +235,9 @@ class Workers:
         if len(set(tokens)) != 1 or not tokens[0]:
             self.close()
 
-    def run(self, probe: str, spec: dict[str, Any], where: tuple[str, int, Path], timeout_s: float) -> launch.ProbeRun:
+    def run(
+        self, probe: str, spec: Mapping[str, object], where: tuple[str, int, Path], timeout_s: float
+    ) -> launch.ProbeRun:
         """Run ``probe`` in the worker, starting one if there is none; ``where``: the rendezvous id's prefix,
         the probe's number in the session and its folder."""
         tag, seq, out_dir = where

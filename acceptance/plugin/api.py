@@ -1,0 +1,118 @@
+"""The public API of the shipped suite: all that a test module in ``tests_cluster/`` imports, from here alone.
+
+A test module asks a fixture for its family's probe result, reads figures out of it with the family's rules
+and hands each to ``check``; the run's judge decides every verdict. What the suite needs of the run (its
+probes, the isolation rounds, the training job) is reached through the functions here, so that the plugin
+can change underneath without the suite changing (``tests/test_architecture.py`` holds the suite to it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import pytest
+
+from acceptance.families import compute as compute_rules
+from acceptance.families import health as health_rules
+from acceptance.families import links as links_rules
+from acceptance.families import storage as storage_rules
+from acceptance.families import training as training_rules
+from acceptance.families.answers import clock_events_text
+from acceptance.families.isolation import Isolation
+from acceptance.numbers import fmt
+from acceptance.plugin import remeasure
+from acceptance.plugin.checker import NO_PROFILE, Checker, current, probe_result, probe_wall_s, require_ranks
+from acceptance.plugin.training_stage import baseline, needed
+from acceptance.profile.judge import MUST_BE_ZERO
+from acceptance.profile.model import ProfileModel, Threshold
+from acceptance.run import isolation
+from acceptance.run.cluster_run import ClusterRun
+from acceptance.run.launcher import ProbeError
+from acceptance.run.training_jobs import baseline_run, strategy_runs
+
+__all__ = [
+    "MUST_BE_ZERO",
+    "NO_PROFILE",
+    "Checker",
+    "ClusterRun",
+    "Isolation",
+    "ProbeError",
+    "ProfileModel",
+    "Threshold",
+    "baseline_run",
+    "clock_events_text",
+    "compute_figures",
+    "compute_rules",
+    "earlier_isolation",
+    "earlier_readings",
+    "fmt",
+    "health_rules",
+    "isolate_if_failing",
+    "isolation_env",
+    "links_rules",
+    "parametrize_from_profile",
+    "probe_result",
+    "probe_wall_s",
+    "require_ranks",
+    "storage_rules",
+    "tolerance_below_median",
+    "training_rules",
+    "training_runs",
+]
+
+
+def parametrize_from_profile(
+    metafunc: pytest.Metafunc,
+    argname: str,
+    cases: Callable[[ProfileModel], Sequence[Any]],
+    ids: Callable[[Any], str] = str,
+) -> None:
+    """Parametrize ``argname`` with the profile's cases (``test_busbw[all_reduce-1G]``), so that each figure
+    is its own JUnit case; without a profile, one case that skips and says how to pick one."""
+    if argname not in metafunc.fixturenames:
+        return
+    run = current(metafunc.config)
+    if run is None:
+        metafunc.parametrize(argname, [pytest.param(None, marks=pytest.mark.skip(reason=NO_PROFILE))])
+        return
+    chosen = list(cases(run.profile.model))
+    metafunc.parametrize(argname, chosen, ids=[ids(case) for case in chosen])
+
+
+def compute_figures(run: ClusterRun) -> dict[str, Any]:
+    """The per-GPU speed probe's result; a figure the judge would fail is measured again before it stands
+    (``compute.remeasure``)."""
+    return remeasure.measured(run)
+
+
+def earlier_readings(result: dict[str, Any], figure: str) -> str:
+    """What a per-GPU figure read before it was measured again, in words ("" when it was measured once)."""
+    return remeasure.earlier_text(result, figure)
+
+
+def tolerance_below_median(run: ClusterRun, figure: str) -> Threshold:
+    """The bound of ``compute.<figure>_below_median``: the profile's, else ``compute.tolerance``."""
+    return remeasure.tolerance(run, figure)
+
+
+def training_runs(run: ClusterRun, session: pytest.Session) -> dict[str, dict[str, Any]]:
+    """Every strategy the selected training tests read, and the scaling baseline, from one training job."""
+    return strategy_runs(run, needed(run, session.items), baseline(run, session.items))
+
+
+def isolate_if_failing(run: ClusterRun, metric: str, value: float) -> Isolation | None:
+    """The isolation rounds, when they are on and the judge fails the figure across nodes; else None."""
+    if not (isolation.enabled(run) and run.judge.fails(metric, value)):
+        return None
+    return isolation.isolate(run)
+
+
+def isolation_env(run: ClusterRun) -> dict[str, str]:
+    """The variables a probe across nodes needs for the isolation's node naming."""
+    return isolation.node_env(run)
+
+
+def earlier_isolation(run: ClusterRun) -> Isolation | None:
+    """The isolation an earlier figure of this run started, if one did."""
+    return isolation.earlier(run)

@@ -1,0 +1,121 @@
+"""The one judge: every figure's verdict, from the profile and, if given, a baseline run.
+
+The plugin's checks, the re-measure of a low per-GPU figure, the isolation's trigger, ``sweep`` and
+``bench_train`` all ask one ``Judge``; nothing else compares a figure with a bound or a baseline. The rules,
+in order:
+
+1. The bound: the profile's threshold for the metric, else the caller's built-in default (a correctness
+   figure such as wrong elements is never mere information: it must be 0). No bound: information, recorded
+   and never passed or failed.
+2. A known issue: a threshold with ``xfail`` turns a miss into ``xfail`` (shown, not failed).
+3. The baseline (``--cluster-baseline``): a performance figure that met its bound but is worse than the
+   earlier run's beyond the profile's tolerance is ``baseline_fail``. Correctness figures are sanity gates,
+   kept apart from performance as ReFrame keeps sanity apart from its performance references: no baseline
+   moves them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from acceptance.numbers import fmt
+from acceptance.profile import baseline as baselines
+from acceptance.profile.bounds import evaluate
+from acceptance.profile.loader import Profile
+from acceptance.profile.metrics import Kind, kind
+from acceptance.profile.model import Threshold
+
+# the verdict of one figure; the evidence's ``CheckVerdict`` holds the same words
+FigureVerdict = Literal["pass", "fail", "xfail", "info", "baseline_fail"]
+FAILED: frozenset[FigureVerdict] = frozenset({"fail", "baseline_fail"})
+MUST_BE_ZERO = Threshold(eq=0, source="built-in: correctness is never mere information")
+# the earlier run's checks by metric (``baseline.figures`` of its evidence)
+BaselineFigures = Mapping[str, Mapping[str, Any]]
+
+
+@dataclass(frozen=True)
+class BaselineRecord:
+    """What the baseline run said of the figure: its value, the bound it set now, and the tolerance."""
+
+    value: float | None
+    bound: str
+    tolerance: float
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """A figure's final verdict, with the bound in words and the one line a failing test shows."""
+
+    metric: str
+    value: float
+    unit: str
+    verdict: FigureVerdict
+    bound: str  # the profile's bound in words ("" for information); " and " the baseline's where it failed
+    threshold: Threshold | None
+    kind: Kind
+    message: str  # "" unless the verdict is fail, xfail or baseline_fail
+    detail: str = ""
+    baseline: BaselineRecord | None = None
+
+    @property
+    def failed(self) -> bool:
+        return self.verdict in FAILED
+
+    @property
+    def gated(self) -> bool:
+        return self.threshold is not None
+
+    @property
+    def xfail_reason(self) -> str | None:
+        return self.threshold.xfail if self.threshold is not None else None
+
+
+@dataclass(frozen=True)
+class Judge:
+    """Built once per run from the profile and the baseline run's figures (None: no baseline)."""
+
+    profile: Profile
+    baseline: BaselineFigures | None = None
+    baseline_label: str = "--cluster-baseline"  # how a failure names the baseline
+
+    def judge(
+        self, metric: str, value: float, unit: str = "", detail: str = "", default: Threshold | None = None
+    ) -> Judgement:
+        """``value`` of ``metric`` by the rules of the module's docstring; ``default`` bounds a figure the
+        profile does not (a correctness figure's built-in ``MUST_BE_ZERO``)."""
+        threshold = self.profile.threshold(metric) or default
+        figure_kind = kind(metric)
+        if threshold is None:
+            return Judgement(metric, value, unit, "info", "", None, figure_kind, "", detail)
+        ok, bound = evaluate(threshold, value)
+        if not ok:
+            verdict: FigureVerdict = "xfail" if threshold.xfail else "fail"
+            message = f"{metric} = {fmt(value)} {unit}, expected {bound} (profile {self.profile.name})"
+            return Judgement(
+                metric, value, unit, verdict, bound, threshold, figure_kind, _with(message, detail), detail
+            )
+        judged = self._against_baseline(metric, value, figure_kind)
+        if judged is None:
+            return Judgement(metric, value, unit, "pass", bound, threshold, figure_kind, "", detail)
+        record = BaselineRecord(judged.change.old, judged.change.limit, judged.change.tolerance)
+        if judged.ok:
+            return Judgement(metric, value, unit, "pass", bound, threshold, figure_kind, "", detail, record)
+        message = _with(f"{judged.message} [{self.baseline_label}]", detail)
+        both = f"{bound} and {judged.change.limit}"
+        return Judgement(metric, value, unit, "baseline_fail", both, threshold, figure_kind, message, detail, record)
+
+    def fails(self, metric: str, value: float, default: Threshold | None = None) -> bool:
+        """Whether ``judge`` would fail the figure (a known issue and information never fail)."""
+        return self.judge(metric, value, default=default).failed
+
+    def _against_baseline(self, metric: str, value: float, figure_kind: Kind) -> baselines.Judgement | None:
+        if self.baseline is None or figure_kind == "correctness":
+            return None
+        tolerance = baselines.tolerance_for(self.profile.resolved, metric)
+        return baselines.judge(self.baseline, metric, value, True, tolerance)
+
+
+def _with(message: str, detail: str) -> str:
+    return f"{message}\n{detail}" if detail else message

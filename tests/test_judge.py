@@ -1,0 +1,121 @@
+"""One judge for every figure: its rules, and every figure of earlier runs keeping its name and its verdict.
+
+The earlier runs are a local-cpu run and the last whole suites on one H100 and on 2x H200 before the family
+registry (``tests/data/figures``: each check of the run, and the thresholds it ran with). Each of their
+checks is judged again by today's ``Judge`` with the thresholds the run recorded: the name must be one the
+registry knows, and the verdict the one the run gave.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from acceptance.profile.judge import MUST_BE_ZERO, Judge
+from acceptance.profile.loader import Profile
+from acceptance.profile.metrics import shape_of
+from acceptance.profile.model import ProfileModel, Threshold
+from tests.harness import ROOT
+
+FIGURES = ROOT / "tests" / "data" / "figures"
+RUNS = ["local-cpu", "h100-x1", "h200-x2"]
+
+
+def _profile(name: str, resolved: dict[str, Any]) -> Profile:
+    """The run's profile as the judge reads it: its thresholds (the other sections of older evidence may be
+    of an older shape, and no verdict reads them)."""
+    text = json.dumps(resolved, sort_keys=True)
+    model = ProfileModel.model_validate({"name": name, "thresholds": resolved.get("thresholds") or {}})
+    return Profile(model, Path(f"{name}.yaml"), resolved, hashlib.sha256(text.encode()).hexdigest(), ())
+
+
+def _rejudged(profile: Profile, checks: list[dict[str, Any]]) -> list[tuple[str, str, str]]:
+    """(metric, verdict then, verdict now) for each check; a built-in bound the run recorded (a correctness
+    figure's ``MUST_BE_ZERO``, the loss that must fall) is the caller's default, as the test passed it."""
+    judge = Judge(profile)
+    out: list[tuple[str, str, str]] = []
+    for check in checks:
+        recorded = check.get("threshold")
+        default = Threshold.model_validate(recorded) if recorded and not profile.threshold(check["metric"]) else None
+        value = float("nan") if check["value"] is None else check["value"]
+        out.append((check["metric"], check["verdict"], judge.judge(check["metric"], value, default=default).verdict))
+    return out
+
+
+@pytest.mark.parametrize("run", RUNS)
+def test_every_figure_of_an_earlier_run_keeps_its_name_and_verdict(run: str) -> None:
+    data = json.loads((FIGURES / f"{run}.json").read_text())
+    profile = _profile(data["profile"]["name"], data["profile"]["resolved"])
+    found = _rejudged(profile, data["checks"])
+    assert len(found) > 90
+    assert [m for m, _, _ in found if shape_of(m) is None] == []
+    assert [(m, then, now) for m, then, now in found if then != now] == []
+
+
+def _local(**thresholds: object) -> Profile:
+    return _profile("p", {"thresholds": thresholds})
+
+
+BASELINE: dict[str, dict[str, object]] = {
+    "compute.matmul_tflops_min": {"metric": "compute.matmul_tflops_min", "value": 100.0, "bound": ">= 50"},
+    "training.ddp.loss_ratio": {"metric": "training.ddp.loss_ratio", "value": 0.5, "bound": "<= 0.99"},
+}
+
+
+def test_the_judge_orders_bound_known_issue_and_baseline() -> None:
+    profile = _local(**{"compute.matmul_tflops_min": {"min": 50}, "training.ddp.loss_ratio": {"max": 0.99}})
+    plain, against = Judge(profile), Judge(profile, BASELINE, "--cluster-baseline old")
+    assert plain.judge("compute.matmul_tflops_min", 80.0).verdict == "pass"
+    assert plain.judge("compute.matmul_tflops_min", 40.0).verdict == "fail"
+    assert plain.judge("compute.copy_gbps_min", 1.0).verdict == "info"  # no bound: recorded, never passed
+    worse = against.judge("compute.matmul_tflops_min", 80.0, "TFLOP/s", "slowest: GPU 1")
+    assert worse.verdict == "baseline_fail" and worse.failed
+    assert worse.bound == ">= 50 and >= 95 (baseline 100 -5%)"
+    assert worse.message.endswith("[--cluster-baseline old]\nslowest: GPU 1")
+    assert against.judge("compute.matmul_tflops_min", 97.0).verdict == "pass"
+    # correctness is apart from performance: a loss ratio twice the baseline's still passes its own gate
+    loss = against.judge("training.ddp.loss_ratio", 0.9)
+    assert loss.verdict == "pass" and loss.kind == "correctness" and loss.baseline is None
+    known = _local(**{"compute.matmul_tflops_min": {"min": 50, "xfail": "a riser"}})
+    assert Judge(known, BASELINE).judge("compute.matmul_tflops_min", 40.0).verdict == "xfail"
+    assert not Judge(known, BASELINE).fails("compute.matmul_tflops_min", 40.0)
+    assert Judge(profile).judge("collectives.all_reduce.wrong@1M", 3, default=MUST_BE_ZERO).failed
+
+
+# the primitives that compare a figure with a bound or a baseline, and the one module allowed to call them
+PRIMITIVES = {"evaluate", "judge"}
+PRIMITIVE_MODULES = {"acceptance.profile.bounds", "acceptance.profile.baseline"}
+JUDGE = ROOT / "acceptance" / "profile" / "judge.py"
+
+
+def _calls_of_primitives(path: Path) -> list[str]:
+    tree = ast.parse(path.read_text())
+    imported: set[str] = set()
+    modules: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module in PRIMITIVE_MODULES:
+            imported |= {a.asname or a.name for a in node.names if a.name in PRIMITIVES}
+        if isinstance(node, ast.ImportFrom) and node.module == "acceptance.profile":
+            modules |= {a.asname or a.name for a in node.names if a.name in ("bounds", "baseline")}
+    found = []
+    for call in (node for node in ast.walk(tree) if isinstance(node, ast.Call)):
+        func, where = call.func, f"{path.relative_to(ROOT)}:{call.lineno}"
+        if isinstance(func, ast.Name) and func.id in imported:
+            found.append(f"{where}: {func.id}")
+        on_module = isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id in modules
+        if on_module and isinstance(func, ast.Attribute) and func.attr in PRIMITIVES:
+            found.append(f"{where}: {ast.unparse(func)}")
+    return found
+
+
+def test_one_function_decides_a_figure_s_verdict() -> None:
+    """Nothing but the judge compares a figure with a bound or with a baseline run."""
+    paths = [*sorted((ROOT / "acceptance").rglob("*.py")), *sorted((ROOT / "tests_cluster").rglob("*.py"))]
+    found = [call for path in paths if path != JUDGE for call in _calls_of_primitives(path)]
+    assert found == []
+    assert _calls_of_primitives(JUDGE)  # and the judge does

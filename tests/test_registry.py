@@ -1,0 +1,73 @@
+"""The family registry: one descriptor per family, and everything about a family derived from it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from acceptance.cli.main import main
+from acceptance.profile.metrics import SHAPES, better, kind, metric_problem, scale, shape_of
+from acceptance.profile.model import ProfileModel, Timeouts
+from acceptance.profile.registry import FAMILIES, WORKER_PROBES, Family, family_of_module
+from tests.harness import PLUGIN_ARGS, ROOT
+
+IDS = [f.name for f in FAMILIES]
+
+
+@pytest.mark.parametrize("f", FAMILIES, ids=IDS)
+def test_each_family_has_one_name_on_every_side(f: Family[Any]) -> None:
+    assert (ROOT / "tests_cluster" / f"{f.module}.py").is_file()
+    for probe in f.probes:
+        assert (ROOT / "acceptance" / "probes" / f"{probe}.py").is_file()
+    assert set(f.in_worker) <= set(f.probes)
+    assert ProfileModel.model_fields[f.name].annotation is f.section  # its profile section
+    assert isinstance(f.section_of(ProfileModel(name="p")), f.section)
+    assert f.name in Timeouts.model_fields  # timeouts.<family>
+    assert family_of_module(f.module) is f
+    assert all(s.family is f for s in SHAPES if s.pattern.pattern.startswith(rf"^{f.name}\."))
+
+
+def test_the_worker_set_is_the_registry_s() -> None:
+    assert {"training"} & WORKER_PROBES == set()
+    assert {"isolation", "collectives", "connectivity"} <= WORKER_PROBES
+
+
+def test_a_figure_s_shape_says_its_side_kind_and_scale() -> None:
+    assert better("collectives.all_reduce.busbw_gbps@1G") == "higher"
+    assert better("collectives.all_reduce.busbw_gbps@1024M") == "higher"  # a size spelled otherwise
+    assert kind("collectives.all_reduce.wrong@1G") == "correctness"
+    assert kind("training.ddp.loss_ratio") == "correctness"
+    assert kind("compute.matmul_tflops_min") == "performance"
+    assert scale("compute.h2d_gbps_below_median") == "points"
+    assert scale("training.zero3.wall_s") == "bound"
+    assert shape_of("collectives.all_reduce.nonsense@1G") is None and better("nope.x") == "none"
+
+
+def test_a_threshold_outside_a_family_s_lists_is_a_typo() -> None:
+    profile = ProfileModel(name="p")
+    assert metric_problem("collectives.all_reduce.busbw_gbps@1G", profile) is None
+    assert metric_problem("collectives.all_reduce.busbw_gbps@2G", profile) == (
+        "size '2G' is not in this profile's list ['1M', '16M', '256M', '1G']"
+    )
+    assert "known shapes" in (metric_problem("colectives.x", profile) or "")
+
+
+def test_families_lists_every_family(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["families"]) == 0
+    out = capsys.readouterr().out
+    for f in FAMILIES:
+        assert f"-m {f.marker}" in out and f"{f.module}.py" in out and f.doc in out
+    assert main(["families", "--metrics"]) == 0
+    listed = capsys.readouterr().out
+    assert "collectives.<op>.busbw_gbps@<size>" in listed
+    assert "compute.matmul_tflops_min" in listed and "health.ecc_uncorrectable_volatile" in listed
+
+
+def test_the_suite_runs_in_the_registry_s_order(pytester: pytest.Pytester) -> None:
+    """Without a profile the cluster tests skip; their order is the registry's whatever the file names."""
+    for f in reversed(FAMILIES):
+        pytester.makepyfile(**{f.module: "def test_one(cluster):\n    pass\n"})
+    result = pytester.runpytest(*PLUGIN_ARGS, "--collect-only", "-q")
+    order = [line.split("::")[0].removesuffix(".py") for line in result.outlines if "::" in line]
+    assert order == [f.module for f in FAMILIES]
