@@ -6,13 +6,14 @@ import functools
 import gc
 import weakref
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import torch
 import torch.distributed as dist
 from torch._C._distributed_c10d import FileStore  # typed here; torch.distributed re-exports it
 
+from acceptance.families.training_figures import TrainingConfig
 from acceptance.probes import train_ds, train_model, train_strategies
 from acceptance.profile.model import Training
 
@@ -50,7 +51,11 @@ def test_zero3_engine_model_and_optimizer_freed(tmp_path: Path, monkeypatch: pyt
 
     dist.init_process_group("gloo", store=FileStore(str(tmp_path / "store"), 1), rank=0, world_size=1)
     try:
-        training = Training(micro_batch=2, grad_accum=1, precision="fp32", grad_clip=1.0).model_dump(mode="json")
+        # the profile's training section as plain data, as the probe's spec carries it
+        training = cast(
+            TrainingConfig,
+            Training(micro_batch=2, grad_accum=1, precision="fp32", grad_clip=1.0).model_dump(mode="json"),
+        )
         model = train_model.build_model("tiny", 64, torch.device("cpu"), seed=0)
         shape = train_strategies.model_shape(model)
         config, _ = train_ds.build("zero3", training, None, 1, shape, on_gpu=False)

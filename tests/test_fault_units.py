@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from acceptance.families.health import NodeInventory, NvmlListed, TorchDevice, TorchView
 from acceptance.profile.model import ProfileModel
 from acceptance.run import diagnose, preflight, reaper
 
@@ -28,20 +29,22 @@ def model(**topology: Any) -> ProfileModel:
     return ProfileModel.model_validate({"name": "h200-x2", "topology": topo})
 
 
-def cuda(*indices: int) -> dict[str, Any]:
-    devices = [{"index": n, "name": H200, "uuid": UUID[i], "pci_bus_id": BUS[i]} for n, i in enumerate(indices)]
+def cuda(*indices: int) -> TorchView:
+    devices: list[TorchDevice] = [
+        {"index": n, "name": H200, "uuid": UUID[i], "pci_bus_id": BUS[i]} for n, i in enumerate(indices)
+    ]
     return {"version": "2.6.0+cu124", "cuda": "12.4", "nccl": True, "available": bool(indices), "devices": devices}
 
 
-def nvml(*indices: int) -> list[dict[str, Any]]:
+def nvml(*indices: int) -> list[NvmlListed]:
     # NVML spells the bus id with an 8-digit domain
     return [{"index": n, "name": H200, "uuid": UUID[i], "pci_bus_id": f"0000{BUS[i]}"} for n, i in enumerate(indices)]
 
 
-def judge(answers: dict[str, Any], env: dict[str, str] | None = None, **topology: Any) -> preflight.PreflightResult:
+def judge(answers: NodeInventory, env: dict[str, str] | None = None, **topology: Any) -> preflight.PreflightResult:
     seen: list[dict[str, str]] = []
 
-    def detect(env: Any) -> dict[str, Any]:
+    def detect(env: Any) -> NodeInventory:
         seen.append(dict(env))
         return answers
 
@@ -102,13 +105,13 @@ def test_more_ranks_than_gpus_counts_the_ranks() -> None:
     ],
     ids=["cpu-only-build", "no-nccl", "no-torch"],
 )  # fmt: skip
-def test_a_torch_that_cannot_run_the_profile_is_one_line(torch: dict[str, Any], expected: str) -> None:
+def test_a_torch_that_cannot_run_the_profile_is_one_line(torch: TorchView, expected: str) -> None:
     result = judge({"pci": list(BUS), "nvml": nvml(0, 1), "torch": torch})
     assert not result.ok and result.message == expected
 
 
 def test_a_cpu_profile_inspects_nothing() -> None:
-    def detect(env: Any) -> dict[str, Any]:
+    def detect(env: Any) -> NodeInventory:
         raise AssertionError("a CPU profile needs no GPU inventory")
 
     cpu = ProfileModel.model_validate({"name": "local", "topology": {"device": "cpu", "backend": "gloo"}})

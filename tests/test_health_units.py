@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import copy
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, TypeVar, cast
 
 import pynvml
 import pytest
 
 from acceptance.families import health as gpu_health
-from acceptance.families.health import Expect, Figure
+from acceptance.families.answers import NotMeasured
+from acceptance.families.health import Expect, Figure, NodeHealth
 from acceptance.probes import nvml
 from acceptance.profile.loader import evaluate
 
@@ -100,11 +101,19 @@ class RecordedNvml:
         return 12040
 
 
-def node(host: str, gpus: list[dict[str, Any]], **kw: Any) -> dict[str, Any]:
+T = TypeVar("T")
+
+
+def answered(answer: T | NotMeasured) -> T:
+    """An answer the recorded NVML gives, as its measured type (for the type checker; nothing is checked)."""
+    return cast(T, answer)
+
+
+def node(host: str, gpus: list[dict[str, Any]], **kw: Any) -> NodeHealth:
     return {"host": host, "node_rank": 0, "nvml": nvml.read_node(RecordedNvml(gpus, **kw))}
 
 
-def figures(nodes: list[dict[str, Any]], expect: Expect = EXPECT) -> dict[str, Figure]:
+def figures(nodes: list[NodeHealth], expect: Expect = EXPECT) -> dict[str, Figure]:
     return {f.metric: f for f in gpu_health.evaluate(nodes, expect)}
 
 
@@ -120,11 +129,11 @@ def passes(fig: Figure) -> bool:
 
 
 def test_adapter_reads_a_healthy_gpu() -> None:
-    answers = nvml.read_node(RecordedNvml([h100(0)]))
-    gpu = answers["gpus"][0]
+    answers = answered(nvml.read_node(RecordedNvml([h100(0)])))
+    gpu = answered(answers["gpus"])[0]
     assert answers["driver_version"] == "550.54.15" and answers["cuda_driver_version"] == "12.4"
     assert gpu["pci_bus_id"] == "00000000:18:00.0" and gpu["name"] == H100
-    assert gpu["uuid"].startswith("GPU-0f2a6c1e") and gpu["memory_total_bytes"] == 85520809984
+    assert answered(gpu["uuid"]).startswith("GPU-0f2a6c1e") and gpu["memory_total_bytes"] == 85520809984
     assert (gpu["ecc_mode"], gpu["mig_mode"], gpu["persistence_mode"]) == (True, False, True)
     assert gpu["nvlink_active"] == 18 and gpu["clock_event_reasons"] == []
     assert gpu["pcie"] == {"gen": 5, "width": 16, "max_gen": 5, "max_width": 16}
@@ -212,8 +221,8 @@ def test_throttle_reasons_and_heat() -> None:
 
 def test_older_drivers_answer_the_throttle_query_by_its_old_name() -> None:
     old = with_change(0, GetCurrentClocksEventReasons=None, GetCurrentClocksThrottleReasons=0x8)
-    answers = nvml.read_node(RecordedNvml([old]))
-    assert answers["gpus"][0]["clock_event_reasons"] == ["hw_slowdown"]
+    answers = answered(nvml.read_node(RecordedNvml([old])))
+    assert answered(answers["gpus"])[0]["clock_event_reasons"] == ["hw_slowdown"]
 
 
 def test_missing_gpu_wrong_model_old_driver_and_down_link() -> None:

@@ -6,10 +6,12 @@ import json
 import os
 import time
 from pathlib import Path
+from typing import cast
 
 import pytest
 
 from acceptance.cli import walls
+from acceptance.families.heartbeat import RankIdentity
 from acceptance.run import progress
 from acceptance.run.progress import Watch, extension_roots
 from tests.harness import EVIDENCE
@@ -111,7 +113,8 @@ def test_walls_refuses_an_unreadable_file(tmp_path: Path, capsys: pytest.Capture
 def test_heartbeat_keeps_each_phase_and_when_it_began(tmp_path: Path) -> None:
     from acceptance.probes.rank import Heartbeat
 
-    beat = Heartbeat(tmp_path, {"rank": 0}, phase="import probe")
+    # deliberately incomplete: the rank alone, which names the heartbeat's file
+    beat = Heartbeat(tmp_path, cast(RankIdentity, {"rank": 0}), phase="import probe")
     beat.update(phase="write")
     beat.update(progress_at=0.0)  # not a phase: no new entry
     beat.update(phase="read")

@@ -15,15 +15,16 @@ from typing import Any, cast
 import pytest
 
 from acceptance.families import staging
+from acceptance.families.heartbeat import RankIdentity
 from acceptance.plugin.training_stage import TrainingStage, stage_point
-from acceptance.probes.rank import Heartbeat, wait_at_gate
+from acceptance.probes.rank import Heartbeat, ProbeSpec, wait_at_gate
 from acceptance.probes.train_strategies import preload
 from acceptance.profile.loader import load
 from acceptance.run.cluster_run import ClusterRun
 from acceptance.run.placement import Placement
 from tests.test_faults import HARNESS_TIMEOUT_S, MARK, assert_nothing_left
 
-IDENT = {"rank": 0, "node_rank": 0, "local_rank": 0, "host": "here"}
+IDENT: RankIdentity = {"rank": 0, "node_rank": 0, "local_rank": 0, "host": "here"}
 
 
 def _phases(path: Path) -> list[str]:
@@ -172,7 +173,8 @@ def test_no_job_is_staged_for_tests_that_will_not_run() -> None:
 
 def test_a_failed_preload_is_left_to_the_strategy_that_needs_it(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "deepspeed", None)  # import deepspeed raises ImportError
-    spec = {"training": {"model": "tiny", "compile": "none"}, "strategies": ["ddp", "zero1"]}
+    # deliberately incomplete: the training section has only what preload reads
+    spec = cast(ProbeSpec, {"training": {"model": "tiny", "compile": "none"}, "strategies": ["ddp", "zero1"]})
     preload(spec)  # ddp's job goes on; zero1 fails alone when it imports deepspeed itself
     with pytest.raises(ImportError):
         import deepspeed  # noqa: F401

@@ -13,10 +13,11 @@ from pathlib import Path
 import pytest
 
 from acceptance.families import storage as rules
+from acceptance.families.storage import NodeView
 from acceptance.probes import storage_files as files
 
 
-def view() -> dict[str, object]:
+def view() -> NodeView:
     return {"host": "gpu-0", "node_rank": 0}
 
 

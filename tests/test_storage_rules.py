@@ -4,11 +4,13 @@ not see node 0's file or has another mount, the slow node, and the profile's sto
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TypedDict, cast
 
 import pytest
+from typing_extensions import Unpack
 
 from acceptance.families import storage as rules
+from acceptance.families.storage import Checkpoint, Marker, MarkerRead, NodeView, ShardRow
 from acceptance.profile import loader as profiles
 from acceptance.profile.metrics import module_of
 
@@ -24,21 +26,37 @@ MOUNTINFO = """\
 """
 
 
-def node(rank: int, **extra: Any) -> dict[str, Any]:
-    view = {"host": f"gpu-{rank}", "node_rank": rank, "path": "/mnt/shared", "problem": None}
-    view.update(fstype="nfs4", source="10.0.0.5:/export/ckpt", mount_point="/mnt/shared", device=f"0:{45 + rank}")
+class NodeExtra(TypedDict, total=False):
+    """The fields of a node's view a test sets or overrides."""
+
+    problem: str | None
+    marker: MarkerRead
+    fstype: str | None
+    source: str | None
+    mount_point: str | None
+
+
+def node(rank: int, **extra: Unpack[NodeExtra]) -> NodeView:
+    view: NodeView = {"host": f"gpu-{rank}", "node_rank": rank, "path": "/mnt/shared", "problem": None}
+    view.update(
+        {"fstype": "nfs4", "source": "10.0.0.5:/export/ckpt", "mount_point": "/mnt/shared", "device": f"0:{45 + rank}"}
+    )
     return {**view, **extra}
 
 
-def rank_row(rank: int, node_rank: int, write_s: float, read_s: float = 1.0) -> dict[str, Any]:
-    return {
-        "rank": rank,
-        "node_rank": node_rank,
-        "host": f"gpu-{node_rank}",
-        "bytes": 2 * 10**9,
-        "write_s": write_s,
-        "read_s": read_s,
-    }
+def rank_row(rank: int, node_rank: int, write_s: float, read_s: float = 1.0) -> ShardRow:
+    # deliberately incomplete: only the fields the rates and the rank lines read
+    return cast(
+        ShardRow,
+        {
+            "rank": rank,
+            "node_rank": node_rank,
+            "host": f"gpu-{node_rank}",
+            "bytes": 2 * 10**9,
+            "write_s": write_s,
+            "read_s": read_s,
+        },
+    )
 
 
 def test_mountinfo_fields_and_escapes() -> None:
@@ -84,11 +102,11 @@ def test_space_problem_says_what_is_needed_and_what_is_free() -> None:
     assert rules.space_problem(2**20, 2**31) == "full: the checkpoint needs 2 GiB free, 0.000977 GiB is free"
 
 
-MARKER = {"file": "/mnt/shared/.cluster-acceptance/run-1-aa/from-node0.bin", "size": 1024, "sha256": "ab" * 32}
+MARKER: Marker = {"file": "/mnt/shared/.cluster-acceptance/run-1-aa/from-node0.bin", "size": 1024, "sha256": "ab" * 32}
 
 
 def test_every_node_reading_node0s_file_is_shared() -> None:
-    same = {"size": 1024, "sha256": "ab" * 32}
+    same: MarkerRead = {"size": 1024, "sha256": "ab" * 32}
     assert rules.not_shared([node(0, marker=same), node(1, marker=same)], MARKER) == []
 
 
@@ -139,7 +157,7 @@ def test_the_slowest_node_when_it_equals_the_median() -> None:
 
 
 def test_failed_and_differing_ranks_are_named() -> None:
-    rows = [
+    rows: list[ShardRow] = [
         {**rank_row(0, 0, 1.0), "error": "OSError: [Errno 28] No space left on device: '/x/__0_0.distcp'"},
         {**rank_row(1, 0, 1.0), "error": None, "wrong": 2, "tensors": 4, "read_from": 3},
         {**rank_row(2, 1, 1.0), "error": None, "wrong": 0},
@@ -151,7 +169,10 @@ def test_failed_and_differing_ranks_are_named() -> None:
 
 
 def test_aggregate_rate_is_all_bytes_over_the_whole_save() -> None:
-    done = {"bytes": 8 * 10**9, "save_s": 4.0, "load_s": 2.0, "ranks": [{}] * 4, "tensors_per_rank": 32}
+    # deliberately incomplete: empty rank rows and no "failed"; the aggregate reads only the totals
+    done = cast(
+        Checkpoint, {"bytes": 8 * 10**9, "save_s": 4.0, "load_s": 2.0, "ranks": [{}] * 4, "tensors_per_rank": 32}
+    )
     assert rules.aggregate(done, "write")[0] == 2.0 and rules.aggregate(done, "read")[0] == 4.0
     assert "by 4 ranks in 4 s" in rules.aggregate(done, "write")[1]
 
@@ -195,7 +216,8 @@ def test_storage_defaults_and_names(tmp_path: Path) -> None:
 
 
 def test_why_no_checkpoint_points_at_the_test_naming_the_nodes() -> None:
-    same, other = {"size": 1024, "sha256": "ab" * 32}, {"error": "does not exist (ENOENT)"}
+    same: MarkerRead = {"size": 1024, "sha256": "ab" * 32}
+    other: MarkerRead = {"error": "does not exist (ENOENT)"}
     assert rules.not_run([node(0), node(1, problem="is not a folder")], None) == (
         "the path is unusable on 1 of 2 nodes (see test_path_usable)"
     )
@@ -206,7 +228,12 @@ def test_why_no_checkpoint_points_at_the_test_naming_the_nodes() -> None:
 
 
 def test_a_read_from_the_page_cache_is_said() -> None:
-    rows = [{"host": "gpu-0", "node_rank": 0, "cache_kept": "/x/__0_0.distcp: Invalid argument (EINVAL)"}, {}]
-    done = {"bytes": 10**9, "save_s": 1.0, "load_s": 1.0, "ranks": rows, "tensors_per_rank": 16}
+    # deliberately incomplete: a row with only what names the node and why the cache was kept, an empty row
+    rows = cast(
+        list[ShardRow],
+        [{"host": "gpu-0", "node_rank": 0, "cache_kept": "/x/__0_0.distcp: Invalid argument (EINVAL)"}, {}],
+    )
+    # deliberately incomplete: no "failed"; the aggregate reads only the totals and the rows
+    done = cast(Checkpoint, {"bytes": 10**9, "save_s": 1.0, "load_s": 1.0, "ranks": rows, "tensors_per_rank": 16})
     assert "memory's: gpu-0 (node 0): /x/__0_0.distcp: Invalid argument (EINVAL)" in rules.aggregate(done, "read")[1]
     assert "memory" not in rules.aggregate(done, "write")[1]

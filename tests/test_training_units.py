@@ -4,20 +4,27 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import torch
 
 from acceptance.families import training as plan
 from acceptance.families import training_figures as figs
+from acceptance.families.training_figures import RankRun, RawRun, TrainingConfig
+from acceptance.json_types import JSONObject
 from acceptance.probes import train_ds, train_model, train_strategies
 from acceptance.probes.host_load import HostLoad
 from acceptance.profile import loader as profiles
 from acceptance.profile.model import Training
 
 LAYER = "transformers.models.llama.modeling_llama.LlamaDecoderLayer"
-TRAINING = Training(micro_batch=8, grad_accum=4, precision="bf16", grad_clip=1.0).model_dump(mode="json")
+# what train_ds.build returns, its DeepSpeed config read as open JSON: the tests index into it
+Built = tuple[dict[str, Any], JSONObject]
+# the profile's training section as plain data, as the probe's spec carries it
+TRAINING = cast(
+    TrainingConfig, Training(micro_batch=8, grad_accum=4, precision="bf16", grad_clip=1.0).model_dump(mode="json")
+)
 
 
 def meta_model(name: str) -> Any:
@@ -54,7 +61,9 @@ def test_decoder_layers_found() -> None:
 
 @pytest.mark.parametrize(("strategy", "stage"), [("zero1", 1), ("zero2", 2), ("zero3", 3), ("zero3_offload", 3)])
 def test_builtin_config(strategy: str, stage: int) -> None:
-    config, resolved = train_ds.build(strategy, TRAINING, None, world_size=2, shape=(768, LAYER), on_gpu=True)
+    config, resolved = cast(
+        Built, train_ds.build(strategy, TRAINING, None, world_size=2, shape=(768, LAYER), on_gpu=True)
+    )
     assert resolved == {}
     assert config["zero_optimization"]["stage"] == stage
     assert (config["train_micro_batch_size_per_gpu"], config["gradient_accumulation_steps"]) == (8, 4)
@@ -68,7 +77,7 @@ def test_builtin_config(strategy: str, stage: int) -> None:
 
 def test_zero3_leaf_layers_on_the_gpu_only() -> None:
     """DeepSpeed's CPU accelerator cannot zero a leaf layer's gradient: the CPU run keeps a hook per submodule."""
-    config, _ = train_ds.build("zero3", TRAINING, None, world_size=2, shape=(768, LAYER), on_gpu=False)
+    config, _ = cast(Built, train_ds.build("zero3", TRAINING, None, world_size=2, shape=(768, LAYER), on_gpu=False))
     assert "leaf_module" not in config["zero_optimization"]
     assert config["zero_optimization"]["overlap_comm"] is False
 
@@ -81,21 +90,25 @@ def test_zero3_leaf_layers_found_by_deepspeed(name: str) -> None:
     from deepspeed.utils.z3_leaf_module import apply_zero_leaf_module_config
 
     model = meta_model(name)
-    config, _ = train_ds.build("zero3", TRAINING, None, 2, train_strategies.model_shape(model), on_gpu=True)
+    config, _ = cast(
+        Built, train_ds.build("zero3", TRAINING, None, 2, train_strategies.model_shape(model), on_gpu=True)
+    )
     flagged = apply_zero_leaf_module_config(model, DeepSpeedZeroConfig(**config["zero_optimization"]).leaf_module)
     assert [id(m) for m in flagged] == [id(m) for m in train_model.decoder_layers(model)]
 
 
 def test_auto_resolved_to_the_run() -> None:
-    user = {
+    user: JSONObject = {
         "train_micro_batch_size_per_gpu": "auto",
         "train_batch_size": "auto",
         "gradient_clipping": "auto",
         "bf16": {"enabled": "auto"},
         "zero_optimization": {"stage": 3, "reduce_bucket_size": "auto", "stage3_prefetch_bucket_size": "auto"},
     }
-    training = {**TRAINING, "deepspeed": {"tuned": {"base": "zero3", "config": user}}}
-    config, resolved = train_ds.build("tuned", training, user, world_size=4, shape=(1024, LAYER), on_gpu=True)
+    training: TrainingConfig = {**TRAINING, "deepspeed": {"tuned": {"base": "zero3", "config": user}}}
+    config, resolved = cast(
+        Built, train_ds.build("tuned", training, user, world_size=4, shape=(1024, LAYER), on_gpu=True)
+    )
     assert resolved == {
         "train_micro_batch_size_per_gpu": 8,
         "train_batch_size": 8 * 4 * 4,
@@ -109,9 +122,9 @@ def test_auto_resolved_to_the_run() -> None:
 
 
 def test_user_values_override_builtin() -> None:
-    user = {"zero_optimization": {"overlap_comm": False, "reduce_bucket_size": 123}}
-    training = {**TRAINING, "deepspeed": {"z2": {"base": "zero2", "config": user}}}
-    config, _ = train_ds.build("z2", training, user, world_size=2, shape=(64, LAYER), on_gpu=True)
+    user: JSONObject = {"zero_optimization": {"overlap_comm": False, "reduce_bucket_size": 123}}
+    training: TrainingConfig = {**TRAINING, "deepspeed": {"z2": {"base": "zero2", "config": user}}}
+    config, _ = cast(Built, train_ds.build("z2", training, user, world_size=2, shape=(64, LAYER), on_gpu=True))
     assert config["zero_optimization"]["overlap_comm"] is False
     assert config["zero_optimization"]["reduce_bucket_size"] == 123
     assert config["zero_optimization"]["stage"] == 2
@@ -128,7 +141,7 @@ def test_user_values_override_builtin() -> None:
     ],
 )
 def test_user_config_errors(user: dict[str, Any], message: str) -> None:
-    training = {**TRAINING, "deepspeed": {"z2": {"base": "zero2", "config": user}}}
+    training: TrainingConfig = {**TRAINING, "deepspeed": {"z2": {"base": "zero2", "config": user}}}
     with pytest.raises(train_ds.DeepSpeedConfigError, match=r"training\.deepspeed\.z2\.config: ") as info:
         train_ds.build("z2", training, user, world_size=2, shape=(64, LAYER), on_gpu=True)
     assert message in str(info.value)
@@ -170,31 +183,49 @@ def test_scaling_efficiency() -> None:
     assert plan.scaling_efficiency({"tokens_per_s_per_gpu": 90.0}, {"tokens_per_s_per_gpu": 100.0}) == 0.9
 
 
-def _rank(rank: int, step_s: list[float], util: float | None, events: dict[str, float] | None = None) -> dict[str, Any]:
+def _rank(rank: int, step_s: list[float], util: float | None, events: dict[str, float] | None = None) -> RankRun:
     reason = None if util is not None else "no GPU"
-    return {
-        "rank": rank,
-        "host": "h",
-        "step_s": step_s,
-        "loop_s": sum(step_s),
-        "mem_gib": 1.0 + rank,
-        "held_at_start_gib": 0.25 * rank,
-        "util": {"mean_pct": util, "reason": reason, "clock_events": events, "clock_events_reason": reason},
-    }
+    # deliberately incomplete: no host_load, trace or util samples, which the figures do not need
+    return cast(
+        RankRun,
+        {
+            "rank": rank,
+            "host": "h",
+            "step_s": step_s,
+            "loop_s": sum(step_s),
+            "mem_gib": 1.0 + rank,
+            "held_at_start_gib": 0.25 * rank,
+            "util": {"mean_pct": util, "reason": reason, "clock_events": events, "clock_events_reason": reason},
+        },
+    )
 
 
 PEAKS = {"bf16": 1e-6, "fp16": 1e-6, "fp32": 0.5e-6}
 
 
 def test_figures_take_the_slowest_rank_per_window() -> None:
-    t = {**TRAINING, "micro_batch": 2, "grad_accum": 1, "seq_len": 100, "windows": 2, "peak_tflops": PEAKS}
-    t["peak_tflops_source"] = "x"
-    raw = {
-        "ranks": [_rank(0, [0.1, 0.1, 0.1, 0.1], 90.0, {"sw_power_cap": 1.0}), _rank(1, [0.1, 0.2, 0.1, 0.2], 60.0)],
-        "losses": [8.0, 6.0],
-        "shape": {"flops_per_token": 1000},
-        "mem_source": "test",
+    t: TrainingConfig = {
+        **TRAINING,
+        "micro_batch": 2,
+        "grad_accum": 1,
+        "seq_len": 100,
+        "windows": 2,
+        "peak_tflops": PEAKS,
     }
+    t["peak_tflops_source"] = "x"
+    # deliberately incomplete: a shape with only flops_per_token, no info
+    raw = cast(
+        RawRun,
+        {
+            "ranks": [
+                _rank(0, [0.1, 0.1, 0.1, 0.1], 90.0, {"sw_power_cap": 1.0}),
+                _rank(1, [0.1, 0.2, 0.1, 0.2], 60.0),
+            ],
+            "losses": [8.0, 6.0],
+            "shape": {"flops_per_token": 1000},
+            "mem_source": "test",
+        },
+    )
     out = figs.figures(raw, t, world_size=2)
     # two windows of two steps, each as long as on rank 1: 0.3 s for 400 tokens
     assert [w["steps"] for w in out["windows"]] == [[0, 2], [2, 4]]
@@ -222,31 +253,42 @@ def test_throughput_is_the_median_window_with_its_spread() -> None:
 
 
 def test_windows_cover_every_step_once() -> None:
-    assert [figs.window_count({"steps": s, "windows": None}) for s in (3, 20)] == [3, 5]
-    assert figs.window_count({"steps": 20, "windows": 4}) == 4
+    # deliberately incomplete: only the keys window_count reads
+    assert [figs.window_count(cast(TrainingConfig, {"steps": s, "windows": None})) for s in (3, 20)] == [3, 5]
+    assert figs.window_count(cast(TrainingConfig, {"steps": 20, "windows": 4})) == 4
     found = figs.windows([_rank(0, [1.0] * 7, None)], 3, 10)
     assert [w["steps"] for w in found] == [[0, 2], [2, 5], [5, 7]]
     assert [w["tokens_per_s"] for w in found] == [10.0, 10.0, 10.0]
 
 
 def test_mfu_divides_by_the_peak_of_the_run_precision() -> None:
-    raw = {"ranks": [_rank(0, [0.1], None)], "losses": [1.0, 0.5], "shape": {"flops_per_token": 1}, "mem_source": "x"}
+    # deliberately incomplete: a shape with only flops_per_token, no info
+    raw = cast(
+        RawRun,
+        {"ranks": [_rank(0, [0.1], None)], "losses": [1.0, 0.5], "shape": {"flops_per_token": 1}, "mem_source": "x"},
+    )
     fp32 = figs.figures(raw, {**TRAINING, "windows": 1, "precision": "fp32", "peak_tflops": PEAKS}, world_size=1)
     bf16 = figs.figures(raw, {**TRAINING, "windows": 1, "precision": "bf16", "peak_tflops": PEAKS}, world_size=1)
-    assert fp32["peak_tflops"] == 0.5e-6 and fp32["mfu"] == pytest.approx(2 * bf16["mfu"])
+    mfu = cast(float, bf16["mfu"])  # bf16 has a peak, so an mfu
+    assert fp32["peak_tflops"] == 0.5e-6 and fp32["mfu"] == pytest.approx(2 * mfu)
     only_bf16 = figs.figures(raw, {**TRAINING, "windows": 1, "precision": "fp32", "peak_tflops": {"bf16": 1.0}}, 1)
-    assert only_bf16["mfu"] is None and "no peak for precision fp32" in only_bf16["mfu_reason"]
+    reason = cast(str, only_bf16["mfu_reason"])  # no mfu: the reason why
+    assert only_bf16["mfu"] is None and "no peak for precision fp32" in reason
 
 
 def test_figures_without_peak_or_gpu_say_why() -> None:
-    raw = {
-        "ranks": [_rank(0, [0.1], None)],
-        "losses": [1.0, 1.0],
-        "shape": {"flops_per_token": 1},
-        "mem_source": "rss",
-    }
+    # deliberately incomplete: a shape with only flops_per_token, no info
+    raw = cast(
+        RawRun,
+        {
+            "ranks": [_rank(0, [0.1], None)],
+            "losses": [1.0, 1.0],
+            "shape": {"flops_per_token": 1},
+            "mem_source": "rss",
+        },
+    )
     out = figs.figures(raw, {**TRAINING, "windows": 1}, world_size=1)
-    assert out["mfu"] is None and "peak_tflops" in out["mfu_reason"]
+    assert out["mfu"] is None and "peak_tflops" in cast(str, out["mfu_reason"])  # no mfu: why
     assert out["gpu_util_pct"] is None and out["gpu_util_reason"] == "no GPU"
     assert out["clock_events"] == {} and out["clock_events_reason"] == "no GPU"
 
@@ -370,6 +412,7 @@ def test_host_load_reports_the_thread_and_the_machine_over_the_window() -> None:
     sum(i * i for i in range(200_000))  # some work on this thread, so its CPU time is above zero
     found = load.stop()
     assert found["wall_s"] > 0 and found["thread_cpu_s"] > 0
-    assert found["thread_busy"] > 0
-    assert found["involuntary_switches"] >= 0 and found["cpus_allowed"] >= 1
+    assert cast(float, found["thread_busy"]) > 0  # None only for a window of no time
+    # cpus_allowed: None only where the OS has no sched_getaffinity (not Linux)
+    assert found["involuntary_switches"] >= 0 and cast(int, found["cpus_allowed"]) >= 1
     assert 0 <= found["host_steal_pct"] <= 100 and 0 <= found["host_busy_pct"] <= 100

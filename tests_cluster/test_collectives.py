@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 
 from acceptance.plugin.api import (
@@ -11,6 +9,7 @@ from acceptance.plugin.api import (
     Checker,
     ClusterRun,
     ProfileModel,
+    collectives_rules,
     fmt,
     parametrize_from_profile,
     probe_result,
@@ -27,12 +26,12 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 
 @pytest.fixture(scope="module")
-def sweep(cluster: ClusterRun) -> dict[str, Any]:
+def sweep(cluster: ClusterRun) -> collectives_rules.SweepResult:
     require_ranks(cluster, 2, "a collective sweep")
-    return probe_result(cluster, "collectives")
+    return probe_result(cluster, "collectives", collectives_rules.SweepResult)
 
 
-def _row(sweep: dict[str, Any], case: tuple[str, str]) -> dict[str, Any]:
+def _row(sweep: collectives_rules.SweepResult, case: tuple[str, str]) -> collectives_rules.CollectiveRow:
     op, size = case
     for row in sweep["rows"]:
         if row["op"] == op and row["size"] == size:
@@ -40,7 +39,7 @@ def _row(sweep: dict[str, Any], case: tuple[str, str]) -> dict[str, Any]:
     raise AssertionError(f"the sweep has no row for {op} at {size}")
 
 
-def test_sweep_complete(cluster: ClusterRun, sweep: dict[str, Any], check: Checker) -> None:
+def test_sweep_complete(cluster: ClusterRun, sweep: collectives_rules.SweepResult, check: Checker) -> None:
     check.measurements("sweep", sweep)
     cfg = cluster.profile.model.collectives
     missing = [
@@ -52,7 +51,7 @@ def test_sweep_complete(cluster: ClusterRun, sweep: dict[str, Any], check: Check
     assert not missing, f"the sweep did not measure {', '.join(missing)}"
 
 
-def test_busbw(sweep: dict[str, Any], coll_case: tuple[str, str], check: Checker) -> None:
+def test_busbw(sweep: collectives_rules.SweepResult, coll_case: tuple[str, str], check: Checker) -> None:
     row = _row(sweep, coll_case)
     op, size = coll_case
     detail = (
@@ -64,7 +63,7 @@ def test_busbw(sweep: dict[str, Any], coll_case: tuple[str, str], check: Checker
     check(f"collectives.{op}.busbw_gbps@{size}", row["busbw_gbps"], "GB/s", detail)
 
 
-def window_text(row: dict[str, Any]) -> str:
+def window_text(row: collectives_rules.CollectiveRow) -> str:
     """The timed windows' busbw range, which says whether a low figure was steady or one disturbed stretch."""
     found = row.get("busbw_windows_gbps") or []
     if len(found) < 2:
@@ -75,11 +74,11 @@ def window_text(row: dict[str, Any]) -> str:
     )
 
 
-def test_latency(sweep: dict[str, Any], coll_case: tuple[str, str], check: Checker) -> None:
+def test_latency(sweep: collectives_rules.SweepResult, coll_case: tuple[str, str], check: Checker) -> None:
     op, size = coll_case
     check(f"collectives.{op}.time_us@{size}", _row(sweep, coll_case)["time_us"], "us")
 
 
-def test_data_correct(sweep: dict[str, Any], coll_case: tuple[str, str], check: Checker) -> None:
+def test_data_correct(sweep: collectives_rules.SweepResult, coll_case: tuple[str, str], check: Checker) -> None:
     op, size = coll_case
     check(f"collectives.{op}.wrong@{size}", _row(sweep, coll_case)["wrong"], "elements", default=MUST_BE_ZERO)

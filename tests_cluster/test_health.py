@@ -2,29 +2,27 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 
 from acceptance.plugin.api import Checker, ClusterRun, health_rules, probe_result, probe_wall_s
 
 
 @pytest.fixture(scope="module")
-def health(cluster: ClusterRun) -> dict[str, Any]:
+def health(cluster: ClusterRun) -> health_rules.HealthResult:
     if cluster.topology.device != "cuda":
         pytest.skip(
             f"node health reads NVML on GPUs; profile {cluster.profile.name} runs on the CPU (topology.device: cpu)"
         )
-    return probe_result(cluster, "health")
+    return probe_result(cluster, "health", health_rules.HealthResult)
 
 
 @pytest.fixture(scope="module")
-def figures(cluster: ClusterRun, health: dict[str, Any]) -> dict[str, health_rules.Figure]:
+def figures(cluster: ClusterRun, health: health_rules.HealthResult) -> dict[str, health_rules.Figure]:
     expect = health_rules.Expect.from_profile(cluster.profile.model)
     return {f.metric: f for f in health_rules.evaluate(health["nodes"], expect)}
 
 
-def test_inventory(health: dict[str, Any], check: Checker) -> None:
+def test_inventory(health: health_rules.HealthResult, check: Checker) -> None:
     """Every GPU's identity, versions and modes go into the evidence; every node must have answered."""
     rows = health_rules.inventory(health["nodes"])
     check.measurements("gpus", rows)
@@ -54,6 +52,6 @@ def test_gate(figures: dict[str, health_rules.Figure], metric: str, check: Check
         )
 
 
-def test_probe_time(cluster: ClusterRun, health: dict[str, Any], check: Checker) -> None:
+def test_probe_time(cluster: ClusterRun, health: health_rules.HealthResult, check: Checker) -> None:
     wall_s = probe_wall_s(cluster, "health")
     check("health.wall_s", wall_s, "s", "start to result, imports included where it started its job or the worker")

@@ -11,10 +11,12 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, TextIO, cast
 
 from acceptance.evidence.folder import default_folder
 from acceptance.evidence.verdict import FAILED_CHECKS, decide, facts_of
+from acceptance.families.collectives import CollectiveRow, SweepResult
+from acceptance.json_types import JSONObject
 from acceptance.profile import loader as profiles
 from acceptance.profile.dtypes import DTYPES
 from acceptance.profile.judge import MUST_BE_ZERO
@@ -94,11 +96,11 @@ def run(args: SweepArgs, out: TextIO) -> int:
     profile = load_profile(args)
     placement = resolve(os.environ, profile.model.topology.nodes, default_port=profile.model.topology.rdzv_port)
     folder = args.out or default_folder("sweep")
-    dtype, printed = profile.model.collectives.dtype, []
+    dtype, printed = profile.model.collectives.dtype, list[JSONObject]()
 
-    def live(row: dict[str, Any]) -> None:  # each row as the probe measures it, as nccl-tests prints
+    def live(row: JSONObject) -> None:  # each row as the probe measures it, as nccl-tests prints
         printed.append(row)
-        print(row_line(row, dtype), file=out, flush=True)
+        print(row_line(cast(CollectiveRow, row), dtype), file=out, flush=True)
 
     run_tag = os.environ.get("CLUSTER_RUN_ID", "")
     # one probe: a worker would only add its exit to the probe's own job
@@ -106,7 +108,7 @@ def run(args: SweepArgs, out: TextIO) -> int:
     print(header(cluster), file=out)
     print(head(), file=out, flush=True)
     try:
-        result = cluster.probe("collectives")
+        result = cast(SweepResult, cluster.probe("collectives"))
     except ProbeError as exc:
         cluster.evidence.error(str(exc))
         cluster.evidence.finish(decide(facts_of(cluster.evidence.doc)), complete=True)
@@ -121,7 +123,7 @@ def run(args: SweepArgs, out: TextIO) -> int:
     return 1 if failed else 0
 
 
-def _record(cluster: ClusterRun, result: dict[str, Any]) -> bool:
+def _record(cluster: ClusterRun, result: SweepResult) -> bool:
     nodeid = "cluster-acceptance sweep"
     case = cluster.evidence.test(nodeid)
     case.measurements["sweep"] = result
@@ -164,7 +166,7 @@ def head() -> str:
     return "\n".join(_line(cells, "#") for cells in (COLUMNS, UNITS))
 
 
-def row_line(row: dict[str, Any], dtype: str) -> str:
+def row_line(row: CollectiveRow, dtype: str) -> str:
     """One op at one size: the bytes the call moved (like nccl-tests' ``size`` column), time and bandwidths."""
     spread = row.get("window_spread")  # none in evidence from before the windows
     return _line(
@@ -174,7 +176,7 @@ def row_line(row: dict[str, Any], dtype: str) -> str:
     )  # fmt: skip
 
 
-def footer(result: dict[str, Any]) -> str:
+def footer(result: SweepResult) -> str:
     """The elements that arrived wrong, the average bus bandwidth and NCCL's version, as nccl-tests ends."""
     out, rows = [], result["rows"]
     if rows:

@@ -9,10 +9,11 @@ can change underneath without the suite changing (``tests/test_architecture.py``
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
+from acceptance.families import collectives as collectives_rules
 from acceptance.families import compute as compute_rules
 from acceptance.families import health as health_rules
 from acceptance.families import links as links_rules
@@ -20,6 +21,7 @@ from acceptance.families import storage as storage_rules
 from acceptance.families import training as training_rules
 from acceptance.families.answers import clock_events_text
 from acceptance.families.isolation import Isolation
+from acceptance.json_types import JSONObject
 from acceptance.numbers import fmt
 from acceptance.plugin import remeasure
 from acceptance.plugin.checker import NO_PROFILE, Checker, current, probe_result, probe_wall_s, require_ranks
@@ -42,12 +44,14 @@ __all__ = [
     "Threshold",
     "baseline_run",
     "clock_events_text",
+    "collectives_rules",
     "compute_figures",
     "compute_rules",
     "earlier_isolation",
     "earlier_readings",
     "fmt",
     "health_rules",
+    "internode_spec",
     "isolate_if_failing",
     "isolation_env",
     "links_rules",
@@ -116,3 +120,17 @@ def isolation_env(run: ClusterRun) -> dict[str, str]:
 def earlier_isolation(run: ClusterRun) -> Isolation | None:
     """The isolation an earlier figure of this run started, if one did."""
     return isolation.earlier(run)
+
+
+def internode_spec(run: ClusterRun, scopes: list[str]) -> dict[str, object]:
+    """The internode probe's spec: the collectives' settings with the internode section's ops and sizes,
+    measured in ``scopes`` (``all``, ``intranode``, ``one_gpu_per_node``)."""
+    spec: dict[str, object] = dict(run.spec("collectives"))
+    section = run.profile.model.internode
+    spec["collectives"] = {
+        **cast(JSONObject, spec["collectives"]),
+        "ops": list(section.ops),
+        "sizes": list(section.sizes),
+    }
+    spec["scopes"] = scopes
+    return spec

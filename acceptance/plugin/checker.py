@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, TypeVar, cast
 
 import pytest
 
@@ -11,6 +12,7 @@ from acceptance.profile.model import Threshold
 from acceptance.run.cluster_run import ClusterRun
 from acceptance.run.launcher import ProbeError
 
+T = TypeVar("T")
 SESSION_NAME = "cluster-acceptance-session"
 NO_PROFILE = (
     "no cluster profile selected: pass --cluster-profile NAME (or set CLUSTER_PROFILE); "
@@ -27,16 +29,18 @@ def current(config: pytest.Config) -> ClusterRun | None:
 def probe_result(
     run: ClusterRun,
     name: str,
-    spec: dict[str, Any] | None = None,
+    shape: type[T],
+    spec: Mapping[str, object] | None = None,
     key: str | None = None,
     env: dict[str, str] | None = None,
     ranks_per_node: int | None = None,
     nodes: int | None = None,
-) -> dict[str, Any]:
-    """A probe's result for a fixture, its failure as the test's error (with the failing rank's log tail).
-    ``env``, ``ranks_per_node``, ``nodes``: as in ``ClusterRun.probe``."""
+) -> T:
+    """A probe's result for a fixture, as its family's type (``shape``: the TypedDict its probe writes), its
+    failure as the test's error (with the failing rank's log tail). ``env``, ``ranks_per_node``, ``nodes``: as
+    in ``ClusterRun.probe``."""
     try:
-        return run.probe(name, spec, key, env, ranks_per_node, nodes)
+        return cast(T, run.probe(name, spec, key, env, ranks_per_node, nodes))
     except ProbeError as exc:
         # shown once (no chained copy), yet the cause stays reachable as __context__: the report of every
         # later test that hits it shrinks to one line (ClusterSession.pytest_runtest_makereport)
@@ -72,7 +76,7 @@ class Checker:
     ) -> None:
         self.all([(metric, value, unit, detail)], default=default)
 
-    def all(self, figures: list[tuple[str, float, str, str]], default: Threshold | None = None) -> None:
+    def all(self, figures: Sequence[tuple[str, float, str, str]], default: Threshold | None = None) -> None:
         """Check several figures; fail once, listing every figure that failed."""
         failures, xfails = [], []
         for metric, value, unit, detail in figures:

@@ -13,9 +13,10 @@ keeps what it read first (``per_gpu[].earlier``, ``remeasured``).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from acceptance.families import compute as pergpu
+from acceptance.json_types import JSONObject
 from acceptance.numbers import fmt
 from acceptance.plugin.checker import probe_result
 from acceptance.profile.model import Threshold
@@ -90,7 +91,7 @@ def merged(first: dict[str, Any], again: dict[str, Any], figures: list[str]) -> 
 def measured(run: ClusterRun) -> dict[str, Any]:
     """The compute probe's result, its low figures (``low_figures``) measured again up to ``compute.remeasure``
     times."""
-    result = probe_result(run, "compute")
+    result: dict[str, Any] = probe_result(run, "compute", dict)  # merged below by the figures' names
     times = run.profile.model.compute.remeasure
     for n in range(1, times + 1):
         figures = low_figures(run, result)
@@ -99,8 +100,9 @@ def measured(run: ClusterRun) -> dict[str, Any]:
         why = "out of bounds" if run.baseline is None else "out of bounds or worse than --cluster-baseline"
         run.say(f"compute: {', '.join(figures)} {why}; measuring again ({n} of {times})")
         spec = run.spec("compute")
-        spec["compute"] = {**spec["compute"], "figures": figures, "duration_s": 0}  # no second burn-in
-        result = merged(result, probe_result(run, "compute", spec=spec, key=f"compute-again-{n}"), figures)
+        again: JSONObject = {**cast(JSONObject, spec["compute"]), "figures": list(figures), "duration_s": 0}
+        spec["compute"] = again  # those figures alone, and no second burn-in
+        result = merged(result, probe_result(run, "compute", dict, spec=spec, key=f"compute-again-{n}"), figures)
     return result
 
 

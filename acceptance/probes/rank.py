@@ -169,6 +169,12 @@ class Ctx:
     def is_cuda(self) -> bool:
         return self.device.type == "cuda"
 
+    def section(self, family: str) -> JSONObject:
+        """The profile's section of ``family`` as the spec carries it (``ClusterRun.spec``), for a probe
+        whose family ``ProbeSpec`` does not name: the probe casts it to its own config type."""
+        found = cast(Mapping[str, object], self.spec).get(family)
+        return cast(JSONObject, found) if isinstance(found, dict) else {}
+
     def sync(self) -> None:
         if self.is_cuda:
             torch.cuda.synchronize(self.device)

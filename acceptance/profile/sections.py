@@ -69,6 +69,49 @@ class Health(Strict):
     temperature_max_c: Annotated[float, Field(gt=0)] | None = None  # None: each GPU's own slowdown temperature
 
 
+# The fields the drift family compares. Node fields: one value per node (local rank 0 reads them); GPU
+# fields: one value per GPU (each rank reads its own). The probe (acceptance/probes/drift.py) reads them and
+# its docstring says from where; every value is text, compared exactly.
+DRIFT_NODE_FIELDS = ("kernel", "os", "python", "torch", "cuda", "nccl", "driver", "nic_firmware", "nic_rate")
+DRIFT_GPU_FIELDS = (
+    "gpu_name",
+    "vbios",
+    "ecc_mode",
+    "persistence_mode",
+    "mig_mode",
+    "power_limit_w",
+    "app_clock_sm_mhz",
+    "app_clock_mem_mhz",
+    "pcie_max_gen",
+    "pcie_max_width",
+)
+DRIFT_FIELDS = DRIFT_NODE_FIELDS + DRIFT_GPU_FIELDS
+
+
+def _drift_field(name: str) -> str:
+    if name not in DRIFT_FIELDS:
+        raise ValueError(f"unknown drift field {name!r} (expected one of: {', '.join(DRIFT_FIELDS)})")
+    return name
+
+
+DriftField = Annotated[str, AfterValidator(_drift_field)]
+
+
+class Drift(Strict):
+    """Every node and GPU agrees on its software and settings; ``golden`` pins fields to a value."""
+
+    # field -> the value every node (GPU) must have, as text: quote it (YAML reads 2.10 as the number 2.1)
+    golden: dict[DriftField, str] = {}
+    ignore: list[DriftField] = []  # recorded, not compared (``kernel`` on a fleet that mixes kernels)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Drift:
+        both = sorted(set(self.golden) & set(self.ignore))
+        if both:
+            raise ValueError(f"{', '.join(both)}: pinned in golden and ignored at once (pin it, or ignore it)")
+        return self
+
+
 class Compute(Strict):
     """Per-GPU speed, every GPU at once; the slow one named against the median."""
 

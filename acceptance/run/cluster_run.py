@@ -11,24 +11,34 @@ import shutil
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from acceptance.evidence.folder import LOCK_NAME, FolderLock, claim
 from acceptance.evidence.model import Check
 from acceptance.evidence.store import Evidence
+from acceptance.json_types import JSONObject
 from acceptance.multinode.meeting import Meeting, PlanError
 from acceptance.profile.judge import BaselineFigures, Judge, Judgement
 from acceptance.profile.loader import Profile
-from acceptance.profile.model import Threshold
+from acceptance.profile.model import Threshold, Topology
 from acceptance.profile.registry import WORKER_PROBES
 from acceptance.run import launcher as launch
 from acceptance.run.placement import Placement
 from acceptance.run.progress import Watch, read_partial
 from acceptance.run.staged_jobs import StagedJob, StagedJobs, staged_s
 from acceptance.run.worker import Workers
+
+
+@dataclass(frozen=True)
+class Where:
+    """Where a probe runs: its world, its folder, and the job staged for it (None: none was)."""
+
+    topo: Topology
+    placement: Placement
+    out_dir: Path
+    staged: StagedJob | None
 
 
 @dataclass
@@ -41,7 +51,7 @@ class ClusterRun:
     meeting: Meeting | None = None  # multi-node, one pytest per node: the nodes' shared store
     persist: bool = True  # False: --collect-only, nothing is created or written
     progress: Callable[[str], None] | None = None  # one line at a time: a probe starts, finishes, builds
-    on_row: Callable[[dict[str, Any]], None] | None = None  # a probe's result rows as measured (the sweep's)
+    on_row: Callable[[JSONObject], None] | None = None  # a probe's result rows as measured (the sweep's)
     worker: bool = True  # False: every probe a torchrun job of its own (--cluster-worker off)
     baseline: BaselineFigures | None = None  # --cluster-baseline: the earlier run's figures by metric
     baseline_label: str = "--cluster-baseline"  # how a figure worse than the baseline names it
@@ -50,8 +60,8 @@ class ClusterRun:
     workers: Workers = field(init=False)
     lock: FolderLock | None = field(init=False, default=None)
     checked: set[str] = field(default_factory=set)
-    _probes: dict[str, dict[str, Any] | launch.ProbeError] = field(default_factory=dict)
-    _partials: dict[str, dict[str, Any]] = field(default_factory=dict)
+    _probes: dict[str, JSONObject | launch.ProbeError] = field(default_factory=dict)
+    _partials: dict[str, JSONObject] = field(default_factory=dict)
     _say_lock: threading.Lock = field(default_factory=threading.Lock)
     _staged: StagedJobs = field(default_factory=StagedJobs)
     _seq: int = 0  # probes' folders numbered so far, staged jobs included
@@ -62,7 +72,7 @@ class ClusterRun:
         if self.persist:
             self.lock = claim(self.evidence_dir)
         p = self.profile
-        profile: dict[str, Any] = {"name": p.name, "path": str(p.path), "sha256": p.sha256}
+        profile: JSONObject = {"name": p.name, "path": str(p.path), "sha256": p.sha256}
         profile |= {"extends": [str(c) for c in p.chain[1:]], "resolved": p.resolved}
         place = self.placement
         topo = {"nodes": place.nodes, "node_rank": place.node_rank, "head": place.endpoint, "source": place.source}
@@ -75,7 +85,7 @@ class ClusterRun:
         folder, model_env = self.evidence_dir / "workers", self.profile.model.env
         self.workers = Workers(self.worker, folder, self.topology, self.placement, model_env, pg_timeout_s)
 
-    def join(self, meeting: Meeting, session: str, record: dict[str, Any]) -> None:
+    def join(self, meeting: Meeting, session: str, record: JSONObject) -> None:
         """Keep the nodes' meeting for the probes' barriers; node 0's session id names the rendezvous."""
         self.meeting = meeting
         self.run_tag = self.run_tag or session
@@ -109,14 +119,14 @@ class ClusterRun:
         return self.run_tag or self.profile.sha256[:12]
 
     @property
-    def topology(self) -> Any:
+    def topology(self) -> Topology:
         return self.profile.model.topology
 
     @property
     def world_size(self) -> int:
         return self.placement.nodes * self.topology.nproc_per_node
 
-    def spec(self, probe: str) -> dict[str, Any]:
+    def spec(self, probe: str) -> JSONObject:
         section = self.profile.resolved.get(probe, {})
         return {
             probe: section,
@@ -139,13 +149,13 @@ class ClusterRun:
     def probe(
         self,
         name: str,
-        spec: dict[str, Any] | None = None,
+        spec: Mapping[str, object] | None = None,
         key: str | None = None,
         env: dict[str, str] | None = None,
         ranks_per_node: int | None = None,
         nodes: int | None = None,
         parts: int = 1,
-    ) -> dict[str, Any]:
+    ) -> JSONObject:
         """Run a probe once per session (per ``key``); later callers get the same result or the same error.
 
         ``env`` adds variables for this run only (e.g. NCCL_ALGO, read when NCCL creates a communicator).
@@ -162,7 +172,7 @@ class ClusterRun:
             raise found
         return found
 
-    def stage(self, name: str, spec: dict[str, Any], key: str, parts: int = 1) -> bool:
+    def stage(self, name: str, spec: Mapping[str, object], key: str, parts: int = 1) -> bool:
         """Start ``name``'s job for ``key`` now, ahead of its turn (``staged_jobs``), where it can be: one
         node under torchrun, not yet run or staged. ``probe`` with the same key and spec later runs it."""
         if key in self._probes or key in self._staged or not self.persist:
@@ -172,10 +182,19 @@ class ClusterRun:
         seq = self._seq + 1
         out_dir = self.evidence_dir / "probes" / f"{seq:02d}-{key}"
         run_id = f"{self.tag}-{seq}-{key}"
-        where = {"topo": self.topology, "placement": self.placement, "out_dir": out_dir}
         env = launch.child_env(self.profile.model.env, {})
+        timeout_s = self.timeout(name, parts)
         try:
-            job = launch.stage(name, spec, run_id=run_id, timeout_s=self.timeout(name, parts), env=env, **where)
+            job = launch.stage(
+                name,
+                spec,
+                run_id=run_id,
+                timeout_s=timeout_s,
+                env=env,
+                topo=self.topology,
+                placement=self.placement,
+                out_dir=out_dir,
+            )
         except OSError as exc:  # the probe then starts at its turn, and fails there with its own error if it must
             self.say(f"{key}: not staged: {exc}")
             return False
@@ -184,11 +203,11 @@ class ClusterRun:
         self.say(f"{key}: staged (its job imports what it needs, then waits for the node)")
         return True
 
-    def partial(self, key: str) -> dict[str, Any]:
+    def partial(self, key: str) -> JSONObject:
         """The parts a failed probe finished before it failed (its ``partial.json``: ``{"parts": {...}}``)."""
         return self._partials.get(key, {})
 
-    def _shrink(self, ranks_per_node: int | None, nodes: int | None) -> tuple[Any, Placement]:
+    def _shrink(self, ranks_per_node: int | None, nodes: int | None) -> tuple[Topology, Placement]:
         topo, place = self.topology, self.placement
         if ranks_per_node is not None:
             topo = topo.model_copy(update={"ranks_per_node": ranks_per_node})
@@ -201,19 +220,19 @@ class ClusterRun:
     def _run(
         self,
         name: str,
-        spec: dict[str, Any],
+        spec: Mapping[str, object],
         key: str,
         env: dict[str, str],
-        topo: Any = None,
+        topo: Topology | None = None,
         placement: Placement | None = None,
         timeout_s: float = 0.0,
-    ) -> dict[str, Any] | launch.ProbeError:
+    ) -> JSONObject | launch.ProbeError:
         seq, where = self._where(key, spec, env, topo or self.topology, placement or self.placement)
-        out_dir = where["out_dir"]
+        out_dir = where.out_dir
         record = self.evidence.probe(name, key, env)
         record.out_dir = str(out_dir.relative_to(self.evidence_dir))
         self.evidence.write()
-        ranks = f"{where['placement'].nodes} node(s) x {where['topo'].nproc_per_node} rank(s)"
+        ranks = f"{where.placement.nodes} node(s) x {where.topo.nproc_per_node} rank(s)"
         self.say(f"{key}: started ({name} probe on {ranks}, timeout {timeout_s:g} s)")
         start = time.monotonic()
         try:
@@ -224,13 +243,13 @@ class ClusterRun:
             self.say(f"{key}: interrupted")
             raise
         except launch.ProbeError as error:
-            record.staged_s = staged_s(where["staged"])
+            record.staged_s = staged_s(where.staged)
             record.status, record.error, record.wall_s = "failed", str(error), round(time.monotonic() - start, 3)
             record.result = self._partials[key] = read_partial(out_dir)  # what its ranks finished before it failed
             self.evidence.write()
             self.say(f"{key}: failed in {record.wall_s:.1f} s (the first test of the probe says why)")
             return error
-        record.staged_s = staged_s(where["staged"])
+        record.staged_s = staged_s(where.staged)
         record.status, record.wall_s = "ok", round(outcome.wall_s, 3)
         record.argv, record.result = outcome.argv, outcome.result
         if name == "connectivity" and outcome.result:
@@ -240,8 +259,8 @@ class ClusterRun:
         return outcome.result or {}
 
     def _where(
-        self, key: str, spec: dict[str, Any], env: dict[str, str], topo: Any, placement: Placement
-    ) -> tuple[int, dict[str, Any]]:
+        self, key: str, spec: Mapping[str, object], env: dict[str, str], topo: Topology, placement: Placement
+    ) -> tuple[int, Where]:
         """The probe's number in the session and where it runs: its world, its folder, and the job staged
         for it (``stage``; kept when it was started for this spec and world, else cancelled)."""
         as_staged = topo == self.topology and placement == self.placement and not env
@@ -250,32 +269,46 @@ class ClusterRun:
             self._seq += 1
         seq = staged.seq if staged is not None else self._seq
         out_dir = self.evidence_dir / "probes" / f"{seq:02d}-{key}"
-        return seq, {"topo": topo, "placement": placement, "out_dir": out_dir, "staged": staged}
+        return seq, Where(topo, placement, out_dir, staged)
 
     def _launch(
-        self, name: str, spec: dict[str, Any], key: str, seq: int, env: dict[str, str], where: Any, timeout_s: float
+        self,
+        name: str,
+        spec: Mapping[str, object],
+        key: str,
+        seq: int,
+        env: dict[str, str],
+        where: Where,
+        timeout_s: float,
     ) -> launch.ProbeRun:
         """The probe's job, once every node is ready for it, watched for progress; a torch extension build
         lock that was there before it started is named in its error."""
         self._meet_before(name, seq, key, timeout_s)
-        staged: StagedJob | None = where["staged"]
-        where = {k: where[k] for k in ("topo", "placement", "out_dir")}  # what the launcher takes
-        in_worker = staged is None and self.workers.takes(name, env, where["topo"], where["placement"])
+        staged = where.staged
+        in_worker = staged is None and self.workers.takes(name, env, where.topo, where.placement)
         env = launch.child_env(self.profile.model.env, env)
-        with Watch(key, where["out_dir"], self.say, env, self.on_row) as watch:
+        with Watch(key, where.out_dir, self.say, env, self.on_row) as watch:
             try:
                 if in_worker:
-                    return self.workers.run(name, spec, (self.tag, seq, where["out_dir"]), timeout_s)
+                    return self.workers.run(name, spec, (self.tag, seq, where.out_dir), timeout_s)
                 self.workers.close()  # a job of its own has the node to itself, as before (a staged one's gate opens)
                 job = self._staged.take(key).job if staged is not None else None  # from here launch.run ends it
                 return launch.run(
-                    name, spec, run_id=f"{self.tag}-{seq}-{key}", timeout_s=timeout_s, env=env, staged=job, **where
+                    name,
+                    spec,
+                    run_id=f"{self.tag}-{seq}-{key}",
+                    timeout_s=timeout_s,
+                    env=env,
+                    staged=job,
+                    topo=where.topo,
+                    placement=where.placement,
+                    out_dir=where.out_dir,
                 )
             except launch.ProbeError as exc:
                 raise launch.ProbeError("\n".join([str(exc), *watch.stale_locks()]), exc.out_dir) from None
             except Exception as exc:  # an unreadable result: a failure of this probe, kept like any other
                 message = f"probe {name} failed in the launcher: {type(exc).__name__}: {exc}"
-                raise launch.ProbeError(message, where["out_dir"]) from None
+                raise launch.ProbeError(message, where.out_dir) from None
 
     def _meet_before(self, name: str, seq: int, key: str, timeout_s: float) -> None:
         """Start a probe only once every node is ready for it: a node still inside the previous probe

@@ -7,8 +7,6 @@ Each round is cached under its own key, so a second failing figure replays the s
 
 from __future__ import annotations
 
-from typing import Any
-
 from acceptance.families.isolation import Isolation, Round
 from acceptance.run import worker
 from acceptance.run.cluster_run import ClusterRun
@@ -41,10 +39,10 @@ def earlier(run: ClusterRun) -> Isolation | None:
     return isolate(run) if started else None
 
 
-def round_spec(run: ClusterRun, rnd: Round) -> dict[str, Any]:
+def round_spec(run: ClusterRun, rnd: Round) -> dict[str, object]:
     model = run.profile.model
     conn, coll = model.connectivity, model.collectives
-    spec = run.spec("isolation")
+    spec: dict[str, object] = dict(run.spec("isolation"))
     # the links' own size and count: small enough that a throttled pair still finishes in seconds
     spec["isolation"] = {"round": rnd.spec(), "op": PAIR_OP, "size": conn.p2p_size, "iters": conn.p2p_iters}
     spec["collectives"] = {

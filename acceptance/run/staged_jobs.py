@@ -10,8 +10,8 @@ would meet at one rendezvous port that the running job still holds.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from acceptance.run import launcher as launch
 
@@ -19,7 +19,7 @@ from acceptance.run import launcher as launch
 @dataclass
 class StagedJob:
     seq: int  # its number in the session: its folder's prefix
-    spec: dict[str, Any]
+    spec: Mapping[str, object]
     job: launch.Staged
 
 
@@ -30,10 +30,10 @@ class StagedJobs:
     def __contains__(self, key: str) -> bool:
         return key in self.jobs
 
-    def add(self, key: str, seq: int, spec: dict[str, Any], job: launch.Staged) -> None:
+    def add(self, key: str, seq: int, spec: Mapping[str, object], job: launch.Staged) -> None:
         self.jobs[key] = StagedJob(seq, spec, job)
 
-    def match(self, key: str, spec: dict[str, Any], as_staged: bool) -> StagedJob | None:
+    def match(self, key: str, spec: Mapping[str, object], as_staged: bool) -> StagedJob | None:
         """The job staged for ``key``, when the run asks for this spec and ``as_staged`` (the whole world,
         no variables of its own, as every job is staged): its gate opens on it, and it stays here, cancelled
         at the end, until ``take``. One staged for another run is cancelled now, and a fresh job starts."""

@@ -8,7 +8,7 @@ and ``acceptance.cli.bench_train`` both go through it.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from acceptance.families import training as plan
 from acceptance.run.cluster_run import ClusterRun
@@ -31,9 +31,10 @@ def strategy_runs(
         spec = _spec(cluster, pending, base)
         cluster.stage(plan.PROBE, spec, key, parts=len(pending))  # unless it was, ahead of its turn (stage_first)
         try:
-            found, error = cluster.probe(plan.PROBE, spec, key=key, parts=len(pending)).get("strategies", {}), None
-        except ProbeError as exc:
-            found, error = cluster.partial(key).get("parts", {}), str(exc)
+            done = cast(plan.TrainingResult, cluster.probe(plan.PROBE, spec, key=key, parts=len(pending)))
+            found, error = done.get("strategies", {}), None
+        except ProbeError as exc:  # the parts its ranks finished before it failed
+            found, error = cast(dict[str, plan.StrategyResult], cluster.partial(key).get("parts", {})), str(exc)
         return {s: {**r, "job": key} for s, r in found.items()}, error
 
     groups = plan.job_groups(cluster.profile.model.training, usable)
@@ -85,7 +86,8 @@ def baseline_run(
         return {**result, "job": shared.get("job")}
     spec = plan.spec(cluster.profile, [strategy], base.world_size, base.ranks_per_node, base.nodes)
     found = cluster.probe(plan.PROBE, spec, key=plan.BASELINE_KEY, ranks_per_node=base.ranks_per_node, nodes=base.nodes)
-    result = found.get("strategies", {}).get(strategy) or {"error": f"the baseline job has no result for {strategy}"}
+    runs_found = cast(plan.TrainingResult, found).get("strategies", {})
+    result = runs_found.get(strategy) or {"error": f"the baseline job has no result for {strategy}"}
     if result.get("error"):
         raise ProbeError(f"the scaling baseline ({base.label}) failed: {result['error']}")
     return {**result, "job": plan.BASELINE_KEY}
