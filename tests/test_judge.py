@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from acceptance.profile.judge import MUST_BE_ZERO, Judge
+from acceptance.profile.judge import MUST_BE_ZERO, Judge, regressed
 from acceptance.profile.loader import Profile
 from acceptance.profile.metrics import shape_of
 from acceptance.profile.model import ProfileModel, Threshold
@@ -119,3 +119,16 @@ def test_one_function_decides_a_figure_s_verdict() -> None:
     found = [call for path in paths if path != JUDGE for call in _calls_of_primitives(path)]
     assert found == []
     assert _calls_of_primitives(JUDGE)  # and the judge does
+
+
+def test_compare_regresses_by_the_judge_s_rules() -> None:
+    """Two stored runs: a gated figure that turned FAIL regressed; a performance figure worse beyond the
+    tolerance regressed; a correctness figure that held its gate did not, however its value moved."""
+    old = {"value": 100.0, "bound": ">= 50", "verdict": "pass"}
+    assert regressed("compute.matmul_tflops_min", old, {**old, "value": 90.0}, 0.05)
+    assert not regressed("compute.matmul_tflops_min", old, {**old, "value": 97.0}, 0.05)
+    assert regressed("compute.matmul_tflops_min", old, {**old, "value": 40.0, "verdict": "fail"}, 0.5)
+    loss = {"value": 0.5, "bound": "<= 0.99", "verdict": "pass"}
+    assert not regressed("training.ddp.loss_ratio", loss, {**loss, "value": 0.9}, 0.05)
+    info = {"value": 100.0, "bound": "", "verdict": "info"}
+    assert not regressed("compute.copy_gbps_min", info, {**info, "value": 10.0}, 0.05)

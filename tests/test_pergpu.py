@@ -195,7 +195,7 @@ def test_compute_probe_cpu_path_on_local_cpu(suite: pytest.Pytester) -> None:
         ]
     )
     outcomes = result.parseoutcomes()
-    assert outcomes.get("failed") == 1 and outcomes.get("passed") == 8, outcomes
+    assert (outcomes.get("failed"), outcomes.get("passed"), outcomes.get("recorded")) == (1, 5, 3), outcomes
     data = json.loads((folder / "evidence.json").read_text())
     jsonschema.validate(data, json.loads((ROOT / "acceptance" / "evidence" / "evidence.schema.json").read_text()))
     rows = next(t for t in data["tests"] if t["nodeid"].endswith("test_every_rank_measured"))["measurements"]

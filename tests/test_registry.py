@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from acceptance.cli import families
 from acceptance.cli.main import main
 from acceptance.profile.metrics import SHAPES, better, kind, metric_problem, scale, shape_of
 from acceptance.profile.model import ProfileModel, Timeouts
@@ -71,3 +72,8 @@ def test_the_suite_runs_in_the_registry_s_order(pytester: pytest.Pytester) -> No
     result = pytester.runpytest(*PLUGIN_ARGS, "--collect-only", "-q")
     order = [line.split("::")[0].removesuffix(".py") for line in result.outlines if "::" in line]
     assert order == [f.module for f in FAMILIES]
+
+
+def test_the_docs_reference_is_the_registry_s() -> None:
+    """docs/reference.md is generated: regenerate with ``cluster-acceptance families --markdown``."""
+    assert (ROOT / "docs" / "reference.md").read_text() == families.markdown()

@@ -15,7 +15,7 @@ import yaml
 
 import acceptance
 from acceptance.atomic_file import write_atomic
-from acceptance.cli import container, reports, sweep
+from acceptance.cli import container, families, reports, sweep
 from acceptance.cli.usage import USAGE_ERROR, Parser
 from acceptance.evidence.folder import EvidenceFolderError
 from acceptance.evidence.junit import junit_xml
@@ -26,9 +26,7 @@ from acceptance.profile import loader as profiles
 from acceptance.profile.arguments import positive_seconds
 from acceptance.profile.collectives import COLLECTIVE_OPS
 from acceptance.profile.dtypes import DTYPE_NAMES
-from acceptance.profile.metrics import SHAPES
-from acceptance.profile.registry import FAMILIES
-from acceptance.reports.table import columns, render
+from acceptance.reports.table import columns
 from acceptance.run.launcher import ProbeError
 from acceptance.run.placement import TopologyError
 
@@ -78,9 +76,7 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--evidence", help="evidence folder (default: a new folder under ./acceptance-results/)")
     run.set_defaults(func=cmd_run)
     sub.add_parser("list", help="the profiles that --cluster-profile NAME finds").set_defaults(func=cmd_list)
-    fam = sub.add_parser("families", help="what the suite checks: every family, its marker, section and probes")
-    fam.add_argument("--metrics", action="store_true", help="every metric shape instead: unit side, kind, scale")
-    fam.set_defaults(func=cmd_families)
+    families.add(sub)
     show = sub.add_parser("show", help="a profile as resolved (extends merged, overrides applied) and its sha256")
     show.add_argument("name", help="profile name or YAML path")
     show.add_argument("--set", action="append", default=[], metavar="KEY.PATH=VALUE", help="as --cluster-set")
@@ -123,26 +119,6 @@ def add_sweep(sub: Any) -> None:
     sw.add_argument("--timeout", type=positive_seconds, help="seconds for the whole sweep (default: the profile's)")
     sw.add_argument("--out", type=Path, help="evidence folder (default: a new folder under ./acceptance-results/)")
     sw.set_defaults(func=cmd_sweep)
-
-
-def cmd_families(args: argparse.Namespace) -> int:
-    """The family registry as a table, in the order a run takes the families."""
-    if args.metrics:
-        head = ["metric", "better", "kind", "against a baseline"]
-        body = [
-            [s.family.prefix + name, s.metric.better, s.metric.kind, s.metric.scale]
-            for s in SHAPES
-            for name in s.metric.each_name
-        ]
-        print(render(head, body))
-        return 0
-    head = ["family", "marker", "profile section", "metric prefix", "probes", "test module", "checks"]
-    body = [
-        [f.name, f"-m {f.marker}", f"{f.name}:", f.prefix, ", ".join(f.probes), f"{f.module}.py", f.doc]
-        for f in FAMILIES
-    ]
-    print(render(head, body))
-    return 0
 
 
 def cmd_list(args: argparse.Namespace) -> int:

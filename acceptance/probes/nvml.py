@@ -15,6 +15,7 @@ from typing import Any
 from acceptance.families.answers import NOT_MEASURED as NOT_MEASURED
 from acceptance.families.answers import NotMeasured, not_measured
 from acceptance.families.answers import is_measured as is_measured
+from acceptance.families.drift import GpuSettings, SettingsAnswers
 from acceptance.families.health import GpuAnswers, GpuIdentity, GpuMemoryHealth, NodeAnswers, PcieAnswers, RowRemap
 
 # Clock-event (throttle) reason bits, from nvml.h (nvmlClocksEventReason*, the same values as the older
@@ -76,6 +77,46 @@ def read_node(lib: Any = None) -> NodeAnswers | NotMeasured:
         }
     finally:
         lib.nvmlShutdown()
+
+
+def read_settings(uuid: str | None, lib: Any = None) -> SettingsAnswers | NotMeasured:
+    """The driver, and the settings of the GPU ``uuid`` (None: no GPU) that every GPU of a cluster should
+    share (the drift family's). The GPU is found by its UUID: NVML's indices ignore CUDA_VISIBLE_DEVICES."""
+    lib = load_library() if lib is None else lib
+    if not is_measured(lib):
+        return not_measured(lib[NOT_MEASURED])
+    try:
+        lib.nvmlInit()
+    except lib.NVMLError as exc:
+        return not_measured(f"NVML init: {exc}")
+    try:
+        ask = _Asker(lib)
+        driver = ask("driver version", lib.nvmlSystemGetDriverVersion, then=_text)
+        if uuid is None:
+            return {"driver_version": driver, "gpu": None}
+        handle = ask("device handle", lib.nvmlDeviceGetHandleByUUID, uuid)
+        gpu = _settings(ask, lib, handle) if is_measured(handle) else handle
+        return {"driver_version": driver, "gpu": gpu}
+    finally:
+        lib.nvmlShutdown()
+
+
+def _settings(ask: _Asker, lib: Any, handle: Any) -> GpuSettings:
+    ident, pcie = _identity(ask, lib, handle), _pcie(ask, lib, handle)
+    clock = lib.nvmlDeviceGetApplicationsClock
+    return {
+        "name": ident["name"],
+        "vbios": ident["vbios"],
+        "ecc_mode": ask("ECC mode", lib.nvmlDeviceGetEccMode, handle, then=lambda m: bool(m[0])),
+        "persistence_mode": ident["persistence_mode"],
+        "mig_mode": ident["mig_mode"],
+        # the limit set on the GPU (nvidia-smi -pl), in milliwatts (nvml.h, nvmlDeviceGetPowerManagementLimit)
+        "power_limit_mw": ask("power limit", lib.nvmlDeviceGetPowerManagementLimit, handle, then=int),
+        "app_clock_sm_mhz": ask("SM application clock", clock, handle, lib.NVML_CLOCK_SM, then=int),
+        "app_clock_mem_mhz": ask("memory application clock", clock, handle, lib.NVML_CLOCK_MEM, then=int),
+        "pcie_max_gen": pcie["max_gen"],
+        "pcie_max_width": pcie["max_width"],
+    }
 
 
 def _cuda(version: int) -> str:

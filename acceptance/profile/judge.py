@@ -24,7 +24,7 @@ from acceptance.numbers import fmt
 from acceptance.profile import baseline as baselines
 from acceptance.profile.bounds import evaluate
 from acceptance.profile.loader import Profile
-from acceptance.profile.metrics import Kind, kind
+from acceptance.profile.metrics import Kind, canonical_metric, kind
 from acceptance.profile.model import Threshold
 
 # the verdict of one figure; the evidence's ``CheckVerdict`` holds the same words
@@ -115,6 +115,20 @@ class Judge:
             return None
         tolerance = baselines.tolerance_for(self.profile.resolved, metric)
         return baselines.judge(self.baseline, metric, value, True, tolerance)
+
+
+def regressed(metric: str, old: Mapping[str, Any] | None, new: Mapping[str, Any] | None, tolerance: float) -> bool:
+    """Whether a stored check ``new`` regressed from ``old`` (``compare`` of two runs), by the judge's rules:
+    a figure gated in either run whose verdict turned to a failure, or a performance figure worse than the
+    old run's beyond ``tolerance`` (the rule ``Judge`` applies to ``--cluster-baseline``)."""
+    if new is None or not ((old or {}).get("bound") or new.get("bound")):
+        return False
+    if new.get("verdict") in FAILED and (old or {}).get("verdict") not in FAILED:
+        return True
+    if old is None or kind(metric) == "correctness":
+        return False
+    judged = baselines.judge({canonical_metric(metric): old}, metric, new.get("value"), True, tolerance)
+    return judged is not None and not judged.ok
 
 
 def _with(message: str, detail: str) -> str:

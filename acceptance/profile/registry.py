@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, Literal, TypeVar
 
 from acceptance.profile.fields import Strict
-from acceptance.profile.sections import Collectives, Compute, Connectivity, Health, Internode, Storage, Training
+from acceptance.profile.sections import Collectives, Compute, Connectivity, Drift, Health, Internode, Storage, Training
 
 Better = Literal["higher", "lower", "none"]  # none: a count to match (world size), or a value with no good side
 # How a change against a baseline run is measured (``compare``, ``--cluster-baseline``): relative to the old
@@ -176,6 +176,19 @@ HEALTH = Family(
     probes=("health",),
     in_worker=("health",),
 )
+_DRIFT = "drift.<figure>"
+DRIFT = Family(
+    "drift",
+    "every node and GPU agrees on software and settings; optionally pinned (a golden configuration)",
+    Drift,
+    (
+        Metric[Drift](r"(nodes_differing|gpus_differing|golden_mismatches)", _DRIFT, "lower", kind="correctness"),
+        # information: how much the comparison could not see (no NVML, no HCA); recorded, no built-in bound
+        Metric[Drift](r"(fields_not_measured)", _DRIFT, "lower", scale="bound"),
+    ),
+    probes=("drift",),
+    in_worker=("drift",),
+)
 _PATH = r"(?P<storage_path>\w+)"
 _IN_PATH = {"storage_path": _paths}
 STORAGE = Family(
@@ -273,7 +286,7 @@ TRAINING = Family(
 
 # In the order a run takes them: cheap and diagnostic first, so a missing rank or a sick GPU is named before
 # a long sweep; the families timed on the GPU right before training, whose job starts in their shadow.
-FAMILIES: tuple[Family[Any], ...] = (CONNECTIVITY, HEALTH, STORAGE, COMPUTE, COLLECTIVES, INTERNODE, TRAINING)
+FAMILIES: tuple[Family[Any], ...] = (CONNECTIVITY, HEALTH, DRIFT, STORAGE, COMPUTE, COLLECTIVES, INTERNODE, TRAINING)
 BY_NAME: Mapping[str, Family[Any]] = {f.name: f for f in FAMILIES}
 WORKER_PROBES = frozenset(p for f in FAMILIES for p in f.in_worker)
 PROBES = tuple(dict.fromkeys(p for f in FAMILIES for p in f.probes))

@@ -1,8 +1,9 @@
 """Two runs side by side: per figure which way is better, the change, whether it is beyond the tolerance,
 verdict changes, and what differs in the profile and the software; worst first.
 
-A gated figure (bounded in either run) that got worse beyond its tolerance, or whose verdict turned to
-FAIL, is a regression: ``cluster-acceptance compare`` exits 1 on one (``--no-fail-on-regression``: 0).
+A gated figure (bounded in either run) whose verdict turned to FAIL, or a gated performance figure that got
+worse beyond its tolerance (``judge.regressed``: the rule of ``--cluster-baseline``), is a regression:
+``cluster-acceptance compare`` exits 1 on one (``--no-fail-on-regression``: 0).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any
 from acceptance.evidence.verdict import verdict_of
 from acceptance.numbers import fmt
 from acceptance.profile.baseline import Change, change, figures, tolerance_for
+from acceptance.profile.judge import regressed
 from acceptance.reports import view
 from acceptance.reports.table import render
 
@@ -42,8 +44,7 @@ class Row:
 
     @property
     def regression(self) -> bool:
-        measured = self.new is not None and self.old is not None
-        return self.gated and (self.turned_fail or (measured and self.change.beyond))
+        return regressed(self.change.metric, self.old, self.new, self.change.tolerance)
 
 
 def rows(

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from acceptance.evidence.verdict import verdict_of
-from acceptance.reports import measured, training, view
+from acceptance.reports import measured, summary, training, view
 from acceptance.reports.blocks import Block, Heading, Table, Text, Verdict
 
 
@@ -25,6 +25,8 @@ def verdict(data: Mapping[str, Any], origin: str) -> Verdict:
         ("topology", view.nodes_label(data)),
         ("started / finished", f"{data.get('started')} / {data.get('finished')}"),
         ("command", " ".join(data.get("command") or [])),
+        # gated apart from information: a figure without a bound held nothing
+        ("checks", summary.counts(data).removeprefix("checks: ")),
     ]
     if view.merged(data):
         parts = [f"{m.get('node') or m.get('host')}: {m.get('verdict')}" for m in data["merged_from"]]
