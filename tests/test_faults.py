@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from acceptance.run.worker import EARLY
+from acceptance.run.worker_pool import EARLY
 from tests.harness import PLUGIN_ARGS, ROOT, evidence, free_port
 from tests.test_multinode import run_nodes
 

@@ -17,9 +17,9 @@ import pytest
 from acceptance.plugin.options import on_off
 from acceptance.profile.model import Topology
 from acceptance.run import launcher, reaper
-from acceptance.run import worker as worker_module
+from acceptance.run import worker_pool as worker_module
 from acceptance.run.placement import Placement
-from acceptance.run.worker import EARLY, Worker, Workers, copy_logs, log_sizes
+from acceptance.run.worker_pool import EARLY, Worker, Workers, copy_logs, log_sizes
 from tests.test_faults import Run, assert_nothing_left, hung_connectivity
 
 CPU = Topology(device="cpu", backend="gloo", ranks_per_node=2)

@@ -44,7 +44,7 @@ class RoundSpec(TypedDict):
 
 
 class IsolationConfig(TypedDict):
-    """An isolation round's section of its probe's spec (``acceptance.run.isolation.round_spec``)."""
+    """An isolation round's section of its probe's spec (``acceptance.run.isolation_rounds.round_spec``)."""
 
     round: RoundSpec
     op: str

@@ -28,7 +28,7 @@ from acceptance.plugin.checker import NO_PROFILE, Checker, current, probe_result
 from acceptance.plugin.training_stage import baseline, needed
 from acceptance.profile.judge import MUST_BE_ZERO
 from acceptance.profile.model import ProfileModel, Threshold
-from acceptance.run import isolation
+from acceptance.run import isolation_rounds
 from acceptance.run.cluster_run import ClusterRun
 from acceptance.run.launcher import ProbeError
 from acceptance.run.training_jobs import baseline_run, strategy_runs
@@ -107,19 +107,19 @@ def training_runs(run: ClusterRun, session: pytest.Session) -> dict[str, dict[st
 
 def isolate_if_failing(run: ClusterRun, metric: str, value: float) -> Isolation | None:
     """The isolation rounds, when they are on and the judge fails the figure across nodes; else None."""
-    if not (isolation.enabled(run) and run.judge.fails(metric, value)):
+    if not (isolation_rounds.enabled(run) and run.judge.fails(metric, value)):
         return None
-    return isolation.isolate(run)
+    return isolation_rounds.isolate(run)
 
 
 def isolation_env(run: ClusterRun) -> dict[str, str]:
     """The variables a probe across nodes needs for the isolation's node naming."""
-    return isolation.node_env(run)
+    return isolation_rounds.node_env(run)
 
 
 def earlier_isolation(run: ClusterRun) -> Isolation | None:
     """The isolation an earlier figure of this run started, if one did."""
-    return isolation.earlier(run)
+    return isolation_rounds.earlier(run)
 
 
 def internode_spec(run: ClusterRun, scopes: list[str]) -> dict[str, object]:

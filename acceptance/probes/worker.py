@@ -1,7 +1,7 @@
 """A node's persistent probe worker: ranks that keep their process group and run probe after probe.
 
 ``python -m acceptance.probes.worker --spec DIR/spec.json --requests DIR/requests/{number}.json`` under
-torchrun, started by ``acceptance.run.worker`` exactly as a probe's job is (watchdog, reaper). ``--spec``
+torchrun, started by ``acceptance.run.worker_pool`` exactly as a probe's job is (watchdog, reaper). ``--spec``
 holds what the process group needs (backend, device, and ``pg_timeout_s``: the longest probe the worker
 may run). The plugin writes requests 1, 2, 3, ... atomically into the ``--requests`` pattern; every rank
 of the node reads each one in turn:

@@ -28,7 +28,7 @@ from acceptance.run import launcher as launch
 from acceptance.run.placement import Placement
 from acceptance.run.progress import Watch, read_partial
 from acceptance.run.staged_jobs import StagedJob, StagedJobs, staged_s
-from acceptance.run.worker import Workers
+from acceptance.run.worker_pool import Workers
 
 
 @dataclass(frozen=True)
@@ -318,7 +318,7 @@ class ClusterRun:
         try:
             # the other nodes may still be finishing the previous probe, as long as a probe may take
             wait = max(self.profile.model.timeouts.rendezvous, timeout_s)
-            # and every node keeps its worker for it, or none does (acceptance.run.worker.Workers.agree)
+            # and every node keeps its worker for it, or none does (acceptance.run.worker_pool.Workers.agree)
             self.workers.agree(self.meeting.gather(f"probe-{seq}-{key}", self.workers.token, wait))
         except PlanError as exc:
             raise launch.ProbeError(f"probe {name} not started: {exc}") from None

@@ -8,7 +8,7 @@ Each round is cached under its own key, so a second failing figure replays the s
 from __future__ import annotations
 
 from acceptance.families.isolation import Isolation, Round
-from acceptance.run import worker
+from acceptance.run import worker_pool
 from acceptance.run.cluster_run import ClusterRun
 from acceptance.run.launcher import ProbeError
 
@@ -56,5 +56,5 @@ def round_spec(run: ClusterRun, rnd: Round) -> dict[str, object]:
 
 
 def node_env(run: ClusterRun) -> dict[str, str]:
-    """One pytest per node: each hands its own rank to its ranks (``acceptance.run.worker.node_env``)."""
-    return worker.node_env(run.topology, run.placement)
+    """One pytest per node: each hands its own rank to its ranks (``acceptance.run.worker_pool.node_env``)."""
+    return worker_pool.node_env(run.topology, run.placement)
