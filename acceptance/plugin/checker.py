@@ -72,12 +72,26 @@ class Checker:
         self.run, self.item = run, item
 
     def __call__(
-        self, metric: str, value: float, unit: str, detail: str = "", default: Threshold | None = None
+        self,
+        metric: str,
+        value: float,
+        unit: str,
+        detail: str = "",
+        default: Threshold | None = None,
+        unmeasured: str | None = None,
     ) -> None:
-        self.all([(metric, value, unit, detail)], default=default)
+        self.all([(metric, value, unit, detail)], default=default, unmeasured=unmeasured)
 
-    def all(self, figures: Sequence[tuple[str, float, str, str]], default: Threshold | None = None) -> None:
-        """Check several figures; fail once, listing every figure that failed."""
+    def all(
+        self,
+        figures: Sequence[tuple[str, float, str, str]],
+        default: Threshold | None = None,
+        unmeasured: str | None = None,
+    ) -> None:
+        """Check several figures; fail once, listing every figure that failed. ``unmeasured``: the units (GPUs,
+        nodes) that could not measure a figure taken over the others, in words; the test fails with it
+        whatever the figures' verdicts (a known issue included): a unit that measured nothing must not leave
+        a pass behind."""
         failures, xfails = [], []
         for metric, value, unit, detail in figures:
             judged = self.run.check(self.item.nodeid, metric, value, unit, detail, default)
@@ -89,6 +103,8 @@ class Checker:
             elif judged.verdict == "xfail":
                 xfails.append(f"{judged.message} [known issue: {judged.xfail_reason}]")
         self.run.evidence.write(soon=True)
+        if unmeasured:  # a known issue does not excuse the units that measured nothing
+            failures += [*xfails, unmeasured]
         if failures:
             pytest.fail("\n".join(failures), pytrace=False)
         if xfails:
