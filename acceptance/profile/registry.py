@@ -89,6 +89,8 @@ class Family(Generic[S]):
     # host beside them cannot move one (``plugin.training_stage``)
     gpu_timed: bool = False
     eager_timed: bool = False  # with ``collectives.timing: eager`` its small sizes are timed on the host
+    # its result lists every rank's host and device: the evidence's ``cluster.nodes`` is taken from it
+    describes_nodes: bool = False
 
     @property
     def module(self) -> str:
@@ -162,6 +164,7 @@ CONNECTIVITY = Family(
     ),
     probes=("connectivity",),
     in_worker=("connectivity",),
+    describes_nodes=True,
 )  # fmt: skip
 HEALTH = Family(
     "health",

@@ -1,4 +1,6 @@
-"""One acceptance run on this node: the profile, where we stand, the probes run so far, the evidence.
+"""One acceptance run on this node: the profile, where we stand, the evidence, the judge, and each probe's
+result once per session (the probe cache). ``Executor`` runs the probes' jobs, ``Recorder`` writes their
+records; a figure's verdict is the judge's.
 
 Kept free of pytest so that the console script can drive the same probes; ``plugin`` adapts it.
 """
@@ -19,26 +21,16 @@ from acceptance.evidence.folder import LOCK_NAME, FolderLock, claim
 from acceptance.evidence.model import Check
 from acceptance.evidence.store import Evidence
 from acceptance.json_types import JSONObject
-from acceptance.multinode.meeting import Meeting, PlanError
+from acceptance.multinode.meeting import Meeting
 from acceptance.profile.judge import BaselineFigures, Judge, Judgement
 from acceptance.profile.loader import Profile
 from acceptance.profile.model import Threshold, Topology
 from acceptance.profile.registry import WORKER_PROBES
 from acceptance.run import launcher as launch
+from acceptance.run.executor import Executor
 from acceptance.run.placement import Placement
-from acceptance.run.progress import Watch, read_partial
-from acceptance.run.staged_jobs import StagedJob, StagedJobs, staged_s
+from acceptance.run.recorder import Recorder
 from acceptance.run.worker_pool import Workers
-
-
-@dataclass(frozen=True)
-class Where:
-    """Where a probe runs: its world, its folder, and the job staged for it (None: none was)."""
-
-    topo: Topology
-    placement: Placement
-    out_dir: Path
-    staged: StagedJob | None
 
 
 @dataclass
@@ -63,8 +55,8 @@ class ClusterRun:
     _probes: dict[str, JSONObject | launch.ProbeError] = field(default_factory=dict)
     _partials: dict[str, JSONObject] = field(default_factory=dict)
     _say_lock: threading.Lock = field(default_factory=threading.Lock)
-    _staged: StagedJobs = field(default_factory=StagedJobs)
-    _seq: int = 0  # probes' folders numbered so far, staged jobs included
+    executor: Executor = field(init=False)
+    recorder: Recorder = field(init=False)
 
     def __post_init__(self) -> None:
         """Claim the evidence folder (raises EvidenceFolderError) and write the first evidence."""
@@ -84,11 +76,16 @@ class ClusterRun:
         pg_timeout_s = max(self.timeout(p) for p in WORKER_PROBES)  # the longest probe a worker may run
         folder, model_env = self.evidence_dir / "workers", self.profile.model.env
         self.workers = Workers(self.worker, folder, self.topology, self.placement, model_env, pg_timeout_s)
+        rendezvous_s = self.profile.model.timeouts.rendezvous
+        where = (self.evidence_dir, self.topology, self.placement)
+        self.executor = Executor(*where, model_env, rendezvous_s, self.workers, self.say, self.tag, self.on_row)
+        self.recorder = Recorder(self.evidence, self.say)
 
     def join(self, meeting: Meeting, session: str, record: JSONObject) -> None:
         """Keep the nodes' meeting for the probes' barriers; node 0's session id names the rendezvous."""
-        self.meeting = meeting
+        self.meeting = self.executor.meeting = meeting
         self.run_tag = self.run_tag or session
+        self.executor.tag = self.tag
         self.evidence.cluster.plan = record
         self.evidence.write()
 
@@ -99,7 +96,7 @@ class ClusterRun:
             if self.lock is not None:
                 later.callback(self.lock.release)
             later.callback(self.workers.shut_down)
-            self._staged.cancel_all()
+            self.executor.cancel_staged()
 
     def discard(self) -> None:
         """The run was refused before it measured anything: remove what claiming the folder created
@@ -173,35 +170,11 @@ class ClusterRun:
         return found
 
     def stage(self, name: str, spec: Mapping[str, object], key: str, parts: int = 1) -> bool:
-        """Start ``name``'s job for ``key`` now, ahead of its turn (``staged_jobs``), where it can be: one
-        node under torchrun, not yet run or staged. ``probe`` with the same key and spec later runs it."""
-        if key in self._probes or key in self._staged or not self.persist:
+        """Start ``name``'s job for ``key`` now, ahead of its turn (``Executor.stage``), where it can be: not
+        yet run or staged. ``probe`` with the same key and spec later runs it."""
+        if key in self._probes or self.executor.is_staged(key) or not self.persist:
             return False
-        if self.placement.nodes != 1 or self.topology.launcher != "torchrun":
-            return False
-        seq = self._seq + 1
-        out_dir = self.evidence_dir / "probes" / f"{seq:02d}-{key}"
-        run_id = f"{self.tag}-{seq}-{key}"
-        env = launch.child_env(self.profile.model.env, {})
-        timeout_s = self.timeout(name, parts)
-        try:
-            job = launch.stage(
-                name,
-                spec,
-                run_id=run_id,
-                timeout_s=timeout_s,
-                env=env,
-                topo=self.topology,
-                placement=self.placement,
-                out_dir=out_dir,
-            )
-        except OSError as exc:  # the probe then starts at its turn, and fails there with its own error if it must
-            self.say(f"{key}: not staged: {exc}")
-            return False
-        self._seq = seq
-        self._staged.add(key, seq, spec, job)
-        self.say(f"{key}: staged (its job imports what it needs, then waits for the node)")
-        return True
+        return self.executor.stage(name, spec, key, self.timeout(name, parts))
 
     def partial(self, key: str) -> JSONObject:
         """The parts a failed probe finished before it failed (its ``partial.json``: ``{"parts": {...}}``)."""
@@ -227,101 +200,19 @@ class ClusterRun:
         placement: Placement | None = None,
         timeout_s: float = 0.0,
     ) -> JSONObject | launch.ProbeError:
-        seq, where = self._where(key, spec, env, topo or self.topology, placement or self.placement)
-        out_dir = where.out_dir
-        record = self.evidence.probe(name, key, env)
-        record.out_dir = str(out_dir.relative_to(self.evidence_dir))
-        self.evidence.write()
-        ranks = f"{where.placement.nodes} node(s) x {where.topo.nproc_per_node} rank(s)"
-        self.say(f"{key}: started ({name} probe on {ranks}, timeout {timeout_s:g} s)")
+        where = self.executor.place(key, spec, env, topo or self.topology, placement or self.placement)
+        record = self.recorder.started(name, key, env, where, timeout_s)
         start = time.monotonic()
         try:
-            outcome = self._launch(name, spec, key, seq, env, where, timeout_s)
-        except (KeyboardInterrupt, SystemExit):  # the launcher has killed the ranks; say so before pytest unwinds
-            record.status = "interrupted"
-            self.evidence.write()
-            self.say(f"{key}: interrupted")
+            outcome = self.executor.launch(name, spec, key, env, where, timeout_s)
+        except (KeyboardInterrupt, SystemExit):
+            self.recorder.interrupted(record)
             raise
         except launch.ProbeError as error:
-            record.staged_s = staged_s(where.staged)
-            record.status, record.error, record.wall_s = "failed", str(error), round(time.monotonic() - start, 3)
-            record.result = self._partials[key] = read_partial(out_dir)  # what its ranks finished before it failed
-            self.evidence.write()
-            self.say(f"{key}: failed in {record.wall_s:.1f} s (the first test of the probe says why)")
+            self._partials[key] = self.recorder.failed(record, error, where, start)
             return error
-        record.staged_s = staged_s(where.staged)
-        record.status, record.wall_s = "ok", round(outcome.wall_s, 3)
-        record.argv, record.result = outcome.argv, outcome.result
-        if name == "connectivity" and outcome.result:
-            self.evidence.record_nodes(outcome.result)
-        self.evidence.write()
-        self.say(f"{key}: ok in {outcome.wall_s:.1f} s")
+        self.recorder.finished(record, outcome, where)
         return outcome.result or {}
-
-    def _where(
-        self, key: str, spec: Mapping[str, object], env: dict[str, str], topo: Topology, placement: Placement
-    ) -> tuple[int, Where]:
-        """The probe's number in the session and where it runs: its world, its folder, and the job staged
-        for it (``stage``; kept when it was started for this spec and world, else cancelled)."""
-        as_staged = topo == self.topology and placement == self.placement and not env
-        staged = self._staged.match(key, spec, as_staged)
-        if staged is None:
-            self._seq += 1
-        seq = staged.seq if staged is not None else self._seq
-        out_dir = self.evidence_dir / "probes" / f"{seq:02d}-{key}"
-        return seq, Where(topo, placement, out_dir, staged)
-
-    def _launch(
-        self,
-        name: str,
-        spec: Mapping[str, object],
-        key: str,
-        seq: int,
-        env: dict[str, str],
-        where: Where,
-        timeout_s: float,
-    ) -> launch.ProbeRun:
-        """The probe's job, once every node is ready for it, watched for progress; a torch extension build
-        lock that was there before it started is named in its error."""
-        self._meet_before(name, seq, key, timeout_s)
-        staged = where.staged
-        in_worker = staged is None and self.workers.takes(name, env, where.topo, where.placement)
-        env = launch.child_env(self.profile.model.env, env)
-        with Watch(key, where.out_dir, self.say, env, self.on_row) as watch:
-            try:
-                if in_worker:
-                    return self.workers.run(name, spec, (self.tag, seq, where.out_dir), timeout_s)
-                self.workers.close()  # a job of its own has the node to itself, as before (a staged one's gate opens)
-                job = self._staged.take(key).job if staged is not None else None  # from here launch.run ends it
-                return launch.run(
-                    name,
-                    spec,
-                    run_id=f"{self.tag}-{seq}-{key}",
-                    timeout_s=timeout_s,
-                    env=env,
-                    staged=job,
-                    topo=where.topo,
-                    placement=where.placement,
-                    out_dir=where.out_dir,
-                )
-            except launch.ProbeError as exc:
-                raise launch.ProbeError("\n".join([str(exc), *watch.stale_locks()]), exc.out_dir) from None
-            except Exception as exc:  # an unreadable result: a failure of this probe, kept like any other
-                message = f"probe {name} failed in the launcher: {type(exc).__name__}: {exc}"
-                raise launch.ProbeError(message, where.out_dir) from None
-
-    def _meet_before(self, name: str, seq: int, key: str, timeout_s: float) -> None:
-        """Start a probe only once every node is ready for it: a node still inside the previous probe
-        would otherwise find the previous rendezvous, and a node that is gone is named, not waited for."""
-        if self.meeting is None:
-            return
-        try:
-            # the other nodes may still be finishing the previous probe, as long as a probe may take
-            wait = max(self.profile.model.timeouts.rendezvous, timeout_s)
-            # and every node keeps its worker for it, or none does (acceptance.run.worker_pool.Workers.agree)
-            self.workers.agree(self.meeting.gather(f"probe-{seq}-{key}", self.workers.token, wait))
-        except PlanError as exc:
-            raise launch.ProbeError(f"probe {name} not started: {exc}") from None
 
     def check(
         self, nodeid: str, metric: str, value: float, unit: str, detail: str = "", default: Threshold | None = None
