@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from acceptance.evidence.verdict import Facts, decide, problems, verdict_of
-from tests.harness import PLUGIN_ARGS, evidence
+from tests.harness import PLUGIN_ARGS, counts, evidence
 
 PROFILE = "name: synthetic\ntopology: {nodes: 1, ranks_per_node: 2, device: cpu, backend: gloo}\n"
 ONE_FIGURE = "def test_one(check):\n    check('connectivity.rendezvous_s', 0.5, 's')\n"
@@ -172,3 +172,27 @@ def test_evidence_lands_where_the_run_says(pytester: pytest.Pytester) -> None:
         "evidence.json",
         "junit-" + __import__("socket").gethostname() + ".xml",
     ]
+
+
+UNMEASURED = """
+def test_held(check):
+    check('connectivity.rendezvous_s', 0.5, 's', unmeasured='rendezvous_s: measured on 1 of 2 nodes, not on node 1')
+
+
+def test_known_issue(check):
+    check('connectivity.barrier_latency_us', 9.0, 'us', unmeasured='barrier_latency_us: not on node 1')
+"""
+KNOWN = "thresholds:\n  connectivity.rendezvous_s: {max: 1}\n  connectivity.barrier_latency_us: {max: 1, xfail: r}\n"
+
+
+def test_units_that_measured_nothing_fail_a_check_whatever_its_verdict(pytester: pytest.Pytester) -> None:
+    """A figure over the units that measured it held its bound, or missed it as a known issue: the units that
+    measured nothing still fail the test, named, beside the figure's own line."""
+    _setup(pytester, test_connectivity=UNMEASURED)
+    (pytester.path / "synthetic.yaml").write_text(PROFILE + KNOWN)
+    result = pytester.runpytest(*PLUGIN_ARGS, "--cluster-profile", "synthetic.yaml", "--cluster-evidence", "ev")
+    assert counts(result) == {"failed": 2}
+    result.stdout.fnmatch_lines(["*rendezvous_s: measured on 1 of 2 nodes, not on node 1*"])
+    result.stdout.fnmatch_lines(["*connectivity.barrier_latency_us = 9 us, expected <= 1*known issue: r*"])
+    verdicts = {c["metric"]: c["verdict"] for t in evidence(pytester.path / "ev")["tests"] for c in t["checks"]}
+    assert verdicts == {"connectivity.rendezvous_s": "pass", "connectivity.barrier_latency_us": "xfail"}
