@@ -128,6 +128,8 @@ def test_compare_regresses_by_the_judge_s_rules() -> None:
     assert regressed("compute.matmul_tflops_min", old, {**old, "value": 90.0}, 0.05)
     assert not regressed("compute.matmul_tflops_min", old, {**old, "value": 97.0}, 0.05)
     assert regressed("compute.matmul_tflops_min", old, {**old, "value": 40.0, "verdict": "fail"}, 0.5)
+    worse = {**old, "verdict": "baseline_fail"}  # worse than its baseline then, out of its bound now
+    assert regressed("compute.matmul_tflops_min", worse, {**old, "value": 98.5, "verdict": "fail"}, 0.05)
     loss = {"value": 0.5, "bound": "<= 0.99", "verdict": "pass"}
     assert not regressed("training.ddp.loss_ratio", loss, {**loss, "value": 0.9}, 0.05)
     info = {"value": 100.0, "bound": "", "verdict": "info"}

@@ -123,7 +123,7 @@ def regressed(metric: str, old: Mapping[str, Any] | None, new: Mapping[str, Any]
     old run's beyond ``tolerance`` (the rule ``Judge`` applies to ``--cluster-baseline``)."""
     if new is None or not ((old or {}).get("bound") or new.get("bound")):
         return False
-    if new.get("verdict") in FAILED and (old or {}).get("verdict") not in FAILED:
+    if new.get("verdict") == "fail" and (old or {}).get("verdict") != "fail":  # out of its bound now
         return True
     if old is None or kind(metric) == "correctness":
         return False

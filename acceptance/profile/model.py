@@ -60,8 +60,10 @@ class TimeoutsBase(Strict):
     rendezvous: Seconds = 300  # multi-node: how long the nodes wait for each other at the start and before a probe
 
     def for_probe(self, probe: str) -> float:
-        """The family's own limit for a probe named after it, else ``default``."""
-        value = getattr(self, probe, None)
+        """The limit of the family that runs ``probe`` (``timeouts.internode`` covers the isolation rounds
+        too), else ``default``."""
+        family = next((f.name for f in FAMILIES if probe in f.probes), probe)
+        value = getattr(self, family, None)
         return float(value if value is not None else self.default)
 
 

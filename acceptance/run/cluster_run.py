@@ -78,7 +78,9 @@ class ClusterRun:
         self.workers = Workers(self.worker, folder, self.topology, self.placement, model_env, pg_timeout_s)
         rendezvous_s = self.profile.model.timeouts.rendezvous
         where = (self.evidence_dir, self.topology, self.placement)
-        self.executor = Executor(*where, model_env, rendezvous_s, self.workers, self.say, self.tag, self.on_row)
+        self.executor = Executor(
+            *where, model_env, rendezvous_s, self.workers, self.say, self.tag, self.on_row, self.meeting
+        )
         self.recorder = Recorder(self.evidence, self.say)
 
     def join(self, meeting: Meeting, session: str, record: JSONObject) -> None:
