@@ -16,12 +16,19 @@ def write_atomic(path: Path, text: str, durable: bool = True) -> None:
 
     The temporary name holds the host and pid: ranks of several nodes may share one folder, and a crash
     must never leave a half-written file under the real name. ``durable=False`` skips the fsync, for
-    files rewritten every second (heartbeats) whose loss in a power cut costs nothing."""
+    files rewritten every second (heartbeats) whose loss in a power cut costs nothing. A write that fails
+    removes its temporary file and raises; ``path`` keeps its previous content."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{socket.gethostname()}.{os.getpid()}.tmp")
-    with open(tmp, "w", encoding="utf-8") as handle:
-        handle.write(text)
-        handle.flush()
-        if durable:
-            os.fsync(handle.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            if durable:
+                os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        # a full disk (ENOSPC at the write, the flush or the close): the old file stays whole, and no
+        # half-written temporary is left beside it to fill the disk further
+        tmp.unlink(missing_ok=True)
+        raise

@@ -24,7 +24,7 @@ ALLOWED: dict[str, set[str]] = {
     "families": {"profile", "numbers"},
     "evidence": {"atomic_file", "numbers", "masking"},
     "multinode": set(),
-    "probes": {"profile", "families", "numbers", "atomic_file"},
+    "probes": {"masking", "profile", "families", "numbers", "atomic_file"},  # masking: their env records
     "run": {"masking", "profile", "families", "evidence", "multinode", "numbers", "atomic_file"},
     "reports": {"masking", "profile", "families", "evidence", "numbers", "atomic_file"},
     "plugin": {"masking", "run", "profile", "families", "evidence", "multinode", "reports", "numbers", "atomic_file"},

@@ -135,8 +135,8 @@ def test_the_rank_short_of_the_collective_is_named(tmp_path: Path) -> None:
     message = diagnose.hang("collectives", 60, diagnose.stalls(tmp_path, NOW), tmp_path)
     assert message.startswith(
         "probe collectives timed out after 60 s and was killed: rank 1 (host gpu-node-7, local rank 1, "
-        f"{UUID[1]}) stopped progressing 41 s ago in phase 'all_reduce 1G' (progress 11); the others wait for it: "
-        "rank 0 (host gpu-node-7, local rank 0) in phase 'all_reduce 1G', progress 12, last 40 s ago; rank 2 "
+        f"{UUID[1]}) stopped progressing 41 s ago in phase 'all_reduce 1G' (progress 11; pid 1); the others wait for "
+        "it: rank 0 (host gpu-node-7, local rank 0) in phase 'all_reduce 1G', progress 12, last 40 s ago; rank 2 "
     )
 
 

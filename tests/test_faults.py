@@ -145,7 +145,7 @@ def hung_connectivity(timeout_s: int) -> str:
     """The message of a connectivity probe whose rank 1 hung in 'barrier latency' (``hang@1:barrier latency``)."""
     return (
         rf"probe connectivity timed out after {timeout_s} s and was killed: rank 1 \(host {HOST}, local rank 1\) "
-        r"stopped progressing \d+ s ago in phase 'barrier latency' \(progress \d+\); the others wait for it: "
+        r"stopped progressing \d+ s ago in phase 'barrier latency' \(progress \d+; pid \d+\); the others wait for it: "
         rf"rank 0 \(host {HOST}, local rank 0\) in phase 'barrier latency'"
     )
 
@@ -170,7 +170,7 @@ def test_a_stopped_rank_gives_a_verdict_within_the_timeout(suite: pytest.Pyteste
     assert since_start < TIMEOUT_S + PYTEST_END_SLACK_S, f"pytest ended {since_start:.1f} s after the probe started"
     culprit = (
         rf"rank 1 \(host {HOST}, local rank 1\) stopped progressing \d+ s ago in phase 'all_reduce 8M' "
-        r"\(progress \d+; process stopped \(SIGSTOP or a debugger\)\); the others wait for it: rank 0"
+        r"\(progress \d+; pid \d+; process stopped \(SIGSTOP or a debugger\)\); the others wait for it: rank 0"
     )
     assert re.search(culprit, run.output), run.output
     sys.stderr.write(f"stopped rank: verdict {since_start:.1f} s after the probe started, {since_stop:.1f} s after "

@@ -85,6 +85,25 @@ def test_a_missing_path_names_the_node_and_the_path(suite: pytest.Pytester, tmp_
     assert counts(result) == {"failed": 1, "passed": 1, "recorded": 1, "skipped": 12}
 
 
+def test_a_missing_tmpdir_is_measured_as_named(
+    suite: pytest.Pytester, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``path: null`` is the node's temporary folder: $TMPDIR, even where it does not exist. tempfile would
+    fall back to /tmp, and the gate would pass on a folder the node's jobs never use."""
+    missing = tmp_path / "no-tmpdir"
+    monkeypatch.setenv("TMPDIR", str(missing))
+    folder = suite.path / "evidence"
+    result = suite.runpytest_subprocess(
+        *PLUGIN_ARGS, "-p", "no:cacheprovider", "--cluster-profile", PROFILE, "--cluster-evidence", str(folder),
+        *SMALL, MODULE, timeout=RUN_TIMEOUT_S,
+    )  # fmt: skip
+    data = evidence(folder)
+    message = assert_one_clear_failure(result, data, "test_path_usable[tmp]")
+    assert host_line(message).endswith(f" (node 0): {missing} (from $TMPDIR): does not exist (ENOENT)")
+    usable = next(t for t in data["tests"] if t["nodeid"].endswith("test_path_usable[tmp]"))
+    assert [(n["path"], n["path_from"]) for n in usable["measurements"]["nodes"]] == [(str(missing), "$TMPDIR")]
+
+
 def test_a_file_where_a_folder_is_expected(suite: pytest.Pytester, tmp_path: Path) -> None:
     a_file = tmp_path / "ckpt"
     a_file.write_text("not a folder")

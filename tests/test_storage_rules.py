@@ -237,3 +237,23 @@ def test_a_read_from_the_page_cache_is_said() -> None:
     done = cast(Checkpoint, {"bytes": 10**9, "save_s": 1.0, "load_s": 1.0, "ranks": rows, "tensors_per_rank": 16})
     assert "memory's: gpu-0 (node 0): /x/__0_0.distcp: Invalid argument (EINVAL)" in rules.aggregate(done, "read")[1]
     assert "memory" not in rules.aggregate(done, "write")[1]
+
+
+@pytest.mark.parametrize(
+    ("env", "named"),
+    [
+        ({"TMPDIR": "/nonexistent/tmp"}, ("/nonexistent/tmp", "$TMPDIR")),
+        ({"TMPDIR": "relative"}, ("relative", "$TMPDIR")),
+        ({"TMPDIR": ""}, ("/tmp", "/tmp default")),
+        ({}, ("/tmp", "/tmp default")),
+    ],
+)
+def test_the_temporary_folder_is_the_one_named(env: dict[str, str], named: tuple[str, str]) -> None:
+    """$TMPDIR as named, even where it is missing or read-only (tempfile would fall back to /tmp and the
+    probe would measure a folder the node's jobs never use); /tmp only where nothing names another."""
+    assert rules.temp_folder(env) == named
+
+
+def test_an_unusable_temporary_folder_says_where_it_came_from() -> None:
+    view = cast(NodeView, {"host": "h", "node_rank": 0, "path": "/x", "path_from": "$TMPDIR", "problem": "gone"})
+    assert rules.unusable([view]) == ["h (node 0): /x (from $TMPDIR): gone"]

@@ -20,7 +20,7 @@ from acceptance.profile.registry import FAMILIES, Family
 from acceptance.reports.table import Style, render
 
 FAMILY_HEAD = ["family", "marker", "profile section", "metric prefix", "probes", "test module", "checks"]
-METRIC_HEAD = ["metric", "better", "kind", "against a baseline"]
+METRIC_HEAD = ["metric", "better", "kind", "against a baseline", "measured on"]
 SECTION_HEAD = ["key", "type", "default"]
 
 
@@ -51,7 +51,7 @@ def family_rows() -> list[list[str]]:
 
 def metric_rows(family: Family[Any] | None = None) -> list[list[str]]:
     return [
-        [s.family.prefix + name, s.metric.better, s.metric.kind, s.metric.scale]
+        [s.family.prefix + name, s.metric.better, s.metric.kind, s.metric.scale, ", ".join(s.metric.devices)]
         for s in SHAPES
         if family is None or s.family is family
         for name in s.metric.each_name

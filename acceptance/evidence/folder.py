@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
+from acceptance.masking import masked_command
+
 DEFAULT_ROOT = Path("acceptance-results")
 LOCK_NAME = ".lock"
 
@@ -92,7 +94,7 @@ def _write_holder(handle: IO[str]) -> None:
         "pid": os.getpid(),
         "host": socket.gethostname(),
         "since": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "command": " ".join(sys.argv[:3]),
+        "command": " ".join(masked_command(sys.argv[:3])),
     }
     try:
         handle.seek(0)

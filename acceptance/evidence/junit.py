@@ -2,8 +2,12 @@
 
 A pipeline that reads JUnit counts must never see green when the verdict is not PASS: a test that was
 running when the run stopped is an error, a test that never ran is skipped with the reason, and the
-suite's properties carry the verdict. Every checked figure is a property of its case, named like in
-``--junitxml``: ``METRIC`` (the value), ``METRIC.unit``, ``METRIC.bound``, ``METRIC.verdict``.
+suite's properties carry the verdict. A FAIL or an INCOMPLETE that no case shows (thresholds no test
+checked, a node missing, a run killed between tests) is one more case, ``cluster-acceptance::verdict``:
+failed with the run's errors for a FAIL, an error for an INCOMPLETE. A PARTIAL adds no case: every gate
+that was selected held, and the ``verdict`` property says PARTIAL. Every checked figure is a property of
+its case, named like in ``--junitxml``: ``METRIC`` (the value), ``METRIC.unit``, ``METRIC.bound``,
+``METRIC.verdict``.
 """
 
 from __future__ import annotations
@@ -13,10 +17,14 @@ from collections.abc import Mapping
 from typing import Any
 
 from acceptance.evidence.store import finite
+from acceptance.evidence.verdict import FAILED_OUTCOMES, verdict_of
 
 PASSED = ("passed", "xpassed")  # xpassed: a known issue that did not show; strict xfail makes it a failure
 INTERRUPTED = "did not finish: the run was interrupted"
 NOT_RUN = "not run: the run was interrupted before this test"
+# the case that carries a FAIL or an INCOMPLETE no test shows, here and in pytest's own --junitxml
+VERDICT_CASE = "cluster-acceptance::verdict"
+ERROR_OUTCOMES = ("error", "interrupted", "running")
 
 
 def _shown(value: Any) -> str:
@@ -39,28 +47,64 @@ def junit_xml(data: Mapping[str, Any], suite_name: str | None = None) -> str:
 
     data = finite(data)  # a NaN duration or value must not reach the XML as "nan"
     profile = data.get("profile") or {}
+    verdict = verdict_of(data)  # a killed run's stored FAIL reads INCOMPLETE here as in the report
     props = {
         "profile": profile.get("name"),
         "profile_sha256": profile.get("sha256"),
-        "verdict": data.get("verdict"),
+        "verdict": verdict,
         "complete": data.get("complete"),
         "partial": data.get("partial", False),
     }
-    tests = data.get("tests", [])
+    tests = list(data.get("tests", []))
+    if not data.get("complete"):
+        # a killed run recorded the tests that started; the rest of its selection never ran
+        seen = {t["nodeid"] for t in tests}
+        tests += [{"nodeid": n, "outcome": "not_run"} for n in data.get("selected") or [] if n not in seen]
+    cases = [_case(test) for test in tests]
+    shown = verdict_case(data, verdict)
+    if shown is not None:
+        cases.append(_verdict_case(*shown))
     suite = TestSuite(
         suite_name or f"cluster-acceptance[{profile.get('name')}]",
-        [_case(test) for test in tests],
+        cases,
         hostname=(data.get("topology") or {}).get("host", ""),
         properties=props,
         timestamp=data.get("started"),
     )
     root = ET.Element("testsuites")
     element = suite.build_xml_doc()
-    for case_element, test in zip(element.iter("testcase"), tests, strict=True):
+    for case_element, test in zip(element.iter("testcase"), tests, strict=False):  # the verdict case: none
         _add_properties(case_element, test)
     root.append(element)
     ET.indent(root)
     return ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n"
+
+
+def verdict_case(data: Mapping[str, Any], verdict: str) -> tuple[str, str, str] | None:
+    """The ``verdict`` case a FAIL or an INCOMPLETE needs, as (outcome, message, text), else None: a FAIL
+    that no failed case shows, an INCOMPLETE that no errored case shows. Where a case shows it already, one
+    more would only count the same verdict twice; the run's errors are in the evidence and the summary."""
+    errors = [str(e) for e in data.get("errors") or []]
+    outcomes = [t.get("outcome") for t in data.get("tests") or []]
+    if verdict == "FAIL" and not any(o in FAILED_OUTCOMES + ERROR_OUTCOMES for o in outcomes):
+        why = "; ".join(e.splitlines()[0] for e in errors) or "a node's verdict or a check failed; see the evidence"
+        return "failed", f"verdict FAIL: {why}", "\n".join(errors)
+    if verdict == "INCOMPLETE" and not any(o in FAILED_OUTCOMES + ERROR_OUTCOMES for o in outcomes):
+        why = "; ".join(e.splitlines()[0] for e in errors) or "the run stopped before its end"
+        return "error", f"verdict INCOMPLETE: {why}; not a verdict on the cluster", "\n".join(errors)
+    return None
+
+
+def _verdict_case(outcome: str, message: str, text: str) -> Any:
+    from junit_xml import TestCase
+
+    classname, _, name = VERDICT_CASE.rpartition("::")
+    case = TestCase(name, classname=classname, elapsed_sec=0.0)
+    if outcome == "failed":
+        case.add_failure_info(message=message, output=text or None)
+    else:
+        case.add_error_info(message=message, output=text or None)
+    return case
 
 
 def _case(test: Mapping[str, Any]) -> Any:

@@ -14,7 +14,7 @@ def merge(documents: list[dict[str, Any]]) -> dict[str, Any]:
     if not documents:
         raise ValueError("nothing to merge")
     merged = copy.deepcopy(documents[0])
-    merged["tests"], merged["probes"], merged["merged_from"] = [], [], []
+    merged["tests"], merged["probes"], merged["merged_from"], merged["selected"] = [], [], [], []
     for doc in documents:
         host = (doc.get("topology") or {}).get("host", "?")
         # hosts can share a name (containers, loopback runs): the node rank tells the nodes apart in reports
@@ -30,6 +30,7 @@ def merge(documents: list[dict[str, Any]]) -> dict[str, Any]:
         )
         merged["tests"] += [{**t, "nodeid": f"{host}::{t['nodeid']}", "node": node} for t in doc.get("tests", [])]
         merged["probes"] += [{**p, "node": node} for p in doc.get("probes", [])]
+        merged["selected"] += [f"{host}::{n}" for n in doc.get("selected") or []]
     merged["complete"] = all(d.get("complete") for d in documents)
     merged["partial"] = any(d.get("partial") for d in documents)
     merged["verdict"] = worst(verdict_of(d) for d in documents)

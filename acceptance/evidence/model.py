@@ -117,6 +117,8 @@ class EvidenceDoc(BaseModel):
     cluster: ClusterRecord = ClusterRecord()
     probes: list[ProbeRecord] = []
     tests: list[Case] = []
+    # every test the run selected: JUnit rebuilt from a killed run's evidence counts those that never started
+    selected: list[str] = []
     unchecked_thresholds: list[str] = []
     errors: list[str] = []
     merged_from: list[dict[str, Any]] | None = None

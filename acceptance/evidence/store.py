@@ -34,6 +34,10 @@ class EvidenceError(Exception):
     """An evidence file that cannot be read or does not follow the schema; the message names the file."""
 
 
+class EvidenceWriteError(EvidenceError):
+    """The evidence file cannot be written (a full or read-only disk); its last whole version stays."""
+
+
 def finite(value: Any) -> Any:
     """``value`` with every NaN and infinity turned into None, recursively: strict JSON has no NaN, and a
     figure that is not a number must read as missing, never as a number."""
@@ -103,6 +107,11 @@ class Evidence:
         )
         self._cases: dict[str, Case] = {}
         self._written_at: float | None = None  # time.monotonic() of the last write
+        # strict: a write that fails raises EvidenceWriteError. A pytest session turns it off: its writes
+        # happen inside pytest's hooks, where an exception is an INTERNALERROR; it reads ``unwritable`` (the
+        # first failure, in one line) after each test instead and stops the run with it
+        self.strict = True
+        self.unwritable: str | None = None
 
     @property
     def path(self) -> Path:
@@ -165,6 +174,12 @@ class Evidence:
         at = time.monotonic()
         if soon and self._written_at is not None and at - self._written_at < WRITE_EVERY_S:
             return self.path
-        write_atomic(self.path, dumps(as_data(self.doc)))
+        try:
+            write_atomic(self.path, dumps(as_data(self.doc)))
+        except OSError as exc:
+            self.unwritable = self.unwritable or f"evidence {self.path}: cannot write: {exc.strerror or exc}"
+            if self.strict:
+                raise EvidenceWriteError(self.unwritable) from None
+            return self.path
         self._written_at = at
         return self.path

@@ -25,6 +25,7 @@ _OCTAL = re.compile(r"\\([0-7]{3})")
 # its own disks, and Linux gives network filesystems an anonymous device (major 0) per mount, so the
 # numbers of one export differ from host to host
 MOUNT_FIELDS = ("fstype", "source")
+TMPDIR_FROM, TMP_DEFAULT = "$TMPDIR", "/tmp default"  # where a path of ``path: null`` came from
 
 
 class StoragePathConfig(TypedDict):
@@ -61,7 +62,8 @@ class Where(TypedDict):
 class NodeView(Where):
     """What one node saw at a path (``probes.storage_files.look``); ``problem`` where it cannot be used."""
 
-    path: NotRequired[str]
+    path: NotRequired[str]  # as measured: absolute, symlinks resolved
+    path_from: NotRequired[str]  # ``path: null``: $TMPDIR or the /tmp default; absent: the profile's path
     problem: NotRequired[str | None]
     fstype: NotRequired[str | None]
     source: NotRequired[str | None]
@@ -200,6 +202,14 @@ def is_stale(name: str, now: float) -> bool:
     return match is not None and int(match.group(1)) < now
 
 
+def temp_folder(env: Mapping[str, str]) -> tuple[str, str]:
+    """The node's temporary folder as its jobs will use it, and where that came from: ``$TMPDIR`` as named,
+    even where it is missing or read-only, else ``/tmp``. Not ``tempfile.gettempdir()``: that falls back to
+    /tmp past a TMPDIR it cannot write, and the probe would pass a folder the node's jobs never use."""
+    named = env.get("TMPDIR")
+    return (named, TMPDIR_FROM) if named else ("/tmp", TMP_DEFAULT)
+
+
 def where(view: Mapping[str, object]) -> str:
     return f"{view['host']} (node {view['node_rank']})"
 
@@ -216,7 +226,12 @@ def gib(nbytes: float) -> str:
 
 def unusable(views: Sequence[NodeView]) -> list[str]:
     """Every node where the path is missing, not a folder, read-only, full or not writable."""
-    return [f"{where(v)}: {v['path']}: {v['problem']}" for v in views if v.get("problem")]
+    return [f"{where(v)}: {_named(v)}: {v['problem']}" for v in views if v.get("problem")]
+
+
+def _named(view: NodeView) -> str:
+    """The path, and where it came from when the profile did not name it."""
+    return f"{view['path']} (from {view['path_from']})" if view.get("path_from") else str(view.get("path"))
 
 
 def not_shared(views: Sequence[NodeView], marker: Marker) -> list[str]:

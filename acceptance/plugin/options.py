@@ -34,6 +34,14 @@ def positive_int(text: str) -> int:
     return value
 
 
+def folder_path(text: str) -> Path:
+    """A folder the run writes into. An empty one would be ``Path("")``, the current folder: refused, so an
+    unset shell variable (``--cluster-evidence "$DIR"``) never writes the evidence into the checkout."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("expected a folder path, got an empty value")
+    return Path(text)
+
+
 def on_off(text: str) -> bool:
     word = text.strip().lower()
     if word in ("on", "off"):
@@ -66,7 +74,7 @@ OPTIONS: tuple[Option, ...] = (
         "evidence folder; must not hold another run's evidence (default: a new folder under "
         "./acceptance-results/ named by time, profile, host, node and run id)",
         env="CLUSTER_EVIDENCE",
-        convert=Path,
+        convert=folder_path,
     ),
     Option(
         "cluster-set",

@@ -12,7 +12,7 @@ from typing import Literal
 
 import pytest
 
-from acceptance.evidence.junit import INTERRUPTED, NOT_RUN
+from acceptance.evidence.junit import INTERRUPTED, NOT_RUN, VERDICT_CASE
 from acceptance.evidence.model import Check, Outcome
 from acceptance.evidence.store import Evidence
 
@@ -84,3 +84,25 @@ def report_unrun(session: pytest.Session, evidence: Evidence, finished: set[str]
             case = evidence.test(item.nodeid)
             case.outcome, case.message = outcome, message
     evidence.write()
+
+
+def report_verdict(session: pytest.Session, shown: tuple[str, str, str] | None) -> None:
+    """Report the run's ``verdict`` case (``junit.verdict_case``: a FAIL or an INCOMPLETE that no test
+    shows) through pytest's own report hook, so the terminal's counts and ``--junitxml`` see it."""
+    if shown is None:
+        return
+    outcome, message, text = shown
+    path, _, name = VERDICT_CASE.rpartition("::")
+    location = (path, None, name)
+    keywords: dict[str, Literal[1]] = {name: 1, path: 1}
+    longrepr = f"{message}\n{text}" if text and text != message else message
+    if outcome == "failed":
+        reports = [
+            pytest.TestReport(VERDICT_CASE, location, keywords, "passed", None, "setup"),
+            pytest.TestReport(VERDICT_CASE, location, keywords, "failed", longrepr, "call"),
+        ]
+    else:
+        reports = [pytest.TestReport(VERDICT_CASE, location, keywords, "failed", longrepr, "setup")]
+    reports.append(pytest.TestReport(VERDICT_CASE, location, keywords, "passed", None, "teardown"))
+    for report in reports:
+        session.config.hook.pytest_runtest_logreport(report=report)

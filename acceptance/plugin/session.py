@@ -13,16 +13,25 @@ from types import FrameType
 from typing import Any
 
 import pytest
+from _pytest.junitxml import xml_key  # pytest's --junitxml writer: the verdict is a property of its suite
 
 from acceptance.atomic_file import write_atomic
 from acceptance.evidence.folder import EvidenceFolderError, default_folder
-from acceptance.evidence.junit import junit_xml
-from acceptance.evidence.store import EvidenceError, read_evidence
+from acceptance.evidence.junit import junit_xml, verdict_case
+from acceptance.evidence.store import EvidenceError, EvidenceWriteError, read_evidence
 from acceptance.evidence.verdict import Facts, decide, facts_of, problems
 from acceptance.multinode import meeting as meetings
 from acceptance.multinode.plan import Plan, failed_preflights, versions
 from acceptance.plugin import options
-from acceptance.plugin.outcomes import RECORDED, is_recorded, mark_recorded, only_information, outcome_of, report_unrun
+from acceptance.plugin.outcomes import (
+    RECORDED,
+    is_recorded,
+    mark_recorded,
+    only_information,
+    outcome_of,
+    report_unrun,
+    report_verdict,
+)
 from acceptance.plugin.preflight_hooks import (
     PREFIX,
     fail_the_gate,
@@ -31,10 +40,10 @@ from acceptance.plugin.preflight_hooks import (
     shorten_repeated_probe_error,
     skip_without_gpus,
 )
-from acceptance.plugin.summary import header_lines, summary_lines
+from acceptance.plugin.summary import UNCHECKED, header_lines, summary_lines
 from acceptance.profile import baseline
 from acceptance.profile import loader as profiles
-from acceptance.profile.metrics import FAMILY_MODULES, module_of
+from acceptance.profile.metrics import FAMILY_MODULES, device_problem, module_of
 from acceptance.run.cluster_run import ClusterRun
 from acceptance.run.placement import TopologyError, resolve
 from acceptance.run.preflight import PreflightResult
@@ -60,10 +69,14 @@ class ClusterSession:
         self.collect_only = bool(config.option.collectonly)
         self.selected: list[str] = []
         self.deselected: set[str] = set()
+        # every test collection found, before --lf or a node id narrowed a module down (neither deselects)
+        self.collected: set[str] = set()
+        self.unexpanded: set[str] = set()  # collectors (classes) whose tests a node id left uncollected
         self.finished: set[str] = set()
         self.running: str | None = None
         self.previous_term: Any = None
         self.preflight: PreflightResult | None = None
+        run.evidence.strict = False  # a full disk stops the run with one line (``pytest_runtest_logfinish``)
         if not self.collect_only and threading.current_thread() is threading.main_thread():
             self.previous_term = signal.signal(signal.SIGTERM, _interrupt_on_term)
         run.progress = self.say
@@ -87,8 +100,10 @@ class ClusterSession:
                 "cluster tests own every GPU of the node: run them without -n (pytest-xdist); "
                 "xdist is for the plugin's own tests"
             )
+        folder: Path | str = "(not chosen yet)"
         try:
             profile = profiles.load(name, options.value(config, "cluster_set"))
+            _refuse_unmeasurable(profile)
             placement = _placement(config, profile)
             old_path = options.value(config, "cluster_baseline")
             old = baseline.figures(read_evidence(old_path)) if old_path else None
@@ -99,8 +114,12 @@ class ClusterSession:
             )
         except (profiles.ProfileError, TopologyError, EvidenceFolderError) as exc:
             raise pytest.UsageError(str(exc)) from None
+        except EvidenceWriteError as exc:
+            raise pytest.UsageError(str(exc)) from None
         except EvidenceError as exc:
             raise pytest.UsageError(f"--cluster-baseline: {exc}") from None
+        except OSError as exc:  # the evidence folder's disk: full, read-only, gone
+            raise pytest.UsageError(f"evidence folder {folder}: cannot write: {exc.strerror or exc}") from None
         return cls(config, run)
 
     @property
@@ -125,10 +144,22 @@ class ClusterSession:
     def pytest_deselected(self, items: list[pytest.Item]) -> None:
         self.deselected |= {item.nodeid for item in items}
 
+    @pytest.hookimpl(wrapper=True, trylast=True)  # innermost: sees a file's tests before --lf filters them
+    def pytest_make_collect_report(self, collector: pytest.Collector) -> Generator[None, Any, Any]:
+        report = yield
+        for node in report.result or ():
+            if isinstance(node, pytest.Item):
+                self.collected.add(node.nodeid)
+            elif not isinstance(node, (pytest.File, pytest.Dir, pytest.Package)):
+                self.unexpanded.add(node.nodeid)
+        self.unexpanded.discard(collector.nodeid)
+        return report
+
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         self.selected = [item.nodeid for item in session.items]
         if self.collect_only:
             return
+        self.run.evidence.doc.selected = list(self.selected)
         if not any("cluster" in item.keywords for item in session.items):
             self.collect_only = True  # from here on, like --collect-only: nothing is measured or written
             self.run.discard()
@@ -164,6 +195,12 @@ class ClusterSession:
 
     def pytest_runtest_logstart(self, nodeid: str) -> None:
         self.running = nodeid
+
+    def pytest_runtest_logfinish(self, nodeid: str) -> None:
+        """A full evidence disk stops the run after the test it happened in: what is measured from here on
+        could not be kept. Exit 3 (internal error) with the one line; the session's end marks it INCOMPLETE."""
+        if self.run.evidence.unwritable is not None:
+            pytest.exit(self.run.evidence.unwritable, returncode=pytest.ExitCode.INTERNAL_ERROR)
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if report.when == "teardown":
@@ -218,14 +255,33 @@ class ClusterSession:
         self.run.evidence.finish(verdict, complete=not interrupted, partial=facts.subset)
         if verdict == "FAIL" and session.exitstatus == pytest.ExitCode.OK:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
-        self.run.evidence.write()
-        write_atomic(self.run.evidence_dir / f"junit-{socket.gethostname()}.xml", junit_xml(self.run.evidence.data))
+        evidence = self.run.evidence
+        evidence.write()
+        if evidence.unwritable is not None:
+            # the file on disk is the last whole one, marked incomplete; the terminal and JUnit say so too
+            evidence.error(evidence.unwritable)
+            verdict = "INCOMPLETE"
+            evidence.finish(verdict, complete=False, partial=facts.subset)
+            session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
+        data = evidence.data
+        # what CI reads: a FAIL or an INCOMPLETE no test shows is one more case in pytest's report too
+        report_verdict(session, verdict_case(data, verdict))
+        xml = session.config.stash.get(xml_key, None)
+        if xml is not None:
+            xml.add_global_property("verdict", verdict)
+        try:
+            write_atomic(self.run.evidence_dir / f"junit-{socket.gethostname()}.xml", junit_xml(data))
+        except OSError as exc:
+            evidence.error(f"JUnit {self.run.evidence_dir}: cannot write: {exc.strerror or exc}")
+            session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
 
     def _facts(self, interrupted: bool) -> Facts:
-        """What the run knows; thresholds are enforced for the families whose module ran whole."""
+        """What the run knows; thresholds are enforced for the families whose module ran whole: every test
+        collection found in it selected (-k, -m, --deselect, --lf and a node id all select part of one)."""
         run = self.run
         ran_modules = {_module(n) for n in self.selected}
-        partly = {_module(n) for n in self.deselected}
+        left_out = (self.collected - set(self.selected)) | self.deselected | self.unexpanded
+        partly = {_module(n) for n in left_out}
         whole = ran_modules - partly
         unchecked = run.unchecked()
         run.evidence.doc.unchecked_thresholds = unchecked
@@ -233,8 +289,8 @@ class ClusterSession:
         # a failed preflight skipped the checks: its line is the cause, the unchecked thresholds are not news
         preflight_failed = any(e.startswith(PREFIX) for e in run.evidence.doc.errors)
         if enforced and not interrupted and not preflight_failed:
-            run.evidence.error(f"thresholds that no test checked: {', '.join(enforced)}")
-        subset = bool(self.deselected) or not set(FAMILY_MODULES.values()) <= ran_modules
+            run.evidence.error(f"{UNCHECKED}{', '.join(enforced)}")
+        subset = bool(left_out) or not set(FAMILY_MODULES.values()) <= ran_modules
         return facts_of(run.evidence.doc, interrupted=interrupted, subset=subset)
 
     def _share(self, verdict: str, facts: Facts) -> Any:
@@ -268,6 +324,16 @@ class ClusterSession:
         if self.previous_term is not None:
             signal.signal(signal.SIGTERM, self.previous_term)
         self.run.close()
+
+
+def _refuse_unmeasurable(profile: profiles.Profile) -> None:
+    """A bound the profile's device can never measure (a GPU-only figure on a CPU profile) is refused
+    before anything runs: the run would measure everything else and then fail on it."""
+    device = profile.model.topology.device
+    found = [p for key in profile.model.thresholds if (p := device_problem(key, device)) is not None]
+    if found:
+        more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
+        raise pytest.UsageError(f"profile {profile.name} ({profile.path}): {found[0]}{more}")
 
 
 def _placement(config: pytest.Config, profile: profiles.Profile) -> Any:

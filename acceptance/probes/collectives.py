@@ -13,12 +13,14 @@ and every window's busbw beside the figure.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
 from acceptance.families.collectives import CollectiveRow, CollectivesConfig, Measured, SweepResult, figures
+from acceptance.masking import masked_env
 from acceptance.probes import windows
 from acceptance.probes.ops import Op
 from acceptance.probes.rank import Ctx, main, write_json
@@ -117,6 +119,12 @@ def nccl_version() -> str | None:
     return ".".join(str(v) for v in version) if isinstance(version, tuple) else str(version)
 
 
+def nccl_settings(environ: Mapping[str, str]) -> dict[str, str]:
+    """The NCCL variables the run had, for the evidence and the probe's result: a pkey or a password among
+    them masked (``masking``), as every record of the environment is."""
+    return masked_env({k: v for k, v in sorted(environ.items()) if k.startswith("NCCL_")})
+
+
 def run(ctx: Ctx) -> SweepResult:
     cfg = ctx.spec["collectives"]
     rows: list[CollectiveRow] = []
@@ -135,7 +143,7 @@ def run(ctx: Ctx) -> SweepResult:
         "rows": rows,
         "nccl_version": nccl_version() if ctx.backend == "nccl" else None,
         "nccl_algo": os.environ.get("NCCL_ALGO", "auto (chosen by NCCL per size)"),
-        "nccl_env": {k: v for k, v in sorted(os.environ.items()) if k.startswith("NCCL_")},
+        "nccl_env": nccl_settings(os.environ),
     }
 
 

@@ -19,7 +19,6 @@ from __future__ import annotations
 import os
 import secrets
 import signal
-import tempfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
@@ -164,14 +163,15 @@ def read_shard(ctx: Ctx, folder: Path, nbytes: int, read_from: int, group: Any) 
 def check_path(ctx: Ctx, name: str, cfg: StoragePathConfig, run_name: str, group: Any) -> PathResult:
     """One path of the profile, from the look at it to the cleanup; the same result on every rank."""
     shared, nbytes = bool(cfg["shared"]), parse_size(ctx.spec["storage"]["checkpoint_size"])
-    path = os.path.realpath(cfg["path"] or tempfile.gettempdir())
+    named, path_from = (cfg["path"], None) if cfg["path"] else rules.temp_folder(os.environ)
+    path = os.path.realpath(named)
     run_dir = Path(path, rules.BASE_DIR, run_name)
     writers = ctx.world_size if shared else ctx.local_world_size  # ranks writing into one node's view
     need = nbytes * writers + files.MARKER_BYTES
     result: PathResult = {"path": cfg["path"], "shared": shared, "marker": None, "checkpoint": None}
     with removed_on_error(run_dir):
         ctx.phase(f"storage {name}: look")
-        result["nodes"] = nodes = nodes_only(ctx, lambda: prepare(ctx, path, need, run_dir))
+        result["nodes"] = nodes = nodes_only(ctx, lambda: prepare(ctx, path, path_from, need, run_dir))
         result["skipped"] = rules.not_run(nodes, None)
         if shared and not result["skipped"]:
             ctx.phase(f"storage {name}: same files")
@@ -186,8 +186,10 @@ def check_path(ctx: Ctx, name: str, cfg: StoragePathConfig, run_name: str, group
     return result
 
 
-def prepare(ctx: Ctx, path: str, need: int, run_dir: Path) -> NodeView:
+def prepare(ctx: Ctx, path: str, path_from: str | None, need: int, run_dir: Path) -> NodeView:
     view = files.look({"host": ctx.host, "node_rank": ctx.node_rank}, path, need)
+    if path_from:
+        view["path_from"] = path_from
     if not view["problem"]:
         files.open_run_dir(view, run_dir)
     return view

@@ -4,12 +4,13 @@
 from __future__ import annotations
 
 import argparse
+import math
 from collections.abc import Callable
 from typing import Any
 
 from pydantic import TypeAdapter
 
-from acceptance.profile.fields import Seconds, Tolerance
+from acceptance.profile.fields import MAX_SECONDS, Seconds, Tolerance
 
 
 def _option(kind: Any, expected: str) -> Callable[[str], float]:
@@ -19,7 +20,11 @@ def _option(kind: Any, expected: str) -> Callable[[str], float]:
 
     def convert(text: str) -> float:
         try:
-            return float(adapter.validate_python(float(text)))
+            number = float(text)
+            # said apart from the rest: the number itself is fine, only too large for the ranks' timers
+            if kind is Seconds and math.isfinite(number) and number > MAX_SECONDS:
+                raise argparse.ArgumentTypeError(f"expected at most {MAX_SECONDS} seconds (7 days), got {text!r}")
+            return float(adapter.validate_python(number))
         except ValueError:  # not a number, or pydantic's ValidationError (a ValueError)
             raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}") from None
 

@@ -7,17 +7,41 @@ none). Sizes are validated here and stored in their canonical spelling (see ``si
 
 from __future__ import annotations
 
+import re
 from typing import Annotated
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field
 
 from acceptance.profile.sizes import canonical_size
 
 Size = Annotated[str, BeforeValidator(canonical_size)]
 PositiveInt = Annotated[int, Field(gt=0)]
-Seconds = Annotated[float, Field(gt=0, allow_inf_nan=False)]
 Tolerance = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 RunName = Annotated[str, Field(pattern=r"^[a-z][a-z0-9_]*$")]  # it goes into metric names and test ids
+# A week bounds every limit in seconds: the ranks turn it into a timedelta, which overflows near 1e14 s, and
+# no probe or rendezvous of an acceptance run waits that long on purpose.
+MAX_SECONDS = 7 * 24 * 3600
+_PLAIN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
+
+
+def _at_most_a_week(seconds: float) -> float:
+    if seconds > MAX_SECONDS:
+        raise ValueError(f"at most {MAX_SECONDS} seconds (7 days)")
+    return seconds
+
+
+def _plain_name(name: str) -> str:
+    """A profile's name names its evidence folder: a slash or a ``..`` would put the evidence elsewhere."""
+    if not _PLAIN_NAME.fullmatch(name):
+        raise ValueError(
+            "a profile name is letters, digits, '.', '_' and '-', starting with a letter or digit "
+            f"(it names the evidence folder), got {name!r}"
+        )
+    return name
+
+
+Seconds = Annotated[float, Field(gt=0, allow_inf_nan=False), AfterValidator(_at_most_a_week)]
+ProfileName = Annotated[str, AfterValidator(_plain_name)]
 
 
 class Strict(BaseModel):

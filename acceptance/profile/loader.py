@@ -21,6 +21,7 @@ from acceptance.profile.strict_yaml import LineMap, parse, read
 from acceptance.profile.strict_yaml import ProfileError as ProfileError  # raised to callers of this module
 
 LOCAL_DIR = Path("thresholds")
+MAX_PROBLEMS = 20  # listed in one error; a generated profile can hold thousands, and the first ones tell
 
 
 @dataclass(frozen=True)
@@ -60,9 +61,13 @@ def available() -> dict[str, Path]:
 
 
 def find(name_or_path: str, relative_to: Path | None = None) -> Path:
-    for candidate in _candidates(name_or_path, relative_to):
+    candidates = _candidates(name_or_path, relative_to)
+    for candidate in candidates:
         if candidate.is_file():
             return candidate
+    folder = next((c for c in candidates[:-2] if c.is_dir()), None)  # a path given, not a profile's name
+    if folder is not None:
+        raise ProfileError(f"{folder}: is a folder, not a profile file")
     names = ", ".join(sorted(available())) or "(none)"
     raise ProfileError(
         f"unknown profile {name_or_path!r}: no such file, and no profile of that name. Profiles: {names}"
@@ -145,7 +150,9 @@ def _override(raw: dict[str, Any], item: str, lines: LineMap) -> dict[str, Any]:
         value: Any = text.strip()  # environment values are strings, verbatim: NCCL_IB_DISABLE=1 means "1"
     else:
         value = _override_value(text, item, tuple(parts))
-    _mark_override(lines, tuple(parts), value, f"--cluster-set {item}")
+    label = f"--cluster-set {item}"
+    _mark_replaced(raw, lines, tuple(parts), label)
+    _mark_override(lines, tuple(parts), value, label)
     patch: dict[str, Any] = {parts[-1]: value}
     for part in reversed(parts[:-1]):
         patch = {part: patch}
@@ -171,6 +178,27 @@ def _mark_override(lines: LineMap, at: tuple[str, ...], value: Any, label: str) 
             _mark_override(lines, (*at, str(key)), sub, label)
 
 
+def _mark_replaced(raw: dict[str, Any], lines: LineMap, at: tuple[str, ...], label: str) -> None:
+    """An override through a key that is not a mapping (``training.steps.x=3`` where steps is a number)
+    replaces that key's value whole: from there on, the key is the option's, not the file line's."""
+    node: Any = raw
+    for cut in range(1, len(at)):
+        node = node.get(at[cut - 1]) if isinstance(node, dict) else None
+        if not isinstance(node, dict):
+            for loc in [loc for loc in lines if loc[:cut] == at[:cut]]:
+                del lines[loc]
+            lines[at[:cut]] = label
+            return
+
+
+def _overrides_under(loc: tuple[str, ...], lines: LineMap) -> list[str]:
+    """The ``--cluster-set`` options that set a key under ``loc``: a section's own check (one key against
+    another) is then the option's doing as much as the file's."""
+    found = {where for key, where in lines.items() if key[: len(loc)] == loc and where.startswith(SET_LABEL)}
+    return sorted(found)
+
+
+SET_LABEL = "--cluster-set "
 THRESHOLD_FIELDS = frozenset(Threshold.model_fields)
 
 
@@ -213,10 +241,21 @@ def _explain(exc: ValidationError, chain: tuple[Path, ...], lines: LineMap) -> s
     for err in exc.errors():
         loc = tuple(str(part) for part in err["loc"])
         key = ".".join(loc) or "(top level)"
-        problems.append((_where(loc, chain, lines), f"{key}: {_expected(err, loc)}"))
+        where, options = _where(loc, chain, lines), _overrides_under(loc, lines)
+        if options and not where.startswith(SET_LABEL):
+            where = f"{'; '.join(options)} (in {key}, {where})"
+        problems.append((where, f"{key}: {_expected(err, loc)}"))
     # in the files' own order, as a person reads them (pydantic's follows the model's fields)
     problems.sort(key=lambda found: _file_line(found[0]))
-    return "invalid profile:\n  " + "\n  ".join(f"{where}: {what}" for where, what in problems)
+    return _listed([f"{where}: {what}" for where, what in problems])
+
+
+def _listed(problems: list[str]) -> str:
+    """One error listing the problems, the first ``MAX_PROBLEMS`` of them and how many more."""
+    shown = problems[:MAX_PROBLEMS]
+    if len(problems) > MAX_PROBLEMS:
+        shown.append(f"... and {len(problems) - MAX_PROBLEMS} more")
+    return "invalid profile:\n  " + "\n  ".join(shown)
 
 
 def _file_line(where: str) -> tuple[str, int]:
@@ -290,4 +329,4 @@ def _check_metric_names(model: ProfileModel, path: Path, lines: LineMap) -> None
             where = (*loc, field_why[0])
             problems.append(f"{_where(where, (path,), lines)}: {'.'.join(where)}: {field_why[1]}")
     if problems:
-        raise ProfileError("invalid profile:\n  " + "\n  ".join(problems))
+        raise ProfileError(_listed(problems))

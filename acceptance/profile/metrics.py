@@ -76,6 +76,16 @@ def metric_problem(name: str, profile: ProfileModel) -> str | None:
     return f"no probe measures a metric of this name (known shapes: {shapes})"
 
 
+def device_problem(name: str, device: str) -> str | None:
+    """Why a threshold on ``name`` can never be checked by a run on ``device`` (``topology.device``), or
+    None: a GPU-only figure bounded in a CPU profile would run the whole suite and then fail unchecked."""
+    shape = shape_of(name)
+    if shape is None or device in shape.metric.devices:
+        return None
+    on = " or ".join(shape.metric.devices)
+    return f"threshold {name}: topology.device {device} never measures it (measured on {on} only)"
+
+
 def bound_problem(name: str, bound: Threshold) -> tuple[str, str] | None:
     """The field of ``bound`` that can never hold, or always holds, for a figure never below its family's
     floor, and why; None when that is not so or not known. A gate that cannot fail checks nothing."""

@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, Annotated, Literal
 from pydantic import Field, create_model, model_validator
 
 from acceptance.profile.fields import PositiveInt as PositiveInt  # re-exported: the sections' field types
+from acceptance.profile.fields import ProfileName, Seconds, Strict, Tolerance
 from acceptance.profile.fields import RunName as RunName
-from acceptance.profile.fields import Seconds, Strict, Tolerance
 from acceptance.profile.fields import Size as Size
 from acceptance.profile.registry import FAMILIES
 from acceptance.profile.sections import TRAIN_STRATEGIES as TRAIN_STRATEGIES
@@ -127,7 +127,7 @@ class Baseline(Strict):
 class ProfileBase(Strict):
     """The sections every profile has; the families' sections come from the registry (``ProfileModel``)."""
 
-    name: str
+    name: ProfileName
     description: str = ""
     extends: str | None = None
     topology: Topology = Topology(device="cpu", backend="gloo", ranks_per_node=2)

@@ -33,6 +33,11 @@ Scale = Literal["relative", "points", "bound"]
 # apart from performance references: no baseline loosens or tightens it. performance: a speed, a time or a
 # spread, judged by its bound and against a baseline run.
 Kind = Literal["performance", "correctness"]
+# Where a figure can be measured at all (the profile's ``topology.device``): NVML, device memory, fp8 tensor
+# cores and a GPU's peak exist on GPUs only; a bound on such a figure in a CPU profile could never hold.
+Device = Literal["cuda", "cpu"]
+ANY_DEVICE: tuple[Device, ...] = ("cuda", "cpu")
+GPU_ONLY: tuple[Device, ...] = ("cuda",)
 
 S = TypeVar("S", bound=Strict)
 
@@ -50,6 +55,7 @@ class Metric(Generic[S]):
     scale: Scale = "relative"
     kind: Kind = "performance"
     domains: Mapping[str, Callable[[S], Sequence[str]]] = field(default_factory=dict)
+    devices: tuple[Device, ...] = ANY_DEVICE  # the ``topology.device`` values whose runs measure the shape
 
     @property
     def names(self) -> str:
@@ -127,7 +133,9 @@ _HEALTH_COUNTS = (
     r"|ecc_uncorrectable_aggregate|retired_pages_pending|row_remap_failures|row_remap_pending|pcie_degraded"
     r"|throttled"
 )
-_COMPUTE_FIGURES = r"(matmul_tflops|matmul_fp8_tflops|copy_gbps|h2d_gbps|d2h_gbps)"
+_COMPUTE_FIGURES = r"(matmul_tflops|copy_gbps)"
+# the CPU path has no fp8 tensor cores and no device memory to copy to: "not applicable on the CPU"
+_GPU_COMPUTE_FIGURES = r"(matmul_fp8_tflops|h2d_gbps|d2h_gbps)"
 _INTER_PATH = r"(all|intranode|one_gpu_per_node|ring)\.(?P<op>\w+)"
 
 
@@ -170,11 +178,11 @@ HEALTH = Family(
     "health",
     "NVML health of every GPU: count, model, driver, ECC, links, throttling",
     Health,
-    (
-        Metric[Health](rf"({_HEALTH_COUNTS})", _HEALTH, "lower", kind="correctness"),
-        Metric[Health](r"(temperature_c_max|wall_s)", _HEALTH, "lower", scale="bound"),
-        Metric[Health](r"(nvlink_links_min)", _HEALTH, "higher", kind="correctness"),
-        Metric[Health](r"(gpu_count)", _HEALTH, "none", kind="correctness"),
+    (  # NVML on GPUs: the health module skips on a CPU profile
+        Metric[Health](rf"({_HEALTH_COUNTS})", _HEALTH, "lower", kind="correctness", devices=GPU_ONLY),
+        Metric[Health](r"(temperature_c_max|wall_s)", _HEALTH, "lower", scale="bound", devices=GPU_ONLY),
+        Metric[Health](r"(nvlink_links_min)", _HEALTH, "higher", kind="correctness", devices=GPU_ONLY),
+        Metric[Health](r"(gpu_count)", _HEALTH, "none", kind="correctness", devices=GPU_ONLY),
     ),
     probes=("health",),
     in_worker=("health",),
@@ -185,7 +193,9 @@ DRIFT = Family(
     "every node and GPU agrees on software and settings; optionally pinned (a golden configuration)",
     Drift,
     (
-        Metric[Drift](r"(nodes_differing|gpus_differing|golden_mismatches)", _DRIFT, "lower", kind="correctness"),
+        Metric[Drift](r"(nodes_differing|golden_mismatches)", _DRIFT, "lower", kind="correctness"),
+        # GPU fields come from NVML: a CPU run has none to compare ("no GPU fields to compare")
+        Metric[Drift](r"(gpus_differing)", _DRIFT, "lower", kind="correctness", devices=GPU_ONLY),
         # information: how much the comparison could not see (no NVML, no HCA); recorded, no built-in bound
         Metric[Drift](r"(fields_not_measured)", _DRIFT, "lower", scale="bound"),
     ),
@@ -223,6 +233,8 @@ COMPUTE = Family(
     (
         Metric[Compute](rf"{_COMPUTE_FIGURES}_(min|median)", _COMPUTE, "higher"),
         Metric[Compute](rf"{_COMPUTE_FIGURES}_below_median", _COMPUTE, "lower", scale="points"),
+        Metric[Compute](rf"{_GPU_COMPUTE_FIGURES}_(min|median)", _COMPUTE, "higher", devices=GPU_ONLY),
+        Metric[Compute](rf"{_GPU_COMPUTE_FIGURES}_below_median", _COMPUTE, "lower", scale="points", devices=GPU_ONLY),
         Metric[Compute](r"(burnin_disagreeing_gpus)", _COMPUTE, "lower", kind="correctness"),
         Metric[Compute](r"(wall_s)", _COMPUTE, "lower", scale="bound"),
     ),
@@ -268,8 +280,10 @@ TRAINING = Family(
     "short real training runs: DDP, FSDP, DeepSpeed ZeRO",
     Training,
     (
+        Metric[Training](r"(?P<strategy>\w+)\.(tokens_per_s_per_gpu)", _TRAIN, "higher", domains=_STRATEGY),
+        # a GPU's peak FLOP/s and its NVML utilisation: neither exists on the CPU
         Metric[Training](
-            r"(?P<strategy>\w+)\.(tokens_per_s_per_gpu|mfu|gpu_util_pct)", _TRAIN, "higher", domains=_STRATEGY
+            r"(?P<strategy>\w+)\.(mfu|gpu_util_pct)", _TRAIN, "higher", domains=_STRATEGY, devices=GPU_ONLY
         ),
         Metric[Training](
             r"(?P<strategy>\w+)\.(step_time_s|step_time_std_s|peak_mem_gib|loss_last)", _TRAIN, "lower",

@@ -18,6 +18,13 @@ LineMap = dict[tuple[str, ...], str]  # key path -> where it was set: FILE:LINE 
 Place = Callable[[yaml.Mark | None], str]  # a position in the text in words: FILE:LINE, or the option
 
 
+# A profile is a few hundred lines; a generated one with thousands of thresholds stays under a megabyte.
+# Past these a file is refused before it is read whole or expanded: ten lines of aliases nested nine deep
+# (the "billion laughs") expand to 9^9 nodes, which no machine holds.
+MAX_BYTES = 4 * 2**20
+MAX_NODES = 200_000  # keys and items, aliases counted each time they are used
+
+
 class ProfileError(Exception):
     """A profile that cannot be used; the message names the file, the key and what was expected."""
 
@@ -39,13 +46,19 @@ StrictLoader.add_implicit_resolver(
 def read(path: Path) -> tuple[dict[str, Any], LineMap]:
     """A profile file as a mapping, and the line each key was set on."""
     try:
-        text = path.read_bytes().decode("utf-8-sig")
+        with path.open("rb") as handle:
+            raw = handle.read(MAX_BYTES + 1)
+        if len(raw) > MAX_BYTES:
+            raise ProfileError(f"{path}: larger than {MAX_BYTES} bytes: not a profile")
+        text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         bad = exc.object[exc.start]
         raise ProfileError(
             f"{path}: not UTF-8 text: byte 0x{bad:02x} at byte offset {exc.start} ({exc.reason}); "
             "save the profile as UTF-8"
         ) from None
+    except IsADirectoryError:
+        raise ProfileError(f"{path}: is a folder, not a profile file") from None
     except OSError as exc:
         raise ProfileError(f"{path}: cannot read profile: {exc}") from None
     data, lines = parse(text, lambda mark: f"{path}:{mark.line + 1}" if mark is not None else str(path), ())
@@ -61,12 +74,14 @@ def parse(text: str, place: Place, prefix: tuple[str, ...]) -> tuple[Any, LineMa
         try:
             node = loader.get_single_node()
             lines: LineMap = {}
-            _map_lines(node, prefix, place, lines, set())
+            _map_lines(node, prefix, place, lines, set(), _Budget(place))
             return (loader.construct_document(node) if node is not None else None), lines
         finally:
             loader.dispose()
     except yaml.MarkedYAMLError as exc:
         raise ProfileError(f"{place(exc.problem_mark)}: YAML syntax error: {exc.problem or exc.context}") from None
+    except RecursionError:  # thousands of nested brackets: the composer's recursion ends first
+        raise ProfileError(f"{place(None)}: nested too deep to be a profile") from None
     except yaml.reader.ReaderError as exc:  # a control character; its str() spans two lines
         raise ProfileError(f"{place(_mark_at(text, exc.position))}: {exc.reason} (#x{exc.character:04x})") from None
 
@@ -76,7 +91,25 @@ def _mark_at(text: str, position: int) -> yaml.Mark:
     return yaml.Mark("", position, line, position - (text.rfind("\n", 0, position) + 1), None, 0)
 
 
-def _map_lines(node: yaml.Node | None, prefix: tuple[str, ...], place: Place, out: LineMap, open_: set[int]) -> None:
+class _Budget:
+    """How many more keys and items the walk may visit: aliases are walked each time they are used, so a
+    few lines can stand for billions of nodes; refused at the first one past ``MAX_NODES``."""
+
+    def __init__(self, place: Place) -> None:
+        self.left, self.place = MAX_NODES, place
+
+    def spend(self, node: yaml.Node) -> None:
+        self.left -= 1
+        if self.left < 0:
+            raise ProfileError(
+                f"{self.place(node.start_mark)}: its aliases expand to more than {MAX_NODES} keys and items: "
+                "not a profile"
+            )
+
+
+def _map_lines(
+    node: yaml.Node | None, prefix: tuple[str, ...], place: Place, out: LineMap, open_: set[int], budget: _Budget
+) -> None:
     """Record where each key was set, and refuse a key set twice in one mapping. On the composed nodes, as
     written: the constructor knows no key path, and a mapping that another merges (``<<:``) may already
     hold the merged pairs when it is built, which would look like duplicates. ``open_``: nodes being walked."""
@@ -95,11 +128,13 @@ def _map_lines(node: yaml.Node | None, prefix: tuple[str, ...], place: Place, ou
                     f"{place(first[at[-1]].start_mark)} (the second would silently replace the first)"
                 )
             first[at[-1]] = key
+            budget.spend(key)
             out[at] = place(key.start_mark)
-            _map_lines(value, at, place, out, open_)
+            _map_lines(value, at, place, out, open_, budget)
     else:
         for index, item in enumerate(node.value):
             at = (*prefix, str(index))
+            budget.spend(item)
             out[at] = place(item.start_mark)
-            _map_lines(item, at, place, out, open_)
+            _map_lines(item, at, place, out, open_, budget)
     open_.discard(id(node))

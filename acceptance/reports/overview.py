@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from acceptance.evidence.verdict import verdict_of
+from acceptance.masking import masked_record
 from acceptance.reports import measured, summary, training, view
 from acceptance.reports.blocks import Block, Heading, Table, Text, Verdict
 
@@ -146,7 +147,9 @@ def walls(data: Mapping[str, Any]) -> list[Block]:
 
 
 def blocks(data: Mapping[str, Any], origin: str) -> list[Block]:
-    """The whole report, in reading order: the verdict and what failed first, the measurements, the rest."""
+    """The whole report, in reading order: the verdict and what failed first, the measurements, the rest.
+    Masked first: an evidence file written before a name counted as a credential may still hold its value."""
+    data = masked_record(data)
     return [
         verdict(data, origin),
         *problems(data),

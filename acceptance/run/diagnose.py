@@ -101,10 +101,12 @@ def hang(probe: str, timeout_s: float, stalled: list[Stall], out_dir: Path, star
         every = "; ".join(_where(s) for s in stalled)
         return head + f"no rank stands out; all stopped progressing at the same point: {every}\n{tail(out_dir, first)}"
     why = f"; process {first.frozen}" if first.frozen else ""
+    # the pid, so that a person on that host can look at the process (py-spy dump, gdb, /proc) at once
+    pid = f"; pid {first.state['pid']}" if first.state.get("pid") else ""
     text = (
         f"{rank_label(first.state)} stopped progressing {first.idle_s:.0f} s ago in phase {first.state.get('phase')!r}"
     )
-    text += f" (progress {_progress(first)}{why})"
+    text += f" (progress {_progress(first)}{pid}{why})"
     if others:
         text += "; the others wait for it: " + "; ".join(_where(s) for s in others)
     return head + f"{text}\n{tail(out_dir, first)}"

@@ -1,0 +1,81 @@
+"""Secrets are masked one way everywhere: the names that are credentials, the probes' records of the
+environment (the collectives probe's ``nccl_env``), the command line, the evidence's holder file and the
+reports, which mask again whatever an older evidence file still holds."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from acceptance import masking
+from acceptance.cli.main import main
+from acceptance.probes.collectives import nccl_settings
+from tests.harness import EVIDENCE
+
+SECRETS = {"NCCL_IB_PKEY": "0x8001", "NCCL_IB_PASSWD_X": "pw-nccl-1", "DB_PASS": "pw-db-2", "SLURM_JWT": "jwt-3"}
+
+
+@pytest.mark.parametrize(
+    "name", ["DB_PASS", "MY_PASS", "SLURM_JWT", "NCCL_IB_PKEY", "NCCL_IB_PASSWD_X", "HF_TOKEN", "AWS_SECRET_ACCESS_KEY"]
+)
+def test_credential_names(name: str) -> None:
+    assert masking.is_secret(name)
+
+
+@pytest.mark.parametrize("name", ["NCCL_DEBUG", "NCCL_IB_HCA", "CUDA_VISIBLE_DEVICES", "NCCL_SOCKET_IFNAME"])
+def test_settings_are_not_credentials(name: str) -> None:
+    assert not masking.is_secret(name)
+
+
+def test_nccl_env_masks_credentials() -> None:
+    env = {**SECRETS, "NCCL_DEBUG": "WARN", "HOME": "/root"}
+    assert nccl_settings(env) == {"NCCL_DEBUG": "WARN", "NCCL_IB_PASSWD_X": "***", "NCCL_IB_PKEY": "***"}
+
+
+@pytest.mark.parametrize(
+    ("argv", "shown"),
+    [
+        (["--cluster-set", "env.DB_PASS=pw-db-2"], ["--cluster-set", "env.DB_PASS=***"]),
+        (["--cluster-set=env.SLURM_JWT=jwt-3"], ["--cluster-set=env.SLURM_JWT=***"]),
+        (["--db-password=pw-db-2", "-q"], ["--db-password=***", "-q"]),
+        (["--api-token", "jwt-3", "-q"], ["--api-token", "***", "-q"]),
+        (["MY_PASS=pw-db-2", "x"], ["MY_PASS=***", "x"]),
+        (["--cluster-set", "training.steps=3"], ["--cluster-set", "training.steps=3"]),
+    ],
+)
+def test_command_line_secrets(argv: list[str], shown: list[str]) -> None:
+    assert masking.masked_command(["pytest", *argv]) == ["pytest", *shown]
+
+
+def leaky_evidence() -> dict[str, Any]:
+    """Reference evidence as a run before the masking would have written it: secrets in every env record
+    and on the command line."""
+    data: dict[str, Any] = json.loads((EVIDENCE / "h200-x2" / "evidence.json").read_text())
+    data = copy.deepcopy(data)
+    data["command"] = ["pytest", "--cluster-set", "env.DB_PASS=pw-db-2", "--cluster-set=env.SLURM_JWT=jwt-3"]
+    for probe in data.get("probes") or []:
+        if isinstance(probe.get("result"), dict):
+            probe["result"]["nccl_env"] = {**SECRETS, "NCCL_DEBUG": "WARN"}
+    for test in data.get("tests") or []:
+        if isinstance(test.get("measurements"), dict):
+            test["measurements"]["nccl_env"] = {**SECRETS}
+    return data
+
+
+def test_masked_record_leaves_no_secret() -> None:
+    shown = json.dumps(masking.masked_record(leaky_evidence()))
+    assert not [value for value in SECRETS.values() if value in shown]
+    assert '"NCCL_DEBUG": "WARN"' in shown and '"NCCL_IB_PKEY": "***"' in shown
+
+
+def test_reports_show_no_secret(tmp_path: Path) -> None:
+    (tmp_path / "evidence.json").write_text(json.dumps(leaky_evidence()))
+    assert main(["report", str(tmp_path)]) == 0
+    for name in ("report.html", "report.md"):
+        text = (tmp_path / name).read_text()
+        assert "DB_PASS=***" in text, name
+        assert not [value for value in SECRETS.values() if value in text], name
