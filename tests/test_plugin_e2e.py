@@ -102,11 +102,14 @@ def test_impossible_bound_fails_with_one_line(suite: pytest.Pytester) -> None:
         suite, "--cluster-profile", "local-cpu", *SMALL, bound, "-k", "test_busbw and all_reduce", *SPINE_MODULES
     )
     assert counts(result) == {"failed": 1, "recorded": 1, "deselected": 19}
-    line = r"collectives\.all_reduce\.busbw_gbps@8M = [0-9.,e+-]+ GB/s, expected >= 1e\+06 \(profile local-cpu\)"
+    line = (
+        r"collectives\.all_reduce\.busbw_gbps@8M = [0-9.,e+-]+ GB/s, expected >= 1e\+06 "
+        r"\(profile local-cpu, --cluster-set thresholds\.collectives\.all_reduce\.busbw_gbps@8M\.min=1e6\)"
+    )
     assert re.search(line, result.stdout.str()), result.stdout.str()
     result.stdout.fnmatch_lines(
         [
-            "collectives.all_reduce.busbw_gbps@8M = * GB/s, expected >= 1e+06 (profile local-cpu)",
+            "collectives.all_reduce.busbw_gbps@8M = * GB/s, expected >= 1e+06 (profile local-cpu, --cluster-set *)",
             "all_reduce 8M: * us mean over ranks, slowest rank *; 5 timed windows *-* GB/s (spread *%; a rank's "
             "time is its median window's)",
             "collectives.all_reduce.busbw_gbps@8M * GB/s * >= 1e+06 * FAIL",

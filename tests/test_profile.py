@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from acceptance.profile import loader as profiles
+from acceptance.profile.judge import Judge
 from acceptance.profile.loader import ProfileError, load
 
 BASE = "topology: {nodes: 1, ranks_per_node: 2, device: cpu, backend: gloo}\n"
@@ -232,3 +233,20 @@ def test_cluster_set_invalid(override: str, message: str) -> None:
 def test_every_shipped_profile_loads() -> None:
     for name in profiles.available():
         assert load(name).name == name
+
+
+def test_a_bound_set_elsewhere_is_sourced_there_not_to_the_parent(here: Path) -> None:
+    """A child's bound, or an option's, without a source of its own is not shown beside the parent's reason
+    for another bound; a failure from an option's bound names the option."""
+    write(
+        here, "parent", f"name: parent\n{BASE}thresholds:\n  connectivity.rendezvous_s: {{max: 60, source: 'slow'}}\n"
+    )
+    child = write(here, "child", "name: child\nextends: parent\nthresholds:\n  connectivity.rendezvous_s: {max: 5}\n")
+    assert load(str(child)).model.thresholds["connectivity.rendezvous_s"].source == "profile child.yaml"
+    xfail = write(here, "known", "name: known\nextends: parent\nthresholds:\n  connectivity.rendezvous_s: {xfail: r}\n")
+    assert load(str(xfail)).model.thresholds["connectivity.rendezvous_s"].source == "slow"  # the same bound
+    option = "thresholds.connectivity.rendezvous_s.max=1"
+    found = load("parent", [option]).model.thresholds["connectivity.rendezvous_s"]
+    assert found.max == 1 and found.source == f"--cluster-set {option}"
+    message = Judge(load("parent", [option])).judge("connectivity.rendezvous_s", 2.0, "s").message
+    assert message == f"connectivity.rendezvous_s = 2 s, expected <= 1 (profile parent, --cluster-set {option})"

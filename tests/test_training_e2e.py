@@ -75,7 +75,7 @@ def test_tokens_bound_fails_with_the_figure(suite: pytest.Pytester) -> None:
     assert counts(result) == {"failed": 1, "passed": 1, "recorded": 5, "skipped": 4}
     result.stdout.fnmatch_lines(
         [
-            "training.ddp.tokens_per_s_per_gpu = * tokens/s, expected >= 1e+12 (profile local-cpu)",
+            "training.ddp.tokens_per_s_per_gpu = * tokens/s, expected >= 1e+12 (profile local-cpu, --cluster-set *)",
             "*FAILED tests_cluster/test_training.py::test_tokens_per_s[[]ddp[]]*",
         ]
     )

@@ -23,7 +23,7 @@ from typing import Any, Literal
 from acceptance.numbers import fmt
 from acceptance.profile import baseline as baselines
 from acceptance.profile.bounds import evaluate
-from acceptance.profile.loader import Profile
+from acceptance.profile.loader import OVERRIDE, Profile
 from acceptance.profile.metrics import Kind, canonical_metric, kind
 from acceptance.profile.model import Threshold
 
@@ -92,7 +92,7 @@ class Judge:
         ok, bound = evaluate(threshold, value)
         if not ok:
             verdict: FigureVerdict = "xfail" if threshold.xfail else "fail"
-            message = f"{metric} = {fmt(value)} {unit}, expected {bound} (profile {self.profile.name})"
+            message = f"{metric} = {fmt(value)} {unit}, expected {bound} ({self._origin(threshold)})"
             return Judgement(
                 metric, value, unit, verdict, bound, threshold, figure_kind, _with(message, detail), detail
             )
@@ -105,6 +105,13 @@ class Judge:
         message = _with(f"{judged.message} [{self.baseline_label}]", detail)
         both = f"{bound} and {judged.change.limit}"
         return Judgement(metric, value, unit, "baseline_fail", both, threshold, figure_kind, message, detail, record)
+
+    def _origin(self, threshold: Threshold) -> str:
+        """Where the bound comes from, as a failure names it: the profile, and the option that set it."""
+        source = threshold.source or ""
+        return (
+            f"profile {self.profile.name}, {source}" if source.startswith(OVERRIDE) else f"profile {self.profile.name}"
+        )
 
     def fails(self, metric: str, value: float, default: Threshold | None = None) -> bool:
         """Whether ``judge`` would fail the figure (a known issue and information never fail)."""

@@ -21,6 +21,7 @@ from acceptance.profile.strict_yaml import LineMap, parse, read
 from acceptance.profile.strict_yaml import ProfileError as ProfileError  # raised to callers of this module
 
 LOCAL_DIR = Path("thresholds")
+OVERRIDE = "--cluster-set"  # names a value an option set, in errors and in a threshold's source
 MAX_PROBLEMS = 20  # listed in one error; a generated profile can hold thousands, and the first ones tell
 
 
@@ -133,7 +134,7 @@ def _resolve(path: Path, seen: tuple[Path, ...]) -> tuple[dict[str, Any], tuple[
     except ProfileError as exc:
         raise ProfileError(f"{path}: extends: {exc}") from None
     parent, chain, parent_lines = _resolve(parent_path, (*seen, real))
-    return _merge(parent, data), chain, {**parent_lines, **lines}
+    return _merge(parent, data, origin=f"profile {path.name}"), chain, {**parent_lines, **lines}
 
 
 def _override(raw: dict[str, Any], item: str, lines: LineMap) -> dict[str, Any]:
@@ -150,13 +151,13 @@ def _override(raw: dict[str, Any], item: str, lines: LineMap) -> dict[str, Any]:
         value: Any = text.strip()  # environment values are strings, verbatim: NCCL_IB_DISABLE=1 means "1"
     else:
         value = _override_value(text, item, tuple(parts))
-    label = f"--cluster-set {item}"
+    label = f"{OVERRIDE} {item}"
     _mark_replaced(raw, lines, tuple(parts), label)
     _mark_override(lines, tuple(parts), value, label)
     patch: dict[str, Any] = {parts[-1]: value}
     for part in reversed(parts[:-1]):
         patch = {part: patch}
-    return _merge(raw, patch)
+    return _merge(raw, patch, origin=label)
 
 
 def _override_value(text: str, item: str, at: tuple[str, ...]) -> Any:
@@ -213,18 +214,45 @@ def _key_path(key: str) -> list[str]:
     return [parts[0], ".".join(parts[1:])]
 
 
-def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
-    """Deep merge: mappings merge key by key, anything else (lists too) is replaced; ``null`` deletes."""
+def _merge(base: dict[str, Any], over: dict[str, Any], origin: str | None = None) -> dict[str, Any]:
+    """Deep merge: mappings merge key by key, anything else (lists too) is replaced; ``null`` deletes.
+    ``origin`` names where ``over`` comes from (a child profile, a ``--cluster-set`` option): a threshold
+    whose bound it sets without a ``source`` of its own is sourced there, never to the parent's words."""
     out = dict(base)
     for key, value in over.items():
         if key == "extends":
             continue
         if value is None:
             out.pop(key, None)
+        elif key == "thresholds" and isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _merge_thresholds(out[key], value, origin)
         elif isinstance(value, dict) and isinstance(out.get(key), dict):
-            out[key] = _merge(out[key], value)
+            out[key] = _merge(out[key], value, origin)
         else:
             out[key] = value
+    return out
+
+
+BOUND_KEYS = frozenset({"min", "max", "eq", "ref", "tol", "lower", "upper"})
+
+
+def _merge_thresholds(base: dict[str, Any], over: dict[str, Any], origin: str | None) -> dict[str, Any]:
+    out = dict(base)
+    for metric, bound in over.items():
+        if bound is None:
+            out.pop(metric, None)
+            continue
+        if not isinstance(bound, dict) or not isinstance(out.get(metric), dict):
+            # a new threshold (sourced where it was written, unless it says), or a malformed one the model names
+            sourced = isinstance(bound, dict) and "source" not in bound and origin is not None
+            out[metric] = {**bound, "source": origin} if sourced else bound
+            continue
+        merged = _merge(out[metric], bound)
+        if BOUND_KEYS & set(bound) and "source" not in bound:
+            merged.pop("source", None)  # the parent's reason does not hold for another bound
+            if origin is not None:
+                merged["source"] = origin
+        out[metric] = merged
     return out
 
 
