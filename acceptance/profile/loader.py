@@ -224,8 +224,9 @@ def _merge(base: dict[str, Any], over: dict[str, Any], origin: str | None = None
             continue
         if value is None:
             out.pop(key, None)
-        elif key == "thresholds" and isinstance(value, dict) and isinstance(out.get(key), dict):
-            out[key] = _merge_thresholds(out[key], value, origin)
+        elif key == "thresholds" and isinstance(value, dict):
+            earlier = out.get(key)
+            out[key] = _merge_thresholds(earlier if isinstance(earlier, dict) else {}, value, origin)
         elif isinstance(value, dict) and isinstance(out.get(key), dict):
             out[key] = _merge(out[key], value, origin)
         else:
