@@ -50,8 +50,8 @@ class Measured(TypedDict):
     timing: str  # how it was timed (eager, cuda_graph, or why the graph failed)
 
 
-class CollectiveRow(TypedDict):
-    """One op at one size over every rank: a row of the sweep's result."""
+class CollectiveRow(Figures):
+    """One op at one size over every rank: a row of the sweep's result (``Figures`` and what was asked)."""
 
     op: str
     size: str
@@ -60,13 +60,6 @@ class CollectiveRow(TypedDict):
     count: int
     wrong: int  # summed over ranks
     timing: str
-    time_us: float
-    time_us_max: float
-    algbw_gbps: float
-    busbw_gbps: float
-    slowest_rank: int
-    busbw_windows_gbps: list[float]
-    window_spread: float
 
 
 class RankMeasured(Measured):

@@ -10,13 +10,15 @@ The library is a parameter so that a recorded NVML (the unit tests') goes throug
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from acceptance.families.answers import NOT_MEASURED as NOT_MEASURED
 from acceptance.families.answers import NotMeasured, not_measured
 from acceptance.families.answers import is_measured as is_measured
 from acceptance.families.drift import GpuSettings, SettingsAnswers
 from acceptance.families.health import GpuAnswers, GpuIdentity, GpuMemoryHealth, NodeAnswers, PcieAnswers, RowRemap
+
+T = TypeVar("T")
 
 # Clock-event (throttle) reason bits, from nvml.h (nvmlClocksEventReason*, the same values as the older
 # nvmlClocksThrottleReason* names that pynvml keeps for drivers before 535).
@@ -56,8 +58,8 @@ def load_library() -> Any:
     return pynvml
 
 
-def read_node(lib: Any = None) -> NodeAnswers | NotMeasured:
-    """Driver versions and every GPU NVML sees on this node (NVML ignores CUDA_VISIBLE_DEVICES)."""
+def _session(lib: Any, read: Callable[[Any], T]) -> T | NotMeasured:
+    """``read(lib)`` between NVML's init and shutdown (``lib``: pynvml, or None to load it)."""
     lib = load_library() if lib is None else lib
     if not is_measured(lib):
         return not_measured(lib[NOT_MEASURED])
@@ -66,30 +68,33 @@ def read_node(lib: Any = None) -> NodeAnswers | NotMeasured:
     except lib.NVMLError as exc:
         return not_measured(f"NVML init: {exc}")
     try:
-        ask = _Asker(lib)
-        count = ask("GPU count", lib.nvmlDeviceGetCount)
-        gpus = [read_gpu(lib, i) for i in range(count)] if is_measured(count) else count
-        return {
-            "driver_version": ask("driver version", lib.nvmlSystemGetDriverVersion, then=_text),
-            "cuda_driver_version": ask("CUDA driver version", lib.nvmlSystemGetCudaDriverVersion_v2, then=_cuda),
-            "gpu_count": count,
-            "gpus": gpus,
-        }
+        return read(lib)
     finally:
         lib.nvmlShutdown()
+
+
+def read_node(lib: Any = None) -> NodeAnswers | NotMeasured:
+    """Driver versions and every GPU NVML sees on this node (NVML ignores CUDA_VISIBLE_DEVICES)."""
+    return _session(lib, _node)
+
+
+def _node(lib: Any) -> NodeAnswers:
+    ask = _Asker(lib)
+    count = ask("GPU count", lib.nvmlDeviceGetCount)
+    gpus = [read_gpu(lib, i) for i in range(count)] if is_measured(count) else count
+    return {
+        "driver_version": ask("driver version", lib.nvmlSystemGetDriverVersion, then=_text),
+        "cuda_driver_version": ask("CUDA driver version", lib.nvmlSystemGetCudaDriverVersion_v2, then=_cuda),
+        "gpu_count": count,
+        "gpus": gpus,
+    }
 
 
 def read_settings(uuid: str | None, lib: Any = None) -> SettingsAnswers | NotMeasured:
     """The driver, and the settings of the GPU ``uuid`` (None: no GPU) that every GPU of a cluster should
     share (the drift family's). The GPU is found by its UUID: NVML's indices ignore CUDA_VISIBLE_DEVICES."""
-    lib = load_library() if lib is None else lib
-    if not is_measured(lib):
-        return not_measured(lib[NOT_MEASURED])
-    try:
-        lib.nvmlInit()
-    except lib.NVMLError as exc:
-        return not_measured(f"NVML init: {exc}")
-    try:
+
+    def read(lib: Any) -> SettingsAnswers:
         ask = _Asker(lib)
         driver = ask("driver version", lib.nvmlSystemGetDriverVersion, then=_text)
         if uuid is None:
@@ -97,8 +102,8 @@ def read_settings(uuid: str | None, lib: Any = None) -> SettingsAnswers | NotMea
         handle = ask("device handle", lib.nvmlDeviceGetHandleByUUID, uuid)
         gpu = _settings(ask, lib, handle) if is_measured(handle) else handle
         return {"driver_version": driver, "gpu": gpu}
-    finally:
-        lib.nvmlShutdown()
+
+    return _session(lib, read)
 
 
 def _settings(ask: _Asker, lib: Any, handle: Any) -> GpuSettings:
