@@ -1,8 +1,8 @@
 """Isolation against the node count: N CPU "nodes" in network namespaces (one rank each), the last one's
-link throttled, the rail test run on every node. Prints, per N, the node named, the rounds, the time to
-the culprit, and the setup time per node. Not a test; needs root:
+link throttled, the rail test run on every node with local-cpu's settings. Prints, per N, the node named,
+the rounds, the time to the culprit, and the setup time per node. Not a test; needs root:
 
-    python -m tests.bench_isolation --nodes 4,8,16
+    python -m tests.bench_isolation --nodes 5,8,16
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Any
 
 from acceptance.reports.table import render
 from tests import netns
-from tests.test_isolation_netns import FLOOR
+from tests.test_isolation_netns import suite
 from tests.test_multinode import base_env
 
 COLUMNS = (
@@ -36,8 +36,8 @@ COLUMNS = (
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m tests.bench_isolation", description=__doc__.splitlines()[0])
-    parser.add_argument("--nodes", default="4,8,16", help="node counts, comma-separated (default: 4,8,16)")
-    parser.add_argument("--rate", default="10mbit", help="tc rate of the slow node's link (default: 10mbit)")
+    parser.add_argument("--nodes", default="5,8,16", help="node counts, comma-separated (default: 5,8,16)")
+    parser.add_argument("--rate", default="30mbit", help="tc rate of the slow node's link (default: 30mbit)")
     parser.add_argument("--timeout", type=int, default=600, help="seconds per probe job (default: 600)")
     parser.add_argument("--out", type=Path, default=Path(f"/tmp/bench-isolation-{time.strftime('%Y%m%d-%H%M%S')}"))
     args = parser.parse_args(argv)
@@ -55,12 +55,9 @@ def one(nodes: int, rate: str, folder: Path, timeout_s: int) -> tuple[object, ..
     try:
         bed.start()
         bed.throttle(nodes - 1, rate)
-        suite = ["--cluster-profile", "local-cpu", "tests_cluster/test_internode.py", "-k", "rail"]
-        suite += ["--cluster-set", f"topology.nodes={nodes}", "--cluster-set", "topology.ranks_per_node=1"]
-        suite += ["--cluster-set", f"thresholds.internode.rail_min_gbps.min={FLOOR}"]
         # 16 nodes start 32 torch processes per round: on 2 shared cores that alone can pass local-cpu's 180 s
-        suite += ["--cluster-timeout", str(timeout_s)]
-        runs = netns.run_suite(bed, suite, folder, base_env(), limit_s=8 * timeout_s)
+        args = [*suite(nodes), "--cluster-timeout", str(timeout_s)]
+        runs = netns.run_suite(bed, args, folder, base_env(), limit_s=8 * timeout_s)
     finally:
         bed.close()
     (path,) = folder.glob("node0-*/evidence.json")

@@ -1,27 +1,59 @@
-"""Naming the culprit when a figure across nodes fails. Torch-free: node ids and figures in; the rounds to
-run, who is suspect, who is to blame and the one line that says so out.
+"""Naming the culprit when a figure across nodes fails, as a statistical test that never blames a healthy
+node. Torch-free: node ids and figures in; the rounds to run, who is cleared, who is to blame and the one
+line that says so out.
 
 Each round is one job over every node; the pairs of a step run at once, the steps of a round one after
-the other in the same job. Nodes are numbered 0..N-1 (the nodes' own ranks, stable from job to job).
+the other, and the whole round ``repeats`` times over, interleaved (step 1, step 2, step 1, step 2, ...),
+so a passing disturbance lands on different pairs instead of on one pair's every reading. Nodes are
+numbered 0..N-1 (the nodes' own ranks, stable from job to job). A pair runs at the pace of its slower
+node (or of the path between them), so a fast pair clears both its nodes and a slow pair only says that
+one of the two, or their path, is slow.
 
-1. Every node in disjoint pairs; with N odd the node left over meets node 0 in a second step.
-2. Each suspect (a node only in slow pairs) and each node not yet measured meets a known-good node (one
-   that was in a fast pair): slow with a good partner makes it the culprit, fast clears it. With no good
-   node to spare, suspects meet each other in pairs not measured yet; when every pair of round 1 was
-   alike, every node meets a new partner. Repeated while that still resolves someone, at most
-   ``MAX_PAIR_ROUNDS`` pair rounds in all.
-3. The culprit's rails (GPU i <-> GPU i) against a good node it has not met, every rail at once, both
-   directions, so the slowest rail is named. Two nodes can only blame their pair: their rails are measured.
+The decision, per pair and per node, in log space (a slowdown is a ratio):
 
-A pair is slow when its figure is under ``fraction`` x the best pair's (relative, so one bound serves any
-fabric; the best pair is the healthy reference), or when its data came back wrong. One slow node is named
-in at most 3 rounds whatever N is: one pair round, one re-pairing, one rail round.
+* the noise: the spread of each pair's repeats (pooled over every pair but those that flap, with an
+  upper confidence bound when few pairs were measured), never less than ``SIGMA_FLOOR``;
+* the healthy level: the median of the census pairs (round 1's first step, where every node is in one
+  pair), leaving out those decisively slow against a first median; never a maximum, which grows with the
+  number of noisy pairs. Its own error (the variance of a median) enters every test below, since every
+  pair is compared with the same level;
+* each pair: Wald's sequential probability ratio test between "healthy" (its level) and "slow" (at
+  ``fraction`` x the level: the profile's ``slow_pair_fraction`` is the effect size worth naming), over its
+  repeats: a log-likelihood ratio over ``log((1 - BETA) / WITNESS_ALPHA)`` makes the pair slow, under
+  ``log(BETA / (1 - ALPHA))`` fast; a pair whose repeats disagree by more than the noise allows (it
+  flaps) clears nobody;
+* a node is cleared by a fast pair; it is named only when its pairs with at least two different cleared
+  partners together pass ``log((1 - BETA) N / ALPHA)`` (a false-blame rate of ALPHA / N per node, ALPHA
+  for the whole cluster: Bonferroni over the N nodes), and without its strongest partner the rest still
+  passes ``log((1 - BETA) / WITNESS_ALPHA)`` on its own: two independent witnesses, so one bad path or
+  partner convicts nobody;
+* a slow pair of two cleared nodes is their path, not either node;
+* a rail is named only when it stands below the node's other rails, by the same test.
+
+Rounds:
+
+1. every node in disjoint pairs (the census); the failing probe's slowest links, where it has them, are
+   measured too in a second step, and their nodes meet other partners in the first; with N odd the
+   node left over meets another in the second step.
+2. each suspect (neither cleared nor named, its evidence leaning slow) meets two cleared partners it
+   has not met (one per step, rotating through the cleared nodes, as NVIDIA's cluster-readiness-engine
+   confirms each suspect with a different healthy reference node, ADR-055, and Google's
+   cluster-health-scanner pairs each failed node with a passed one in its second pass,
+   ``nccl_runner.py``); with no cleared node to spare, with a node that leans healthy, then another
+   suspect; a slow path not yet decisive is measured again. When round 1 showed no slow pair, every node
+   meets a new partner instead (a second census: a slow path not paired yet then shows, and the level
+   has twice the pairs). At most ``MAX_PAIR_ROUNDS`` pair rounds.
+3. the rails (GPU i <-> GPU i) of each named node against a cleared node, and of each named path, every
+   rail at once, both directions. Two nodes can only blame their pair: their rails are measured.
+
+So a slow node is named in 3 rounds (4 when round 2 leaves it undecided), whatever N is.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+import statistics
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypedDict, cast
 
@@ -34,13 +66,32 @@ Pair = tuple[int, int]
 # the node's own rank, which the plugin hands to every job of an isolation: torchrun's GROUP_RANK is
 # assigned anew by each rendezvous, so it cannot say which machine round 2's "node 3" is
 NODE_ENV = "ACCEPTANCE_NODE_RANK"
-MAX_PAIR_ROUNDS = 3  # one slow node needs 2; a third resolves the odd-sized worst case (N = 3, node 0 slow)
+MAX_PAIR_ROUNDS = 3  # with the rails round, at most 4 rounds
+# interleaved repeats of every pair in a round: the fewest that give a spread and a median
+REPEATS = 5
+# the chance, per isolation, that any healthy node is named (split over the N nodes: ALPHA / N each)
+ALPHA = 0.01
+# the chance that a node at ``fraction`` x the healthy level is cleared by one pair
+BETA = 0.01
+# a node's evidence without its strongest witness must still say "slow" on its own at this error rate
+WITNESS_ALPHA = 0.05
+# the least noise assumed per reading (5%): timed windows of a healthy collective vary by a few percent,
+# and a figure closer than this to the level is no fault worth a node
+SIGMA_FLOOR = 0.05
+# the noise bound with few pairs: the upper 75% confidence bound of the variance (z of 0.75)
+SIGMA_CONFIDENCE_Z = 0.6745
+# a pair flaps when its repeats lie further apart than this many standard deviations of a difference
+FLAP_Z = 3.5
+# names in the one-line verdict; the full lists are in the evidence
+MESSAGE_NAMES = 10
 
 
 class RoundSpec(TypedDict):
     number: int
     kind: str
     steps: list[list[list[int]]]  # per step, its node pairs
+    repeats: NotRequired[int]  # the steps run this many times over, interleaved
+    hint: NotRequired[list[list[int]]]  # round 1: the failing probe's slowest node pairs
 
 
 class IsolationConfig(TypedDict):
@@ -53,11 +104,13 @@ class IsolationConfig(TypedDict):
 
 
 class PairRow(GroupFigure):
-    """One node pair's figure in a pairs round: its collective's busbw is its ``gbps``."""
+    """One node pair's figure in a pairs round: its median repeat's collective figures (busbw is its
+    ``gbps``) and every repeat's busbw, in the order they ran."""
 
     a: int
     b: int
     gbps: float
+    repeats_gbps: NotRequired[list[float]]
 
 
 class RoundResult(TypedDict):
@@ -68,16 +121,21 @@ class RoundResult(TypedDict):
     hosts: dict[int, str]
     pairs: NotRequired[list[PairRow]]
     links: NotRequired[list[Link]]
+    hint: NotRequired[list[list[int]]]  # round 1's, as it was asked: a replay starts from the same
 
 
 class PairRecord(TypedDict):
-    """A PairFigure in the evidence: its fields."""
+    """A PairFigure in the evidence: its fields and its verdict."""
 
     a: int
     b: int
-    gbps: float
+    gbps: float  # the median repeat
+    repeats_gbps: list[float]
     wrong: int
     round: int
+    log_ratio: float  # ln(gbps / healthy level), the mean over the repeats
+    llr: float  # the log-likelihood ratio "slow" against "healthy"
+    verdict: str  # slow, fast, flapping or undecided
 
 
 class IsolationEvidence(TypedDict):
@@ -85,14 +143,27 @@ class IsolationEvidence(TypedDict):
     rounds: list[RoundSpec]
     pairs: list[PairRecord]
     pair_matrix: Matrix
+    healthy_gbps: float
     slow_under_gbps: float
-    fraction_of_best: float
-    good: list[int]
+    slow_pair_fraction: float
+    noise_sigma: float
+    repeats: int
+    alpha: float
+    name_llr: float
+    witness_llr: float
+    clear_llr: float
+    cleared: list[int]
     culprits: list[int]
+    witnesses: dict[str, list[int]]
+    paths: list[list[int]]
+    flapping: list[list[int]]
+    undecided: list[int]
     suspects: list[int]
     untested: list[int]
+    hint: list[list[int]]
     rails: list[Link]
     rail_matrices: dict[str, Matrix]
+    slow_rails: dict[str, list[int]]  # node -> the GPU indexes of its rails below its others
     error: str | None
 
 
@@ -100,9 +171,23 @@ class IsolationEvidence(TypedDict):
 class PairFigure:
     a: int
     b: int
-    gbps: float
+    figures: tuple[float, ...]  # every repeat's GB/s
     wrong: int = 0
     round: int = 0
+
+    @property
+    def gbps(self) -> float:
+        usable = [f for f in self.figures if not math.isnan(f)]
+        return statistics.median(usable) if usable else math.nan
+
+    @property
+    def logs(self) -> list[float]:
+        return [math.log(f) for f in self.figures if f > 0 and math.isfinite(f)]
+
+    @property
+    def broken(self) -> bool:
+        """Wrong data, or a repeat that measured nothing: slow however fast the rest ran."""
+        return self.wrong > 0 or not self.figures or len(self.logs) < len(self.figures)
 
     def has(self, node: int) -> bool:
         return node in (self.a, self.b)
@@ -116,31 +201,88 @@ class Round:
     number: int
     kind: str  # "pairs": a collective inside each node pair; "rails": every rail of each pair, both directions
     steps: tuple[tuple[Pair, ...], ...]
+    repeats: int = 1
+    census: bool = False  # every node in one pair: the healthy level's sample
+    hint: tuple[Pair, ...] = ()
 
     def spec(self) -> RoundSpec:
-        return {"number": self.number, "kind": self.kind, "steps": [[list(p) for p in step] for step in self.steps]}
+        out: RoundSpec = {
+            "number": self.number,
+            "kind": self.kind,
+            "steps": [[list(p) for p in step] for step in self.steps],
+        }
+        if self.kind == "pairs":
+            out["repeats"] = self.repeats
+        if self.hint:
+            out["hint"] = [list(p) for p in self.hint]
+        return out
+
+
+@dataclass(frozen=True)
+class Judged:
+    """A pair measurement against the healthy level."""
+
+    pair: PairFigure
+    log_ratio: float  # mean of ln(repeat / level)
+    llr: float  # log-likelihood ratio of "slow at fraction x" against "healthy"; +inf when broken
+    verdict: str  # slow, fast, flapping, undecided
 
 
 @dataclass(frozen=True)
 class Status:
-    limit: float  # a pair under this many GB/s is slow
-    slow: list[PairFigure]
-    fast: list[PairFigure]
-    good: list[int]
+    level: float  # GB/s of a healthy pair
+    level_sigma: float  # the standard error of its logarithm
+    sigma: float  # the noise of one reading, in log units
+    judged: list[Judged]
+    cleared: list[int]
     culprits: list[int]
-    suspects: list[int]  # only in slow pairs, and not explained by a culprit
+    witnesses: dict[int, list[int]]  # a culprit's cleared partners whose pairs were slow
+    paths: list[Pair]  # slow pairs of two cleared nodes
+    open_paths: list[Pair]  # slow pairs of two cleared nodes, not yet decisive
+    undecided: list[int]  # neither cleared nor named
+    suspects: list[int]  # undecided, and their evidence leans slow: the next round's business
     untested: list[int]
+
+    @property
+    def slow(self) -> list[Judged]:
+        return [j for j in self.judged if j.verdict == "slow"]
+
+    @property
+    def flapping(self) -> list[Judged]:
+        return [j for j in self.judged if j.verdict == "flapping"]
 
 
 @dataclass
 class Isolation:
     nodes: int
-    fraction: float
+    fraction: float  # the effect size worth naming: a pair at this fraction of the healthy level is slow
     hosts: dict[int, str] = field(default_factory=dict)
     rounds: list[Round] = field(default_factory=list)
     pairs: list[PairFigure] = field(default_factory=list)
     rails: list[Link] = field(default_factory=list)
     error: str | None = None
+    repeats: int = REPEATS
+    alpha: float = ALPHA
+    hint: tuple[Pair, ...] = ()  # the failing probe's slowest node pairs, slowest first
+    _status: Status | None = field(default=None, repr=False)
+
+    # the thresholds of the test, in log-likelihood ratio
+    @property
+    def name_llr(self) -> float:
+        return math.log((1 - BETA) * max(self.nodes, 1) / self.alpha)
+
+    @property
+    def witness_llr(self) -> float:
+        return math.log((1 - BETA) / WITNESS_ALPHA)
+
+    @property
+    def clear_llr(self) -> float:
+        return math.log(BETA / (1 - self.alpha))
+
+    @property
+    def effect(self) -> float:
+        """ln(fraction): the slow hypothesis, in log units below the healthy level."""
+        return math.log(self.fraction)
 
     def next_round(self) -> Round | None:
         """The round to run now, or None when the verdict is in."""
@@ -148,73 +290,253 @@ class Isolation:
         if self.error is not None or self.nodes < 2 or any(r.kind == "rails" for r in self.rounds):
             return None
         if not self.rounds:
-            step = tuple((a, a + 1) for a in range(0, self.nodes - 1, 2))
-            odd = ((self.nodes - 1, 0),) if self.nodes % 2 else ()
-            return Round(number, "pairs", (step, odd) if odd else (step,))
+            return self._first(number)
         if self.nodes > 2 and len(self.rounds) < MAX_PAIR_ROUNDS:
-            repair = self._repairing()
-            if repair:
-                return Round(number, "pairs", (tuple(repair),))
+            found = self._again(number)
+            if found is not None:
+                return found
         rails = self._rail_pairs()
         return Round(number, "rails", (tuple(rails),)) if rails else None
 
     def record(self, rnd: Round, result: Mapping[str, Any]) -> None:
-        """A round's probe result: ``hosts`` {node: host}; ``pairs`` [{a, b, gbps, wrong}] or ``links``."""
+        """A round's probe result: ``hosts`` {node: host}; ``pairs`` [{a, b, gbps, repeats_gbps, wrong}] or
+        ``links``."""
         self.rounds.append(rnd)
+        self._status = None
         self.hosts.update({int(k): str(v) for k, v in result.get("hosts", {}).items()})
         if rnd.kind == "pairs":
-            self.pairs += [
-                PairFigure(int(p["a"]), int(p["b"]), float(p["gbps"]), int(p.get("wrong", 0)), rnd.number)
-                for p in result["pairs"]
-            ]
+            for p in result["pairs"]:
+                figures = p.get("repeats_gbps") or [p["gbps"]]
+                self.pairs.append(
+                    PairFigure(
+                        int(p["a"]),
+                        int(p["b"]),
+                        tuple(float(f) for f in figures),
+                        int(p.get("wrong", 0)),
+                        rnd.number,
+                    )
+                )
         else:
             # a link of the round's result (JSON), renumbered with the isolation's round
             self.rails += [cast(Link, {**link, "round": rnd.number}) for link in result["links"]]
 
     def fail(self, rnd: Round, error: str) -> None:
         self.rounds.append(rnd)
+        self._status = None
         self.error = error.strip().splitlines()[0] if error.strip() else "no result"
 
+    # -- the test ---------------------------------------------------------------------------------------
+
     def status(self) -> Status:
-        best = max((p.gbps for p in self.pairs if not math.isnan(p.gbps)), default=0.0)
-        limit = self.fraction * best
-        slow = [p for p in self.pairs if p.wrong or not p.gbps >= limit]
-        fast = [p for p in self.pairs if p not in slow]
-        good = {n for p in fast for n in (p.a, p.b)}
+        if self._status is None:
+            self._status = self._judge()
+        return self._status
+
+    def _sigma(self) -> float:
+        """The noise of one reading in log units: the pooled variance of each pair's repeats around its
+        mean, raised to its upper 75% bound for the degrees of freedom it has (few pairs, few readings).
+        Pairs that flap against the median pair's spread are left out: a flapping node is a fault to
+        find, not noise to tolerate."""
+        spreads: list[tuple[float, int, float]] = []  # sum of squares, degrees of freedom, range
+        for p in self.pairs:
+            logs = p.logs
+            if len(logs) >= 2 and not p.broken:
+                mean = statistics.fmean(logs)
+                spreads.append((sum((x - mean) ** 2 for x in logs), len(logs) - 1, max(logs) - min(logs)))
+        if not spreads:
+            return max(SIGMA_FLOOR, -self.effect / 2)  # no spread measured: assume the effect is noise
+        typical = math.sqrt(statistics.median(ss / _median_chi2(k) for ss, k, _ in spreads))
+        calm = [
+            (ss, k)
+            for ss, k, r in spreads
+            if r <= max(FLAP_Z * max(typical, SIGMA_FLOOR) * math.sqrt(2), -self.effect / 2)
+        ]
+        squares, dof = sum(ss for ss, _ in calm), sum(k for _, k in calm)
+        if dof == 0:
+            return max(SIGMA_FLOOR, typical)
+        return max(SIGMA_FLOOR, math.sqrt(squares / _chi2_quantile(dof, -SIGMA_CONFIDENCE_Z)))
+
+    def _llr(self, log_ratio: float, variance: float, effect: float) -> float:
+        """Wald's log-likelihood ratio of a normal estimate ``log_ratio`` of that ``variance``: mean ``effect``
+        against mean 0."""
+        return effect / variance * (log_ratio - effect / 2)
+
+    def _level(self, sigma: float) -> tuple[float, float]:
+        """ln of a healthy pair's GB/s and the variance of that estimate: the median of the census pairs,
+        leaving out those decisively slow against a first median (a fault, not a sample of the level)."""
+        # a census round's first step: every node once (the hinted paths and the node left over of an odd
+        # count meet in the second), no pair chosen for what it read
+        census = {(r.number, frozenset(p)) for r in self.rounds if r.census for p in r.steps[0]}
+        usable = [p for p in self.pairs if not p.broken]
+        sample = [p for p in usable if (p.round, frozenset((p.a, p.b))) in census] or usable
+        if not sample:
+            return math.nan, math.inf
+        means = [(statistics.fmean(p.logs), len(p.logs)) for p in sample]
+        first = statistics.median(x for x, _ in means)
+        kept = [(x, n) for x, n in means if self._llr(x - first, sigma**2 / n, self.effect) < self.witness_llr]
+        readings = statistics.fmean(n for _, n in kept)
+        # the variance of a median of k means: pi / 2 of the mean's for many, the mean's itself for 1 or 2
+        factor = math.pi / 2 if len(kept) > 2 else 1.0
+        return statistics.median(x for x, _ in kept), factor * sigma**2 / readings / len(kept)
+
+    def _evidence(self, pairs: Sequence[PairFigure], level: float, level_var: float, sigma: float) -> float:
+        """The log-likelihood ratio "slow" against "healthy" of these pairs together: their readings' mean
+        against the level, whose own error they share; +inf when one is broken."""
+        if any(p.broken for p in pairs):
+            return math.inf
+        logs = [x for p in pairs for x in p.logs]
+        if not logs:
+            return 0.0
+        return self._llr(statistics.fmean(logs) - level, sigma**2 / len(logs) + level_var, self.effect)
+
+    def _verdict(self, p: PairFigure, level: float, level_var: float, sigma: float) -> Judged:
+        """One pair against the level: slow, flapping, fast or undecided."""
+        logs = p.logs
+        if p.broken or math.isnan(level):
+            return Judged(p, statistics.fmean(logs) - level if logs else math.nan, math.inf, "slow")
+        llr = self._evidence([p], level, level_var, sigma)
+        flaps = len(logs) >= 2 and max(logs) - min(logs) > max(FLAP_Z * sigma * math.sqrt(2), -self.effect / 2)
+        verdict = (
+            "slow"
+            if llr >= self.witness_llr
+            else "flapping"
+            if flaps
+            else "fast"
+            if llr <= self.clear_llr
+            else "undecided"
+        )
+        return Judged(p, statistics.fmean(logs) - level, llr, verdict)
+
+    def _witnessed(
+        self, per_partner: Mapping[int, list[PairFigure]], level: float, level_var: float, sigma: float
+    ) -> list[int] | None:
+        """The cleared partners that witness a node slow, or None when it is not to be named: two witnesses
+        (without its strongest partner the rest still says "slow" on its own: one bad path convicts
+        nobody), and all of it passes the node's share of the error budget."""
+        if len(per_partner) < 2 or math.isnan(level):
+            return None
+        every = [p for found in per_partner.values() for p in found]
+        rest = min(
+            self._evidence(
+                [p for q, found in per_partner.items() if q != partner for p in found], level, level_var, sigma
+            )
+            for partner in per_partner
+        )
+        if self._evidence(every, level, level_var, sigma) < self.name_llr or rest < self.witness_llr:
+            return None
+        return sorted(q for q, found in per_partner.items() if self._evidence(found, level, level_var, sigma) > 0)
+
+    def _judge(self) -> Status:
+        sigma = self._sigma()
+        level, level_var = self._level(sigma)
+        judged = [self._verdict(p, level, level_var, sigma) for p in self.pairs]
+        cleared = {n for j in judged if j.verdict == "fast" for n in (j.pair.a, j.pair.b)}
         measured = {n for p in self.pairs for n in (p.a, p.b)}
-        culprits = {n for n in measured - good if any(p.has(n) and p.other(n) in good for p in slow)}
-        explained = {n for n in measured - good - culprits if all(p.other(n) in culprits for p in slow if p.has(n))}
+        by_node: dict[int, list[Judged]] = {}
+        for j in judged:
+            by_node.setdefault(j.pair.a, []).append(j)
+            by_node.setdefault(j.pair.b, []).append(j)
+        witnesses: dict[int, list[int]] = {}
+        for node in sorted(measured - cleared):
+            per_partner: dict[int, list[PairFigure]] = {}
+            for j in by_node[node]:
+                if j.pair.other(node) in cleared:
+                    per_partner.setdefault(j.pair.other(node), []).append(j.pair)
+            found = self._witnessed(per_partner, level, level_var, sigma)
+            if found is not None:
+                witnesses[node] = found
+        per_path: dict[Pair, list[Judged]] = {}
+        for j in judged:
+            if j.pair.a in cleared and j.pair.b in cleared:
+                per_path.setdefault((min(j.pair.a, j.pair.b), max(j.pair.a, j.pair.b)), []).append(j)
+        # a path: slow between two cleared nodes, never fast or flapping; named past the node's budget
+        slow_paths = {
+            key: self._evidence([j.pair for j in found], level, level_var, sigma)
+            for key, found in sorted(per_path.items())
+            if any(j.verdict == "slow" for j in found) and all(j.verdict in ("slow", "undecided") for j in found)
+        }
+        left = measured - cleared - set(witnesses)
         return Status(
-            limit=limit,
-            slow=slow,
-            fast=fast,
-            good=sorted(good),
-            culprits=sorted(culprits),
-            suspects=sorted(measured - good - culprits - explained),
+            level=math.exp(level) if not math.isnan(level) else math.nan,
+            level_sigma=math.sqrt(level_var),
+            sigma=sigma,
+            judged=judged,
+            cleared=sorted(cleared),
+            culprits=sorted(witnesses),
+            witnesses=witnesses,
+            paths=[key for key, llr in slow_paths.items() if llr >= self.name_llr],
+            open_paths=[key for key, llr in slow_paths.items() if llr < self.name_llr],
+            undecided=sorted(left),
+            # undecided, and the evidence leans slow: the next round's business
+            suspects=sorted(
+                n
+                for n in left
+                if sum(j.llr for j in by_node[n]) > 0 or any(j.verdict in ("slow", "flapping") for j in by_node[n])
+            ),
             untested=sorted(set(range(self.nodes)) - measured),
         )
 
-    def _repairing(self) -> list[Pair]:
-        st = self.status()
-        slow_count = {n: sum(p.has(n) for p in st.slow) for n in range(self.nodes)}
-        todo = sorted(st.suspects + st.untested, key=lambda n: (-slow_count[n], n))
-        if not st.slow and len(self.rounds) == 1:
-            # every pair alike: the fabric, or a slow node in every pair (N = 3, or one per pair); new
-            # partners tell the two apart
-            todo = list(range(self.nodes))
-        met = {frozenset((p.a, p.b)) for p in self.pairs}
+    # -- the rounds -------------------------------------------------------------------------------------
+
+    def _first(self, number: int) -> Round:
+        """Every node in one pair; the hinted paths measured as well, their nodes first paired elsewhere."""
+        hinted: list[int] = []
+        for a, b in self.hint:
+            hinted += [n for n in (a, b) if n not in hinted and 0 <= n < self.nodes]
+        others = [n for n in range(self.nodes) if n not in hinted]
+        order: list[int] = []
+        # each hinted node beside an unhinted partner, so its first pair is not its own slow link
+        while hinted or others:
+            if hinted:
+                order.append(hinted.pop(0))
+            if others:
+                order.append(others.pop(0))
+        step = tuple((order[i], order[i + 1]) for i in range(0, len(order) - 1, 2))
+        second: list[Pair] = []
         used: set[int] = set()
-        pairs = []
-        for node in todo:
-            if node in used:
-                continue
-            # a good partner first: a suspect has met no good node yet, or it would be culprit or cleared
-            for partner in [*st.good, *todo]:
-                if partner != node and partner not in used and frozenset((node, partner)) not in met:
-                    pairs.append((node, partner))
-                    used.update((node, partner))
-                    break
-        return pairs
+        met = {frozenset(p) for p in step}
+        for a, b in self.hint:
+            if a != b and {a, b} <= set(range(self.nodes)) and not {a, b} & used and frozenset((a, b)) not in met:
+                second.append((a, b))
+                used.update((a, b))
+                met.add(frozenset((a, b)))
+        if len(order) % 2:
+            last = order[-1]
+            partner = next((n for n in order[:-1] if n not in used), None)
+            if partner is not None and last not in used:
+                second.append((last, partner))
+        steps = (step, tuple(second)) if second else (step,)
+        return Round(number, "pairs", steps, self.repeats, census=True, hint=self.hint)
+
+    def _again(self, number: int) -> Round | None:
+        st = self.status()
+        met = {frozenset((p.a, p.b)) for p in self.pairs}
+        if len(self.rounds) == 1 and not st.slow and not st.culprits:
+            # nothing slow in round 1: the fabric, a bound set too high, or a slow path not paired yet; a
+            # new partner for every node measures other paths, and the level from twice the pairs
+            step = _matching(list(range(self.nodes)), met, prefer=set(st.cleared))
+            return Round(number, "pairs", (tuple(step),), self.repeats, census=True) if step else None
+        todo = st.suspects + st.untested
+        strength = dict.fromkeys(todo, 0.0)
+        for j in st.judged:
+            for n in (j.pair.a, j.pair.b):
+                if n in strength:
+                    strength[n] += j.llr  # the most likely culprits first, to the first cleared partners
+        todo.sort(key=lambda n: (-strength[n], n))
+        steps: list[tuple[Pair, ...]] = []
+        rotate = number * 7919  # a different start in the cleared nodes each round: partners spread
+        for s in range(2):
+            # cleared partners first; with too few, nodes that lean healthy (not suspects) before suspects
+            leaning = [n for n in st.undecided if n not in st.suspects]
+            step = _with_partners(todo, st.cleared + leaning, met, rotate + s * 104729, len(st.cleared))
+            for a, b in st.open_paths:
+                busy = {n for pair in step for n in pair}
+                if s == 0 and not {a, b} & busy:
+                    step.append((a, b))
+            if step:
+                steps.append(tuple(step))
+                met |= {frozenset(p) for p in step}
+        return Round(number, "pairs", tuple(steps), self.repeats) if steps else None
 
     def _rail_pairs(self) -> list[Pair]:
         st = self.status()
@@ -222,23 +544,21 @@ class Isolation:
             return [(0, 1)] if self.pairs else []
         met = {frozenset((p.a, p.b)) for p in self.pairs}
         used: set[int] = set()
-        pairs = []
+        pairs: list[Pair] = []
         for node in st.culprits:
-            spare = [g for g in st.good if g not in used]
-            # a good node it has not met yet: one more partner for the verdict, and the rails' own figure
+            spare = [g for g in st.cleared if g not in used]
+            # a cleared node it has not met yet: one more partner for the verdict, and the rails' own figure
             fresh = [g for g in spare if frozenset((node, g)) not in met] or spare
             if fresh and node not in used:
                 pairs.append((node, fresh[0]))
                 used.update((node, fresh[0]))
-        for p in self._odd_paths(st):
-            if not used & {p.a, p.b}:
-                pairs.append((p.a, p.b))
-                used.update((p.a, p.b))
+        for a, b in st.paths:
+            if not used & {a, b}:
+                pairs.append((a, b))
+                used.update((a, b))
         return pairs
 
-    def _odd_paths(self, st: Status) -> list[PairFigure]:
-        """Slow pairs of two good nodes: the path between them, not either node."""
-        return [p for p in st.slow if p.a in st.good and p.b in st.good]
+    # -- the verdict ------------------------------------------------------------------------------------
 
     @property
     def culprits(self) -> list[int]:
@@ -249,38 +569,65 @@ class Isolation:
         return f"node {node} (host {host})" if host else f"node {node}"
 
     def message(self) -> str:
-        """One line: who is to blame, on what evidence, and the slowest rail."""
+        """One line: who is to blame, on what evidence, and the rail that stands below the others."""
         st = self.status()
-        head = f"isolation ({len(self.rounds)} round{'s' * (len(self.rounds) != 1)}): "
+        head = f"isolation ({len(self.rounds)} round{'s' * (len(self.rounds) != 1)}"
+        if self.pairs and not math.isnan(st.level):
+            head += f"; healthy pair {st.level:.3g} GB/s, noise {st.sigma:.0%} a reading"
+        head += "): "
+        parts: list[str] = []
         if self.nodes == 2 and self.pairs:
-            parts = [self._pair_of_two()]
+            parts.append(self._pair_of_two())
         else:
-            parts = [self._culprit(node, st) for node in st.culprits]
-            parts += [
-                f"the path {self.label(p.a)} <-> {self.label(p.b)} at {p.gbps:.3g} GB/s while both are fast with others"
-                + self._rail_text(p.a, p.b)
-                for p in self._odd_paths(st)
-            ]
-            if st.suspects or (st.untested and self.pairs):
-                left = ", ".join(self.label(n) for n in st.suspects + st.untested)
-                parts.append(f"not resolved in {len(self.rounds)} rounds: {left}")
+            culprits = self.culprits
+            if len(culprits) <= 3:
+                parts += [self._culprit(node, st) for node in culprits]
+            else:
+                parts.append(
+                    f"{len(culprits)} nodes slow with two or more cleared partners each: "
+                    + _names([f"{self.label(n)} {self._node_gbps(n, st):.3g} GB/s" for n in culprits])
+                )
+            if len(st.paths) <= 3:
+                parts += [
+                    f"the path {self.label(a)} <-> {self.label(b)} at {self._path_gbps(a, b):.3g} GB/s "
+                    "while both are fast with others" + self._rail_text(a, b)
+                    for a, b in st.paths
+                ]
+            else:
+                parts.append(
+                    f"{len(st.paths)} paths slow between nodes fast with others: "
+                    + _names([f"{a} <-> {b}" for a, b in st.paths])
+                )
+            left = st.suspects + st.untested
+            if left and self.pairs:
+                parts.append(
+                    f"not resolved in {len(self.rounds)} rounds (slow pairs, too few cleared witnesses): "
+                    + _names([self.label(n) for n in left])
+                )
             if not parts and self.pairs:
                 parts.append(self._nobody(st))
         if self.error is not None:
             parts.append(f"round {len(self.rounds)} failed: {self.error}")
         return head + (" | ".join(parts) or "nothing measured")
 
+    def _node_gbps(self, node: int, st: Status) -> float:
+        mine = [j.pair.gbps for j in st.judged if j.pair.has(node) and j.pair.other(node) in st.witnesses.get(node, [])]
+        return statistics.median(mine) if mine else math.nan
+
+    def _path_gbps(self, a: int, b: int) -> float:
+        return min((p.gbps for p in self.pairs if {p.a, p.b} == {a, b}), default=math.nan)
+
     def _culprit(self, node: int, st: Status) -> str:
-        mine = [p for p in self.pairs if p.has(node)]
-        slow = [p.gbps for p in st.slow if p.has(node)]
-        elsewhere = min((p.gbps for p in st.fast), default=math.nan)
+        mine = [j for j in st.judged if j.pair.has(node) and j.pair.other(node) in st.cleared]
+        slow = [j.pair.gbps for j in mine if j.verdict == "slow"]
+        partners = ", ".join(str(n) for n in st.witnesses[node])
         return (
-            f"{self.label(node)}: {len(slow)} of {len(mine)} pairs with it at {_span(slow)} GB/s "
-            f"against >= {elsewhere:.3g} elsewhere" + self._rail_text(node)
+            f"{self.label(node)}: {len(slow)} of {len(mine)} pairs with cleared partners ({partners}) "
+            f"at {_span(slow)} GB/s against {st.level:.3g} healthy" + self._rail_text(node)
         )
 
     def _pair_of_two(self) -> str:
-        figures = [p.gbps for p in self.pairs]
+        figures = [f for p in self.pairs for f in p.figures]
         return (
             f"{self.label(0)} and {self.label(1)}: their pair at {_span(figures)} GB/s; "
             "two nodes can only blame their pair, not one node" + self._rail_text(0, 1)
@@ -289,18 +636,54 @@ class Isolation:
     def _nobody(self, st: Status) -> str:
         figures = [p.gbps for p in self.pairs]
         return (
-            f"no node stands out: {len(figures)} pairs at {_span(figures)} GB/s, none under "
-            f"{self.fraction:g} x the best; every node shares the fault (a switch, the fabric) or the bound is too high"
+            f"no node stands out: {len(figures)} pairs at {_span(figures)} GB/s, none named at "
+            f"{self.fraction:g} x the healthy level; every node shares the fault (a switch, the fabric) "
+            "or the bound is too high"
         )
+
+    def slow_rails(self, node: int) -> dict[int, float]:
+        """The rails of ``node`` (GPU index -> its slower direction's GB/s) that stand below its other
+        rails: both directions under the midpoint to ``fraction`` x the others' median, by the same test as
+        a pair (one reading a direction)."""
+        per_rail: dict[int, list[float]] = {}
+        for k in self.rails:
+            if node in (k["src_node"], k["dst_node"]):
+                per_rail.setdefault(int(k["src_gpu"]), []).append(float(k["gbps"]))
+        if len(per_rail) < 2:
+            return {}
+        sigma = self.status().sigma
+        out: dict[int, float] = {}
+        threshold = math.log((1 - BETA) * len(per_rail) / WITNESS_ALPHA)
+        for gpu, figures in per_rail.items():
+            others = [f for g, fs in per_rail.items() if g != gpu for f in fs if f > 0 and math.isfinite(f)]
+            if not others:
+                continue
+            ref = math.log(statistics.median(others))
+            bad = [f for f in figures if not (f > 0 and math.isfinite(f))]
+            logs = [math.log(f) - ref for f in figures if f > 0 and math.isfinite(f)]
+            llr = math.inf if bad else sum(self._llr(x, sigma**2, self.effect) for x in logs)
+            if llr >= threshold:
+                out[gpu] = min(figures)
+        return out
 
     def _rail_text(self, *nodes: int) -> str:
         mine = [k for k in self.rails if {k["src_node"], k["dst_node"]} & set(nodes)]
         if not mine:
             return ""
         worst = min(mine, key=lambda k: k["gbps"] if not math.isnan(k["gbps"]) else -1.0)
+        where = f"{endpoint(worst, 'src')} -> {endpoint(worst, 'dst')}"
+        gpus = {int(k["src_gpu"]) for k in mine}
+        if len(gpus) == 1:
+            rail = f"GPU {worst['src_gpu']} <-> GPU {worst['dst_gpu']}"
+            return f"; rail {rail} at {worst['gbps']:.3g} GB/s ({where}), the only rail"
+        below = {g: f for n in nodes for g, f in self.slow_rails(n).items()}
+        if below:
+            named = ", ".join(f"GPU {g} <-> GPU {g} ({f:.3g} GB/s)" for g, f in sorted(below.items()))
+            others = statistics.median(float(k["gbps"]) for k in mine if int(k["src_gpu"]) not in below)
+            return f"; rail {named} below the node's other rails ({others:.3g} GB/s median; slowest {where})"
         return (
-            f"; rail GPU {worst['src_gpu']} <-> GPU {worst['dst_gpu']} slowest "
-            f"({worst['gbps']:.3g} GB/s, {endpoint(worst, 'src')} -> {endpoint(worst, 'dst')})"
+            f"; rail GPU {worst['src_gpu']} <-> GPU {worst['dst_gpu']} slowest ({worst['gbps']:.3g} GB/s, {where}) "
+            "but not below the others"
         )
 
     def evidence(self) -> IsolationEvidence:
@@ -312,24 +695,136 @@ class Isolation:
         return {
             "message": self.message(),
             "rounds": [r.spec() for r in self.rounds],
-            "pairs": [{"a": p.a, "b": p.b, "gbps": p.gbps, "wrong": p.wrong, "round": p.round} for p in self.pairs],
+            "pairs": [
+                {
+                    "a": j.pair.a,
+                    "b": j.pair.b,
+                    "gbps": j.pair.gbps,
+                    "repeats_gbps": list(j.pair.figures),
+                    "wrong": j.pair.wrong,
+                    "round": j.pair.round,
+                    "log_ratio": j.log_ratio,
+                    "llr": j.llr,
+                    "verdict": j.verdict,
+                }
+                for j in st.judged
+            ],
             "pair_matrix": {
                 "labels": [self.label(n) for n in range(self.nodes)],
                 "matrix": [[cells.get(frozenset((a, b))) for b in range(self.nodes)] for a in range(self.nodes)],
                 "unit": "busbw_gbps",
             },
-            "slow_under_gbps": st.limit,
-            "fraction_of_best": self.fraction,
-            "good": st.good,
+            "healthy_gbps": st.level,
+            "slow_under_gbps": st.level * math.sqrt(self.fraction),
+            "slow_pair_fraction": self.fraction,
+            "noise_sigma": st.sigma,
+            "repeats": self.repeats,
+            "alpha": self.alpha,
+            "name_llr": self.name_llr,
+            "witness_llr": self.witness_llr,
+            "clear_llr": self.clear_llr,
+            "cleared": st.cleared,
             "culprits": self.culprits,
+            "witnesses": {str(n): w for n, w in st.witnesses.items()},
+            "paths": [list(p) for p in st.paths],
+            "flapping": [[j.pair.a, j.pair.b] for j in st.flapping],
+            "undecided": st.undecided,
             "suspects": st.suspects,
             "untested": st.untested,
+            "hint": [list(p) for p in self.hint],
             "rails": self.rails,
             "rail_matrices": matrices(self.rails, "gpu"),
+            "slow_rails": {
+                str(n): sorted(self.slow_rails(n)) for n in sorted({*self.culprits, *(x for p in st.paths for x in p)})
+            },
             "error": self.error,
         }
 
 
+def _chi2_quantile(dof: int, z: float) -> float:
+    """The chi-square quantile of ``dof`` degrees of freedom at the normal quantile ``z`` (Wilson and
+    Hilferty, 1931: accurate to a few percent from 2 degrees of freedom)."""
+    k = 2 / (9 * dof)
+    return dof * max(1 - k + z * math.sqrt(k), 0.05) ** 3
+
+
+def _median_chi2(dof: int) -> float:
+    return _chi2_quantile(dof, 0.0)
+
+
+def _matching(nodes: list[int], met: set[frozenset[int]], prefer: set[int]) -> list[Pair]:
+    """Disjoint pairs of nodes that have not met, greedily; a node outside ``prefer`` meets one inside
+    first."""
+    used: set[int] = set()
+    pairs: list[Pair] = []
+    outside = [n for n in nodes if n not in prefer]
+    ranked = [n for n in nodes if n in prefer] + outside
+    start = 0
+    for node in outside + [n for n in nodes if n in prefer]:
+        if node in used:
+            continue
+        while start < len(ranked) and ranked[start] in used:
+            start += 1
+        partner = next(
+            (p for p in ranked[start:] if p not in used and p != node and frozenset((node, p)) not in met), None
+        )
+        if partner is not None:
+            pairs.append((node, partner))
+            used.update((node, partner))
+    return pairs
+
+
+def _with_partners(
+    todo: Sequence[int], partners: Sequence[int], met: set[frozenset[int]], start: int, rotating: int
+) -> list[Pair]:
+    """One step: each node of ``todo`` with a partner it has not met: the first ``rotating`` partners (the
+    cleared nodes) in turn from ``start``, then the rest in order; with none to spare, another node of
+    ``todo`` it has not met."""
+    used: set[int] = set()
+    pairs: list[Pair] = []
+    skip = set(todo)
+    head = [n for n in partners[:rotating] if n not in skip]
+    if head:
+        head = head[start % len(head) :] + head[: start % len(head)]
+    pool = head + [n for n in partners[rotating:] if n not in skip]
+    at = 0
+    spare = len(pool)
+    alone: list[int] = []
+    for node in todo:
+        partner = None
+        for k in range(len(pool) if spare else 0):
+            cand = pool[(at + k) % len(pool)]
+            if cand not in used and frozenset((node, cand)) not in met:
+                partner = cand
+                at = (at + k + 1) % len(pool)
+                spare -= 1
+                break
+        if partner is None:
+            alone.append(node)
+        else:
+            pairs.append((node, partner))
+            used.update((node, partner))
+    for i, node in enumerate(alone):
+        if node in used:
+            continue
+        partner = next((p for p in alone[i + 1 :] if p not in used and frozenset((node, p)) not in met), None)
+        if partner is not None:
+            pairs.append((node, partner))
+            used.update((node, partner))
+    return pairs
+
+
+def _names(items: Iterable[str]) -> str:
+    listed = list(items)
+    shown = ", ".join(listed[:MESSAGE_NAMES])
+    return shown + (
+        f" and {len(listed) - MESSAGE_NAMES} more (all in the evidence)" if len(listed) > MESSAGE_NAMES else ""
+    )
+
+
 def _span(values: list[float]) -> str:
-    lo, hi = min(values), max(values)
+    usable = [v for v in values if not math.isnan(v)]
+    if not usable:
+        return "nan"
+    lo, hi = min(usable), max(usable)
     return f"{lo:.3g}" if f"{lo:.3g}" == f"{hi:.3g}" else f"{lo:.3g}-{hi:.3g}"

@@ -3,17 +3,25 @@
 Every node's pytest runs the same rounds in the same order: each round is one probe job over every
 node, and what the next round is follows only from the results, which rank 0 broadcast to every node.
 Each round is cached under its own key, so a second failing figure replays the same verdict at no cost.
+Round 1 starts from the slowest rails the connectivity probe measured in this run, where it ran; the
+round echoes that hint in its result, so a replay starts from the same one.
 """
 
 from __future__ import annotations
 
-from acceptance.families.isolation import Isolation, Round
+from collections.abc import Mapping
+from typing import Any, cast
+
+from acceptance.families import links
+from acceptance.families.isolation import Isolation, Pair, Round
 from acceptance.run import worker_pool
 from acceptance.run.cluster_run import ClusterRun
 from acceptance.run.launcher import ProbeError
 
 # all_reduce: the collective a cross-node figure is most often about, and its busbw compares across sizes
 PAIR_OP = "all_reduce"
+# the slowest rails handed to round 1: enough for a slow node (it is at both ends of some) or a slow path
+HINTS = 3
 
 
 def enabled(run: ClusterRun) -> bool:
@@ -22,7 +30,7 @@ def enabled(run: ClusterRun) -> bool:
 
 def isolate(run: ClusterRun) -> Isolation:
     """Run rounds until the verdict is in; a round that fails ends the search and is named in the message."""
-    iso = Isolation(run.placement.nodes, run.profile.model.internode.slow_pair_fraction)
+    iso = Isolation(run.placement.nodes, run.profile.model.internode.slow_pair_fraction, hint=hint(run))
     while (rnd := iso.next_round()) is not None:
         try:
             result = run.probe("isolation", round_spec(run, rnd), key=f"isolation-{rnd.number}", env=node_env(run))
@@ -37,6 +45,55 @@ def earlier(run: ClusterRun) -> Isolation | None:
     """The isolation an earlier figure of this session started, replayed from its cached rounds; None if none ran."""
     started = any(p.get("key") == "isolation-1" for p in run.evidence.data["probes"])
     return isolate(run) if started else None
+
+
+def _record(run: ClusterRun, key: str) -> Mapping[str, Any] | None:
+    """The result of this run's probe ``key``, where it ran and succeeded."""
+    for p in run.evidence.data["probes"]:
+        if p.get("key") == key and p.get("status") == "ok" and isinstance(p.get("result"), Mapping):
+            return cast(Mapping[str, Any], p["result"])
+    return None
+
+
+def hint(run: ClusterRun) -> tuple[Pair, ...]:
+    """Round 1's start: the hint an earlier round 1 of this run was given, else the node pairs of the
+    slowest rails of this run's connectivity probe (slowest first), else none."""
+    first = _record(run, "isolation-1")
+    if first is not None:
+        return tuple((int(a), int(b)) for a, b in first.get("hint", []))
+    conn = _record(run, "connectivity")
+    rails = cast(list[links.Link], conn.get("rails", []) if conn is not None else [])
+    found: list[Pair] = []
+    for link in sorted(rails, key=links.rate):
+        pair = (int(link["src_node"]), int(link["dst_node"]))
+        if pair[0] != pair[1] and pair not in found and pair[::-1] not in found:
+            found.append(pair)
+        if len(found) == HINTS:
+            break
+    return tuple(found)
+
+
+def collective_culprit(run: ClusterRun) -> str:
+    """Where a slow collective's culprit is to be found, in words: the nodes an isolation of this run named,
+    the slowest links this run measured (the connectivity probe: inside nodes and the rails across them),
+    or the families that measure them. Never "the slowest rank": in a ring every rank waits for the
+    slowest link, so the rank that took longest says nothing about where the fault is."""
+    said: list[str] = []
+    first = _record(run, "isolation-1")
+    if first is not None:
+        found = isolate(run)  # replayed from its cached rounds
+        said.append(found.message())
+    conn = _record(run, "connectivity")
+    if conn is not None:
+        measured = cast(list[links.Link], [*conn.get("p2p", []), *conn.get("rails", [])])
+        if measured:
+            said.append(f"slowest links this run measured: {links.slowest(measured)}")
+    if not said:
+        said.append(
+            "the connectivity family names the slowest GPU links"
+            + (", the internode family's isolation rounds the node or path" if run.placement.nodes > 1 else "")
+        )
+    return "culprit: " + "; ".join(said)
 
 
 def round_spec(run: ClusterRun, rnd: Round) -> dict[str, object]:
