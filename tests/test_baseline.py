@@ -21,6 +21,7 @@ import pytest
 from acceptance.cli.main import main
 from acceptance.profile import loader as profiles
 from acceptance.profile.baseline import change, figures, judge
+from acceptance.profile.readings import Noise
 from acceptance.reports import compare
 from tests.harness import EVIDENCE, ROOT, schema
 
@@ -67,6 +68,40 @@ def test_a_fraction_of_the_median_is_judged_in_points() -> None:
     )
 
 
+def test_the_baseline_s_noise_widens_its_limit() -> None:
+    """During the run the figure's own readings are not at hand: the baseline's noise stands for both runs
+    (sqrt 2 x its standard error), and a change must exceed 3 of those and the tolerance."""
+    noisy = {
+        "compute.matmul_tflops_min": {**BASELINE["compute.matmul_tflops_min"], "noise": Noise(0.1, 5, "5 windows")}
+    }
+    within = judge(noisy, "compute.matmul_tflops_min", 80.0, gated=True, tolerance=0.05)  # ln 1.25 < 3 x 0.141
+    assert within is not None and within.ok
+    beyond = judge(noisy, "compute.matmul_tflops_min", 60.0, gated=True, tolerance=0.05)
+    assert beyond is not None and not beyond.ok
+    assert beyond.message == (
+        "compute.matmul_tflops_min = 60 TFLOP/s, 40.0% worse than the baseline; "
+        "needed >= 65.43 (baseline 100 -5%, noise ±34.6%)"
+    )
+
+
+def test_figures_carry_the_noise_of_their_readings() -> None:
+    """Each figure of a stored run with the standard error its readings give (``readings``), or None."""
+    data = json.loads((EVIDENCE / "local-cpu-a" / "evidence.json").read_text())
+    found = figures(data)
+    windows = found["collectives.all_reduce.busbw_gbps@8M"]["noise"]
+    assert isinstance(windows, Noise) and windows.readings == 5 and "timed windows" in windows.source
+    tokens = found["training.ddp.tokens_per_s_per_gpu"]["noise"]
+    assert isinstance(tokens, Noise) and tokens.readings == 3
+    shortfall, slowest = (found[f"compute.matmul_tflops_{s}"]["noise"] for s in ("below_median", "min"))
+    assert isinstance(shortfall, Noise) and isinstance(slowest, Noise)
+    assert slowest.standard_error < shortfall.standard_error  # the slowest GPU's and the median's, in points
+    assert found["connectivity.barrier_latency_us"]["noise"] is None  # one figure: no readings kept
+    assert found["training.ddp.loss_ratio"]["noise"] is None
+    older = figures(json.loads((EVIDENCE / "h200-x2-onejob" / "evidence.json").read_text()))
+    quartiles = older["training.zero3.tokens_per_s_per_gpu"]["noise"]
+    assert isinstance(quartiles, Noise) and quartiles.source.startswith("the quartiles of")
+
+
 def test_wall_time_and_temperature_are_left_to_their_bounds() -> None:
     old: dict[str, dict[str, Any]] = {
         "training.zero3.wall_s": {"value": 17.0, "bound": "<= 60"},
@@ -102,7 +137,10 @@ def test_compare_takes_the_tolerances_of_the_profile_it_is_given(capsys: pytest.
     assert main(["compare", *pair]) == 1
     assert "connectivity.barrier_latency_us: 49.47 -> 71.16 us" in capsys.readouterr().out
     assert main(["compare", *pair, "--profile", "h200-x2"]) == 0
-    assert "regressions (gated figures worse beyond tolerance, or turned FAIL): 0" in capsys.readouterr().out
+    assert (
+        "regressions (gated figures worse beyond tolerance and noise, or turned FAIL by the same bound): 0"
+        in capsys.readouterr().out
+    )
 
 
 def test_figures_of_an_evidence_file_by_canonical_name() -> None:
@@ -119,7 +157,8 @@ def test_profile_baseline_and_cost_keys(tmp_path: Path) -> None:
     )
     model = profiles.load(str(good)).model
     assert model.cost is not None and model.cost.usd_per_gpu_hour == 2.5
-    assert model.baseline.tolerances == {"collectives.all_reduce.busbw_gbps@8M": 0.3}
+    assert model.baseline.tolerance == 0.1  # extends merges: local-cpu's per-metric tolerances stay beside it
+    assert model.baseline.tolerances["collectives.all_reduce.busbw_gbps@8M"] == 0.3
     bad = tmp_path / "bad.yaml"
     bad.write_text(
         "name: bad\nextends: local-cpu\nbaseline:\n  tolerances: {collectives.all_reduce.busbw_gbps@2G: 0.3}\n"

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from acceptance.profile.judge import MUST_BE_ZERO, Judge, regressed
+from acceptance.profile.judge import MUST_BE_ZERO, Judge, bound_moved, regressed
 from acceptance.profile.loader import Profile
 from acceptance.profile.metrics import shape_of
 from acceptance.profile.model import ProfileModel, Threshold
@@ -134,3 +134,24 @@ def test_compare_regresses_by_the_judge_s_rules() -> None:
     assert not regressed("training.ddp.loss_ratio", loss, {**loss, "value": 0.9}, 0.05)
     info = {"value": 100.0, "bound": "", "verdict": "info"}
     assert not regressed("compute.copy_gbps_min", info, {**info, "value": 10.0}, 0.05)
+
+
+def test_a_moved_bound_is_not_a_regression_of_the_figure() -> None:
+    """A figure that fails a bound the old run did not have regressed only if its value did."""
+    metric = "compute.matmul_tflops_min"
+    old = {"value": 100.0, "bound": ">= 50", "verdict": "pass", "threshold": {"min": 50.0, "source": "then"}}
+    new = {"value": 104.0, "bound": ">= 110", "verdict": "fail", "threshold": {"min": 110.0, "source": "now"}}
+    assert bound_moved(old, new) and not regressed(metric, old, new, 0.05)
+    assert regressed(metric, old, {**new, "value": 60.0}, 0.05)  # the value fell beyond its tolerance too
+    resourced = {**old, "threshold": {"min": 50.0, "source": "another words"}}
+    assert not bound_moved(old, resourced)  # the same bound, sourced anew
+    assert regressed(metric, old, {**resourced, "value": 40.0, "verdict": "fail"}, 0.5)
+
+
+def test_a_change_within_the_noise_is_no_regression() -> None:
+    metric = "compute.matmul_tflops_min"
+    old = {"value": 100.0, "bound": ">= 50", "verdict": "pass"}
+    worse = {**old, "value": 80.0}  # 20% worse: beyond 5%
+    assert regressed(metric, old, worse, 0.05)  # no readings: the tolerance alone
+    assert not regressed(metric, old, worse, 0.05, noise=0.1)  # ln 1.25 = 0.22 < 3 x 0.1
+    assert regressed(metric, old, worse, 0.05, noise=0.05)

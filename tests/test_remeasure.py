@@ -69,6 +69,7 @@ def profile(tmp_path: Path, extra: str = "") -> Profile:
     path.write_text(
         "name: p\nextends: local-cpu\n"
         f"compute: {{tolerance: 0.05{extra}}}\n"
+        "baseline: {tolerance: 0.05}\n"  # local-cpu's own allows a shared machine's run-to-run spread
         "thresholds:\n  compute.h2d_gbps_min: {min: 44, source: test}\n"
     )
     return load(str(path))
@@ -198,7 +199,10 @@ def test_the_baseline_rule_is_the_checkers(tmp_path: Path) -> None:
     ungated = FakeRun(load(str(path)), [result(30.0, 30.3)], old)
     assert remeasure.low_figures(ungated, ungated.readings[0]) == []  # type: ignore[arg-type]
     path = tmp_path / "known.yaml"
-    path.write_text("name: p\nextends: local-cpu\nthresholds:\n  compute.h2d_gbps_min: {min: 44, xfail: 'a riser'}\n")
+    path.write_text(
+        "name: p\nextends: local-cpu\nbaseline: {tolerance: 0.05}\n"
+        "thresholds:\n  compute.h2d_gbps_min: {min: 44, xfail: 'a riser'}\n"
+    )
     known = FakeRun(load(str(path)), [result(48.0, 48.3), result(54.0, 54.2)], old)
     assert remeasure.low_figures(known, result(40.0, 40.3)) == []  # type: ignore[arg-type]
     assert remeasure.low_figures(known, known.readings[0]) == [FIGURE]  # type: ignore[arg-type]
@@ -216,15 +220,15 @@ def _compute_slowest(pytester: pytest.Pytester, folder: str, *extra: str) -> pyt
 
 @pytest.mark.e2e
 def test_a_figure_worse_than_the_baseline_is_measured_again_on_local_cpu(suite: pytest.Pytester) -> None:
-    """Real torchrun jobs: against a handover run that read ten times the ranks' copy speed, the copy holds
-    its bound but fails the baseline gate, so it is measured again, alone, and fails with both readings and
-    the slowest rank named."""
+    """Real torchrun jobs: against a handover run that read a hundred times the ranks' copy speed, the copy
+    holds its bound but fails the baseline gate (beyond local-cpu's 90% and the copy's noise), so it is
+    measured again, alone, and fails with both readings and the slowest rank named."""
     assert _compute_slowest(suite, "handover").ret == pytest.ExitCode.OK
     data = json.loads((suite.path / "handover" / "evidence.json").read_text())
     for test in data["tests"]:  # the CPU's other figures move more than 5% from run to run on two busy cores
         test["checks"] = [c for c in test["checks"] if c["metric"] == "compute.copy_gbps_min"]
         for check in test["checks"]:
-            check["value"] *= 10
+            check["value"] *= 100
     (suite.path / "handover.json").write_text(json.dumps(data))
     result = _compute_slowest(suite, "later", "--cluster-baseline", str(suite.path / "handover.json"))
     result.stdout.fnmatch_lines(

@@ -1,8 +1,15 @@
-"""The regression rule: is a figure worse than the same figure of an earlier run, beyond a tolerance?
+"""The regression rule: is a figure worse than the same figure of an earlier run, beyond a tolerance and
+beyond its noise?
 
 One rule for ``cluster-acceptance compare OLD NEW`` and for ``pytest --cluster-baseline OLD``: which way
-is better comes from the metric registry, the tolerance from the profile's ``baseline`` section (default
-5%, per metric under ``baseline.tolerances``). Pure data in, data out, so the CLI and the plugin share it.
+is better and how a change is measured (relative, points, or by the bound alone) come from the family
+registry, the tolerance from the profile's ``baseline`` section (default 5%, per metric under
+``baseline.tolerances``), the noise from each figure's own readings (``readings``). A change counts when it
+is both larger than the tolerance and larger than ``SIGNIFICANCE`` standard errors of the difference:
+asv's rule (``asv compare``: a ratio beyond ``--factor`` that ``asv.statistics.is_different`` also finds
+significant), with the profile's tolerance as the factor. The tolerance says how large a change matters
+on the cluster (how much two healthy runs of it differ); the noise, whether a figure measured this way
+can tell a change that large at all. Pure data in, data out, so the CLI and the plugin share it.
 """
 
 from __future__ import annotations
@@ -14,8 +21,12 @@ from typing import Any
 
 from acceptance.numbers import fmt
 from acceptance.profile.metrics import Better, Scale, better, canonical_metric, scale
+from acceptance.profile.readings import Noise, noise_of
 
 DEFAULT_TOLERANCE = 0.05
+# A change counts when it exceeds this many standard errors of the difference: one-sided, 3 sigma is a
+# false alarm in 740 figures under normal noise (asv compares at p < 0.002, or by disjoint 99% intervals)
+SIGNIFICANCE = 3.0
 
 
 @dataclass(frozen=True)
@@ -29,6 +40,9 @@ class Change:
     better: Better
     tolerance: float
     scale: Scale = "relative"
+    # the standard error of the difference on the metric's scale (log for a relative figure, points for a
+    # fraction); None where neither run recorded the figure's readings: the tolerance alone judges it
+    noise: float | None = None
 
     @property
     def relative(self) -> float | None:
@@ -86,18 +100,56 @@ class Change:
         return f"{self.worse_by * 100:.1f} pts" if self.scale == "points" else f"{self.worse_by:.1%}"
 
     @property
+    def noisy(self) -> float:
+        """How far the figure may move on its noise alone: ``SIGNIFICANCE`` standard errors of the difference
+        (log for a relative figure, points for a fraction); 0 where the noise is not known."""
+        return SIGNIFICANCE * self.noise if self.noise is not None else 0.0
+
+    @property
+    def within_noise(self) -> bool:
+        """Whether the change in the bad direction is no larger than the noise lets a healthy rerun move."""
+        if self.noise is None or self.worse_by == 0 or math.isinf(self.worse_by):
+            return self.worse_by == 0
+        if self.scale == "points":
+            return self.worse_by <= self.noisy
+        if self.old is None or self.new is None or self.old <= 0 or self.new <= 0:
+            return False  # no ratio to take the log of: a figure that fell to 0 is no noise
+        return abs(math.log(self.new / self.old)) <= self.noisy
+
+    @property
     def beyond(self) -> bool:
-        return self.worse_by > self.tolerance
+        """Worse than the old figure beyond the tolerance, and beyond the noise."""
+        return self.worse_by > self.tolerance and not self.within_noise
+
+    @property
+    def noise_shown(self) -> str:
+        """How far the noise lets the figure move in its bad direction, in words: ``±12.0%``
+        (``SIGNIFICANCE`` standard errors), ``±1.2 pts``, or ``-`` where it is not known."""
+        if self.noise is None:
+            return "-"
+        if self.scale == "points":
+            return f"±{self.noisy * 100:.1f} pts"
+        step = -math.expm1(-self.noisy) if self.better == "higher" else math.expm1(self.noisy)
+        return f"±{step:.1%}"
 
     @property
     def limit(self) -> str:
-        """The value the new figure had to reach, in words: ``>= 1,520 (baseline 1,600 -5%)``."""
+        """The value the new figure had to reach, in words: ``>= 1,520 (baseline 1,600 -5%)``; where the noise
+        lets a figure move further than the tolerance, the looser of the two, and the noise named."""
         if self.old is None or self.better == "none" or self.scale == "bound":
             return ""
         sign = -1 if self.better == "higher" else 1
         slack = self.tolerance if self.scale == "points" else self.tolerance * abs(self.old)
-        side = ">=" if sign < 0 else "<="
         within = f"{'-' if sign < 0 else '+'}{self.tolerance_shown}"
+        if self.scale == "points":
+            noisy = self.noisy
+        elif self.old > 0:
+            noisy = abs(self.old) * (math.expm1(self.noisy) if sign > 0 else -math.expm1(-self.noisy))
+        else:
+            noisy = 0.0
+        if noisy > slack:
+            slack, within = noisy, f"{within}, noise {self.noise_shown}"
+        side = ">=" if sign < 0 else "<="
         return f"{side} {fmt(self.old + sign * slack)} (baseline {fmt(self.old)} {within})"
 
 
@@ -114,8 +166,23 @@ def tolerance_for(profile: Mapping[str, Any] | None, metric: str, override: floa
     return float(found)
 
 
-def change(metric: str, old: float | None, new: float | None, tolerance: float) -> Change:
-    return Change(metric, _number(old), _number(new), better(metric), tolerance, scale(metric))
+def change(metric: str, old: float | None, new: float | None, tolerance: float, noise: float | None = None) -> Change:
+    return Change(metric, _number(old), _number(new), better(metric), tolerance, scale(metric), noise)
+
+
+def noise_between(old: Noise | None, new: Noise | None) -> float | None:
+    """The standard error of the difference of two figures: their own in quadrature; where one run kept
+    no readings (a figure judged during the run, older evidence), the other's stands for both."""
+    errors = [n.standard_error for n in (old, new) if n is not None]
+    if not errors:
+        return None
+    return math.sqrt(sum(e**2 for e in errors) * (2 / len(errors)))
+
+
+def noise_in(check: Mapping[str, Any] | None) -> Noise | None:
+    """The noise :func:`figures` found for a stored check, if any."""
+    found = (check or {}).get("noise")
+    return found if isinstance(found, Noise) else None
 
 
 def _number(value: Any) -> float | None:
@@ -130,8 +197,10 @@ def checks(evidence: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
 
 
 def figures(evidence: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
-    """metric -> its check (the last one where a merged file repeats it per node)."""
-    return {canonical_metric(c["metric"]): c for c in checks(evidence)}
+    """metric -> its check (the last one where a merged file repeats it per node), with the figure's noise
+    from its recorded readings under ``noise`` (a ``readings.Noise``, or None)."""
+    found = {canonical_metric(c["metric"]): c for c in checks(evidence)}
+    return {metric: {**check, "noise": noise_of(evidence, metric)} for metric, check in found.items()}
 
 
 @dataclass(frozen=True)
@@ -150,20 +219,23 @@ def judge(
     value: float | None,
     gated: bool,
     tolerance: float,
+    noise: float | None = None,
 ) -> Judgement | None:
     """``value`` of ``metric`` in this run against ``baseline`` (:func:`figures` of the old evidence).
 
     None when the rule does not apply: the baseline lacks the figure, the figure has no better side, or it
     is gated neither now (``gated``: the profile bounds it) nor in the baseline, or its bound alone judges
     it (``metrics.Scale``). A figure measured as information in both runs is compared by ``compare`` but
-    never fails a run."""
+    never fails a run. ``noise``: the standard error of the difference; by default the baseline's own noise
+    stands for both runs (this run's readings are not at hand when its figure is judged)."""
     old = baseline.get(canonical_metric(metric))
     if old is None or better(metric) == "none" or scale(metric) == "bound":
         return None
     bound = old.get("bound") or None
     if not gated and not bound:
         return None
-    found = change(metric, old.get("value"), value, tolerance)
+    noise = noise_between(noise_in(old), None) if noise is None else noise
+    found = change(metric, old.get("value"), value, tolerance, noise)
     if not found.beyond:
         return Judgement(True, found, "", bound)
     worse = "not a number" if found.new is None else f"{found.worse_shown} worse than the baseline"

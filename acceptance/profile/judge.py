@@ -124,17 +124,42 @@ class Judge:
         return baselines.judge(self.baseline, metric, value, True, tolerance)
 
 
-def regressed(metric: str, old: Mapping[str, Any] | None, new: Mapping[str, Any] | None, tolerance: float) -> bool:
+def bound_moved(old: Mapping[str, Any] | None, new: Mapping[str, Any] | None) -> bool:
+    """Whether two stored checks of a figure were judged against different bounds (the profile changed):
+    their thresholds, where they are sourced aside; a figure gated in one run only moved its bound too."""
+    if old is None or new is None:
+        return False
+    return _bound_of(old) != _bound_of(new)
+
+
+def _bound_of(check: Mapping[str, Any]) -> dict[str, Any]:
+    threshold = check.get("threshold") or {}
+    return {key: value for key, value in threshold.items() if key != "source" and value is not None}
+
+
+def regressed(
+    metric: str,
+    old: Mapping[str, Any] | None,
+    new: Mapping[str, Any] | None,
+    tolerance: float,
+    noise: float | None = None,
+) -> bool:
     """Whether a stored check ``new`` regressed from ``old`` (``compare`` of two runs), by the judge's rules:
-    a figure gated in either run whose verdict turned to a failure, or a performance figure worse than the
-    old run's beyond ``tolerance`` (the rule ``Judge`` applies to ``--cluster-baseline``)."""
+    a figure gated in either run whose verdict turned to a failure against the same bound, or a performance
+    figure worse than the old run's beyond ``tolerance`` and beyond the noise (the rule ``Judge`` applies to
+    ``--cluster-baseline``). ``noise``: the standard error of the difference, by default from both checks'
+    readings (``baseline.figures``). A figure that failed a bound the old run did not have (``bound_moved``)
+    did not regress for that: only its value can."""
     if new is None or not ((old or {}).get("bound") or new.get("bound")):
         return False
-    if new.get("verdict") == "fail" and (old or {}).get("verdict") != "fail":  # out of its bound now
+    turned_fail = new.get("verdict") == "fail" and (old or {}).get("verdict") != "fail"
+    if turned_fail and not bound_moved(old, new):  # out of the same bound now
         return True
     if old is None or kind(metric) == "correctness":
         return False
-    judged = baselines.judge({canonical_metric(metric): old}, metric, new.get("value"), True, tolerance)
+    if noise is None:
+        noise = baselines.noise_between(baselines.noise_in(old), baselines.noise_in(new))
+    judged = baselines.judge({canonical_metric(metric): old}, metric, new.get("value"), True, tolerance, noise)
     return judged is not None and not judged.ok
 
 

@@ -1,9 +1,11 @@
-"""Two runs side by side: per figure which way is better, the change, whether it is beyond the tolerance,
-verdict changes, and what differs in the profile and the software; worst first.
+"""Two runs side by side: per figure which way is better, the change, whether it is beyond the tolerance
+and the noise, verdict changes, and what differs in the profile and the software; worst first.
 
-A gated figure (bounded in either run) whose verdict turned to FAIL, or a gated performance figure that got
-worse beyond its tolerance (``judge.regressed``: the rule of ``--cluster-baseline``), is a regression:
-``cluster-acceptance compare`` exits 1 on one (``--no-fail-on-regression``: 0).
+A gated figure (bounded in either run) whose verdict turned to FAIL against the same bound, or a gated
+performance figure that got worse beyond its tolerance and beyond its noise (``judge.regressed``: the rule
+of ``--cluster-baseline``), is a regression: ``cluster-acceptance compare`` exits 1 on one
+(``--no-fail-on-regression``: 0). A figure that fails a bound the old run did not have is shown as
+"bound moved": the profile changed, not the cluster.
 """
 
 from __future__ import annotations
@@ -14,8 +16,8 @@ from typing import Any
 
 from acceptance.evidence.verdict import verdict_of
 from acceptance.numbers import fmt
-from acceptance.profile.baseline import Change, change, figures, tolerance_for
-from acceptance.profile.judge import regressed
+from acceptance.profile.baseline import Change, change, figures, noise_between, noise_in, tolerance_for
+from acceptance.profile.judge import bound_moved, regressed
 from acceptance.reports import view
 from acceptance.reports.table import render
 
@@ -44,7 +46,12 @@ class Row:
 
     @property
     def regression(self) -> bool:
-        return regressed(self.change.metric, self.old, self.new, self.change.tolerance)
+        return regressed(self.change.metric, self.old, self.new, self.change.tolerance, self.change.noise)
+
+    @property
+    def bound_moved(self) -> bool:
+        """The figure was judged against different bounds in the two runs: the profile changed."""
+        return bound_moved(self.old, self.new)
 
 
 def rows(
@@ -61,31 +68,37 @@ def rows(
     for metric in dict.fromkeys([*before, *after]):
         a, b = before.get(metric), after.get(metric)
         tol = tolerance_for(profile, metric, tolerance)
-        found = change(metric, (a or {}).get("value"), (b or {}).get("value"), tol)
+        noise = noise_between(noise_in(a), noise_in(b))
+        found = change(metric, (a or {}).get("value"), (b or {}).get("value"), tol, noise)
         out.append(Row(found, str((b or a or {}).get("unit", "")), a, b))
     return sorted(out, key=_order)
 
 
 def _order(row: Row) -> tuple[int, float, float]:
     worse, gain = (min(x, 1e18) for x in (row.change.worse_by, row.change.better_by))
-    return (0 if row.regression else 1, -worse, -gain)
+    first = 0 if row.regression else 1 if row.bound_moved and row.turned_fail else 2
+    return (first, -worse, -gain)
 
 
 def _flag(row: Row) -> str:
     if row.regression:
         return "REGRESSION"
+    if row.bound_moved:
+        return "bound moved"
     if row.change.beyond:
         return "worse (not gated)"
+    if row.change.worse_by > row.change.tolerance:
+        return "within noise"
     return "better" if row.change.better_by > row.change.tolerance else ""
 
 
 def table(found: list[Row]) -> str:
-    head = ["metric", "better", "old", "new", "unit", "change", "tolerance",
+    head = ["metric", "better", "old", "new", "unit", "change", "tolerance", "noise",
             "verdict", "bound (new)", ""]  # fmt: skip
     body = [
         [r.change.metric, ARROWS[r.change.better], r.change.old, r.change.new, r.unit,
-         r.change.shown, r.change.tolerance_shown, r.verdicts, (r.new or r.old or {}).get("bound") or "-",
-         _flag(r)]
+         r.change.shown, r.change.tolerance_shown, r.change.noise_shown, r.verdicts,
+         (r.new or r.old or {}).get("bound") or "-", _flag(r)]
         for r in found
     ]  # fmt: skip
     return render(head, body)
@@ -136,14 +149,26 @@ def summary(old: Mapping[str, Any], new: Mapping[str, Any], found: list[Row], na
             f"sha256 {str(profile.get('sha256'))[:12]}, started {data.get('started')}"
         )
     bad = [r for r in found if r.regression]
-    lines.append(f"regressions (gated figures worse beyond tolerance, or turned FAIL): {len(bad)}")
+    lines.append(
+        f"regressions (gated figures worse beyond tolerance and noise, or turned FAIL by the same bound): {len(bad)}"
+    )
     for r in bad:
         worse = "" if r.change.worse_by == 0 else f", {r.change.worse_shown} worse"
-        bound, earlier = (r.new or {}).get("bound") or "-", (r.old or {}).get("bound")
+        bound = (r.new or {}).get("bound") or "-"
         why = f"verdict {r.verdicts} against {bound}" if r.turned_fail else "beyond tolerance"
-        why += f" (the old run's bound: {earlier})" if r.turned_fail and earlier and earlier != bound else ""
+        why += f" and noise ({r.change.noise_shown})" if not r.turned_fail and r.change.noise is not None else ""
         lines.append(
             f"  {r.change.metric}: {_num(r.change.old)} -> {_num(r.change.new)} {r.unit} "
             f"({r.change.shown}{worse}, {ARROWS[r.change.better]} is better): {why}"
+        )
+    moved = [r for r in found if r.bound_moved and not r.regression and r.turned_fail]
+    if moved:
+        lines.append(f"bound moved (the profile changed, not the figure): {len(moved)}")
+    for r in moved:
+        bound, earlier = (r.new or {}).get("bound") or "-", (r.old or {}).get("bound") or "none"
+        lines.append(
+            f"  {r.change.metric}: {_num(r.change.old)} -> {_num(r.change.new)} {r.unit} ({r.change.shown}, "
+            f"{ARROWS[r.change.better]} is better): verdict {r.verdicts} against {bound} "
+            f"(the old run's bound: {earlier})"
         )
     return lines

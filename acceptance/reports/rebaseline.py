@@ -1,19 +1,30 @@
 """Profile bounds from measured evidence, ReFrame-style: the measured figure as ``ref`` with a relative
 ``lower`` (higher is better) or ``upper`` (lower is better) bound, and the source recorded (evidence path,
 date, figure), so bounds stop being hand-computed prose that drifts from the evidence they cite.
+
+A bound from one run must hold on the next run of the same cluster, so its margin is the larger of the
+tolerance and the figure's own noise (``SIGNIFICANCE`` standard errors of a rerun's difference, from the
+readings the evidence kept). A fraction of the median (registry scale ``points``) is bounded in points
+(``max``: measured + margin), never relative to a figure near 0, and never looser than the bound it ran
+with. Correctness gates (registry kind ``correctness``: wrong elements, missing ranks, the loss that must
+fall, the canary, health counts) and figures that their bound alone judges are left as they are: no
+measurement moves a sanity gate.
 """
 
 from __future__ import annotations
 
 import fnmatch
 import json
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from acceptance.evidence.verdict import verdict_of
 from acceptance.numbers import fmt
-from acceptance.profile.metrics import better, canonical_metric
+from acceptance.profile.baseline import SIGNIFICANCE, noise_between, tolerance_for
+from acceptance.profile.metrics import better, canonical_metric, kind, scale
+from acceptance.profile.readings import noise_of
 from acceptance.reports import view
 
 DEFAULT_TOLERANCE = 0.10  # the shipped profiles' convention: 90% of the measured figure
@@ -25,17 +36,24 @@ class RebaselineError(ValueError):
 
 @dataclass(frozen=True)
 class Tolerances:
-    default: float
+    default: float | None  # None: the run's own profile says (``of``)
     per_metric: list[tuple[str, float]]  # (metric name or glob, tolerance), the last match wins
 
-    def of(self, metric: str) -> float:
+    def of(self, metric: str, profile: Mapping[str, Any] | None = None) -> float:
+        """The option's tolerance for ``metric``; without one, the larger of 10% and the profile's baseline
+        tolerance (``profile``: the run's resolved profile): how much two healthy runs of the cluster differ."""
         found = [tol for pattern, tol in self.per_metric if fnmatch.fnmatchcase(metric, pattern)]
-        return found[-1] if found else self.default
+        if found:
+            return found[-1]
+        if self.default is not None:
+            return self.default
+        return max(DEFAULT_TOLERANCE, tolerance_for(profile, metric))
 
 
 def tolerances(options: list[str]) -> Tolerances:
     """``--tolerance 0.1`` sets the default, ``--tolerance 'training.*=0.15'`` one metric or a glob of them."""
-    default, per_metric = DEFAULT_TOLERANCE, []
+    default: float | None = None
+    per_metric = []
     for option in options:
         pattern, sep, text = option.rpartition("=")
         try:
@@ -58,13 +76,14 @@ def _round(value: float) -> float | int:
 
 def chosen(data: Mapping[str, Any], profile: Mapping[str, Any] | None, every: bool) -> list[view.Figure]:
     """The figures to bound: those ``profile`` bounds (else those the evidence gated; ``every``: all),
-    leaving out exact gates (correctness counts) and figures with no better side."""
+    leaving out correctness gates (their bound stays the profile's or the built-in one), figures that their
+    bound alone judges (wall times, temperature) and figures with no better side."""
     wanted = None if profile is None else set(profile.get("thresholds") or {})
     out = []
     for figure in view.figures(data):
         if figure.value is None or better(figure.metric) == "none" or figure.node not in ("", view.EVERY_NODE):
             continue
-        if "==" in figure.bound:
+        if kind(figure.metric) == "correctness" or scale(figure.metric) == "bound" or "==" in figure.bound:
             continue
         if wanted is not None and figure.metric not in wanted:
             continue
@@ -74,13 +93,49 @@ def chosen(data: Mapping[str, Any], profile: Mapping[str, Any] | None, every: bo
     return sorted(out, key=lambda f: f.metric)
 
 
-def entry(figure: view.Figure, tolerance: float, origin: str, started: str) -> dict[str, Any]:
+def margin(data: Mapping[str, Any], figure: view.Figure, tolerance: float) -> tuple[float, str]:
+    """How far from the measured figure its bound goes, on its scale (relative, or points), and why: the
+    tolerance, or, where the figure's readings say a rerun moves further, its noise."""
+    noise = noise_between(noise_of(data, canonical_metric(figure.metric)), None)
+    if noise is None:
+        return tolerance, ""
+    if scale(figure.metric) == "points":
+        noisy = SIGNIFICANCE * noise
+    else:  # log space back to a relative step: down for higher-is-better, up for lower-is-better
+        noisy = (
+            -math.expm1(-SIGNIFICANCE * noise)
+            if better(figure.metric) == "higher"
+            else math.expm1(SIGNIFICANCE * noise)
+        )
+    if noisy <= tolerance:
+        return tolerance, ""
+    return noisy, f"; its noise ({SIGNIFICANCE:g} standard errors of a rerun) beyond the tolerance {tolerance:g}"
+
+
+def _current_max(figure: view.Figure, data: Mapping[str, Any]) -> float | None:
+    """The ``max`` the run judged a lower-is-better fraction by, if it met it."""
+    for test in data.get("tests") or []:
+        for check in test.get("checks") or []:
+            if check.get("metric") == figure.metric and (check.get("threshold") or {}).get("max") is not None:
+                found = float(check["threshold"]["max"])
+                return found if figure.value is not None and figure.value <= found else None
+    return None
+
+
+def entry(figure: view.Figure, tolerance: float, origin: str, started: str, data: Mapping[str, Any]) -> dict[str, Any]:
+    value = float(figure.value or 0.0)
+    step, why = margin(data, figure, tolerance)
+    source = f"rebaseline of {origin} ({started}): measured {fmt(figure.value)} {figure.unit} in {figure.test}{why}"
+    if scale(figure.metric) == "points":  # a shortfall under the median (lower is better): in points, not ~0 x k
+        bound = _round(value + step)
+        limit = _current_max(figure, data)
+        if limit is not None and bound > limit:
+            bound, source = limit, f"{source}; kept at the bound it ran with"
+        return {"max": bound, "source": source}
     side = "lower" if better(figure.metric) == "higher" else "upper"
-    return {
-        "ref": _round(float(figure.value or 0.0)),
-        side: -tolerance if side == "lower" else tolerance,
-        "source": f"rebaseline of {origin} ({started}): measured {fmt(figure.value)} {figure.unit} in {figure.test}",
-    }
+    # four digits, and a lower step short of 100%: a bound of >= 0 could never fail
+    step = min(float(f"{step:.4g}"), 0.999) if side == "lower" else float(f"{step:.4g}")
+    return {"ref": _round(value), side: -step if side == "lower" else step, "source": source}
 
 
 def document(
@@ -100,8 +155,9 @@ def document(
         f"# run started {started}, verdict {verdict_of(data)}; ref = measured, lower/upper relative to ref",
         "thresholds:",
     ]
+    resolved = view.resolved(data)
     for figure in figures:
-        fields = entry(figure, tol.of(figure.metric), origin, started)
+        fields = entry(figure, tol.of(figure.metric, resolved), origin, started, data)
         old = ((profile or {}).get("thresholds") or {}).get(figure.metric) or {}
         fields.update({key: None for key, value in old.items() if value is not None and key not in fields})
         inner = ", ".join(f"{k}: {json.dumps(v)}" for k, v in fields.items())
