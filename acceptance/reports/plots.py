@@ -197,3 +197,32 @@ def heatmap(matrix: Matrix) -> bytes | None:
     ax.set_ylabel(matrix.rows)
     ax.set_title(f"{matrix.title} ({matrix.what})" if matrix.what else matrix.title, fontsize=10)
     return _png(fig)
+
+
+@dataclass(frozen=True)
+class TimeChart:
+    """One quantity against time, a line per GPU (the soak's TFLOP/s, clock, power, temperature)."""
+
+    title: str
+    ylabel: str
+    lines: list[Line]  # x: seconds from the start
+
+
+def over_time(charts: list[TimeChart]) -> bytes | None:
+    """Line charts against time, two per row, every GPU a line of its own colour in each: a GPU that sags or
+    throttles parts from the others where it happens."""
+    charts = [c for c in charts if any(line.x for line in c.lines)]
+    if not available() or not charts:
+        return None
+    fig, axes = _figure(len(charts), 2, (5.6, 3.3))
+    for ax, chart in zip(axes, charts, strict=True):
+        for line in chart.lines:
+            ax.plot(line.x, line.y, linewidth=1.2, marker="o" if len(line.x) <= 12 else None, markersize=3,
+                    label=line.label)  # fmt: skip
+        ax.set_title(chart.title, fontsize=11)
+        ax.set_xlabel("s")
+        ax.set_ylabel(chart.ylabel)
+        ax.grid(True, alpha=0.3)
+        if len(chart.lines) <= 16:  # past that a legend hides the chart
+            ax.legend(fontsize=7)
+    return _png(fig)

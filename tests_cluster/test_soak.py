@@ -1,0 +1,92 @@
+"""Does every GPU keep computing right, and keep its speed, under minutes of full load? (Opt-in: ``-m soak``,
+or the burn-in tier; ``soak.duration_s`` sets how long.)"""
+
+from __future__ import annotations
+
+import pytest
+
+from acceptance.families import soak as soak_rules
+from acceptance.plugin.api import MUST_BE_ZERO, Checker, ClusterRun, Threshold, probe_result, probe_wall_s
+
+
+@pytest.fixture(scope="module")
+def soak(cluster: ClusterRun) -> soak_rules.SoakResult:
+    parts = soak_rules.parts(soak_rules.section(cluster.profile.model).duration_s, cluster.timeout("soak"))
+    return probe_result(cluster, "soak", soak_rules.SoakResult, parts=parts)
+
+
+@pytest.fixture(scope="module")
+def counts(soak: soak_rules.SoakResult) -> dict[str, soak_rules.Figure]:
+    return {f.metric: f for f in soak_rules.counts(soak)}
+
+
+def _count(fig: soak_rules.Figure, check: Checker) -> None:
+    """A correctness count: 0 unless the profile bounds it otherwise; the lines name each GPU. A GPU that
+    could not measure it fails the test (the count over the others is no pass for it)."""
+    if fig.skip:
+        pytest.skip(fig.skip)
+    unmeasured = "\n".join(fig.unmeasured) or None
+    check(fig.metric, fig.value, fig.unit, fig.detail, default=MUST_BE_ZERO, unmeasured=unmeasured)
+
+
+def test_every_rank_soaked(cluster: ClusterRun, soak: soak_rules.SoakResult, check: Checker) -> None:
+    """Every rank ran for the whole duration; its figures go into the evidence (its samples and windows are
+    in the probe's result there)."""
+    check.measurements("per_gpu", soak_rules.table(soak))
+    if soak["injected"]:
+        check.measurements("injected", soak["injected"])
+    assert len(soak["ranks"]) == cluster.world_size, f"{len(soak['ranks'])} ranks reported, {cluster.world_size} ran"
+    check("soak.wall_s", probe_wall_s(cluster, "soak"), "s", f"soak.duration_s {soak['config']['duration_s']:g} s")
+
+
+@pytest.mark.parametrize(
+    "metric", ["soak.gemm_wrong_elements", "soak.gemm_disagreeing_gpus", "soak.gemm_reference_errors"]
+)
+def test_gemm_results(counts: dict[str, soak_rules.Figure], metric: str, check: Checker) -> None:
+    """Each result equals the GPU's first, bit for bit; the first equals the other GPUs' of its model and
+    an fp64 product within the arithmetic's bound."""
+    _count(counts[metric], check)
+
+
+def test_memory_patterns(counts: dict[str, soak_rules.Figure], check: Checker) -> None:
+    """Walking ones, seeded random and address-in-address over most of the free memory: every word read back."""
+    _count(counts["soak.memory_bad_words"], check)
+
+
+def test_allreduce_under_load(counts: dict[str, soak_rules.Figure], check: Checker) -> None:
+    """An all_reduce of exactly summable data beside the GEMMs, every element of every result checked."""
+    _count(counts["soak.allreduce_wrong"], check)
+
+
+@pytest.mark.parametrize("metric", ["soak.ecc_new_errors", "soak.remapped_rows_new", "soak.xid_new"])
+def test_no_new_errors(counts: dict[str, soak_rules.Figure], metric: str, check: Checker) -> None:
+    """NVML's uncorrectable ECC errors and remapped rows before and after, its XID events during."""
+    _count(counts[metric], check)
+
+
+def test_no_slowdown(counts: dict[str, soak_rules.Figure], check: Checker) -> None:
+    """No thermal or hardware slowdown held a GPU's clocks back (``soak.slowdown_reasons``)."""
+    _count(counts["soak.slowdown_gpus"], check)
+
+
+@pytest.mark.parametrize("dtype", list(soak_rules.DTYPE_FIGURE))
+def test_sustained_speed(cluster: ClusterRun, soak: soak_rules.SoakResult, dtype: str, check: Checker) -> None:
+    """Each GPU's sustained TFLOP/s (the median of its windows) within ``soak.tolerance`` of the median; the
+    drop from the first minute to the last is recorded."""
+    low, median, below, sag = soak_rules.speed_figures(soak, dtype)
+    if low.skip:
+        pytest.skip(low.skip)
+    section = soak_rules.section(cluster.profile.model)
+    bound = Threshold(max=section.tolerance, source=f"soak.tolerance (median of the {section.median_of})")
+    unmeasured = "\n".join(low.unmeasured) or None  # a GPU that could not run the GEMM fails the test
+    check.all([(f.metric, f.value, f.unit, f.detail) for f in (low, median, sag)], unmeasured=unmeasured)
+    check(below.metric, below.value, below.unit, below.detail, default=bound)
+
+
+def test_steady_state(soak: soak_rules.SoakResult, check: Checker) -> None:
+    """The hottest GPU's steady temperature and memory temperature and the highest steady power: recorded."""
+    found = soak_rules.steady_figures(soak)
+    figures = [f for f in found if not f.skip]
+    if not figures:
+        pytest.skip("; ".join(dict.fromkeys(f.skip or "" for f in found)))
+    check.all([(f.metric, f.value, f.unit, f.detail) for f in figures])
