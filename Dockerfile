@@ -8,7 +8,11 @@
 # The base is pinned by tag: NGC's PyTorch 25.10 release (CUDA 13.0, NCCL and a torch build matched to it;
 # https://docs.nvidia.com/deeplearning/frameworks/pytorch-release-notes/). Everything the suite needs is
 # installed here, and models are built from configs, so nothing is downloaded at run time.
-FROM nvcr.io/nvidia/pytorch:25.10-py3
+# BASE_IMAGE replaces it with any image whose `python` and `pip` carry torch, e.g. the CPU base that CI
+# builds (deploy/container/cpu-base.Containerfile, through deploy/container/ci-container.sh):
+#   docker build --build-arg BASE_IMAGE=localhost/cluster-acceptance-cpu:ci -t cluster-acceptance:cpu .
+ARG BASE_IMAGE=nvcr.io/nvidia/pytorch:25.10-py3
+FROM ${BASE_IMAGE}
 
 ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \

@@ -110,8 +110,9 @@ def test_impossible_bound_fails_with_one_line(suite: pytest.Pytester) -> None:
     result.stdout.fnmatch_lines(
         [
             "collectives.all_reduce.busbw_gbps@8M = * GB/s, expected >= 1e+06 (profile local-cpu, --cluster-set *)",
-            "all_reduce 8M: * us mean over ranks, slowest rank *; 5 timed windows *-* GB/s (spread *%; a rank's "
-            "time is its median window's)",
+            "all_reduce 8M: * us mean over ranks (longest * us); algbw *; 5 timed windows *-* GB/s (spread *%; "
+            "a rank's time is its median window's)",
+            "culprit: the connectivity family names the slowest GPU links",
             "collectives.all_reduce.busbw_gbps@8M * GB/s * >= 1e+06 * FAIL",
             "verdict: FAIL; *",
         ]

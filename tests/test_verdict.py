@@ -169,6 +169,7 @@ def test_evidence_lands_where_the_run_says(pytester: pytest.Pytester) -> None:
     _setup(pytester)
     pytester.runpytest(*PLUGIN_ARGS, "--cluster-profile", "synthetic.yaml", "--cluster-evidence", "ev")
     assert sorted(p.name for p in Path(pytester.path / "ev").iterdir() if not p.name.startswith(".")) == [
+        "drain.json",  # the run did not PASS
         "evidence.json",
         "junit-" + __import__("socket").gethostname() + ".xml",
     ]

@@ -3,7 +3,7 @@
     python -m acceptance.cli.bench_train --profile h200-x2 --strategies ddp,fsdp --set training.compile=model
 
 Runs exactly what ``tests_cluster/test_training.py`` runs (same probe, launcher and profile), every strategy
-in one torchrun job, plus the scaling baseline with ``--baseline``; checks no bound. Evidence (every run's
+in one torchrun job, plus the scaling baseline with ``--scaling-baseline``; checks no bound. Evidence (every run's
 result, argv and logs) goes to ``--evidence``. The exit status is 1 when a run failed.
 """
 
@@ -35,7 +35,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--set", dest="overrides", action="append", default=[], metavar="KEY.PATH=VALUE", help="profile override"
     )
-    parser.add_argument("--baseline", action="store_true", help="also run the scaling baseline (default: no)")
+    # --scaling-baseline, as the profile's training.scaling_baseline: --cluster-baseline (pytest) and compare's
+    # baseline are an earlier run's evidence, a different thing; --baseline is kept as a hidden old spelling
+    parser.add_argument("--scaling-baseline", action="store_true", help="also run the scaling baseline (default: no)")
+    parser.add_argument("--baseline", dest="scaling_baseline", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--evidence", type=Path, default=None, help="default: ./acceptance-results/bench-<time>")
     return parser.parse_args(argv)
 
@@ -89,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     cluster = ClusterRun(prof, placement, folder, progress=lambda line: print(line, file=sys.stderr, flush=True))
     training = prof.model.training
     base = plan.baseline(training, topo.nproc_per_node, placement.nodes)
-    runs = measure(cluster, base if args.baseline else None)
+    runs = measure(cluster, base if args.scaling_baseline else None)
     done = [(label, result, wall) for label, result, wall in runs if isinstance(result, dict)]
     usd = prof.model.cost.usd_per_gpu_hour if prof.model.cost else None
     print(f"profile {prof.name}, model {training.model}, seq {training.seq_len}, micro-batch {training.micro_batch}")

@@ -15,7 +15,7 @@ import yaml
 
 import acceptance
 from acceptance.atomic_file import write_atomic
-from acceptance.cli import container, families, reports, sweep
+from acceptance.cli import container, families, init, reports, sweep
 from acceptance.cli.usage import USAGE_ERROR, Parser
 from acceptance.evidence.folder import EvidenceFolderError
 from acceptance.evidence.junit import junit_xml
@@ -47,6 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     except (
         CliError,
         container.EntryError,
+        init.InitError,
         EvidenceError,
         EvidenceFolderError,
         profiles.ProfileError,
@@ -77,6 +78,7 @@ def parser() -> argparse.ArgumentParser:
     run.set_defaults(func=cmd_run)
     sub.add_parser("list", help="the profiles that --cluster-profile NAME finds").set_defaults(func=cmd_list)
     families.add(sub)
+    init.add(sub)
     show = sub.add_parser("show", help="a profile as resolved (extends merged, overrides applied) and its sha256")
     show.add_argument("name", help="profile name or YAML path")
     show.add_argument("--set", action="append", default=[], metavar="KEY.PATH=VALUE", help="as --cluster-set")
@@ -117,7 +119,9 @@ def add_sweep(sub: Any) -> None:
     sw.add_argument("--nproc-per-node", type=int, help="ranks per node (default: the profile's, else every GPU or 2)")
     sw.add_argument("--profile", help="profile for topology, env and timeouts (default: this machine as found)")
     sw.add_argument("--timeout", type=positive_seconds, help="seconds for the whole sweep (default: the profile's)")
-    sw.add_argument("--out", type=Path, help="evidence folder (default: a new folder under ./acceptance-results/)")
+    # --evidence, as `run`, bench_train and pytest's --cluster-evidence; --out is kept as a hidden old spelling
+    sw.add_argument("--evidence", type=Path, help="evidence folder (default: a new folder under ./acceptance-results/)")
+    sw.add_argument("--out", dest="evidence", type=Path, help=argparse.SUPPRESS)
     sw.set_defaults(func=cmd_sweep)
 
 
@@ -155,12 +159,15 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 def _lookup(resolved: dict[str, Any], path: str) -> Any:
     value: Any = resolved
-    for i, key in enumerate(path.split(".")):
-        if not isinstance(value, dict) or key not in value:
+    parts, i = path.split("."), 0
+    while i < len(parts):
+        # the longest key that matches: a metric name holds dots (thresholds.compute.copy_gbps_min.min)
+        j = next((j for j in range(len(parts), i, -1) if isinstance(value, dict) and ".".join(parts[i:j]) in value), 0)
+        if not j:
             known = ", ".join(value) if isinstance(value, dict) else "none (not a section)"
-            where = ".".join(path.split(".")[:i]) or "the profile"
-            raise CliError(f"--get {path}: {where} has no key {key!r}; its keys: {known}")
-        value = value[key]
+            where = ".".join(parts[:i]) or "the profile"
+            raise CliError(f"--get {path}: {where} has no key {parts[i]!r}; its keys: {known}")
+        value, i = value[".".join(parts[i:j])], j
     return json.dumps(value) if isinstance(value, (dict, list)) else value
 
 
@@ -195,7 +202,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         iters=args.iters,
         nproc_per_node=args.nproc_per_node,
         profile=args.profile,
-        out=args.out,
+        out=args.evidence,
         timeout=args.timeout,
     )
     return sweep.run(options, sys.stdout)

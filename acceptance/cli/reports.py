@@ -37,7 +37,8 @@ def add(sub: Any) -> None:
         "--fail-on-regression",
         action=argparse.BooleanOptionalAction,
         default=True,
-        help="exit 1 when a gated figure got worse beyond tolerance or turned FAIL (default: on)",
+        help="exit 1 when a gated figure got worse beyond its tolerance and its noise, or turned FAIL against "
+        "the same bound (default: on)",
     )
     cmp.set_defaults(func=cmd_compare)
     reb = sub.add_parser("rebaseline", help="profile bounds (ref with a lower/upper relative bound) from evidence")
@@ -48,7 +49,8 @@ def add(sub: Any) -> None:
     )
     reb.add_argument("--all", action="store_true", help="bound every measured figure with a better side")
     reb.add_argument("--tolerance", action="append", default=[], metavar="[METRIC=]FRACTION",
-                     help="default 0.1; METRIC may be a glob, e.g. 'training.*=0.15' (repeatable)")  # fmt: skip
+                     help="default: the larger of 0.1 and the run's profile's baseline tolerance; METRIC may "
+                          "be a glob, e.g. 'training.*=0.15' (repeatable)")  # fmt: skip
     reb.add_argument("-o", "--output", type=Path, help="YAML file to write (default: standard output)")
     reb.set_defaults(func=cmd_rebaseline)
     exp = sub.add_parser("export", help="figures as CSV: metric, value, unit, bound, verdict, node, gpu, source, test")

@@ -98,6 +98,18 @@ class ClusterRecord(Part):
     plan: dict[str, Any] | None = None
     node_verdicts: list[dict[str, Any]] | None = None
     preflight: dict[str, Any] | None = None  # GPU profiles: what this node has against the profile
+    # the fabric family's first reading of this node's ports, before any probe (acceptance.probes.fabric)
+    fabric_before: dict[str, Any] | None = None
+
+
+class TierRecord(Part):
+    """The run's tier (``--cluster-tier``): its families, the tests it left out, its budget and wall."""
+
+    name: str
+    families: list[str] = []
+    deselected: dict[str, int] = {}  # family -> tests the tier left out
+    budget_s: float | None = None  # per node, for the profile's device; None: the tier has none of its own
+    wall_s: float | None = None  # this node's session, collection to verdict
 
 
 class EvidenceDoc(BaseModel):
@@ -121,6 +133,7 @@ class EvidenceDoc(BaseModel):
     selected: list[str] = []
     unchecked_thresholds: list[str] = []
     errors: list[str] = []
+    tier: TierRecord | None = None
     merged_from: list[dict[str, Any]] | None = None
 
 

@@ -14,6 +14,7 @@ from typing import Any, TypedDict
 from typing_extensions import NotRequired
 
 from acceptance.families.answers import NOT_MEASURED, NotMeasured, gpu_label, is_measured, unanswered
+from acceptance.families.gpu_users import GpuUse
 from acceptance.profile.model import ProfileModel, Threshold
 
 ZERO = Threshold(eq=0, source="built-in: a health gate, never mere information")
@@ -172,6 +173,8 @@ class NodeInventory(TypedDict, total=False):
     nvml_error: str | None
     torch: TorchView
     error: str
+    # NVML's running compute processes and memory in use per GPU (``acceptance.families.gpu_users``)
+    users: list[GpuUse] | None
 
 
 Nodes = Sequence[NodeHealth]

@@ -176,7 +176,7 @@ def endpoint(link: Mapping[str, object], side: str) -> str:
 
 def slowest(links: list[Link], count: int = 3) -> str:
     """The slowest links, by host, GPU index and UUID, slowest first."""
-    worst = sorted(links, key=lambda link: _rate(link))[:count]
+    worst = sorted(links, key=rate)[:count]
     return "; ".join(f"{endpoint(k, 'src')} -> {endpoint(k, 'dst')} {k['gbps']:.3g} GB/s" for k in worst)
 
 
@@ -185,7 +185,8 @@ def wrong(links: list[Link]) -> str:
     return "; ".join(f"{endpoint(k, 'src')} -> {endpoint(k, 'dst')}: {k['wrong']} wrong" for k in links if k["wrong"])
 
 
-def _rate(link: Link) -> float:
+def rate(link: Link) -> float:
+    """A link's GB/s for sorting, slowest first."""
     value = float(link["gbps"])
     return value if value == value else -1.0  # a NaN sorts first: a link that never delivered is the worst
 

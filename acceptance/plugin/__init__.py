@@ -16,6 +16,7 @@ import pytest
 
 from acceptance.plugin import options
 from acceptance.plugin.checker import NO_PROFILE, SESSION_NAME, Checker, current
+from acceptance.plugin.opt_in import deselect_unasked
 from acceptance.plugin.session import ClusterSession
 from acceptance.plugin.training_stage import TrainingStage
 from acceptance.profile.registry import FAMILIES, family_of_module
@@ -53,6 +54,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             family = family_of_module(Path(item.nodeid.split("::")[0]).stem)
             if family is not None:
                 item.add_marker(getattr(pytest.mark, family.marker))
+    # an opt-in family (a soak of minutes) runs only when the run names it: -m soak, or its module
+    if current(config) is not None:
+        deselect_unasked(config, items)
 
 
 @pytest.fixture(scope="session")

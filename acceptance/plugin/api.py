@@ -15,6 +15,7 @@ import pytest
 
 from acceptance.families import collectives as collectives_rules
 from acceptance.families import compute as compute_rules
+from acceptance.families import fabric as fabric_rules
 from acceptance.families import health as health_rules
 from acceptance.families import links as links_rules
 from acceptance.families import storage as storage_rules
@@ -28,7 +29,8 @@ from acceptance.plugin.checker import NO_PROFILE, Checker, current, probe_result
 from acceptance.plugin.training_stage import baseline, needed
 from acceptance.profile.judge import MUST_BE_ZERO
 from acceptance.profile.model import ProfileModel, Threshold
-from acceptance.run import isolation_rounds
+from acceptance.profile.registry import FABRIC
+from acceptance.run import fabric_readings, isolation_rounds
 from acceptance.run.cluster_run import ClusterRun
 from acceptance.run.launcher import ProbeError
 from acceptance.run.training_jobs import baseline_run, strategy_runs
@@ -44,11 +46,14 @@ __all__ = [
     "Threshold",
     "baseline_run",
     "clock_events_text",
+    "collective_culprit",
     "collectives_rules",
     "compute_figures",
     "compute_rules",
     "earlier_isolation",
     "earlier_readings",
+    "fabric_figures",
+    "fabric_rules",
     "fmt",
     "health_rules",
     "internode_spec",
@@ -84,6 +89,16 @@ def parametrize_from_profile(
     metafunc.parametrize(argname, chosen, ids=[ids(case) for case in chosen])
 
 
+def fabric_figures(run: ClusterRun) -> fabric_rules.FabricResult:
+    """This node's ports read before any probe (beside the preflight) and now, after the network probes,
+    and the figures of the two (the profile's ``fabric.counters`` are the ones watched)."""
+    section = FABRIC.section_of(run.profile.model)
+    after = fabric_readings.read(section.sysfs_root)
+    stored = run.evidence.cluster.fabric_before
+    before = cast(fabric_rules.FabricReading, stored) if stored else after
+    return fabric_rules.FabricResult(before, after, fabric_rules.evaluate(before, after, section.counters))
+
+
 def compute_figures(run: ClusterRun) -> dict[str, Any]:
     """The per-GPU speed probe's result; a figure the judge would fail is measured again before it stands
     (``compute.remeasure``)."""
@@ -110,6 +125,11 @@ def isolate_if_failing(run: ClusterRun, metric: str, value: float) -> Isolation 
     if not (isolation_rounds.enabled(run) and run.judge.fails(metric, value)):
         return None
     return isolation_rounds.isolate(run)
+
+
+def collective_culprit(run: ClusterRun) -> str:
+    """Where a slow collective's culprit is, from this run's link figures and isolation rounds, never a rank."""
+    return isolation_rounds.collective_culprit(run)
 
 
 def isolation_env(run: ClusterRun) -> dict[str, str]:

@@ -35,12 +35,13 @@ def probe_result(
     env: dict[str, str] | None = None,
     ranks_per_node: int | None = None,
     nodes: int | None = None,
+    parts: int = 1,
 ) -> T:
     """A probe's result for a fixture, as its family's type (``shape``: the TypedDict its probe writes), its
-    failure as the test's error (with the failing rank's log tail). ``env``, ``ranks_per_node``, ``nodes``: as
-    in ``ClusterRun.probe``."""
+    failure as the test's error (with the failing rank's log tail). ``env``, ``ranks_per_node``, ``nodes``,
+    ``parts``: as in ``ClusterRun.probe``."""
     try:
-        return cast(T, run.probe(name, spec, key, env, ranks_per_node, nodes))
+        return cast(T, run.probe(name, spec, key, env, ranks_per_node, nodes, parts))
     except ProbeError as exc:
         # shown once (no chained copy), yet the cause stays reachable as __context__: the report of every
         # later test that hits it shrinks to one line (ClusterSession.pytest_runtest_makereport)

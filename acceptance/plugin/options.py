@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from acceptance.profile import tiers
 from acceptance.profile.arguments import positive_seconds
 
 
@@ -40,6 +41,23 @@ def folder_path(text: str) -> Path:
     if not text.strip():
         raise argparse.ArgumentTypeError("expected a folder path, got an empty value")
     return Path(text)
+
+
+def tier_name(text: str) -> str:
+    try:
+        return tiers.tier_named(text.strip()).name
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+DRAIN_WAYS = ("off", "slurm", "kubernetes")
+
+
+def drain_way(text: str) -> str:
+    word = text.strip().lower()
+    if word not in DRAIN_WAYS:
+        raise argparse.ArgumentTypeError(f"expected one of {', '.join(DRAIN_WAYS)}, got {text!r}")
+    return word
 
 
 def on_off(text: str) -> bool:
@@ -110,6 +128,22 @@ OPTIONS: tuple[Option, ...] = (
         env="CLUSTER_WORKER",
         convert=on_off,
         metavar="on|off",
+    ),
+    Option(
+        "cluster-tier",
+        "quick (a job prolog, an init container: seconds), standard (the whole suite) or burn-in (standard "
+        "plus the soak); default: the profile's tier, else standard",
+        env="CLUSTER_TIER",
+        convert=tier_name,
+        metavar="|".join(tiers.TIER_NAMES),
+    ),
+    Option(
+        "cluster-drain",
+        "off (default): a run that does not PASS only writes drain.json in its evidence; slurm: also drains "
+        "its nodes (scontrol update state=drain reason=...); kubernetes: also taints and labels them (kubectl)",
+        env="CLUSTER_DRAIN",
+        convert=drain_way,
+        metavar="|".join(DRAIN_WAYS),
     ),
 )
 BY_DEST = {o.dest: o for o in OPTIONS}

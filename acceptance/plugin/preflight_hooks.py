@@ -11,8 +11,8 @@ import os
 
 import pytest
 
-from acceptance.profile.registry import WORKER_PROBES, family_of_module
-from acceptance.run import preflight
+from acceptance.profile.registry import FABRIC, WORKER_PROBES, family_of_module
+from acceptance.run import fabric_readings, preflight
 from acceptance.run.cluster_run import ClusterRun
 from acceptance.run.launcher import ProbeError, child_env
 
@@ -23,6 +23,9 @@ def run_preflight(run: ClusterRun, items: list[pytest.Item], probes: bool) -> pr
     """The preflight, with the probe worker starting beside it when a selected test needs it and ``probes``
     will run (``Workers.start_early``: both import torch, seconds each); a node that fails its preflight
     ends the worker, which it cannot use."""
+    if probes and run.persist and any(item.path.stem == FABRIC.module for item in items):
+        # the ports' first reading, before any probe moves data over them (the family's test takes the second)
+        run.evidence.cluster.fabric_before = dict(fabric_readings.read(FABRIC.section_of(run.profile.model).sysfs_root))
     if probes and run.persist and any(set(_probes_of(item)) & WORKER_PROBES for item in items):
         run.workers.start_early(run.tag, run.timeout("connectivity"))
     result = preflight.injected(os.environ)

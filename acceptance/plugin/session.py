@@ -7,6 +7,7 @@ import os
 import signal
 import socket
 import threading
+import time
 from collections.abc import Generator
 from pathlib import Path
 from types import FrameType
@@ -16,6 +17,7 @@ import pytest
 from _pytest.junitxml import xml_key  # pytest's --junitxml writer: the verdict is a property of its suite
 
 from acceptance.atomic_file import write_atomic
+from acceptance.evidence.drain import DrainList
 from acceptance.evidence.folder import EvidenceFolderError, default_folder
 from acceptance.evidence.junit import junit_xml, verdict_case
 from acceptance.evidence.store import EvidenceError, EvidenceWriteError, read_evidence
@@ -23,6 +25,7 @@ from acceptance.evidence.verdict import Facts, decide, facts_of, problems
 from acceptance.multinode import meeting as meetings
 from acceptance.multinode.plan import Plan, failed_preflights, versions
 from acceptance.plugin import options
+from acceptance.plugin.drain_hooks import act_on
 from acceptance.plugin.outcomes import (
     RECORDED,
     is_recorded,
@@ -41,9 +44,12 @@ from acceptance.plugin.preflight_hooks import (
     skip_without_gpus,
 )
 from acceptance.plugin.summary import UNCHECKED, header_lines, summary_lines
+from acceptance.plugin.tiers import Selection, chosen
 from acceptance.profile import baseline
 from acceptance.profile import loader as profiles
-from acceptance.profile.metrics import FAMILY_MODULES, device_problem, module_of
+from acceptance.profile.metrics import device_problem, module_of
+from acceptance.profile.registry import family_of_module
+from acceptance.profile.tiers import Tier
 from acceptance.run.cluster_run import ClusterRun
 from acceptance.run.placement import TopologyError, resolve
 from acceptance.run.preflight import PreflightResult
@@ -61,10 +67,15 @@ def _module(nodeid: str) -> str:
     return Path(nodeid.split("::")[0]).stem
 
 
+def _in_tier(selection: Selection, nodeid: str) -> bool:
+    family = family_of_module(_module(nodeid))
+    return family is None or selection.tier.has(family)
+
+
 class ClusterSession:
     """The run's state and hooks; registered with the plugin manager by ``pytest_configure``."""
 
-    def __init__(self, config: pytest.Config, run: ClusterRun) -> None:
+    def __init__(self, config: pytest.Config, run: ClusterRun, tier: Tier, drain_way: str | None) -> None:
         self.config, self.run = config, run
         self.collect_only = bool(config.option.collectonly)
         self.selected: list[str] = []
@@ -76,6 +87,10 @@ class ClusterSession:
         self.running: str | None = None
         self.previous_term: Any = None
         self.preflight: PreflightResult | None = None
+        self.started = time.monotonic()
+        self.tier = Selection(tier)
+        self.drain: DrainList | None = None
+        self.drain_way = drain_way
         run.evidence.strict = False  # a full disk stops the run with one line (``pytest_runtest_logfinish``)
         if not self.collect_only and threading.current_thread() is threading.main_thread():
             self.previous_term = signal.signal(signal.SIGTERM, _interrupt_on_term)
@@ -104,6 +119,9 @@ class ClusterSession:
         try:
             profile = profiles.load(name, options.value(config, "cluster_set"))
             _refuse_unmeasurable(profile)
+            # the options a scheduler hook passes, read before the evidence folder exists: a bad one is
+            # a usage error that leaves nothing behind
+            tier, drain_way = chosen(config, profile.model.tier), options.value(config, "cluster_drain")
             placement = _placement(config, profile)
             old_path = options.value(config, "cluster_baseline")
             old = baseline.figures(read_evidence(old_path)) if old_path else None
@@ -120,7 +138,7 @@ class ClusterSession:
             raise pytest.UsageError(f"--cluster-baseline: {exc}") from None
         except OSError as exc:  # the evidence folder's disk: full, read-only, gone
             raise pytest.UsageError(f"evidence folder {folder}: cannot write: {exc.strerror or exc}") from None
-        return cls(config, run)
+        return cls(config, run, tier, drain_way)
 
     @property
     def meets(self) -> bool:
@@ -132,11 +150,16 @@ class ClusterSession:
 
     @pytest.hookimpl(trylast=True)  # on the tests left after -k and -m
     def pytest_collection_modifyitems(self, config: pytest.Config, items: list[pytest.Item]) -> None:
+        self.tier.apply(config, items)
+        self.run.evidence.doc.tier = self.tier.record(self.run.topology.device)
         if not self.collect_only:
             o = config.option  # --setup-plan, --setup-only and --fixtures run no probe
             probes = not (o.setupplan or o.setuponly or o.showfixtures or o.show_fixtures_per_test)
             self.preflight = run_preflight(self.run, items, probes)
         skip_without_gpus(self.preflight, items)
+
+    def pytest_report_collectionfinish(self, config: pytest.Config) -> str:
+        return self.tier.line()
 
     def pytest_runtest_setup(self, item: pytest.Item) -> None:
         fail_the_gate(self.preflight, item)
@@ -238,7 +261,9 @@ class ClusterSession:
                 case.message = message
             if outcome not in ("passed", RECORDED):
                 case.longrepr = str(report.longrepr)[-4000:] if report.longrepr else None
-        self.run.evidence.write(soon=True)
+        # burn-in: every test's outcome is on disk at once (a checkpoint), so a burn-in stopped after hours
+        # keeps all it measured; the other tiers write at most every WRITE_EVERY_S
+        self.run.evidence.write(soon=self.tier.tier.name != "burn-in")
 
     @pytest.hookimpl(tryfirst=True)  # before junitxml writes its file: the unrun tests must be in it
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
@@ -248,6 +273,8 @@ class ClusterSession:
         if interrupted:
             report_unrun(session, self.run.evidence, self.finished, self.running)
         facts = self._facts(interrupted)
+        if self.run.evidence.doc.tier is not None:
+            self.run.evidence.doc.tier.wall_s = round(time.monotonic() - self.started, 1)
         verdict = decide(facts)
         for problem in problems(facts):
             self.run.evidence.error(problem)
@@ -274,6 +301,7 @@ class ClusterSession:
         except OSError as exc:
             evidence.error(f"JUnit {self.run.evidence_dir}: cannot write: {exc.strerror or exc}")
             session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
+        self.drain = act_on(evidence.data, self.run.evidence_dir, evidence.path, self.drain_way)
 
     def _facts(self, interrupted: bool) -> Facts:
         """What the run knows; thresholds are enforced for the families whose module ran whole: every test
@@ -281,16 +309,20 @@ class ClusterSession:
         run = self.run
         ran_modules = {_module(n) for n in self.selected}
         left_out = (self.collected - set(self.selected)) | self.deselected | self.unexpanded
+        # the tests of families outside the run's tier are no part of it (deselected by the tier, or an
+        # opt-in family the run did not ask for): their absence makes no run partial
+        left_out = {n for n in left_out if _in_tier(self.tier, n)}
         partly = {_module(n) for n in left_out}
         whole = ran_modules - partly
-        unchecked = run.unchecked()
+        # a threshold of a family outside the tier is the profile's for another moment, not a gate left off
+        unchecked = [m for m in run.unchecked() if _in_tier(self.tier, f"{module_of(m)}.py")]
         run.evidence.doc.unchecked_thresholds = unchecked
         enforced = [m for m in unchecked if module_of(m) in whole]
         # a failed preflight skipped the checks: its line is the cause, the unchecked thresholds are not news
         preflight_failed = any(e.startswith(PREFIX) for e in run.evidence.doc.errors)
         if enforced and not interrupted and not preflight_failed:
             run.evidence.error(f"{UNCHECKED}{', '.join(enforced)}")
-        subset = bool(left_out) or not set(FAMILY_MODULES.values()) <= ran_modules
+        subset = bool(left_out) or not self.tier.tier.modules <= ran_modules
         return facts_of(run.evidence.doc, interrupted=interrupted, subset=subset)
 
     def _share(self, verdict: str, facts: Facts) -> Any:
@@ -317,7 +349,7 @@ class ClusterSession:
         if self.collect_only:
             return
         terminalreporter.section(f"cluster acceptance: profile {self.run.profile.name}")
-        for line, color in summary_lines(self.run.evidence.data, str(self.run.evidence.path)):
+        for line, color in summary_lines(self.run.evidence.data, str(self.run.evidence.path), self.drain):
             terminalreporter.write_line(line, **({color: True} if color else {}))
 
     def pytest_unconfigure(self, config: pytest.Config) -> None:

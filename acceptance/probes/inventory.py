@@ -14,10 +14,13 @@ import sys
 from pathlib import Path
 from typing import cast
 
+from acceptance.families.gpu_users import GpuProcess, GpuUse
 from acceptance.families.health import NodeInventory, NvmlListed, TorchView
 from acceptance.probes import nvml
 
 PCI_DEVICES = Path("/sys/bus/pci/devices")
+PROC = Path("/proc")
+COMMAND_CHARS = 200  # of a foreign process's command line: enough to tell a job from a daemon
 NVIDIA_VENDOR = "0x10de"  # PCI-SIG vendor id of NVIDIA
 GPU_CLASSES = ("0x0300", "0x0302")  # PCI class codes: VGA controller, 3D controller (NVSwitches are bridges)
 NVML_KEYS = ("index", "name", "uuid", "pci_bus_id", nvml.NOT_MEASURED)
@@ -69,7 +72,30 @@ def read() -> NodeInventory:
             None,
             str(node.get(nvml.NOT_MEASURED) or (gpus if isinstance(gpus, dict) else {}).get(nvml.NOT_MEASURED)),
         )
-    return {"pci": pci_gpus(), "nvml": listed, "nvml_error": error, "torch": torch_view()}
+    users = nvml.read_gpu_users()
+    return {
+        "pci": pci_gpus(),
+        "nvml": listed,
+        "nvml_error": error,
+        # read before torch below creates anything on a GPU; a process NVML lists is named by its command
+        "users": [with_commands(u) for u in users] if isinstance(users, list) else None,
+        "torch": torch_view(),
+    }
+
+
+def command_of(pid: int, proc: Path = PROC) -> str | None:
+    """A process's command line, as ps shows it; None where this node's /proc does not show the pid (a
+    process of another pid namespace: NVML answers with the host's pids)."""
+    try:
+        raw = (proc / str(pid) / "cmdline").read_bytes()
+    except OSError:
+        return None
+    return " ".join(part.decode(errors="replace") for part in raw.split(b"\0") if part)[:COMMAND_CHARS] or None
+
+
+def with_commands(use: GpuUse, proc: Path = PROC) -> GpuUse:
+    processes = [{**p, "command": command_of(p["pid"], proc)} for p in use["processes"]]
+    return {**use, "processes": cast(list[GpuProcess], processes)}
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ from acceptance.families.answers import NOT_MEASURED as NOT_MEASURED
 from acceptance.families.answers import NotMeasured, not_measured
 from acceptance.families.answers import is_measured as is_measured
 from acceptance.families.drift import GpuSettings, SettingsAnswers
+from acceptance.families.gpu_users import GpuProcess, GpuUse
 from acceptance.families.health import GpuAnswers, GpuIdentity, GpuMemoryHealth, NodeAnswers, PcieAnswers, RowRemap
 
 T = TypeVar("T")
@@ -248,3 +249,47 @@ def _clock_events(ask: _Asker, lib: Any, handle: Any) -> list[str] | NotMeasured
     if not is_measured(bits):
         return bits
     return clock_event_names(int(bits))
+
+
+def read_gpu_users(lib: Any = None) -> list[GpuUse] | NotMeasured:
+    """Every GPU's running compute processes and memory in use (``acceptance.families.gpu_users``); the
+    commands are left for the caller, who sees /proc (``GpuProcess.command`` None here)."""
+    return _session(lib, _gpu_users)
+
+
+def _gpu_users(lib: Any) -> list[GpuUse] | NotMeasured:
+    ask = _Asker(lib)
+    count = ask("GPU count", lib.nvmlDeviceGetCount)
+    return [_gpu_use(ask, lib, index) for index in range(count)] if is_measured(count) else count  # type: ignore[no-any-return]
+
+
+def _gpu_use(ask: _Asker, lib: Any, index: int) -> GpuUse:
+    handle = ask("device handle", lib.nvmlDeviceGetHandleByIndex, index)
+    if not is_measured(handle):
+        return {"index": index, "uuid": None, "pci_bus_id": None, "memory_used_bytes": None, "processes": []}
+    found = ask("running compute processes", lib.nvmlDeviceGetComputeRunningProcesses, handle)
+    processes: list[GpuProcess] = [
+        {"pid": int(p.pid), "used_memory_bytes": _bytes(getattr(p, "usedGpuMemory", None)), "command": None}
+        for p in (found if isinstance(found, list) else [])
+    ]
+    # nvmlMemory_v2_t keeps the driver's reservation out of ``used`` (nvml.h); without it ``used`` holds the
+    # reservation too, and an idle GPU would read as used: not judged then
+    memory = (
+        ask("memory info", lib.nvmlDeviceGetMemoryInfo, handle, lib.nvmlMemory_v2, then=lambda m: int(m.used))
+        if hasattr(lib, "nvmlMemory_v2")
+        else None
+    )
+    uuid = ask("UUID", lib.nvmlDeviceGetUUID, handle, then=_text)
+    bus = ask("PCI info", lib.nvmlDeviceGetPciInfo, handle, then=lambda p: _text(p.busId))
+    return {
+        "index": index,
+        "uuid": uuid if isinstance(uuid, str) else None,
+        "pci_bus_id": bus if isinstance(bus, str) else None,
+        "memory_used_bytes": memory if isinstance(memory, int) else None,
+        "processes": processes,
+    }
+
+
+def _bytes(value: Any) -> int | None:
+    # pynvml turns NVML_VALUE_NOT_AVAILABLE into None (no permission, or a MIG-enabled GPU)
+    return int(value) if isinstance(value, int) else None

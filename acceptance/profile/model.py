@@ -24,6 +24,7 @@ from acceptance.profile.sections import Internode as Internode
 from acceptance.profile.sections import Storage as Storage
 from acceptance.profile.sections import StoragePath as StoragePath
 from acceptance.profile.sections import Training as Training
+from acceptance.profile.tiers import DEFAULT_TIER, TierName
 
 
 class Topology(Strict):
@@ -130,6 +131,8 @@ class ProfileBase(Strict):
     name: ProfileName
     description: str = ""
     extends: str | None = None
+    # the tier a run takes without --cluster-tier (acceptance.profile.tiers): a prolog's profile says quick
+    tier: TierName = DEFAULT_TIER
     topology: Topology = Topology(device="cpu", backend="gloo", ranks_per_node=2)
     env: dict[str, str] = {}
     timeouts: Timeouts = Timeouts()

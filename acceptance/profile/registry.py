@@ -21,7 +21,18 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, Literal, TypeVar
 
 from acceptance.profile.fields import Strict
-from acceptance.profile.sections import Collectives, Compute, Connectivity, Drift, Health, Internode, Storage, Training
+from acceptance.profile.sections import (
+    Collectives,
+    Compute,
+    Connectivity,
+    Drift,
+    Fabric,
+    Health,
+    Internode,
+    Soak,
+    Storage,
+    Training,
+)
 
 Better = Literal["higher", "lower", "none"]  # none: a count to match (world size), or a value with no good side
 # How a change against a baseline run is measured (``compare``, ``--cluster-baseline``): relative to the old
@@ -97,6 +108,12 @@ class Family(Generic[S]):
     eager_timed: bool = False  # with ``collectives.timing: eager`` its small sizes are timed on the host
     # its result lists every rank's host and device: the evidence's ``cluster.nodes`` is taken from it
     describes_nodes: bool = False
+    # in the quick tier too (``acceptance.profile.tiers``): its probes take seconds and judge a node on their
+    # own, so a job prolog or an init container can run them before every job
+    quick: bool = False
+    # runs only when selected: ``-m soak``, or a tier that includes it (``acceptance.plugin.opt_in``); the
+    # standard suite keeps its time budget
+    opt_in: bool = False
 
     @property
     def module(self) -> str:
@@ -173,6 +190,7 @@ CONNECTIVITY = Family(
     probes=("connectivity",),
     in_worker=("connectivity",),
     describes_nodes=True,
+    quick=True,
 )  # fmt: skip
 HEALTH = Family(
     "health",
@@ -186,6 +204,7 @@ HEALTH = Family(
     ),
     probes=("health",),
     in_worker=("health",),
+    quick=True,
 )
 _DRIFT = "drift.<figure>"
 DRIFT = Family(
@@ -201,6 +220,7 @@ DRIFT = Family(
     ),
     probes=("drift",),
     in_worker=("drift",),
+    quick=True,
 )
 _PATH = r"(?P<storage_path>\w+)"
 _IN_PATH = {"storage_path": _paths}
@@ -241,6 +261,7 @@ COMPUTE = Family(
     probes=("compute",),
     in_worker=("compute",),
     gpu_timed=True,
+    quick=True,
 )
 COLLECTIVES = Family(
     "collectives",
@@ -301,9 +322,58 @@ TRAINING = Family(
     probes=("training",),
 )  # fmt: skip
 
+_SOAK = "soak.<figure>"
+SOAK = Family(
+    "soak",
+    "burn-in, every GPU at once for soak.duration_s: GEMM results, memory patterns, a checked all_reduce, NVML",
+    Soak,
+    (
+        Metric[Soak](
+            r"(gemm_wrong_elements|gemm_disagreeing_gpus|gemm_reference_errors|memory_bad_words|allreduce_wrong)",
+            _SOAK, "lower", kind="correctness",
+        ),
+        # NVML's counters and events: none on the CPU
+        Metric[Soak](
+            r"(ecc_new_errors|remapped_rows_new|xid_new|slowdown_gpus)", _SOAK, "lower", kind="correctness",
+            devices=GPU_ONLY,
+        ),
+        Metric[Soak](r"(bf16_tflops)_(min|median)", _SOAK, "higher"),
+        Metric[Soak](r"(fp8_tflops)_(min|median)", _SOAK, "higher", devices=GPU_ONLY),
+        Metric[Soak](r"(bf16_tflops)_(below_median|sag)", _SOAK, "lower", scale="points"),
+        Metric[Soak](r"(fp8_tflops)_(below_median|sag)", _SOAK, "lower", scale="points", devices=GPU_ONLY),
+        Metric[Soak](
+            r"(temperature_c_max|memory_temperature_c_max|power_w_max)", _SOAK, "lower", scale="bound",
+            devices=GPU_ONLY,
+        ),
+        Metric[Soak](r"(wall_s)", _SOAK, "lower", scale="bound"),
+    ),
+    probes=("soak",),
+    opt_in=True,
+)  # fmt: skip
+
+_FABRIC = "fabric.<figure>"
+FABRIC = Family(
+    "fabric",
+    "every InfiniBand/RoCE port's state, rate and error counters, read before and after the network probes",
+    Fabric,
+    (
+        Metric[Fabric](r"(counter_increases)", _FABRIC, "lower", kind="correctness"),
+        # information: ports not ACTIVE (an unused port is down by design) and ports read; a profile may bound them
+        Metric[Fabric](r"(ports_down)", _FABRIC, "lower", scale="bound"),
+        Metric[Fabric](r"(ports)", _FABRIC, "none", scale="bound"),
+    ),
+    probes=("fabric",),  # a sysfs read per node, in the node's own pytest (``acceptance.run.fabric_readings``)
+    needs_every_gpu=False,
+    quick=True,
+)
+
 # In the order a run takes them: cheap and diagnostic first, so a missing rank or a sick GPU is named before
-# a long sweep; the families timed on the GPU right before training, whose job starts in their shadow.
-FAMILIES: tuple[Family[Any], ...] = (CONNECTIVITY, HEALTH, DRIFT, STORAGE, COMPUTE, COLLECTIVES, INTERNODE, TRAINING)
+# a long sweep; the families timed on the GPU right before training, whose job starts in their shadow; the
+# soak (opt-in) after them: minutes of full load would heat every GPU before the suite's timed figures; the
+# fabric's second reading last, after every probe that moved data over the network.
+FAMILIES: tuple[Family[Any], ...] = (
+    CONNECTIVITY, HEALTH, DRIFT, STORAGE, COMPUTE, COLLECTIVES, INTERNODE, TRAINING, SOAK, FABRIC
+)  # fmt: skip
 BY_NAME: Mapping[str, Family[Any]] = {f.name: f for f in FAMILIES}
 WORKER_PROBES = frozenset(p for f in FAMILIES for p in f.in_worker)
 PROBES = tuple(dict.fromkeys(p for f in FAMILIES for p in f.probes))

@@ -31,8 +31,9 @@ class Internode(Strict):
     one_gpu_per_node: bool = False  # also with local rank 0 of each node only: the network alone
     # when a figure across nodes fails: name the node and the rail in rounds of node pairs (none when healthy)
     isolation: bool = True
-    # in those rounds a pair is slow under this fraction of the best pair's figure
-    slow_pair_fraction: Annotated[float, Field(gt=0, le=1)] = 0.5
+    # the effect size worth naming in those rounds: a node or path at this fraction of the healthy (median)
+    # pair is named, on two cleared witnesses within a false-blame budget (acceptance.families.isolation)
+    slow_pair_fraction: Annotated[float, Field(gt=0, lt=1)] = 0.5  # 1 would be no slowdown at all
 
 
 class Collectives(Strict):
@@ -215,3 +216,57 @@ class Storage(Strict):
 
     paths: dict[RunName, StoragePath] = {"tmp": StoragePath()}  # the name goes into metric names and test ids
     checkpoint_size: Size = "256M"
+
+
+SOAK_SLOWDOWNS: list[ThrottleReason] = ["hw_slowdown", "hw_thermal", "hw_power_brake", "sw_thermal"]
+
+
+class Soak(Strict):
+    """Burn-in: every GPU at once for ``duration_s``: checked GEMMs, memory patterns, a checked all_reduce,
+    NVML sampled all along (``acceptance/probes/soak.py``). Opt-in: ``-m soak`` or the burn-in tier."""
+
+    duration_s: Annotated[float, Field(gt=0, le=7 * 86400)] = 60.0
+    matmul_size: PositiveInt = 8192  # m = n = k, in bfloat16 (and fp8 where the GPU has it)
+    fp8: bool = True  # also an fp8 GEMM (torch._scaled_mm) where the GPU has it (compute capability >= 8.9)
+    # one round: a timed batch of GEMMs of about this long, an all_reduce beside it, one memory pattern pass;
+    # the ranks agree after each round whether the soak is over
+    round_s: Annotated[float, Field(gt=0, le=60)] = 0.5
+    window_s: Annotated[float, Field(gt=0)] = 5.0  # sustained TFLOP/s: the median of windows this long
+    memory_fraction: Annotated[float, Field(gt=0, le=0.95)] = 0.8  # of the GPU's free memory, for the patterns
+    host_memory_size: Size = "64M"  # on the CPU (topology.device: cpu): the patterns' buffer
+    allreduce_size: Size = "64M"  # bytes of float32 all_reduced each round, every element checked
+    spot_rows: PositiveInt = 2  # rows of the first result checked against an fp64 reference on the host
+    sample_s: Annotated[float, Field(gt=0, le=60)] = 1.0  # NVML's sampling period
+    tolerance: Annotated[float, Field(ge=0, le=1)] = 0.10  # largest shortfall of one GPU under the median
+    median_of: Literal["cluster", "node"] = "cluster"
+    # clock-event reasons that fail a GPU when set during the soak; sw_power_cap is a GEMM at the power
+    # limit, as designed, and is recorded only
+    slowdown_reasons: list[ThrottleReason] = SOAK_SLOWDOWNS
+    seed: int = 1234
+
+
+# The error counters of an InfiniBand/RoCE port, as the kernel names them under
+# /sys/class/infiniband/<hca>/ports/<port>/counters/ (Documentation/ABI/stable/sysfs-class-infiniband, "port
+# counters"): any of them rising while the network probes ran is a link that lost or corrupted data.
+FABRIC_ERROR_COUNTERS = [
+    "symbol_error",
+    "link_error_recovery",
+    "link_downed",
+    "port_rcv_errors",
+    "port_rcv_remote_physical_errors",
+    "port_rcv_switch_relay_errors",
+    "port_xmit_discards",
+    "port_xmit_constraint_errors",
+    "port_rcv_constraint_errors",
+    "local_link_integrity_errors",
+    "excessive_buffer_overrun_errors",
+    "VL15_dropped",
+]
+
+
+class Fabric(Strict):
+    """Every InfiniBand/RoCE port of the node read before and after the network probes (sysfs)."""
+
+    # where the kernel lists the HCAs; a recorded tree in the tests (each node reads its own)
+    sysfs_root: Annotated[str, AfterValidator(_absolute)] = "/sys/class/infiniband"
+    counters: list[str] = FABRIC_ERROR_COUNTERS  # the counters whose rise fails the node

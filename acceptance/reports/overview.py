@@ -8,7 +8,7 @@ from typing import Any
 
 from acceptance.evidence.verdict import verdict_of
 from acceptance.masking import masked_record
-from acceptance.reports import measured, summary, training, view
+from acceptance.reports import measured, references, soak, summary, training, view
 from acceptance.reports.blocks import Block, Heading, Table, Text, Verdict
 
 
@@ -49,12 +49,17 @@ def gated(data: Mapping[str, Any]) -> list[Block]:
     that held: wrong elements, missing ranks, health counts, which read 0 == 0 on a good cluster."""
     found = [f for f in view.figures(data) if f.gated]
     nodes, note = _agree(data, found)
-    head = ["verdict", "metric", "value", "unit", "bound", "source"] + (["node"] if nodes else [])
+    # what a healthy machine of this kind measures, with its public source (acceptance/profile/references.yaml)
+    reference = references.column(data)
+    shown = any(reference(f.metric) for f in found)
+    head = ["verdict", "metric", "value", "unit", "bound", "source"]
+    head += (["reference"] if shown else []) + (["node"] if nodes else [])
     exact = [f for f in found if f.bound.startswith("==") and f.verdict == "pass"]
     measured_ = [f for f in found if f not in exact]
 
     def rows(figures: list[view.Figure]) -> list[list[object]]:
-        return [[f.verdict.upper(), f.metric, f.value, f.unit, f.bound, f.source, *([f.node] if nodes else [])]
+        return [[f.verdict.upper(), f.metric, f.value, f.unit, f.bound, f.source,
+                 *([reference(f.metric)] if shown else []), *([f.node] if nodes else [])]
                 for f in figures]  # fmt: skip
 
     counts = {v: sum(1 for f in found if f.verdict == v) for v in view.CHECK_ORDER}
@@ -71,8 +76,13 @@ def information(data: Mapping[str, Any]) -> list[Block]:
     if not found:
         return []
     nodes, note = _agree(data, found)
-    head = ["metric", "value", "unit", "test"] + (["node"] if nodes else [])
-    rows = [[f.metric, f.value, f.unit, f.test] + ([f.node] if nodes else []) for f in found]
+    reference = references.column(data)
+    shown = any(reference(f.metric) for f in found)
+    head = ["metric", "value", "unit", "test"] + (["reference"] if shown else []) + (["node"] if nodes else [])
+    rows = [
+        [f.metric, f.value, f.unit, f.test] + ([reference(f.metric)] if shown else []) + ([f.node] if nodes else [])
+        for f in found
+    ]
     fold = f"{len(rows)} figures recorded without a bound"
     return [Heading("Information figures (recorded, not gated)"), *note, Table(head, rows, folded=fold)]
 
@@ -159,6 +169,7 @@ def blocks(data: Mapping[str, Any], origin: str) -> list[Block]:
         *measured.per_gpu(data),
         *measured.health(data),
         *training.section(data),
+        *soak.section(data),
         *information(data),
         *skipped(data),
         *cluster(data),

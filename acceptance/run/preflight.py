@@ -1,4 +1,5 @@
-"""Before any probe: does this node have what the profile needs (the GPUs, a torch that can use them)?
+"""Before any probe: does this node have what the profile needs (the GPUs, a torch that can use them), and
+are its GPUs free of other processes (``acceptance.families.gpu_users``)?
 
 Without this, a node one GPU short starts a rank per expected GPU and the missing one dies on "invalid
 device ordinal" in every probe, and a CPU-only torch fails every test on ``_cuda_setDevice``: thousands
@@ -13,12 +14,15 @@ the ranks). ``check`` takes them through an injectable ``detect`` so recorded an
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import cast
 
+from acceptance.families.gpu_users import foreign_use
 from acceptance.families.health import NodeInventory, TorchView
 from acceptance.profile.model import ProfileModel
 
@@ -54,15 +58,52 @@ def injected(env: Mapping[str, str]) -> PreflightResult | None:
     return PreflightResult(False, f"injected preflight failure ({FAULT_ENV}={knob})") if knob == "preflight" else None
 
 
-def check(model: ProfileModel, env: Mapping[str, str], detect: Detect = detect) -> PreflightResult:
-    """Judge this node against ``model``'s topology; a CPU profile needs nothing and is not inspected."""
+def check(
+    model: ProfileModel, env: Mapping[str, str], detect: Detect = detect, ours: Ours | None = None
+) -> PreflightResult:
+    """Judge this node against ``model``'s topology, and its GPUs free of other processes; a CPU profile
+    needs nothing and is not inspected. ``ours(pid)``: whether a pid is the run's own (default: a
+    descendant of this process, as the probe worker's ranks started beside the preflight are)."""
     topo = model.topology
     if topo.device != "cuda":
         return PreflightResult(True, "")
     answers = detect(env)
     gpus = inventory(answers)
     problem = _problem(model, answers, gpus, env)
+    if problem is None:
+        foreign = foreign_use(answers.get("users") or [], ours or descends_from(os.getpid()))
+        problem = "; ".join(foreign) or None
     return PreflightResult(problem is None, problem or "", gpus, answers)
+
+
+Ours = Callable[[int], bool]
+PROC = Path("/proc")
+
+
+def parent_of(pid: int, proc: Path = PROC) -> int | None:
+    """The parent pid from /proc/PID/stat (proc(5): the 4th field, after the command in parentheses)."""
+    try:
+        stat = (proc / str(pid) / "stat").read_text()
+        return int(stat.rpartition(")")[2].split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def descends_from(root: int, proc: Path = PROC) -> Ours:
+    """Whether a pid is ``root`` or a process under it; a pid /proc does not show is not (another pid
+    namespace's: NVML answers with the host's pids)."""
+
+    def ours(pid: int) -> bool:
+        seen: set[int] = set()
+        current: int | None = pid
+        while current is not None and current > 1 and current not in seen:
+            if current == root:
+                return True
+            seen.add(current)
+            current = parent_of(current, proc)
+        return False
+
+    return ours
 
 
 def _problem(model: ProfileModel, answers: NodeInventory, gpus: list[SeenGpu], env: Mapping[str, str]) -> str | None:

@@ -6,12 +6,15 @@
 #   acceptance-controller.sbatch  (one pytest, srun)      on 1 and on 2 nodes
 # with the local-cpu profile, from a folder outside the checkout, and requires for each job: exit 0,
 # evidence complete with verdict PASS for the job's node count, node-labelled output, and nothing new
-# in the checkout. Every daemon it started is stopped on exit, whatever happened.
+# in the checkout. Then it sets deploy/slurm/prolog.sh as the Prolog: a job on c1 runs after its quick
+# tier passes; c2's quick tier fails, Slurm drains c2 with the run's reason, and c2 is resumed by hand.
+# Every daemon it started is stopped on exit, whatever happened.
 #
 #   deploy/slurm/ci-slurm.sh [SCRIPT-DIR]       (root; SCRIPT-DIR defaults to this script's folder)
 #
 # Variables: VENV, the environment with the package installed (default: the python3 on PATH's);
-# CI_SLURM_KEEP=1 keeps the temporary folder (logs, evidence) for a look afterwards.
+# CI_SLURM_KEEP=1 keeps the temporary folder (logs, evidence) for a look afterwards; CI_SLURM_ONLY=prolog
+# runs the prolog's check alone.
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -168,9 +171,69 @@ for path in sys.argv[2:]:
 PY
 }
 
-for script in acceptance.sbatch acceptance-controller.sbatch; do
-    for nodes in 1 2; do submit "$script" "$nodes"; done
-done
+# the Prolog: node c1 runs the quick tier and its job runs; node c2 is held to a bound no node meets (its
+# p2p figure against 1,000,000 GB/s), so its prolog fails: slurmd drains it with the run's reason, and the
+# test resumes it by hand, as an operator would after the repair
+prolog_check() {
+    local results="$work/prolog-results" port
+    port="$(free_port)"
+    mkdir -p "$results"
+    cat >"$work/unmeetable.yaml" <<YAML
+name: unmeetable
+extends: local-cpu
+thresholds:
+  connectivity.p2p_min_gbps: {min: 1000000, source: "no node meets it: the prolog's failing case"}
+YAML
+    # slurmd runs the prolog with Slurm's variables only: the wrapper gives it the rest
+    cat >"$work/prolog" <<WRAP
+#!/bin/bash
+profile=local-cpu
+[[ "\$SLURMD_NODENAME" == c2 ]] && profile="$work/unmeetable.yaml"
+exec env PATH="$PATH" VENV="$VENV" RESULTS="$results" CLUSTER_PROFILE="\$profile" MASTER_PORT="$port" \\
+    MASTER_ADDR=127.0.0.1 "$scripts/prolog.sh"
+WRAP
+    chmod 755 "$work/prolog"
+    echo "Prolog=$work/prolog" >>"$SLURM_CONF"
+    scontrol reconfigure
+    sleep 2
+    say "Prolog=$work/prolog (deploy/slurm/prolog.sh): a job on c1"
+    local dir="$work/job-prolog" status=0
+    mkdir -p "$dir"
+    sbatch --wait --parsable --chdir="$dir" --nodelist=c1 --time=5 --wrap true >"$dir/c1-job" &
+    wait $! || status=$?
+    (( status == 0 )) || fail "the job on c1 (prolog passing) ended with status $status: $(tail -n 3 "$results"/*c1.log)"
+    say "c1: job $(cat "$dir/c1-job") ran; its node: $(sinfo -h -N -n c1 -o '%N %T')"
+    say "a job on c2, whose prolog fails"
+    local job state=""
+    job="$(sbatch --parsable --chdir="$dir" --nodelist=c2 --time=5 --wrap true)"
+    # draining while its prolog runs (the run drains it with its reason), drained once the prolog failed
+    for _ in {1..120}; do
+        state="$(sinfo -h -N -n c2 -o '%T')"
+        [[ "$state" == drained ]] && break
+        sleep 1
+    done
+    [[ "$state" == drained ]] || fail "c2 was not drained after its prolog failed: $(sinfo -h -N -n c2 -o '%N %T %E')"
+    local reason
+    reason="$(sinfo -h -N -n c2 -o '%E')"
+    say "c2 after its prolog: $(sinfo -h -N -n c2 -o '%T'); reason: $reason"
+    say "the prolog's line: $(grep -h 'quick on c2' "$results/verdicts.log" | tail -n 1)"
+    [[ "$reason" == *connectivity.p2p_min_gbps* ]] || fail "c2's drain reason does not name the failing figure: $reason"
+    compgen -G "$results/*-c2/drain.json" >/dev/null || fail "no drain list in $results for c2"
+    scancel "$job"
+    scontrol update nodename=c2 state=resume
+    for _ in {1..30}; do [[ "$(sinfo -h -N -n c2 -o '%T')" == idle ]] && break; sleep 1; done
+    [[ "$(sinfo -h -N -n c2 -o '%T')" == idle ]] || fail "c2 did not come back after resume: $(sinfo -h -N -n c2)"
+    say "c2 resumed by hand (scontrol update nodename=c2 state=resume): $(sinfo -h -N -n c2 -o '%N %T')"
+    sed -i '/^Prolog=/d' "$SLURM_CONF"
+    scontrol reconfigure
+}
+
+if [[ "${CI_SLURM_ONLY:-}" != prolog ]]; then
+    for script in acceptance.sbatch acceptance-controller.sbatch; do
+        for nodes in 1 2; do submit "$script" "$nodes"; done
+    done
+fi
+prolog_check
 after="$(git -C "$checkout" status --porcelain --untracked-files=all 2>/dev/null || true)"
 [[ "$before" == "$after" ]] || fail "the jobs changed the checkout: $(diff <(echo "$before") <(echo "$after"))"
-say "PASS: both batch scripts on 1 and 2 nodes"
+say "PASS: both batch scripts on 1 and 2 nodes; the prolog drained a failing node with its reason"

@@ -1,0 +1,173 @@
+"""``cluster-acceptance init``: a first profile for this cluster, from this node and the reference table;
+``cluster-acceptance references``: the table itself (``--markdown``: the documentation's page of it).
+
+``init`` finds the GPUs (model, count, NVLink links), an NVSwitch and NVLS, the network adapters and the
+CPUs of the node it runs on (``acceptance.probes.node_survey``), and writes ``thresholds/NAME.yaml`` (found
+by ``--cluster-profile NAME`` from this folder), each bound sourced to its reference row. An existing file
+is never replaced without ``--force``: a profile is edited by hand after it is written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any, TextIO
+
+from acceptance.atomic_file import write_atomic
+from acceptance.numbers import fmt
+from acceptance.profile import loader as profiles
+from acceptance.profile.fields import ProfileName
+from acceptance.profile.initial import InitialProfile, profile_for
+from acceptance.profile.node_facts import NodeFacts, facts_from_json
+from acceptance.profile.references import Reference, ReferenceTable, table
+from acceptance.reports.table import render
+
+DEFAULT_NAME = "cluster"
+REFERENCE_HEAD = ["figure", "GPU", "setup", "value", "bound init writes", "source"]
+
+
+class InitError(Exception):
+    """Bad input to init: one line and the usage-error status."""
+
+
+def add(sub: Any) -> None:
+    init = sub.add_parser(
+        "init",
+        help="a first profile for this cluster: this node's GPUs, NVLink, NVLS and NICs, bounds from public references",
+        description=__doc__.split("\n\n")[1] if __doc__ else None,
+    )
+    init.add_argument("--name", default=DEFAULT_NAME, help=f"the profile's name (default: {DEFAULT_NAME})")
+    init.add_argument(
+        "--nodes", type=_positive, default=1, help="nodes in the cluster, as --cluster-nodes (default: 1)"
+    )
+    init.add_argument(
+        "-o", "--output", type=Path, help="the profile file to write (default: thresholds/NAME.yaml in this folder)"
+    )
+    init.add_argument("--force", action="store_true", help="replace the file if it exists")
+    init.set_defaults(func=cmd_init)
+    refs = sub.add_parser("references", help="the reference table: what a healthy machine measures, with sources")
+    refs.add_argument("--markdown", action="store_true", help="the documentation's page of it")
+    refs.set_defaults(func=cmd_references)
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number of nodes, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected at least 1 node, got {value}")
+    return value
+
+
+def cmd_init(args: argparse.Namespace, facts: NodeFacts | None = None, out: TextIO = sys.stdout) -> int:
+    """``facts``: the node as described (tests); by default, as the survey probe reads it."""
+    name = _checked_name(args.name)
+    path: Path = args.output or profiles.LOCAL_DIR / f"{name}.yaml"
+    if path.exists() and not args.force:
+        raise InitError(f"{path} exists: pass --force to replace it, or --name/--output for another file")
+    if path.is_dir():
+        raise InitError(f"{path}: is a folder, not a profile file")
+    refs = table()
+    facts = facts if facts is not None else survey()
+    written = profile_for(facts, name, args.nodes, refs)
+    write_atomic(path, written.text)
+    profiles.load(str(path))  # the file must load as the suite will read it; a failure here is a bug
+    _report(out, facts, written, path, refs)
+    return 0
+
+
+def survey() -> NodeFacts:
+    """This node read by the survey probe in a process of its own (NVML and torch stay out of this one)."""
+    import subprocess
+
+    done = subprocess.run(
+        [sys.executable, "-m", "acceptance.probes.node_survey"], capture_output=True, text=True, check=False
+    )
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        probe = "python -m acceptance.probes.node_survey"
+        raise InitError(f"reading this node failed ({probe}, exit {done.returncode}): {last}")
+    return facts_from_json(done.stdout)
+
+
+def _checked_name(name: str) -> str:
+    from pydantic import TypeAdapter, ValidationError
+
+    try:
+        return str(TypeAdapter(ProfileName).validate_python(name))
+    except ValidationError as exc:
+        raise InitError(f"--name: {exc.errors(include_url=False)[0]['msg']}") from None
+
+
+def _report(out: TextIO, facts: NodeFacts, written: InitialProfile, path: Path, refs: ReferenceTable) -> None:
+    print(f"found: {facts.summary(refs)}", file=out)
+    for note in facts.notes:
+        print(f"  {note}", file=out)
+    print(f"wrote {path}: profile {written.name} ({written.device})", file=out)
+    for bound in written.bounds:
+        print(f"  {bound.metric} >= {fmt(bound.minimum)}: {bound.reference.words()}", file=out)
+    if written.device == "cuda" and not written.bounds:
+        print("  no reference fits these GPUs: every figure is recorded, none is gated", file=out)
+    where = "" if path.parent.resolve() == profiles.LOCAL_DIR.resolve() else f" (run from {path.parent.parent})"
+    target = written.name if not where else str(path)
+    print(f"next: pytest --cluster-profile {target} tests_cluster/   (or: cluster-acceptance run --profile {target})",
+          file=out)  # fmt: skip
+
+
+def cmd_references(args: argparse.Namespace) -> int:
+    refs = table()
+    if args.markdown:
+        print(markdown(refs), end="")
+    else:
+        print(render(REFERENCE_HEAD, [_row(refs, r) for r in refs.references]))
+    return 0
+
+
+def _setup_words(refs: ReferenceTable, row: Reference) -> str:
+    parts = []
+    if row.nodes is not None:
+        parts.append(f"{row.nodes} node(s)")
+    if row.gpus_per_node is not None:
+        parts.append(f"{row.gpus_per_node} GPUs per node")
+    if row.nvls is not None:
+        parts.append("NVLS on" if row.nvls else "NVLS off")
+    if row.nic is not None:
+        parts.append(refs.nics[row.nic].label)
+    if row.min_size is not None:
+        parts.append(f"messages >= {row.min_size}")
+    return ", ".join(parts) or "any"
+
+
+def _row(refs: ReferenceTable, row: Reference) -> list[object]:
+    gpu = refs.gpus[row.gpu].label if row.gpu else "any"
+    kind = {"typical": "~", "peak": "peak ", "line_rate": "line rate "}[row.kind]
+    bound = f">= {fmt(round(row.floor.fraction * row.value, 1))} ({row.floor.fraction:.0%})"
+    return [row.figure, gpu, _setup_words(refs, row), f"{kind}{fmt(row.value)} {row.unit}", bound, row.source]
+
+
+def markdown(refs: ReferenceTable) -> str:
+    """docs/references.md: generated from the table, so that the page cannot drift from it."""
+    lines = [
+        "# Reference figures",
+        "",
+        "<!-- generated by `cluster-acceptance references --markdown` from acceptance/profile/references.yaml -->",
+        "",
+        "What a healthy machine measures, per GPU model and fabric, each with its public source. "
+        "`cluster-acceptance init` writes a profile's bounds from the rows that fit the node it runs on, and "
+        "the report shows the row beside each figure it describes (its *reference* column).",
+        "",
+        "| " + " | ".join(REFERENCE_HEAD) + " |",
+        "|" + "---|" * len(REFERENCE_HEAD),
+    ]
+    for row in refs.references:
+        cells = [str(c).replace("|", "\\|") for c in _row(refs, row)]
+        lines.append("| " + " | ".join(cells) + " |")
+    lines += ["", "## Why each bound is that fraction of its reference", ""]
+    lines += [f"- **{key}** ({floor.fraction:.0%}): {floor.why}" for key, floor in refs.floors.items()]
+    lines += ["", "## GPU models and network adapters", ""]
+    lines += [f"- **{m.label}** (`{key}`): NVML names matching `{m.name_pattern}`; NVLS on NVSwitch systems: "
+              f"{'yes' if m.nvls else 'no'}" for key, m in refs.gpus.items()]  # fmt: skip
+    lines += [f"- **{n.label}** (`{key}`): link layer {n.link_layer}, {n.gbps} Gb/s" for key, n in refs.nics.items()]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,137 @@
+"""The fabric family's rules: each InfiniBand/RoCE port of a node read before and after the network probes.
+
+A port whose error counters rose while the suite moved data over it (symbol errors, link downs, receive
+errors, ...) is a cable, a transceiver or a switch port going bad, which a bandwidth figure hides as long as
+the retries keep up. The reading is the kernel's (``acceptance.probes.fabric``: Documentation/ABI/stable/
+sysfs-class-infiniband); these rules compare two of them and name the node, the HCA and the port.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TypedDict
+
+ACTIVE = "ACTIVE"  # the port's logical state (``state`` reads "4: ACTIVE")
+
+
+class PortReading(TypedDict):
+    hca: str  # mlx5_0
+    port: str  # 1
+    state: str  # DOWN, INIT, ARMED, ACTIVE (``state`` without its number)
+    phys_state: str  # LinkUp, Polling, Disabled, ...
+    rate: str  # as the kernel writes it: "400 Gb/sec (4X NDR)"
+    width: str | None  # the lanes, from the rate's text: 4X; None where the rate does not say
+    link_layer: str | None  # InfiniBand or Ethernet (RoCE)
+    counters: dict[str, int]  # every counter of ports/<port>/counters/ that reads as a number
+    numa_node: int | None  # the HCA's NUMA node (device/numa_node; -1 in sysfs: none); None: not readable
+
+
+class GpuNuma(TypedDict):
+    pci_bus_id: str
+    numa_node: int | None
+
+
+class FabricReading(TypedDict):
+    host: str
+    root: str
+    ports: list[PortReading]
+    gpus: list[GpuNuma]  # every NVIDIA GPU on the PCI bus with its NUMA node: the GPU-to-NIC affinity
+    error: str | None  # the root could not be listed at all (no InfiniBand stack: recorded, not a failure)
+
+
+@dataclass(frozen=True)
+class Increase:
+    host: str
+    hca: str
+    port: str
+    counter: str
+    before: int
+    after: int
+
+    def text(self) -> str:
+        return f"{self.host} {self.hca} port {self.port}: {self.counter} {self.before} -> {self.after}"
+
+
+@dataclass(frozen=True)
+class Figure:
+    metric: str
+    value: float
+    unit: str
+    detail: str
+    skip: str | None = None
+
+
+def increases(before: FabricReading, after: FabricReading, counters: Sequence[str]) -> list[Increase]:
+    """Every watched counter that rose between the readings, per port; a port only one reading has is
+    not compared (it appeared or went away: the ports' states say so)."""
+    old = {(p["hca"], p["port"]): p for p in before["ports"]}
+    found: list[Increase] = []
+    for port in after["ports"]:
+        was = old.get((port["hca"], port["port"]))
+        if was is None:
+            continue
+        for name in counters:
+            if name in port["counters"] and name in was["counters"] and port["counters"][name] > was["counters"][name]:
+                found.append(
+                    Increase(
+                        after["host"], port["hca"], port["port"], name, was["counters"][name], port["counters"][name]
+                    )
+                )
+    return found
+
+
+def port_text(port: PortReading) -> str:
+    return f"{port['hca']} port {port['port']}: {port['state']} {port['rate'] or 'rate unknown'} ({port['link_layer']})"
+
+
+def affinity(reading: FabricReading) -> list[str]:
+    """Each HCA's and GPU's NUMA node, in words: which GPUs share a socket with which NIC."""
+    hcas = {p["hca"]: p["numa_node"] for p in reading["ports"]}
+    lines = [f"{hca}: NUMA {numa if numa is not None else 'unknown'}" for hca, numa in sorted(hcas.items())]
+    lines += [
+        f"GPU {g['pci_bus_id']}: NUMA {g['numa_node'] if g['numa_node'] is not None else 'unknown'}"
+        for g in reading["gpus"]
+    ]
+    return lines
+
+
+def evaluate(before: FabricReading, after: FabricReading, counters: Sequence[str]) -> dict[str, Figure]:
+    """The family's figures: counters that rose (gated: none may), ports not ACTIVE and ports read (recorded)."""
+    host = after["host"]
+    if not after["ports"]:
+        why = after["error"] or f"no port under {after['root']}"
+        skip = f"{host} has no InfiniBand/RoCE port: {why}"
+        return {
+            "fabric.ports": Figure("fabric.ports", 0, "ports", skip),
+            "fabric.counter_increases": Figure("fabric.counter_increases", 0, "counters", skip, skip=skip),
+            "fabric.ports_down": Figure("fabric.ports_down", 0, "ports", skip, skip=skip),
+        }
+    rose = increases(before, after, counters)
+    down = [p for p in after["ports"] if p["state"] != ACTIVE]
+    return {
+        "fabric.ports": Figure(
+            "fabric.ports", len(after["ports"]), "ports", "; ".join(port_text(p) for p in after["ports"])
+        ),
+        "fabric.counter_increases": Figure(
+            "fabric.counter_increases",
+            len(rose),
+            "counters",
+            "; ".join(i.text() for i in rose) or f"{len(counters)} error counters on {len(after['ports'])} port(s)",
+        ),
+        "fabric.ports_down": Figure(
+            "fabric.ports_down",
+            len(down),
+            "ports",
+            "; ".join(f"{host} {port_text(p)}" for p in down) or "every port ACTIVE",
+        ),
+    }
+
+
+@dataclass(frozen=True)
+class FabricResult:
+    """The two readings of this node's ports and the figures judged from them."""
+
+    before: FabricReading
+    after: FabricReading
+    figures: dict[str, Figure]

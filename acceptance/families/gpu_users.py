@@ -1,0 +1,64 @@
+"""Who else uses this node's GPUs before the run: NVML's running compute processes and the memory in use.
+
+A GPU another job computes on halves every figure measured on it, and the figures alone name the effect, not
+the cause (a matmul loop beside the suite read only as "37% under the median, clock events sw_power_cap").
+The preflight names the cause instead: the pid and command of each process on a GPU that is not the run's
+own, or the memory in use on a GPU whose processes NVML cannot show (another container's, another pid
+namespace's). ``acceptance.probes.nvml.read_gpu_users`` reads the answers; ``foreign_use`` judges them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TypedDict
+
+# The most memory an idle GPU shows in use, as NVML's ``nvmlMemory_v2_t.used`` counts it (the driver's own
+# reservation is in ``reserved``, apart: nvml.h, "nvmlMemory_v2_t"); a CUDA context of another process alone
+# takes far more (CUDA C Programming Guide, "Initialization": the context holds the module's code and data).
+IDLE_USED_MAX_BYTES = 64 * 2**20
+
+
+class GpuProcess(TypedDict):
+    pid: int
+    used_memory_bytes: int | None  # None: NVML does not say (nvmlProcessInfo_t.usedGpuMemory unavailable)
+    command: str | None  # its command line from /proc; None: not visible from here (another pid namespace)
+
+
+class GpuUse(TypedDict):
+    index: int
+    uuid: str | None
+    pci_bus_id: str | None
+    memory_used_bytes: int | None
+    processes: list[GpuProcess]
+
+
+def _gib(value: int | None) -> str:
+    return "memory not reported" if value is None else f"{value / 2**30:.2f} GiB"
+
+
+def _where(gpu: GpuUse) -> str:
+    parts = ", ".join(p for p in (gpu["pci_bus_id"], gpu["uuid"]) if p)
+    return f"GPU {gpu['index']} ({parts})" if parts else f"GPU {gpu['index']}"
+
+
+def foreign_use(gpus: Sequence[GpuUse], ours: Callable[[int], bool]) -> list[str]:
+    """One line per GPU another process uses: each foreign pid with its command and memory; or, where NVML
+    lists no process at all, the memory in use beyond an idle GPU's. ``ours(pid)`` says whether a pid is
+    the run's own (a rank of the probe worker started beside the preflight)."""
+    found: list[str] = []
+    for gpu in gpus:
+        foreign = [p for p in gpu["processes"] if not ours(p["pid"])]
+        if foreign:
+            named = "; ".join(
+                f"pid {p['pid']} `{p['command'] or 'command not visible from here'}` ({_gib(p['used_memory_bytes'])})"
+                for p in foreign
+            )
+            found.append(f"{_where(gpu)} is in use by another process: {named}")
+            continue
+        used = gpu["memory_used_bytes"]
+        if not gpu["processes"] and used is not None and used > IDLE_USED_MAX_BYTES:
+            found.append(
+                f"{_where(gpu)} has {_gib(used)} in use before the run and no process NVML can show "
+                "(another container or pid namespace)"
+            )
+    return found

@@ -1,0 +1,42 @@
+"""The drain list at the session's end: written for every run that does not PASS, applied on request.
+
+The scheduler's name for this node comes from its environment: ``SLURMD_NODENAME`` (Slurm sets it for a
+prolog, an epilog and every job step: slurm.conf(5) "Prolog and Epilog Scripts", srun(1) "OUTPUT
+ENVIRONMENT VARIABLES"), or ``NODE_NAME`` (the Kubernetes manifests set it from the downward API,
+``spec.nodeName``); else the host name is the node's name.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from acceptance.evidence import drain
+from acceptance.run import drain as scheduler
+
+NAME_VARIABLES = ("SLURMD_NODENAME", "NODE_NAME")
+
+
+def scheduler_names(host: str, env: Mapping[str, str] = os.environ) -> dict[str, str]:
+    found = next((env[v] for v in NAME_VARIABLES if env.get(v)), None)
+    return {host: found} if found else {}
+
+
+def act_on(data: Mapping[str, Any], folder: Path, evidence: Path, way: str | None) -> drain.DrainList | None:
+    """Write the drain list of a run that did not PASS (and apply it when ``way`` is slurm or kubernetes);
+    None for a PASS. A list that cannot be written is reported in its ``applied`` lines' place: the
+    terminal shows it, the evidence is already whole."""
+    if data.get("verdict") == "PASS":
+        return None
+    host = str(data["topology"].get("host") or socket.gethostname())
+    found = drain.build(data, evidence, scheduler_names(host))
+    if way in scheduler.COMMANDS:
+        found["applied"] = scheduler.apply(found, way)
+    try:
+        drain.write(folder, found)
+    except (OSError, FileExistsError) as exc:
+        found["applied"].append(f"drain list {folder / drain.FILE_NAME}: cannot write: {exc}")
+    return found

@@ -1,0 +1,67 @@
+"""The run's tier in the session: its tests outside the tier deselected, as pytest's ``-m`` deselects.
+
+The tier is chosen once (``--cluster-tier`` > ``CLUSTER_TIER`` > ini ``cluster_tier`` > the profile's
+``tier:``) and applied after ``-m`` and ``-k``, so both narrow a tier further and neither widens it. The
+tests a tier leaves out are no part of the run: a quick run of its families whole is a verdict (PASS or
+FAIL), not PARTIAL; a quick run narrowed by ``-m`` is PARTIAL as any other.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+import pytest
+
+from acceptance.evidence.model import TierRecord
+from acceptance.plugin import options
+from acceptance.profile.registry import Device, family_of_module
+from acceptance.profile.tiers import Tier, tier_named
+
+REASON = "not in the {tier} tier (--cluster-tier)"
+
+
+def chosen(config: pytest.Config, profile_tier: str) -> Tier:
+    """The run's tier: the option's (command line, environment, ini), else the profile's."""
+    given = options.value(config, "cluster_tier")
+    return tier_named(str(given) if given else profile_tier)
+
+
+@dataclass
+class Selection:
+    """What the tier did to the collected tests: the node ids it left out, per family."""
+
+    tier: Tier
+    left_out: set[str] = field(default_factory=set)
+    by_family: Counter[str] = field(default_factory=Counter)
+
+    def apply(self, config: pytest.Config, items: list[pytest.Item]) -> None:
+        """Deselect the items of the families outside the tier (a test outside every family stays). An
+        opt-in family's tests left here were asked for by name (``-m soak``: ``acceptance.plugin.opt_in``
+        deselected them otherwise), and stay."""
+        dropped: list[pytest.Item] = []
+        for item in items:
+            family = family_of_module(item.path.stem)
+            if family is not None and not family.opt_in and not self.tier.has(family):
+                dropped.append(item)
+                self.by_family[family.name] += 1
+        if dropped:
+            self.left_out |= {item.nodeid for item in dropped}
+            config.hook.pytest_deselected(items=dropped)
+            items[:] = [item for item in items if item.nodeid not in self.left_out]
+
+    def record(self, device: Device) -> TierRecord:
+        tier = self.tier
+        families = [f.name for f in tier.families]
+        deselected = dict(self.by_family)
+        return TierRecord(name=tier.name, families=families, deselected=deselected, budget_s=tier.budget(device))
+
+    def line(self) -> str:
+        """One line for the terminal: the tier, its families, and what it deselected and why."""
+        names = ", ".join(f.name for f in self.tier.families)
+        text = f"cluster tier: {self.tier.name} ({names})"
+        if self.by_family:
+            parts = ", ".join(f"{name} {count}" for name, count in self.by_family.items())
+            why = REASON.format(tier=self.tier.name)
+            text += f"; deselected {sum(self.by_family.values())} test(s), {why}: {parts}"
+        return text

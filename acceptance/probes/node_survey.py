@@ -1,0 +1,136 @@
+"""Reading this node for ``cluster-acceptance init``: the GPUs (model and count, NVLink links), an NVSwitch,
+NVLS, the network ports, the CPUs (``acceptance.profile.node_facts.NodeFacts``).
+
+``cluster-acceptance init`` runs it as a process of its own (``python -m acceptance.probes.node_survey``
+prints the facts as JSON), as the suite runs every probe: NVML and torch are read in a probe, never in the
+command line's own process. Every source is a parameter (``Sources``): NVML through ``acceptance.probes.nvml``
+(torch's view where NVML cannot answer), the PCI bus and the InfiniBand class under a sysfs root, the
+environment. Tests describe an H100 or H200 node with recorded answers and a sysfs tree of their own, through
+the same code.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from acceptance.families.answers import NotMeasured, unanswered
+from acceptance.families.health import NodeAnswers
+from acceptance.probes import nvml
+from acceptance.probes.inventory import NVIDIA_VENDOR
+from acceptance.profile.node_facts import NodeFacts, Port, facts_json
+
+# PCI class of an NVSwitch: "bridge, other" (0x0680); GPUs are display controllers (0x03xx)
+NVSWITCH_CLASS = "0x0680"
+ACTIVE = "ACTIVE"  # an InfiniBand port's state ("4: ACTIVE"); a port that is down carries no traffic
+
+
+def _nvml_answers() -> NodeAnswers | NotMeasured:
+    return nvml.read_node()
+
+
+def _torch_names() -> list[str]:
+    """The GPUs torch sees, where NVML cannot answer (no pynvml, a container without the NVML library)."""
+    try:
+        import torch
+    except ImportError:
+        return []
+    if not torch.cuda.is_available():
+        return []
+    return [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+
+
+@dataclass(frozen=True)
+class Sources:
+    nvml: Callable[[], NodeAnswers | NotMeasured] = _nvml_answers
+    torch_names: Callable[[], list[str]] = _torch_names
+    sysfs: Path = Path("/sys")
+    env: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
+    cpus: Callable[[], int | None] = os.cpu_count
+
+
+def detect(sources: Sources | None = None) -> NodeFacts:
+    src = sources or Sources()
+    notes: list[str] = []
+    names, links, driver = _gpus(src, notes)
+    return NodeFacts(
+        gpu_names=tuple(names),
+        nvlink_links=tuple(links),
+        nvswitch=_nvswitch(src.sysfs / "bus" / "pci" / "devices"),
+        nvls_off_by_env=src.env.get("NCCL_NVLS_ENABLE", "").strip() == "0",
+        ports=tuple(read_ports(src.sysfs / "class" / "infiniband")),
+        cpus=src.cpus() or 1,
+        driver=driver,
+        notes=tuple(notes),
+    )
+
+
+def _gpus(src: Sources, notes: list[str]) -> tuple[list[str], list[int], str | None]:
+    answers = src.nvml()
+    if unanswered(answers):
+        notes.append(f"NVML: {answers['not_measured']}")
+        names = src.torch_names()
+        if names:
+            notes.append(f"GPUs as torch sees them: {len(names)}")
+        return names, [], None
+    gpus = [] if unanswered(answers["gpus"]) else answers["gpus"]
+    names, links = [], []
+    for gpu in gpus:
+        name = gpu.get("name")
+        names.append(name if isinstance(name, str) else f"GPU {gpu['index']} (name not read)")
+        active = gpu.get("nvlink_active")
+        if isinstance(active, int):
+            links.append(active)
+    driver = answers["driver_version"]
+    return names, links if len(links) == len(names) else [], driver if isinstance(driver, str) else None
+
+
+def _nvswitch(pci: Path) -> bool:
+    for dev in pci.glob("*"):
+        try:
+            vendor, cls = (dev / "vendor").read_text().strip(), (dev / "class").read_text().strip()
+        except OSError:
+            continue
+        if vendor == NVIDIA_VENDOR and cls.startswith(NVSWITCH_CLASS):
+            return True
+    return False
+
+
+def read_ports(root: Path) -> list[Port]:
+    """Every port of every adapter under ``root`` (/sys/class/infiniband); none where there is no such class."""
+    ports: list[Port] = []
+    for adapter in sorted(root.glob("*")):
+        for port in sorted((adapter / "ports").glob("*")):
+            rate = _read(port / "rate")  # "400 Gb/sec (4X NDR)"
+            try:
+                gbps = float(rate.split()[0]) if rate else 0.0
+            except ValueError:
+                gbps = 0.0
+            ports.append(
+                Port(
+                    adapter=adapter.name,
+                    port=port.name,
+                    link_layer=_read(port / "link_layer") or "InfiniBand",
+                    gbps=gbps,
+                    active=ACTIVE in _read(port / "state"),
+                )
+            )
+    return ports
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text().strip()
+    except OSError:
+        return ""
+
+
+def main() -> None:
+    """This node's facts as JSON on stdout (``acceptance.profile.node_facts.facts_from_json`` reads them)."""
+    print(facts_json(detect()))
+
+
+if __name__ == "__main__":
+    main()

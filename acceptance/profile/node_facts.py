@@ -1,0 +1,92 @@
+"""What ``cluster-acceptance init`` found on a node, as data: the GPUs (model and count, NVLink links), an
+NVSwitch, NVLS, the network ports, the CPUs; and the node as the reference table keys a setup.
+
+``acceptance.probes.node_survey`` reads them from the node (NVML, sysfs, the environment).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+from acceptance.profile.references import ReferenceTable, Setup
+
+
+@dataclass(frozen=True)
+class Port:
+    """One port of a network adapter in /sys/class/infiniband (InfiniBand, or Ethernet for RoCE)."""
+
+    adapter: str
+    port: str
+    link_layer: str  # InfiniBand or Ethernet
+    gbps: float  # the port's rate, as sysfs reports it: "400 Gb/sec (4X NDR)" -> 400
+    active: bool
+
+
+@dataclass(frozen=True)
+class NodeFacts:
+    gpu_names: tuple[str, ...]  # one per GPU, as NVML (or torch) names it
+    nvlink_links: tuple[int, ...]  # active NVLink links per GPU, where NVML told
+    nvswitch: bool  # an NVSwitch on this node's PCI bus
+    nvls_off_by_env: bool  # NCCL_NVLS_ENABLE=0 in this environment
+    ports: tuple[Port, ...]
+    cpus: int
+    driver: str | None = None
+    notes: tuple[str, ...] = ()  # what could not be read, and why
+
+    @property
+    def gpu_count(self) -> int:
+        return len(self.gpu_names)
+
+    @property
+    def gpu_model(self) -> str | None:
+        """The GPUs' one name; None without GPUs or where they differ (a mixed node)."""
+        names = set(self.gpu_names)
+        return next(iter(names)) if len(names) == 1 else None
+
+    def nvls(self, table: ReferenceTable) -> bool:
+        """NVLink SHARP: GPUs of a model that has it, on an NVSwitch, not turned off for NCCL."""
+        key = table.gpu_of(self.gpu_model)
+        return bool(key and table.gpus[key].nvls and self.nvswitch and not self.nvls_off_by_env)
+
+    def nic_kinds(self, table: ReferenceTable) -> tuple[str, ...]:
+        """The table's NIC kinds among the active ports, the most common first."""
+        kinds = Counter(k for p in self.ports if p.active and (k := table.nic_of(p.link_layer, p.gbps)))
+        return tuple(k for k, _ in kinds.most_common())
+
+    def setup(self, table: ReferenceTable, nodes: int) -> Setup:
+        return Setup(
+            gpu=table.gpu_of(self.gpu_model),
+            nodes=nodes,
+            gpus_per_node=self.gpu_count,
+            nvls=self.nvls(table) if self.gpu_count else None,
+            nics=self.nic_kinds(table),
+        )
+
+    def summary(self, table: ReferenceTable) -> str:
+        """One line: what was found."""
+        if not self.gpu_count:
+            gpus = "no GPU"
+        else:
+            model = self.gpu_model or f"mixed GPUs ({', '.join(sorted(set(self.gpu_names)))})"
+            links = f", {min(self.nvlink_links)} NVLink links each" if self.nvlink_links else ""
+            fabric = ", NVSwitch" if self.nvswitch else ""
+            nvls = f", NVLS {'on' if self.nvls(table) else 'off'}"
+            gpus = f"{self.gpu_count}x {model}{links}{fabric}{nvls}"
+        active = [p for p in self.ports if p.active]
+        nics = ", ".join(f"{p.adapter}/{p.port} {p.link_layer} {p.gbps:g} Gb/s" for p in active) or "no RDMA adapter"
+        return f"{gpus}; {nics}; {self.cpus} CPUs"
+
+
+def facts_json(facts: NodeFacts) -> str:
+    """The facts as the survey probe prints them."""
+    from pydantic import TypeAdapter
+
+    return TypeAdapter(NodeFacts).dump_json(facts).decode()
+
+
+def facts_from_json(text: str) -> NodeFacts:
+    """The survey probe's output read back; a malformed one raises pydantic's ``ValidationError``."""
+    from pydantic import TypeAdapter
+
+    return TypeAdapter(NodeFacts).validate_json(text)

@@ -1,0 +1,85 @@
+"""The report's reference column: beside each figure, what a healthy machine of the run's kind measures,
+and where that is published (``acceptance.profile.references``).
+
+The run's setup is read from its evidence: the GPU model and GPUs per node from the profile (else the
+devices the connectivity probe listed), the node count from the run, NVLS from the profile's
+``NCCL_NVLS_ENABLE`` (unset: unknown, so only rows that do not depend on it apply), and the NICs from the
+port rates the drift probe recorded.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+from acceptance.profile.references import ReferenceTable, Setup, table
+from acceptance.reports import view
+
+# an InfiniBand port's rate as sysfs writes it: "400 Gb/sec (4X NDR)"
+_IB_RATE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*Gb/sec\s*\(\s*\d+X\s+(?:EDR|HDR|NDR|XDR)\s*\)")
+
+
+def setup_of(data: Mapping[str, Any], refs: ReferenceTable) -> Setup | None:
+    """The run's setup as the table keys it; None for a CPU run (no row describes one)."""
+    resolved = view.resolved(data)
+    topo = resolved.get("topology") or {}
+    if topo.get("device") != "cuda":
+        return None
+    ran = data.get("topology") or {}
+    gpu = refs.gpu_of(topo.get("gpu_model")) or refs.gpu_of(_device_name(data))
+    env = resolved.get("env") or {}
+    nvls_env = env.get("NCCL_NVLS_ENABLE")
+    return Setup(
+        gpu=gpu,
+        nodes=int(ran.get("nodes") or topo.get("nodes") or 1),
+        gpus_per_node=int(topo.get("gpus_per_node") or ran.get("ranks_per_node") or 0),
+        nvls=None if nvls_env is None else str(nvls_env).strip() != "0",
+        nics=tuple(dict.fromkeys(_nic_kinds(data, refs))),
+    )
+
+
+def _device_name(data: Mapping[str, Any]) -> str | None:
+    for node in (data.get("cluster") or {}).get("nodes") or []:
+        for device in node.get("devices") or []:
+            if device.get("device_name"):
+                return str(device["device_name"])
+    return None
+
+
+def _nic_kinds(data: Mapping[str, Any], refs: ReferenceTable) -> Iterator[str]:
+    for probe in data.get("probes") or []:
+        if probe.get("name") == "drift" and isinstance(probe.get("result"), dict):
+            for rate in _rates(probe["result"]):
+                match = _IB_RATE.match(rate)
+                kind = refs.nic_of("InfiniBand", float(match.group(1))) if match else None
+                if kind:
+                    yield kind
+
+
+def _rates(value: Any) -> Iterator[str]:
+    """Every port rate under the drift result's ``hcas`` lists, wherever they sit."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if key == "hcas" and isinstance(item, list):
+                for hca in item:
+                    yield from (str(r) for r in ((hca or {}).get("rates") or {}).values())
+            else:
+                yield from _rates(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _rates(item)
+
+
+def column(data: Mapping[str, Any]) -> Callable[[str], str]:
+    """metric -> the reference shown beside it ("" where no row describes it on this run's setup)."""
+    refs = table()
+    setup = setup_of(data, refs)
+    if setup is None:
+        return lambda metric: ""
+
+    def words(metric: str) -> str:
+        row = refs.for_figure(metric, setup)
+        return row.words() if row else ""
+
+    return words

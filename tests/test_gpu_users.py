@@ -1,0 +1,108 @@
+"""Foreign processes on a node's GPUs: NVML's answers through the real adapter (a recorded NVML), the rule
+that names each foreign pid and command, and the preflight that fails on them."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pynvml
+
+from acceptance.families.gpu_users import IDLE_USED_MAX_BYTES, GpuUse, foreign_use
+from acceptance.probes import inventory, nvml
+from acceptance.run import preflight
+from tests.test_fault_units import BUS, cuda, model
+from tests.test_fault_units import nvml as nvml_listed
+from tests.test_health_units import RecordedNvml, h100
+
+GIB = 2**30
+
+
+def gpu(index: int, *processes: tuple[int, int | None], used: int = 0) -> dict[str, Any]:
+    answers = h100(index)
+    answers["nvmlDeviceGetComputeRunningProcesses"] = [SimpleNamespace(pid=p, usedGpuMemory=m) for p, m in processes]
+    answers["nvmlDeviceGetMemoryInfo"] = {(pynvml.nvmlMemory_v2,): SimpleNamespace(used=used)}
+    return answers
+
+
+def test_the_adapter_reads_each_gpu_s_processes_and_memory() -> None:
+    found = nvml.read_gpu_users(RecordedNvml([gpu(0), gpu(1, (4242, 12 * GIB), (4243, None), used=13 * GIB)]))
+    assert isinstance(found, list)
+    assert [(g["index"], g["pci_bus_id"], g["memory_used_bytes"]) for g in found] == [
+        (0, "00000000:18:00.0", 0),
+        (1, "00000000:19:00.0", 13 * GIB),
+    ]
+    assert found[1]["processes"] == [
+        {"pid": 4242, "used_memory_bytes": 12 * GIB, "command": None},
+        {"pid": 4243, "used_memory_bytes": None, "command": None},
+    ]
+
+
+def test_a_gpu_whose_process_query_fails_lists_none() -> None:
+    answers = gpu(0)
+    answers["nvmlDeviceGetComputeRunningProcesses"] = {"error": pynvml.NVML_ERROR_NO_PERMISSION}
+    found = nvml.read_gpu_users(RecordedNvml([answers]))
+    assert isinstance(found, list) and found[0]["processes"] == []
+    assert nvml.read_gpu_users(RecordedNvml([], init_error=pynvml.NVML_ERROR_DRIVER_NOT_LOADED)) == {
+        "not_measured": "NVML init: Driver Not Loaded"
+    }
+
+
+def use(index: int, *pids: int, used: int | None = 0, command: str | None = "python train.py") -> GpuUse:
+    processes = [{"pid": p, "used_memory_bytes": 3 * GIB, "command": command} for p in pids]
+    return {"index": index, "uuid": f"GPU-{index}", "pci_bus_id": BUS[index], "memory_used_bytes": used,
+            "processes": processes}  # type: ignore[typeddict-item]  # fmt: skip
+
+
+def test_a_foreign_process_is_named_by_pid_and_command_and_the_run_s_own_are_not() -> None:
+    ours = {100, 101}.__contains__
+    assert foreign_use([use(0, 100), use(1, 101)], ours) == []
+    assert foreign_use([use(0, 100), use(1, 4242, used=3 * GIB)], ours) == [
+        "GPU 1 (0000:2a:00.0, GPU-1) is in use by another process: pid 4242 `python train.py` (3.00 GiB)"
+    ]
+    assert foreign_use([use(0, 77, command=None)], ours) == [
+        "GPU 0 (0000:18:00.0, GPU-0) is in use by another process: pid 77 `command not visible from here` (3.00 GiB)"
+    ]
+
+
+def test_memory_in_use_without_a_process_nvml_shows_is_named() -> None:
+    assert foreign_use([use(0, used=IDLE_USED_MAX_BYTES)], lambda pid: False) == []
+    assert foreign_use([use(0, used=None)], lambda pid: False) == []  # no nvmlMemory_v2: not judged
+    [line] = foreign_use([use(0, used=5 * GIB)], lambda pid: False)
+    assert line == (
+        "GPU 0 (0000:18:00.0, GPU-0) has 5.00 GiB in use before the run and no process NVML can show "
+        "(another container or pid namespace)"
+    )
+
+
+def test_the_preflight_fails_naming_the_process() -> None:
+    answers = {"pci": list(BUS), "nvml": nvml_listed(0, 1), "torch": cuda(0, 1), "users": [use(0), use(1, 4242)]}
+    result = preflight.check(model(), {}, lambda env: answers, ours=lambda pid: False)  # type: ignore[arg-type,return-value]
+    assert not result.ok
+    assert result.message == (
+        "GPU 1 (0000:2a:00.0, GPU-1) is in use by another process: pid 4242 `python train.py` (3.00 GiB)"
+    )
+    clean = {**answers, "users": [use(0), use(1)]}
+    assert preflight.check(model(), {}, lambda env: clean).ok  # type: ignore[arg-type,return-value]
+
+
+def write_proc(root: Path, pid: int, parent: int, argv: list[str]) -> None:
+    (root / str(pid)).mkdir(parents=True)
+    (root / str(pid) / "stat").write_text(f"{pid} (py thon) S {parent} 1 1 0 -1\n")
+    (root / str(pid) / "cmdline").write_bytes(b"\0".join(a.encode() for a in argv) + b"\0")
+
+
+def test_the_run_s_own_processes_are_its_descendants(tmp_path: Path) -> None:
+    write_proc(tmp_path, 10, 1, ["pytest"])
+    write_proc(tmp_path, 11, 10, ["torchrun"])
+    write_proc(tmp_path, 12, 11, ["python", "-m", "acceptance.probes.worker"])
+    write_proc(tmp_path, 20, 1, ["python", "train.py", "--steps", "9"])
+    ours = preflight.descends_from(10, tmp_path)
+    assert [ours(p) for p in (10, 12, 20, 99)] == [True, True, False, False]
+    assert inventory.command_of(20, tmp_path) == "python train.py --steps 9"
+    assert inventory.command_of(99, tmp_path) is None
+    [named] = [inventory.with_commands(use(0, 20, command=None), tmp_path)]
+    assert named["processes"][0]["command"] == "python train.py --steps 9"
+    assert preflight.descends_from(os.getpid())(os.getpid())

@@ -1,0 +1,255 @@
+"""``cluster-acceptance init`` on described nodes (recorded NVML answers, a sysfs tree of the test's own),
+and the reference table it and the report read."""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+from pathlib import Path
+
+import pytest
+
+from acceptance.cli import init as init_cli
+from acceptance.cli.main import main
+from acceptance.families.answers import not_measured
+from acceptance.families.health import GpuAnswers, NodeAnswers
+from acceptance.probes.node_survey import Sources, detect
+from acceptance.profile import loader
+from acceptance.profile.node_facts import NodeFacts
+from acceptance.profile.references import Setup, load, table
+from acceptance.profile.strict_yaml import ProfileError
+
+ROOT = Path(__file__).resolve().parent.parent
+H100 = "NVIDIA H100 80GB HBM3"
+H200 = "NVIDIA H200"
+
+
+def nvml_node(name: str, count: int, links: int) -> NodeAnswers:
+    gpus: list[GpuAnswers] = [{"index": i, "name": name, "nvlink_active": links} for i in range(count)]
+    return {"driver_version": "580.159.04", "cuda_driver_version": "13.0", "gpu_count": count, "gpus": gpus}
+
+
+def sysfs(root: Path, nvswitch: bool, ports: list[tuple[str, str, str]]) -> Path:
+    """A /sys with an NVIDIA GPU (and an NVSwitch) on the PCI bus and ``ports`` (rate, link layer, state)."""
+    devices = {"0000:18:00.0": "0x030200", **({"0000:05:00.0": "0x068000"} if nvswitch else {})}
+    for bus_id, cls in devices.items():
+        dev = root / "bus" / "pci" / "devices" / bus_id
+        dev.mkdir(parents=True)
+        (dev / "vendor").write_text("0x10de\n")
+        (dev / "class").write_text(f"{cls}\n")
+    for i, (rate, layer, state) in enumerate(ports):
+        port = root / "class" / "infiniband" / f"mlx5_{i}" / "ports" / "1"
+        port.mkdir(parents=True)
+        (port / "rate").write_text(f"{rate}\n")
+        (port / "link_layer").write_text(f"{layer}\n")
+        (port / "state").write_text(f"{state}\n")
+    return root
+
+
+NDR = ("400 Gb/sec (4X NDR)", "InfiniBand", "4: ACTIVE")
+
+
+def sources(tmp_path: Path, node: NodeAnswers | None, nvswitch: bool = False,
+            ports: tuple[tuple[str, str, str], ...] = (), env: dict[str, str] | None = None) -> Sources:  # fmt: skip
+    answer = node if node is not None else not_measured("NVML init: NVML Shared Library Not Found")
+    return Sources(
+        nvml=lambda: answer,
+        torch_names=lambda: [],
+        sysfs=sysfs(tmp_path / "sys", nvswitch, list(ports)),
+        env=env or {},
+        cpus=lambda: 2,
+    )
+
+
+def run_init(tmp_path: Path, src: Sources, nodes: int = 1, name: str = "new-cluster") -> tuple[loader.Profile, str]:
+    out = tmp_path / f"{name}.yaml"
+    args = argparse.Namespace(name=name, nodes=nodes, output=out, force=False)
+    printed = io.StringIO()
+    assert init_cli.cmd_init(args, detect(src), printed) == 0
+    return loader.load(str(out)), printed.getvalue()
+
+
+def bound(profile: loader.Profile, metric: str) -> tuple[float | None, str]:
+    threshold = profile.threshold(metric)
+    assert threshold is not None, f"{metric} not bounded: {sorted(profile.model.thresholds)}"
+    return threshold.min, threshold.source or ""
+
+
+def test_an_8x_h100_node_on_nvswitch_with_ndr_gets_the_nvls_references(tmp_path: Path) -> None:
+    src = sources(tmp_path, nvml_node(H100, 8, 18), nvswitch=True, ports=(NDR,) * 8)
+    facts = detect(src)
+    assert (facts.gpu_count, facts.gpu_model, facts.nvswitch) == (8, H100, True)
+    assert facts.nvls(table()) and facts.nic_kinds(table()) == ("ib-ndr",)
+    profile, printed = run_init(tmp_path, src)
+    topo = profile.model.topology
+    assert (topo.nodes, topo.gpus_per_node, topo.gpu_model, topo.device) == (1, 8, H100, "cuda")
+    assert profile.model.env == {"NCCL_NVLS_ENABLE": "1"}
+    assert profile.model.health.nvlink_links == 18 and profile.model.health.min_driver == "580.159.04"
+    low, source = bound(profile, "collectives.all_reduce.busbw_gbps@4G")
+    assert low == 384.0 and "80% of normal for 8x H100 SXM with NVLS: ~480 GB/s" in source
+    assert "nccl-tests issue #212" in source
+    assert profile.threshold("collectives.all_reduce.busbw_gbps@1G") is None  # the public figure is at 4G+
+    assert bound(profile, "compute.matmul_tflops_min")[0] == pytest.approx(494.7)
+    assert bound(profile, "compute.copy_gbps_min")[0] == pytest.approx(1909.5)
+    assert "H100 datasheet" in bound(profile, "compute.h2d_gbps_min")[1]
+    assert profile.model.training.peak_tflops == {"bf16": 989.4, "fp16": 989.4}
+    assert profile.threshold("internode.rail_min_gbps") is None  # one node: no rail to measure
+    assert "found: 8x NVIDIA H100 80GB HBM3, 18 NVLink links each, NVSwitch, NVLS on" in printed
+    assert "collectives.all_reduce.busbw_gbps@4G >= 384: normal for 8x H100 SXM with NVLS" in printed
+
+
+def test_nvls_turned_off_in_the_environment_takes_the_ring_reference(tmp_path: Path) -> None:
+    src = sources(tmp_path, nvml_node(H100, 8, 18), nvswitch=True, env={"NCCL_NVLS_ENABLE": "0"})
+    profile, _ = run_init(tmp_path, src)
+    assert profile.model.env == {"NCCL_NVLS_ENABLE": "0"}
+    low, source = bound(profile, "collectives.all_reduce.busbw_gbps@4G")
+    assert low == 296.0 and "without NVLS" in source
+
+
+def test_two_h200_on_an_nvlink_bridge_have_no_nvls_and_their_measured_reference(tmp_path: Path) -> None:
+    src = sources(tmp_path, nvml_node(H200, 2, 18), nvswitch=False)
+    facts = detect(src)
+    assert not facts.nvls(table())
+    profile, _ = run_init(tmp_path, src)
+    assert profile.model.env == {"NCCL_NVLS_ENABLE": "0"}
+    low, source = bound(profile, "collectives.all_reduce.busbw_gbps@4G")
+    assert low == pytest.approx(277.6) and "2x H200 on NVLink (NV18), no NVLS" in source
+    assert bound(profile, "collectives.all_gather.busbw_gbps@4G")[0] == pytest.approx(232.8)
+    assert bound(profile, "compute.copy_gbps_min")[0] == pytest.approx(2736.0)
+    assert "NVIDIA H200 Tensor Core GPU datasheet" in bound(profile, "compute.copy_gbps_min")[1]
+
+
+def test_two_nodes_bound_every_rail_by_the_nic_found(tmp_path: Path) -> None:
+    down = ("400 Gb/sec (4X NDR)", "InfiniBand", "1: DOWN")
+    src = sources(tmp_path, nvml_node(H100, 8, 18), nvswitch=True, ports=(NDR, NDR, down))
+    assert len([p for p in detect(src).ports if p.active]) == 2
+    profile, _ = run_init(tmp_path, src, nodes=2)
+    assert profile.model.topology.nodes == 2
+    low, source = bound(profile, "internode.rail_min_gbps")
+    assert low == pytest.approx(38.4) and "nccl-tests issue #319" in source
+    # 16 GPUs over the network: no intra-node reference applies to the world's all_reduce
+    assert profile.threshold("collectives.all_reduce.busbw_gbps@4G") is None
+
+
+def test_a_gpu_the_table_does_not_know_gets_a_profile_without_bounds(tmp_path: Path) -> None:
+    src = sources(tmp_path, nvml_node("NVIDIA L40S", 4, 0))
+    profile, printed = run_init(tmp_path, src)
+    assert profile.model.topology.gpus_per_node == 4 and profile.model.thresholds == {}
+    assert profile.model.health.nvlink_links is None  # no link up: nothing to gate
+    assert "no reference fits these GPUs" in printed
+    assert "not in the reference table" in (tmp_path / "new-cluster.yaml").read_text()
+
+
+def test_a_node_without_gpus_gets_a_child_of_local_cpu_with_its_sourced_floors(tmp_path: Path) -> None:
+    src = sources(tmp_path, None)
+    facts = detect(src)
+    assert facts.gpu_count == 0 and facts.notes == ("NVML: NVML init: NVML Shared Library Not Found",)
+    profile, printed = run_init(tmp_path, src, nodes=2)
+    parent = loader.load("local-cpu")
+    assert [p.name for p in profile.chain] == ["new-cluster.yaml", "local-cpu.yaml"]
+    assert profile.model.topology.nodes == 2
+    assert profile.model.topology.device == "cpu"
+    assert profile.model.thresholds == parent.model.thresholds
+    assert "wrote" in printed and "profile new-cluster (cpu)" in printed
+
+
+@pytest.mark.e2e  # the command reads this node through the survey probe's process
+def test_init_never_replaces_a_profile_without_force(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    target = tmp_path / "mine.yaml"
+    target.write_text("name: mine\n")
+    assert main(["init", "--name", "mine", "--output", str(target)]) == 4
+    assert f"{target} exists: pass --force" in capsys.readouterr().err
+    assert target.read_text() == "name: mine\n"
+    assert main(["init", "--name", "mine", "--output", str(target), "--force"]) == 0
+    assert loader.load(str(target)).name == "mine"
+
+
+def test_a_name_that_is_not_a_plain_name_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["init", "--name", "../up", "--output", str(tmp_path / "x.yaml")]) == 4
+    err = capsys.readouterr().err
+    assert "cluster-acceptance init: --name:" in err and "'../up'" in err and "Traceback" not in err
+    assert not (tmp_path / "x.yaml").exists()
+
+
+@pytest.mark.parametrize("nodes", ["0", "two"])
+def test_a_node_count_below_one_is_a_usage_error(
+    nodes: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["init", "--nodes", nodes, "--output", str(tmp_path / "x.yaml")])
+    assert exited.value.code == 4
+    assert "argument --nodes:" in capsys.readouterr().err
+    assert not (tmp_path / "x.yaml").exists()
+
+
+def test_every_reference_row_names_its_source_and_a_floor_under_its_value() -> None:
+    refs = table()
+    assert {"h100-sxm", "h200", "b200", "gb200", "a100-sxm"} <= set(refs.gpus)
+    assert {"ib-ndr", "ib-xdr", "eth-400g", "eth-200g", "eth-100g"} <= set(refs.nics)
+    for row in refs.references:
+        assert row.source.strip() and row.basis.strip()
+        assert 0 < row.floor.fraction <= 1
+    for gpu in ("h100-sxm", "h200", "b200"):
+        nvls = {r.nvls for r in refs.references if r.gpu == gpu and r.figure == "collectives.all_reduce.busbw_gbps"}
+        assert {True, False} <= nvls, f"{gpu}: all_reduce with NVLS on and off"
+    for gpu in refs.gpus:
+        figures = {r.figure for r in refs.references if r.gpu == gpu}
+        assert {"compute.matmul_tflops", "compute.copy_gbps", "compute.h2d_gbps"} <= figures, gpu
+
+
+def test_a_figure_matches_its_row_by_statistic_size_and_setup() -> None:
+    refs = table()
+    eight = Setup("h100-sxm", 1, 8, True)
+    assert refs.for_figure("collectives.all_reduce.busbw_gbps@8G", eight).value == 480  # type: ignore[union-attr]
+    assert refs.for_figure("collectives.all_reduce.busbw_gbps@1G", eight) is None
+    assert refs.for_figure("compute.matmul_tflops_median", eight).value == 989.4  # type: ignore[union-attr]
+    assert refs.for_figure("collectives.all_reduce.busbw_gbps@4G", Setup("h100-sxm", 1, 4, True)) is None
+    unknown_nvls = Setup("h100-sxm", 1, 8, None)
+    assert refs.for_figure("collectives.all_reduce.busbw_gbps@4G", unknown_nvls) is None
+    assert refs.for_figure("collectives.all_gather.busbw_gbps@4G", unknown_nvls) is not None
+    assert refs.for_figure("internode.rail_min_gbps", Setup(None, 2, 8, None, ("eth-200g",))).value == 25  # type: ignore[union-attr]
+
+
+def test_a_broken_table_is_refused_naming_the_file_and_key(tmp_path: Path) -> None:
+    text = (ROOT / "acceptance" / "profile" / "references.yaml").read_text()
+    bad = tmp_path / "references.yaml"
+    bad.write_text(text.replace("    gpu: b200\n", "    gpu: b300\n", 1))
+    with pytest.raises(ProfileError, match=r"references\.yaml: .*'b300' is not one of gpus"):
+        load(bad)
+    bad.write_text(text.replace("    unit: GB/s\n", "    unit: GB/s\n    units: GB/s\n", 1))
+    with pytest.raises(ProfileError, match=r"references\.yaml: references\.0\.units: Extra inputs"):
+        load(bad)
+
+
+def test_the_docs_references_page_is_the_table_s() -> None:
+    """docs/references.md is generated: regenerate with ``cluster-acceptance references --markdown``."""
+    assert (ROOT / "docs" / "references.md").read_text() == init_cli.markdown(table())
+
+
+def test_facts_summary_names_a_mixed_node() -> None:
+    facts = NodeFacts(gpu_names=(H100, H200), nvlink_links=(), nvswitch=False, nvls_off_by_env=False, ports=(), cpus=4)
+    assert facts.gpu_model is None
+    assert "mixed GPUs (NVIDIA H100 80GB HBM3, NVIDIA H200)" in facts.summary(table())
+
+
+@pytest.mark.parametrize(
+    ("fixture", "node"),
+    [("h200-x2", nvml_node(H200, 2, 18)), ("h100-x1", nvml_node(H100, 1, 18))],
+)
+def test_the_bounds_init_writes_hold_for_the_recorded_runs_of_that_machine(
+    fixture: str, node: NodeAnswers, tmp_path: Path
+) -> None:
+    """The GPU machines' recorded reference runs (docs/measurements.md) meet every bound init writes for
+    a node of their kind: no bound from the table fails a healthy machine of it."""
+    profile, _ = run_init(tmp_path, sources(tmp_path, node))
+    data = json.loads((ROOT / "tests" / "data" / "evidence" / fixture / "evidence.json").read_text())
+    measured = {c["metric"]: c["value"] for t in data["tests"] for c in t.get("checks") or []}
+    judged = 0
+    for metric, threshold in profile.model.thresholds.items():
+        if metric in measured:
+            ok, words = loader.evaluate(threshold, measured[metric])
+            assert ok, f"{fixture}: {metric} = {measured[metric]}, init's bound {words}"
+            judged += 1
+    # every bound was measured there: 3 collectives at 4G (two GPUs) and 4 per-GPU figures; one GPU: 4
+    assert judged == len(profile.model.thresholds) == (7 if fixture == "h200-x2" else 4)
