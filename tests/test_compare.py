@@ -378,3 +378,36 @@ def test_export_csv_one_row_per_figure(capsys: pytest.CaptureFixture[str]) -> No
     assert matmul["node"] == "vm" and matmul["gpu"] == "GPU 0 GPU-a686010c-c983-cf32-64df-1f72bc1b5409"
     assert float(matmul["value"]) == pytest.approx(647.7997) and matmul["bound"] == ">= 570"
     assert matmul["verdict"] == "pass" and matmul["source"].startswith("90% of the 635")
+
+
+def _failed_run(tmp_path: Path) -> Path:
+    """h100-x1's evidence with one GPU 45% under the median: compute.matmul_tflops_below_median 0.45 failing
+    its bound of 0.05, and the run's verdict FAIL."""
+    data = load("h100-x1")
+    for test in data["tests"]:
+        for check in test.get("checks") or []:
+            if check["metric"] == "compute.matmul_tflops_below_median":
+                check.update(value=0.45, verdict="fail")
+                test["outcome"] = "failed"
+    data["verdict"] = "FAIL"
+    folder = tmp_path / "failed"
+    folder.mkdir()
+    (folder / "evidence.json").write_text(json.dumps(data))
+    return folder
+
+
+def test_rebaseline_refuses_a_run_that_did_not_pass(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["rebaseline", str(_failed_run(tmp_path)), "--all"]) == 4
+    err = capsys.readouterr().err
+    assert err.startswith("cluster-acceptance rebaseline: ") and "verdict FAIL, not PASS" in err
+    assert err.count("\n") == 1
+
+
+def test_a_failed_fraction_of_the_median_keeps_the_bound_it_ran_with(tmp_path: Path) -> None:
+    """Read past the refusal: the bound of a figure that failed is still never looser than the one it had."""
+    from acceptance.reports import rebaseline
+
+    data = json.loads((_failed_run(tmp_path) / "evidence.json").read_text())
+    figures = [f for f in rebaseline.chosen(data, None, True) if f.metric == "compute.matmul_tflops_below_median"]
+    text = rebaseline.document(data, "failed", figures, rebaseline.tolerances(["0.1"]))
+    assert yaml.safe_load(text)["thresholds"]["compute.matmul_tflops_below_median"]["max"] == 0.05

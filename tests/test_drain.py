@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from acceptance.evidence import drain
+from acceptance.plugin import drain_hooks
 from acceptance.run import drain as scheduler
 
 
@@ -125,3 +126,66 @@ def test_a_missing_scheduler_is_a_line_not_a_crash() -> None:
 
     [line] = scheduler.apply(found, "slurm", run=missing)
     assert line.startswith("scontrol update nodename=gpu-a state=drain") and "could not run" in line
+
+
+def test_only_the_isolation_s_culprit_is_drained_the_hosts_it_mentions_are_for_review() -> None:
+    data = doc(nodes=4)
+    data["cluster"]["nodes"] = [{"host": h, "node_rank": n} for n, h in enumerate(["gpu-a", "gpu-b", "gpu-c", "gpu-d"])]
+    message = (
+        "isolation (2 rounds): node 3 (host gpu-d): 3 of 3 pairs with cleared partners (0, 1, 2) at 12 GB/s | "
+        "the path node 1 (host gpu-b) <-> node 2 (host gpu-c) at 20 GB/s while both are fast with others | "
+        "not resolved in 2 rounds (slow pairs, too few cleared witnesses): node 0 (host gpu-a)"
+    )
+    test = failed_check("internode.all.all_reduce.busbw_gbps@1G", 12.0, f"across 4 nodes\n{message}")
+    test["measurements"] = {"isolation": {"message": message, "culprits": [3], "hosts": {"3": "gpu-d"}}}
+    nodes = {n["node"]: n for n in drain.build({**data, "tests": [test]}, Path("e.json"))["nodes"]}
+    assert {h: n["severity"] for h, n in nodes.items()} == {
+        "gpu-a": "review", "gpu-b": "review", "gpu-c": "review", "gpu-d": "drain",
+    }  # fmt: skip
+    assert [n["node"] for n in drain.to_drain({"nodes": list(nodes.values())})] == ["gpu-d"]  # type: ignore[typeddict-item]
+    assert nodes["gpu-b"]["reason"].startswith("named, not blamed: internode.all.all_reduce.busbw_gbps@1G = 12")
+
+
+def test_two_nodes_pair_and_a_collective_s_slowest_link_drain_no_one() -> None:
+    pair = "isolation (1 round): node 0 (host gpu-a) and node 1 (host gpu-b): two nodes can only blame their pair"
+    both = failed_check("internode.all.all_reduce.busbw_gbps@1G", 12.0, pair)
+    both["measurements"] = {"isolation": {"culprits": [], "hosts": {"0": "gpu-a", "1": "gpu-b"}}}
+    link = failed_check(
+        "collectives.all_reduce.busbw_gbps@1G", 80.0, "culprit: slowest links this run measured: gpu-a GPU 3 -> gpu-b"
+    )
+    for test in (both, link):
+        found = drain.build(doc(nodes=2, tests=[test]), Path("e.json"))
+        assert {n["node"]: n["severity"] for n in found["nodes"]} == {"gpu-a": "review", "gpu-b": "review"}
+        assert drain.to_drain(found) == []
+
+
+def test_a_host_is_named_as_a_whole_word_only() -> None:
+    data = doc(nodes=2, tests=[failed_check("compute.matmul_tflops_min", 212.0, "slowest: gpu-1-b GPU 3")])
+    data["cluster"]["nodes"] = [{"host": "gpu-1"}, {"host": "gpu-1-b"}]
+    [node] = drain.build(data, Path("e.json"))["nodes"]
+    assert (node["node"], node["gpus"], node["severity"]) == ("gpu-1-b", ["3"], "drain")
+    assert drain.names("gpu-1", "gpu-1 GPU 0") and not drain.names("gpu-1", "gpu-1.rack2 GPU 0")
+
+
+def test_a_node_listed_already_gets_the_gpus_of_its_later_reasons() -> None:
+    data = doc(tests=[failed_check("compute.matmul_tflops_min", 212.0, "slowest: gpu-a GPU 3"),
+                      failed_check("health.gpu_temp_c_max", 97.0, "gpu-a GPU 5")])  # fmt: skip
+    [node] = drain.build(data, Path("e.json"))["nodes"]
+    assert (node["gpus"], node["severity"]) == (["3", "5"], "drain")
+    assert node["reason"].startswith("compute.matmul_tflops_min")
+    whole = doc(errors=["preflight: no GPU"], tests=[failed_check("compute.matmul_tflops_min", 1.0, "gpu-a GPU 3")])
+    [node] = drain.build(whole, Path("e.json"))["nodes"]
+    assert node["gpus"] == []  # a reason that blames the node as a whole is not narrowed to one GPU
+
+
+def test_a_drain_list_that_cannot_be_built_keeps_the_verdict(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def broken(*args: object, **kwargs: object) -> drain.DrainList:
+        raise KeyError("topology")
+
+    monkeypatch.setattr(drain, "build", broken)
+    assert drain_hooks.act_on(doc(), tmp_path, tmp_path / "evidence.json", "slurm") is None
+    err = capsys.readouterr().err
+    assert err == f"cluster-acceptance: no drain list for {tmp_path / 'evidence.json'}: KeyError: 'topology'\n"
+    assert not (tmp_path / "drain.json").exists()

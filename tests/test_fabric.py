@@ -5,6 +5,7 @@ link down): the reader, the rules that name node, HCA and port, and the suite's 
 from __future__ import annotations
 
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,7 @@ import pytest
 from acceptance.families import fabric as rules
 from acceptance.probes import fabric as probe
 from acceptance.profile.sections import FABRIC_ERROR_COUNTERS
+from acceptance.run import fabric_readings
 from tests.harness import PLUGIN_ARGS, ROOT, evidence
 
 TREES = ROOT / "tests" / "data" / "fabric"
@@ -50,10 +52,66 @@ def test_a_rise_of_an_error_counter_names_node_hca_port_and_counter() -> None:
 
 def test_a_node_without_ports_records_it_and_fails_nothing(tmp_path: Path) -> None:
     none = probe.read(tmp_path / "absent", pci=tmp_path)
-    assert none["ports"] == [] and "absent" in str(none["error"])
+    assert none["ports"] == [] and none["error"] is None  # no InfiniBand stack: nothing failed
     figures = rules.evaluate(none, none, FABRIC_ERROR_COUNTERS)
-    assert figures["fabric.counter_increases"].skip == (f"{none['host']} has no InfiniBand/RoCE port: {none['error']}")
+    assert figures["fabric.counter_increases"].skip == (
+        f"{none['host']} has no InfiniBand/RoCE port: no port under {tmp_path / 'absent'}"
+    )
     assert figures["fabric.ports"].value == 0 and figures["fabric.ports"].skip is None
+    assert all(f.unmeasured is None for f in figures.values())
+
+
+def failed(reading: rules.FabricReading, why: str = "timed out") -> rules.FabricReading:
+    return {**reading, "ports": [], "error": f"acceptance.probes.fabric gave no answer: {why}"}
+
+
+def test_a_failed_or_missing_reading_fails_the_counters_never_a_pass_or_a_skip() -> None:
+    before, after = read("before"), read("after")
+    host = after["host"]
+    first = rules.evaluate(failed(before), after, FABRIC_ERROR_COUNTERS)["fabric.counter_increases"]
+    assert first.skip is None and first.value == 0
+    assert first.unmeasured == f"{host}: the first reading failed: acceptance.probes.fabric gave no answer: timed out"
+    second = rules.evaluate(before, failed(after, "crashed"), FABRIC_ERROR_COUNTERS)
+    rose = second["fabric.counter_increases"]
+    assert rose.skip is None and rose.unmeasured is not None and "second reading failed" in rose.unmeasured
+    why = f"{host}: the second reading failed: acceptance.probes.fabric gave no answer: crashed"
+    assert second["fabric.ports"].unmeasured == second["fabric.ports_down"].unmeasured == why
+    assert second["fabric.ports_down"].skip is None
+    alone = rules.evaluate(None, before, FABRIC_ERROR_COUNTERS)["fabric.counter_increases"]
+    assert alone.skip is None and alone.value == 0
+    assert alone.unmeasured == f"{host}: no first reading of the ports was stored (it is taken beside the preflight)"
+
+
+def test_a_port_gone_by_the_second_reading_is_named_and_fails() -> None:
+    before, after = read("before"), read("after")
+    host = after["host"]
+    gone: rules.FabricReading = {**after, "ports": after["ports"][1:]}  # mlx5_0 port 1 went away
+    fig = rules.evaluate(before, gone, FABRIC_ERROR_COUNTERS)["fabric.counter_increases"]
+    assert fig.unmeasured == f"{host} mlx5_0 port 1: present before the probes, missing after"
+    empty: rules.FabricReading = {**after, "ports": []}  # every port gone, the reading itself whole
+    fig = rules.evaluate(before, empty, FABRIC_ERROR_COUNTERS)["fabric.counter_increases"]
+    assert fig.skip is None and fig.unmeasured is not None and "mlx5_1 port 1: present before" in fig.unmeasured
+
+
+def test_a_reader_that_gives_no_reading_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    answers: list[subprocess.CompletedProcess[str] | Exception] = [
+        subprocess.CompletedProcess([], 1, "", "Traceback ...\nKeyError: 'ports'\n"),  # a crash
+        subprocess.CompletedProcess([], 0, "[]", ""),  # JSON, not a reading
+        subprocess.TimeoutExpired("fabric", 30.0),  # a hung driver
+    ]
+
+    def run(*args: object, **kwargs: object) -> subprocess.CompletedProcess[str]:
+        answer = answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    monkeypatch.setattr(subprocess, "run", run)  # the reader's own subprocess.run
+    crash, garbage, hung = (fabric_readings.read("/sys/class/infiniband") for _ in range(3))
+    assert crash["ports"] == [] and "gave no answer" in str(crash["error"])
+    assert "exit 1, not a reading of the ports: KeyError: 'ports'" in str(crash["error"])
+    assert garbage["ports"] == [] and "not a reading of the ports" in str(garbage["error"])
+    assert hung["ports"] == [] and "TimeoutExpired" in str(hung["error"])
 
 
 SWAP = """
@@ -88,3 +146,37 @@ def test_the_suite_fails_a_port_whose_counters_rose(suite: pytest.Pytester) -> N
     assert data["cluster"]["fabric_before"]["ports"][0]["counters"]["symbol_error"] == 0
     drain = (folder / "drain.json").read_text()
     assert "fabric.counter_increases = 2" in drain and "mlx5_0 port 1" in drain
+
+
+BREAK = """
+import shutil
+from pathlib import Path
+
+def pytest_collection_finish(session):
+    # after the plugin's first reading, before the family's second
+    {action}
+"""
+FIRST_FAILS = f'Path("sysfs").unlink(); shutil.copytree("{TREES / "before"}", "sysfs")'  # a file was read
+SECOND_FAILS = 'shutil.rmtree("sysfs"); Path("sysfs").write_text("not a folder")'
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize(("action", "line"), [(FIRST_FAILS, "*the first reading failed*"),
+                                              (SECOND_FAILS, "*the second reading failed*")],
+                         ids=["first", "second"])  # fmt: skip
+def test_the_suite_fails_a_reading_that_failed(suite: pytest.Pytester, action: str, line: str) -> None:
+    """A root that is there and cannot be listed (a file) fails its reading: the counters' test fails with it,
+    never a pass (a failed first reading) nor a skip as a node without ports (a failed second one)."""
+    if action == FIRST_FAILS:
+        (suite.path / "sysfs").write_text("not a folder")
+    else:
+        shutil.copytree(TREES / "before", suite.path / "sysfs")
+    suite.makeconftest(BREAK.format(action=action))
+    folder = suite.path / "ev"
+    result = suite.runpytest(
+        *PLUGIN_ARGS, "-p", "no:cacheprovider", "--cluster-profile", "local-cpu", "--cluster-evidence", str(folder),
+        "--cluster-set", f"fabric.sysfs_root={suite.path / 'sysfs'}", "-m", "fabric", "tests_cluster/",
+    )  # fmt: skip
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines([line, "verdict: FAIL*"])
+    assert "has no InfiniBand/RoCE port" not in result.stdout.str()

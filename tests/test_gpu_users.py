@@ -56,12 +56,15 @@ def use(index: int, *pids: int, used: int | None = 0, command: str | None = "pyt
             "processes": processes}  # type: ignore[typeddict-item]  # fmt: skip
 
 
-def test_a_foreign_process_is_named_by_pid_and_command_and_the_run_s_own_are_not() -> None:
+def test_a_foreign_process_is_named_by_pid_and_executable_and_the_run_s_own_are_not() -> None:
     ours = {100, 101}.__contains__
     assert foreign_use([use(0, 100), use(1, 101)], ours) == []
     assert foreign_use([use(0, 100), use(1, 4242, used=3 * GIB)], ours) == [
-        "GPU 1 (0000:2a:00.0, GPU-1) is in use by another process: pid 4242 `python train.py` (3.00 GiB)"
+        "GPU 1 (0000:2a:00.0, GPU-1) is in use by another process: pid 4242 `python` (3.00 GiB)"
     ]
+    secret = use(0, 9, command="/opt/conda/bin/python train.py --hf-token hf_abc")
+    [line] = foreign_use([secret], ours)
+    assert line.endswith("pid 9 `python` (3.00 GiB)") and "hf_abc" not in line and "train.py" not in line
     assert foreign_use([use(0, 77, command=None)], ours) == [
         "GPU 0 (0000:18:00.0, GPU-0) is in use by another process: pid 77 `command not visible from here` (3.00 GiB)"
     ]
@@ -81,9 +84,8 @@ def test_the_preflight_fails_naming_the_process() -> None:
     answers = {"pci": list(BUS), "nvml": nvml_listed(0, 1), "torch": cuda(0, 1), "users": [use(0), use(1, 4242)]}
     result = preflight.check(model(), {}, lambda env: answers, ours=lambda pid: False)  # type: ignore[arg-type,return-value]
     assert not result.ok
-    assert result.message == (
-        "GPU 1 (0000:2a:00.0, GPU-1) is in use by another process: pid 4242 `python train.py` (3.00 GiB)"
-    )
+    assert result.message == "GPU 1 (0000:2a:00.0, GPU-1) is in use by another process: pid 4242 `python` (3.00 GiB)"
+    assert result.foreign == [{"pid": 4242, "used_memory_bytes": 3 * GIB, "command": "python train.py"}]
     clean = {**answers, "users": [use(0), use(1)]}
     assert preflight.check(model(), {}, lambda env: clean).ok  # type: ignore[arg-type,return-value]
 
@@ -103,6 +105,8 @@ def test_the_run_s_own_processes_are_its_descendants(tmp_path: Path) -> None:
     assert [ours(p) for p in (10, 12, 20, 99)] == [True, True, False, False]
     assert inventory.command_of(20, tmp_path) == "python train.py --steps 9"
     assert inventory.command_of(99, tmp_path) is None
+    write_proc(tmp_path, 21, 1, ["python", "train.py", "--api-token", "s3cr3t", "HF_TOKEN=hf_abc"])
+    assert inventory.command_of(21, tmp_path) == "python train.py --api-token *** HF_TOKEN=***"  # masked when read
     [named] = [inventory.with_commands(use(0, 20, command=None), tmp_path)]
     assert named["processes"][0]["command"] == "python train.py --steps 9"
     assert preflight.descends_from(os.getpid())(os.getpid())

@@ -165,6 +165,19 @@ def test_init_never_replaces_a_profile_without_force(tmp_path: Path, capsys: pyt
     assert loader.load(str(target)).name == "mine"
 
 
+@pytest.mark.parametrize("where", ["/proc/x.yaml", "FILE/under/a/file.yaml"])
+def test_a_profile_that_cannot_be_written_is_one_line_and_a_usage_error(
+    where: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(init_cli, "survey", lambda: detect(sources(tmp_path, None)))
+    (tmp_path / "FILE").write_text("a file, not a folder\n")
+    target = where.replace("FILE", str(tmp_path / "FILE"))
+    assert main(["init", "--name", "a", "-o", target]) == 4
+    err = capsys.readouterr().err
+    assert err.startswith(f"cluster-acceptance init: cannot write {target}: ") and err.count("\n") == 1
+    assert "Traceback" not in err
+
+
 def test_a_name_that_is_not_a_plain_name_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["init", "--name", "../up", "--output", str(tmp_path / "x.yaml")]) == 4
     err = capsys.readouterr().err

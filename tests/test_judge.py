@@ -148,6 +148,20 @@ def test_a_moved_bound_is_not_a_regression_of_the_figure() -> None:
     assert regressed(metric, old, {**resourced, "value": 40.0, "verdict": "fail"}, 0.5)
 
 
+def test_a_correctness_figure_that_went_bad_regressed_though_its_bound_moved() -> None:
+    """A correctness count out of its bound and worse, or out of the bound the old run met, regressed even
+    where the bound moved; a tightened bound that the same value now fails is the bound's change."""
+    metric = "soak.gemm_wrong_elements"
+    old = {"value": 0, "bound": "<= 5", "verdict": "pass", "threshold": {"max": 5}}
+    new = {"value": 4000, "bound": "<= 0", "verdict": "fail", "threshold": {"max": 0}}
+    assert bound_moved(old, new) and regressed(metric, old, new, 0.05)
+    loosened = {"value": 3, "bound": "<= 5", "verdict": "pass", "threshold": {"max": 5}}
+    assert regressed(metric, {**old, "bound": "<= 0", "threshold": {"max": 0}}, loosened, 0.05)  # out of the old
+    same = {**old, "value": 3}
+    assert not regressed(metric, same, {**new, "value": 3}, 0.05)  # 3 as before: only the bound tightened
+    assert not regressed(metric, old, {**old, "value": 2}, 0.05)  # within the same gate: no regression
+
+
 def test_a_change_within_the_noise_is_no_regression() -> None:
     metric = "compute.matmul_tflops_min"
     old = {"value": 100.0, "bound": ">= 50", "verdict": "pass"}

@@ -18,6 +18,7 @@ from acceptance.probes import soak as probe
 from acceptance.probes.memory_patterns import PATTERNS, MemoryPatterns
 from acceptance.probes.soak_watch import SoakWatch, read_counters
 from acceptance.profile.registry import COMPUTE, FAMILIES, SOAK
+from acceptance.profile.rounding import U_FP8_ACCUMULATE, U_FP32
 from tests.test_profile import BASE, error_of, write
 
 CONFIG: rules.SoakConfig = {
@@ -65,6 +66,7 @@ def gemm(dtype: rules.GemmDtype = "bfloat16", tflops: float = 650.0, **changes: 
         "reference_errors": 0,
         "reference_worst": 0.02,
         "reference_first_bad": None,
+        "reference_not_measured": None,
         "windows": windows(tflops),
     }
     record.update(changes)  # type: ignore[typeddict-item]
@@ -103,6 +105,7 @@ def rank(r: int, per_node: int = 2, gpu: bool = True, **changes: Any) -> rules.R
             "patterns": {"walking_ones": 80, "random": 80, "address": 80},
             "bad_words": 0,
             "first_bad": None,
+            "asked_bytes": 0,
         },
         "allreduce": {"elements": 16 << 20, "iterations": 240, "wrong": 0, "first_bad": None},
         "nvml": (
@@ -256,13 +259,41 @@ def test_an_ecc_counter_nvml_would_not_read_is_said_never_zero() -> None:
     ]
 
 
-def test_xids_no_gpu_could_watch_skip_the_figure_with_the_reasons() -> None:
+def test_xids_no_gpu_could_watch_fail_a_gpu_run_as_unmeasured_with_the_reasons() -> None:
     ranks = healthy(2)
     for r in ranks:
         _nvml(r)["xids"] = not_measured("XID events: Insufficient Permissions")
     fig = counts(result(ranks))["soak.xid_new"]
-    assert fig.skip is not None and fig.skip.startswith("not measured on any GPU:\n")
-    assert fig.skip.count("XIDs not watched: XID events: Insufficient Permissions") == 2
+    assert fig.skip is None and fig.unmeasured[0] == "not measured on any GPU of this GPU run:"
+    assert sum("XIDs not watched: XID events: Insufficient Permissions" in u for u in fig.unmeasured) == 2
+
+
+def test_nvml_failing_on_every_gpu_of_a_gpu_run_fails_each_count_never_skips_it() -> None:
+    """NVML that no GPU could read: ECC, remapped rows, XIDs and slowdowns unmeasured (their tests fail,
+    naming why); on the CPU they do not apply (``test_the_nvml_figures_do_not_apply_on_the_cpu``)."""
+    ranks = healthy(2)
+    for r in ranks:
+        n = _nvml(r)
+        n["before"] = n["after"] = not_measured("NVML: Driver Not Loaded")  # type: ignore[typeddict-item]
+        n["xids"] = not_measured("NVML: Driver Not Loaded")
+        n["samples"], n["samples_reason"] = [], "NVML: Driver Not Loaded"
+    found = counts(result(ranks))
+    for metric in ("soak.ecc_new_errors", "soak.remapped_rows_new", "soak.xid_new", "soak.slowdown_gpus"):
+        fig = found[metric]
+        assert fig.skip is None and len(fig.unmeasured) == 3, metric
+        assert all("NVML: Driver Not Loaded" in u for u in fig.unmeasured[1:]), metric
+    no_record = counts(result([rank(r, nvml=None) for r in range(2)]))  # a GPU run whose ranks kept no NVML
+    assert no_record["soak.xid_new"].skip is None and no_record["soak.xid_new"].unmeasured
+
+
+def test_the_memory_the_patterns_covered_is_a_figure_of_the_least_covered_rank() -> None:
+    ranks = healthy(2)
+    for r, got in zip(ranks, (64 * 2**30, 8), strict=True):
+        r["memory"]["bytes"], r["memory"]["asked_bytes"] = got, 64 * 2**30
+    fig = rules.memory_coverage(result(ranks))
+    assert fig.metric == "soak.memory_coverage" and fig.value == 8 / (64 * 2**30) and not fig.skip
+    assert "GPU 1 (GPU-00000001-0000) rank 1: patterns over " in fig.findings[0]
+    assert rules.memory_coverage(result(healthy(2))).skip  # records without it: nothing to judge
 
 
 def test_a_gpu_without_samples_is_unmeasured_never_a_pass() -> None:
@@ -424,9 +455,7 @@ def test_a_second_pass_of_the_same_pattern_writes_other_words() -> None:
 
 def _gemm(n: int = 64) -> probe.Gemm:
     a, b = probe._inputs(n, seed=3)
-    g = probe.Gemm(
-        "bfloat16", lambda out: torch.mm(a, b) if out is None else torch.mm(a, b, out=out), a, b, probe.U_FP32, n
-    )
+    g = probe.Gemm("bfloat16", lambda out: torch.mm(a, b) if out is None else torch.mm(a, b, out=out), a, b, U_FP32, n)
     g.start()
     return g
 
@@ -598,6 +627,60 @@ def test_the_soak_section_loads_and_its_duration_is_bounded(here: Path) -> None:
     assert "soak.slowdown_reasons" in error_of("q")
 
 
+def test_the_soak_section_refuses_a_matmul_size_fp8_s_reference_cannot_bound(here: Path) -> None:
+    write(here, "p", f"name: p\n{BASE}soak:\n  matmul_size: 32768\n")
+    error = error_of("p")
+    assert "soak: matmul_size: 32768 is too large for the fp8 GEMM's reference check" in error
+    assert "set soak.fp8: false" in error
+    write(here, "q", f"name: q\n{BASE}soak:\n  matmul_size: 32768\n  fp8: false\n")
+    write(here, "r", f"name: r\n{BASE}soak:\n  memory_coverage_min: 0\n")
+    assert "soak.memory_coverage_min" in error_of("r")
+    from acceptance.profile.loader import load
+
+    loaded = rules.section(load("q").model)
+    assert loaded.matmul_size == 32768 and loaded.memory_coverage_min == 0.5
+
+
+@pytest.mark.parametrize("k", [8192, 16384, 20000, 1 << 30])
+def test_fp8_s_error_bound_is_meaningful_or_absent_never_a_division_by_zero(k: int) -> None:
+    from acceptance.profile.rounding import GAMMA_MAX, accumulation_gamma
+
+    found = accumulation_gamma(k, U_FP8_ACCUMULATE)
+    assert found is None if k == 1 << 30 else 0 < found[0] <= GAMMA_MAX  # type: ignore[index]
+    bf16 = accumulation_gamma(8192, U_FP32)
+    assert bf16 is not None and bf16[0] == 8192 * U_FP32 / (1 - 8192 * U_FP32)  # bf16's as it was
+
+
+def _fp8_gemm(k: int, result: float) -> probe.Gemm:
+    """An fp8-accumulated GEMM of ones (each element k) whose result is ``result`` everywhere."""
+    a, b = torch.ones((2, k)), torch.ones((k, 2))
+    g = probe.Gemm(
+        "float8_e4m3fn", lambda out: torch.full((2, 2), result, dtype=torch.bfloat16), a, b, U_FP8_ACCUMULATE, 2
+    )
+    g.start()
+    return g
+
+
+def test_fp8_s_reference_check_fails_a_zero_where_k_was_wanted() -> None:
+    """At the default k = 8192 Higham's gamma_k is 1 for fp8's accumulator: a 0 passed where 8192 was
+    wanted. The probabilistic bound (0.057 of it) fails it, and passes the right result."""
+    assert _fp8_gemm(8192, 0.0).record(spot_rows=2, window_s=5.0)["reference_errors"] == 4
+    right = _fp8_gemm(8192, 8192.0).record(spot_rows=2, window_s=5.0)
+    assert right["reference_errors"] == 0 and right["reference_checked"] == 4
+    assert _fp8_gemm(16384, 0.0).record(spot_rows=2, window_s=5.0)["reference_errors"] == 4  # no ZeroDivisionError
+
+
+def test_fp8_s_reference_check_past_any_bound_is_not_measured_never_a_pass() -> None:
+    record = _fp8_gemm(1 << 15, 0.0).record(spot_rows=2, window_s=5.0)
+    assert record["reference_checked"] == 0 and "no meaningful error bound for k = 32768" in str(
+        record.get("reference_not_measured")
+    )
+    ranks = healthy(2)
+    ranks[1]["gemm"][1] = gemm("float8_e4m3fn", 1200.0, reference_not_measured=record.get("reference_not_measured"))
+    fig = counts(result(ranks))["soak.gemm_reference_errors"]
+    assert fig.value == 0 and len(fig.unmeasured) == 1 and "rank 1: float8_e4m3fn: no meaningful" in fig.unmeasured[0]
+
+
 def test_a_gpu_only_soak_bound_is_refused_on_a_cpu_profile() -> None:
     from acceptance.profile.metrics import device_problem
 
@@ -645,3 +728,58 @@ def test_a_cpu_soak_draws_its_tflops_alone() -> None:
 
     found = result([rank(r, gpu=False, gemm=[gemm()]) for r in range(2)])
     assert [c.title for c in page.charts(found)] == ["bfloat16 GEMM (with its checks)"]
+
+
+@pytest.mark.e2e
+def test_the_device_soak_script_ends_its_matmul_loop_when_it_is_killed(tmp_path: Path) -> None:
+    """deploy/device/soak.sh killed during the slowed step: its trap ends the matmul loop it started (here
+    stand-ins for python3, nvidia-smi, timeout and the delay's sleep record the loop's and pytest's pids)."""
+    import contextlib
+    import os
+    import shutil
+    import signal
+    import subprocess
+    import time
+
+    real_sleep = shutil.which("sleep")
+    if shutil.which("bash") is None or real_sleep is None:
+        pytest.skip("no bash or sleep")
+    bin_ = tmp_path / "bin"
+    bin_.mkdir()
+    stubs = {
+        "python3": f"""case "$*" in
+  *matmul_loop.py*) echo $$ > "$MARK/loop.pid"; exec {real_sleep} 60 ;;
+  *pytest*) echo $$ > "$MARK/pytest.pid"; exec {real_sleep} 60 ;;
+esac""",
+        "nvidia-smi": "exit 0",
+        "timeout": 'shift; exec "$@"',
+        "sleep": f"exec {real_sleep} 0.1",
+    }
+    for name, body in stubs.items():
+        (bin_ / name).write_text(f"#!/bin/bash\n{body}\n")
+        (bin_ / name).chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_}:{os.environ['PATH']}", "OUT": str(tmp_path), "MARK": str(tmp_path)}
+    root = Path(__file__).resolve().parent.parent
+    script = subprocess.Popen(["bash", "deploy/device/soak.sh", "p", "0", "slowed"], cwd=root, env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    loop = pytest_ = 0
+    try:
+        for _ in range(200):
+            if (tmp_path / "loop.pid").exists() and (tmp_path / "pytest.pid").exists():
+                loop = int((tmp_path / "loop.pid").read_text())
+                pytest_ = int((tmp_path / "pytest.pid").read_text())
+                break
+            time.sleep(0.05)
+        assert loop and pytest_, "the stand-ins did not start"
+        script.send_signal(signal.SIGTERM)  # the script alone: bash runs its trap once pytest ends
+        os.kill(pytest_, signal.SIGTERM)
+        assert script.wait(timeout=10) != 0
+        time.sleep(0.2)
+        assert not Path(f"/proc/{loop}").exists() or "Z" in Path(f"/proc/{loop}/stat").read_text().split()[2]
+    finally:
+        for pid in (loop, pytest_):
+            if pid:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+        if script.poll() is None:
+            script.kill()

@@ -48,9 +48,18 @@ def test_gemm_results(counts: dict[str, soak_rules.Figure], metric: str, check: 
     _count(counts[metric], check)
 
 
-def test_memory_patterns(counts: dict[str, soak_rules.Figure], check: Checker) -> None:
-    """Walking ones, seeded random and address-in-address over most of the free memory: every word read back."""
+def test_memory_patterns(
+    cluster: ClusterRun, soak: soak_rules.SoakResult, counts: dict[str, soak_rules.Figure], check: Checker
+) -> None:
+    """Walking ones, seeded random and address-in-address over most of the free memory: every word read back,
+    over at least ``soak.memory_coverage_min`` of the memory asked for on every rank."""
     _count(counts["soak.memory_bad_words"], check)
+    covered = soak_rules.memory_coverage(soak)
+    if covered.skip:
+        pytest.skip(covered.skip)
+    least = soak_rules.section(cluster.profile.model).memory_coverage_min
+    bound = Threshold(min=least, source="soak.memory_coverage_min")
+    check(covered.metric, covered.value, covered.unit, covered.detail, default=bound)
 
 
 def test_allreduce_under_load(counts: dict[str, soak_rules.Figure], check: Checker) -> None:

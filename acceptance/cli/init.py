@@ -72,7 +72,10 @@ def cmd_init(args: argparse.Namespace, facts: NodeFacts | None = None, out: Text
     refs = table()
     facts = facts if facts is not None else survey()
     written = profile_for(facts, name, args.nodes, refs)
-    write_atomic(path, written.text)
+    try:
+        write_atomic(path, written.text)
+    except OSError as exc:  # a folder that cannot be made, a read-only or full file system: one line, exit 4
+        raise InitError(f"cannot write {path}: {exc.strerror or exc}") from None
     profiles.load(str(path))  # the file must load as the suite will read it; a failure here is a bug
     _report(out, facts, written, path, refs)
     return 0

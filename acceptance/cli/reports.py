@@ -41,7 +41,9 @@ def add(sub: Any) -> None:
         "the same bound (default: on)",
     )
     cmp.set_defaults(func=cmd_compare)
-    reb = sub.add_parser("rebaseline", help="profile bounds (ref with a lower/upper relative bound) from evidence")
+    reb = sub.add_parser(
+        "rebaseline", help="profile bounds (ref with a lower/upper relative bound) from a passed run's evidence"
+    )
     reb.add_argument("evidence", type=Path)
     reb.add_argument(
         "--profile",
@@ -109,6 +111,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 def cmd_rebaseline(args: argparse.Namespace) -> int:
     data, origin = load(args.evidence)
+    rebaseline.refuse_unless_passed(data, origin)
     profile = profiles.load(args.profile).resolved if args.profile else None
     tol = rebaseline.tolerances(args.tolerance)
     figures = rebaseline.chosen(data, profile, args.all)

@@ -5,12 +5,14 @@ scheduler hook acts on it (``--cluster-drain``, ``acceptance.run.drain``): Slurm
 reason, Kubernetes taints and labels it. The list is built from the evidence alone, so ``cluster-acceptance``
 commands and a person's script read the same judgement:
 
-- severity ``drain``: the node itself is at fault: its preflight failed (a GPU missing, a foreign process on
-  a GPU), a failing figure names it, or the run was this node's alone (a job prolog's quick tier) and a gate
-  failed;
-- severity ``review``: a gate failed across several nodes and no node is named in it (every node of the run
-  is listed for a person to look at), or another node's verdict was FAIL (node 0 of several: that node's
-  own list says why); none of these is drained.
+- severity ``drain``: the node itself is blamed: its preflight failed (a GPU missing, a foreign process on
+  a GPU), a failing figure of its own hardware names it (``LOCAL_FIGURES``: a GPU's, a port's), an
+  isolation named it culprit (its structured evidence, never its words), or the run was this node's alone
+  (a job prolog's quick tier) and a gate failed;
+- severity ``review``: a host a failing figure across nodes merely mentions (a slow path's two ends, the
+  pair of a two-node run, an isolation's unresolved suspects, a collective's slowest link), every node of
+  the run when a gate failed across several nodes and names none, or, on node 0 of several, another node
+  whose verdict was FAIL (that node's own list says why); none of these is drained.
 
 The shape (``DrainList``) is documented in docs/evidence.md; ``schema`` says its version.
 """
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, TypedDict
 
@@ -32,6 +35,10 @@ PREFLIGHT = "preflight: "  # the session's prefix of a failed preflight's line (
 REASON_CHARS = 200  # one line a scheduler keeps as the node's reason; the evidence has the rest
 Severity = Literal["drain", "review"]
 _GPU = re.compile(r"\bGPU (\d+)\b")
+# the figures of a named node's own hardware (its GPUs, its ports, the links inside it), by metric prefix: a
+# failing one blames the nodes it names; the others measure across nodes, where a host named may be the
+# healthy end of a slow path
+LOCAL_FIGURES = ("health.", "compute.", "soak.", "fabric.", "connectivity.p2p_")
 _OTHER_PREFLIGHT = re.compile(rf"^{PREFLIGHT}node \d+ \((?P<host>[^)]+)\) failed its preflight")
 
 
@@ -58,81 +65,152 @@ def one_line(text: str) -> str:
     return line if len(line) <= REASON_CHARS else line[: REASON_CHARS - 3] + "..."
 
 
-def _reasons(data: Mapping[str, Any]) -> list[str]:
-    """Why the run failed, one line each, in the order a person should read them: preflight first."""
+@dataclass(frozen=True)
+class Reason:
+    """Why the run failed, one reason: its text and what blames a node for it."""
+
+    text: str
+    local: bool  # the node's own failure: its preflight, or a figure of LOCAL_FIGURES
+    culprits: tuple[str, ...] = ()  # the hosts an isolation of the reason's test named culprit
+
+
+def _local(test: Mapping[str, Any], metric: object = None) -> bool:
+    """Whether a check (``compute.matmul_tflops_min``), else its test's module (test_fabric.py), is one of
+    ``LOCAL_FIGURES``."""
+    if metric:
+        return str(metric).startswith(LOCAL_FIGURES)
+    module = str(test.get("nodeid", "")).partition("::")[0].rpartition("/")[2]
+    return f"{module.removeprefix('test_').removesuffix('.py')}.".startswith(LOCAL_FIGURES)
+
+
+def _isolated(test: Mapping[str, Any], by_rank: Mapping[int, str]) -> tuple[str, ...]:
+    """The hosts of the culprits an isolation of this test named (``IsolationEvidence``: ``culprits`` are
+    node ranks, ``hosts`` their hosts; an isolation recorded without it: the cluster's node ranks)."""
+    found = (test.get("measurements") or {}).get("isolation")
+    if not isinstance(found, Mapping):
+        return ()
+    hosts = {**by_rank, **{int(n): str(h) for n, h in (found.get("hosts") or {}).items()}}
+    return tuple(hosts[int(n)] for n in found.get("culprits") or [] if int(n) in hosts)
+
+
+def _reasons(data: Mapping[str, Any]) -> list[Reason]:
+    """Why the run failed, one reason each, in the order a person should read them: preflight first."""
     errors = [str(e).splitlines()[0] for e in data.get("errors") or [] if str(e).strip()]
-    reasons = [e for e in errors if e.startswith(PREFLIGHT)]
+    by_rank = {
+        int(n["node_rank"]): str(n.get("host"))
+        for n in (data.get("cluster") or {}).get("nodes") or []
+        if n.get("node_rank") is not None
+    }
+    reasons = [Reason(e, local=True) for e in errors if e.startswith(PREFLIGHT)]
     for test in data.get("tests") or []:
+        culprits = _isolated(test, by_rank)
         for check in test.get("checks") or []:
             if check.get("verdict") in FAILED_CHECKS:
                 detail = f" ({check['detail']})" if check.get("detail") else ""
                 value = check.get("value")
                 shown = f"{value:.4g}" if isinstance(value, float) else str(value)
-                reasons.append(f"{check.get('metric')} = {shown}, bound {check.get('bound')}{detail}")
+                text = f"{check.get('metric')} = {shown}, bound {check.get('bound')}{detail}"
+                reasons.append(Reason(text, _local(test, check.get("metric")), culprits))
         failed = test.get("outcome") in FAILED_OUTCOMES
         if failed and not any(c.get("verdict") in FAILED_CHECKS for c in test.get("checks") or []):
             name = str(test.get("nodeid", "")).rpartition("::")[2]
             first = (str(test.get("message") or "").strip().splitlines() or [str(test.get("outcome"))])[0]
-            reasons.append(f"{name}: {first}")  # its first line: a probe's message goes on with its log's tail
-    return reasons + [e for e in errors if not e.startswith(PREFLIGHT)]
+            # its first line: a probe's message goes on with its log's tail
+            reasons.append(Reason(f"{name}: {first}", _local(test), culprits))
+    return reasons + [Reason(e, local=False) for e in errors if not e.startswith(PREFLIGHT)]
 
 
-def _culprits(reason: str, hosts: Sequence[str], host: str, single: bool) -> list[str]:
-    """The nodes a reason names; this node for its own preflight line or a run of this node alone."""
-    other = _OTHER_PREFLIGHT.match(reason)
+def names(host: str, text: str) -> bool:
+    """Whether ``text`` names ``host`` as a whole name: gpu-1 is not in gpu-1-b, nor in gpu-1.rack2."""
+    return re.search(rf"(?<![\w.-]){re.escape(host)}(?![\w.-])", text) is not None
+
+
+def _blame(reason: Reason, hosts: Sequence[str], host: str, single: bool) -> tuple[list[str], list[str]]:
+    """The nodes a reason blames (drain) and those it merely mentions (review). Blamed: another node's
+    preflight line names it; this node's own preflight line; the hosts of a local figure that names them;
+    an isolation's culprits; this node in a run of its own."""
+    other = _OTHER_PREFLIGHT.match(reason.text)
     if other:
-        return [other.group("host")]  # another node's preflight, as the plan brought it (multinode.plan)
-    named = [h for h in hosts if re.search(rf"\b{re.escape(h)}\b", reason)]
-    if named:
-        return named
-    return [host] if reason.startswith(PREFLIGHT) or single else []
+        return [other.group("host")], []  # another node's preflight, as the plan brought it (multinode.plan)
+    if reason.text.startswith(PREFLIGHT):
+        return [host], []
+    named = [h for h in hosts if names(h, reason.text)]
+    blamed = list(reason.culprits)
+    if reason.local:
+        blamed += named
+    if single and not blamed:
+        blamed = [host]
+    return list(dict.fromkeys(blamed)), [h for h in named if h not in blamed]
+
+
+def _gpus(reason: str, node: str, hosts: Sequence[str]) -> list[str]:
+    """The GPU indices a reason names for ``node``: every ``GPU n`` when it names no other host, else those
+    right after the node's name (``gpu-b GPU 3``)."""
+    if any(h != node and names(h, reason) for h in hosts):
+        return re.findall(rf"(?<![\w.-]){re.escape(node)} GPU (\d+)\b", reason)
+    return _GPU.findall(reason)
+
+
+@dataclass
+class _Listing:
+    """The drain list's nodes as the reasons add them: a node is listed once, its severity raised to drain
+    by a reason that blames it, its GPUs those of every reason that blames it (none: one of them blames the
+    node as a whole)."""
+
+    hosts: Sequence[str]
+    names_of: Mapping[str, str]
+    on_gpus: bool  # a CPU run's "GPU 1" is a rank
+    nodes: dict[str, DrainNode] = field(default_factory=dict)
+    whole: set[str] = field(default_factory=set)  # nodes a drain reason naming no GPU blames as a whole
+
+    def add(self, node: str, severity: Severity, reason: str) -> None:
+        gpus = set(_gpus(reason, node, self.hosts)) if self.on_gpus else set()
+        if severity == "drain" and not gpus:
+            self.whole.add(node)
+        listed = self.nodes.get(node)
+        if listed is None or (severity == "drain" and listed["severity"] == "review"):
+            self.nodes[node] = {
+                "node": node,
+                "scheduler_name": self.names_of.get(node, node),
+                "gpus": sorted(gpus, key=int),
+                "severity": severity,
+                "reason": one_line(reason),
+            }
+        elif severity == "drain":  # one more reason to drain it: its GPUs join the earlier reasons'
+            listed["gpus"] = [] if node in self.whole else sorted({*listed["gpus"], *gpus}, key=int)
 
 
 def build(data: Mapping[str, Any], evidence: Path, scheduler_names: Mapping[str, str] | None = None) -> DrainList:
     """The drain list of one evidence document (a node's, or node 0's with the other nodes' verdicts)."""
-    names = dict(scheduler_names or {})
     host = str(data["topology"]["host"])
     hosts = [str(n.get("host")) for n in (data.get("cluster") or {}).get("nodes") or []] or [host]
     single = int(data["topology"].get("nodes", 1)) == 1
     resolved = (data.get("profile") or {}).get("resolved") or {}
-    on_gpus = (resolved.get("topology") or {}).get("device", "cuda") == "cuda"  # a CPU run's "GPU 1" is a rank
-    nodes: dict[str, DrainNode] = {}
-
-    def add(node: str, severity: Severity, reason: str) -> None:
-        if node in nodes:
-            if severity == "drain":
-                nodes[node]["severity"] = "drain"
-            return
-        gpus = sorted(set(_GPU.findall(reason)), key=int) if on_gpus else []
-        nodes[node] = {
-            "node": node,
-            "scheduler_name": names.get(node, node),
-            "gpus": gpus,
-            "severity": severity,
-            "reason": one_line(reason),
-        }
-
+    on_gpus = (resolved.get("topology") or {}).get("device", "cuda") == "cuda"
+    listing = _Listing(hosts, dict(scheduler_names or {}), on_gpus)
     reasons = _reasons(data) if data.get("verdict") == "FAIL" else []
     for reason in reasons:
-        for node in _culprits(reason, hosts, host, single):
-            add(node, "drain", reason)
+        blamed, mentioned = _blame(reason, hosts, host, single)
+        for node in blamed:
+            listing.add(node, "drain", reason.text)
+        for node in mentioned:
+            listing.add(node, "review", f"named, not blamed: {reason.text}")
     # every node judges the same figures, so a cluster-wide failure is every node's FAIL: another node's
     # verdict alone drains nothing; its own drain list (beside its evidence) names what is its own
     for other in (data.get("cluster") or {}).get("node_verdicts") or []:
         if other.get("verdict") == "FAIL" and other.get("host") != host:
-            add(
-                str(other.get("host")), "review", f"node verdict FAIL: its drain list is beside {other.get('evidence')}"
-            )
-    if reasons and not nodes:
+            why = f"node verdict FAIL: its drain list is beside {other.get('evidence')}"
+            listing.add(str(other.get("host")), "review", why)
+    if reasons and not listing.nodes:
         for node in hosts:
-            add(node, "review", f"no node named: {reasons[0]}")
+            listing.add(node, "review", f"no node named: {reasons[0].text}")
     return {
         "schema": DRAIN_SCHEMA,
         "written": now(),
         "verdict": str(data.get("verdict")),
         "evidence": str(evidence),
         "tier": (data.get("tier") or {}).get("name"),
-        "nodes": list(nodes.values()),
+        "nodes": list(listing.nodes.values()),
         "applied": [],
     }
 

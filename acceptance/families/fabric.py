@@ -37,7 +37,10 @@ class FabricReading(TypedDict):
     root: str
     ports: list[PortReading]
     gpus: list[GpuNuma]  # every NVIDIA GPU on the PCI bus with its NUMA node: the GPU-to-NIC affinity
-    error: str | None  # the root could not be listed at all (no InfiniBand stack: recorded, not a failure)
+    # the reading failed: the probe gave no answer (a timeout, a crash, output not JSON) or the root is there
+    # and could not be listed; its figures are unmeasured, never a pass. A root that does not exist (no
+    # InfiniBand stack) is no error: a reading without ports.
+    error: str | None
 
 
 @dataclass(frozen=True)
@@ -60,11 +63,12 @@ class Figure:
     unit: str
     detail: str
     skip: str | None = None
+    unmeasured: str | None = None  # what could not be compared, in words: the test fails with it (``check``)
 
 
 def increases(before: FabricReading, after: FabricReading, counters: Sequence[str]) -> list[Increase]:
-    """Every watched counter that rose between the readings, per port; a port only one reading has is
-    not compared (it appeared or went away: the ports' states say so)."""
+    """Every watched counter that rose between the readings, per port; a port only the second reading has
+    is not compared (it appeared), one only the first has is ``missing``."""
     old = {(p["hca"], p["port"]): p for p in before["ports"]}
     found: list[Increase] = []
     for port in after["ports"]:
@@ -79,6 +83,32 @@ def increases(before: FabricReading, after: FabricReading, counters: Sequence[st
                     )
                 )
     return found
+
+
+def missing(before: FabricReading, after: FabricReading) -> list[str]:
+    """Each port the first reading has and the second does not, node, HCA and port named: its counters
+    after the probes are not known, and a port gone is a link that went away."""
+    now = {(p["hca"], p["port"]) for p in after["ports"]}
+    return [
+        f"{after['host']} {p['hca']} port {p['port']}: present before the probes, missing after"
+        for p in before["ports"]
+        if (p["hca"], p["port"]) not in now
+    ]
+
+
+def unmeasured(before: FabricReading | None, after: FabricReading) -> str | None:
+    """Why the counters' rise is not measured, in words; None when both readings are whole."""
+    host = after["host"]
+    why: list[str] = []
+    if before is None:
+        why.append(f"{host}: no first reading of the ports was stored (it is taken beside the preflight)")
+    elif before["error"]:
+        why.append(f"{host}: the first reading failed: {before['error']}")
+    if after["error"]:
+        why.append(f"{host}: the second reading failed: {after['error']}")
+    if before is not None and not why:
+        why += missing(before, after)
+    return "\n".join(why) or None
 
 
 def port_text(port: PortReading) -> str:
@@ -96,34 +126,45 @@ def affinity(reading: FabricReading) -> list[str]:
     return lines
 
 
-def evaluate(before: FabricReading, after: FabricReading, counters: Sequence[str]) -> dict[str, Figure]:
-    """The family's figures: counters that rose (gated: none may), ports not ACTIVE and ports read (recorded)."""
+def evaluate(before: FabricReading | None, after: FabricReading, counters: Sequence[str]) -> dict[str, Figure]:
+    """The family's figures: counters that rose (gated: none may), ports not ACTIVE and ports read (recorded).
+    ``before`` None: no first reading was stored. A reading that failed, a missing first reading and a port
+    gone by the second make the figures they feed unmeasured (the test fails with the line); the counters'
+    test skips only where both readings succeeded and neither lists a port."""
     host = after["host"]
-    if not after["ports"]:
-        why = after["error"] or f"no port under {after['root']}"
-        skip = f"{host} has no InfiniBand/RoCE port: {why}"
+    lost = unmeasured(before, after)
+    read_after = f"{host}: the second reading failed: {after['error']}" if after["error"] else None
+    if lost is None and before is not None and not before["ports"] and not after["ports"]:
+        skip = f"{host} has no InfiniBand/RoCE port: no port under {after['root']}"
         return {
             "fabric.ports": Figure("fabric.ports", 0, "ports", skip),
             "fabric.counter_increases": Figure("fabric.counter_increases", 0, "counters", skip, skip=skip),
             "fabric.ports_down": Figure("fabric.ports_down", 0, "ports", skip, skip=skip),
         }
-    rose = increases(before, after, counters)
+    rose = increases(before, after, counters) if before is not None else []
     down = [p for p in after["ports"] if p["state"] != ACTIVE]
+    watched = f"{len(counters)} error counters on {len(after['ports'])} port(s)"
     return {
         "fabric.ports": Figure(
-            "fabric.ports", len(after["ports"]), "ports", "; ".join(port_text(p) for p in after["ports"])
+            "fabric.ports",
+            len(after["ports"]),
+            "ports",
+            "; ".join(port_text(p) for p in after["ports"]) or read_after or f"no port under {after['root']}",
+            unmeasured=read_after,
         ),
         "fabric.counter_increases": Figure(
             "fabric.counter_increases",
             len(rose),
             "counters",
-            "; ".join(i.text() for i in rose) or f"{len(counters)} error counters on {len(after['ports'])} port(s)",
+            "; ".join(i.text() for i in rose) or (f"not measured: {lost}" if lost else watched),
+            unmeasured=lost,
         ),
         "fabric.ports_down": Figure(
             "fabric.ports_down",
             len(down),
             "ports",
-            "; ".join(f"{host} {port_text(p)}" for p in down) or "every port ACTIVE",
+            "; ".join(f"{host} {port_text(p)}" for p in down) or read_after or "every port ACTIVE",
+            unmeasured=read_after,
         ),
     }
 
@@ -132,6 +173,6 @@ def evaluate(before: FabricReading, after: FabricReading, counters: Sequence[str
 class FabricResult:
     """The two readings of this node's ports and the figures judged from them."""
 
-    before: FabricReading
+    before: FabricReading | None  # None: no first reading was stored
     after: FabricReading
     figures: dict[str, Figure]

@@ -2,9 +2,10 @@
 
 A GPU another job computes on halves every figure measured on it, and the figures alone name the effect, not
 the cause (a matmul loop beside the suite read only as "37% under the median, clock events sw_power_cap").
-The preflight names the cause instead: the pid and command of each process on a GPU that is not the run's
-own, or the memory in use on a GPU whose processes NVML cannot show (another container's, another pid
-namespace's). ``acceptance.probes.nvml.read_gpu_users`` reads the answers; ``foreign_use`` judges them.
+The preflight names the cause instead: the pid and executable of each process on a GPU that is not the
+run's own (its whole command line, masked, only in the evidence's ``cluster.preflight.foreign``), or the
+memory in use on a GPU whose processes NVML cannot show (another container's, another pid namespace's).
+``acceptance.probes.nvml.read_gpu_users`` reads the answers; ``foreign_use`` judges them.
 """
 
 from __future__ import annotations
@@ -41,17 +42,30 @@ def _where(gpu: GpuUse) -> str:
     return f"GPU {gpu['index']} ({parts})" if parts else f"GPU {gpu['index']}"
 
 
+def executable(command: str | None) -> str:
+    """The base name of a command line's executable (``/opt/conda/bin/python train.py --token x`` -> python):
+    what a one-line message may show, where every user reads it (``sinfo -R``, a node's annotation); the
+    whole command line, masked, stays in the evidence."""
+    first = (command or "").split(" ", 1)[0]
+    return first.rsplit("/", 1)[-1] or "command not visible from here"
+
+
+def foreign(gpus: Sequence[GpuUse], ours: Callable[[int], bool]) -> list[GpuProcess]:
+    """Every process on a GPU that is not the run's own, with its command line (masked when read)."""
+    return [p for gpu in gpus for p in gpu["processes"] if not ours(p["pid"])]
+
+
 def foreign_use(gpus: Sequence[GpuUse], ours: Callable[[int], bool]) -> list[str]:
-    """One line per GPU another process uses: each foreign pid with its command and memory; or, where NVML
-    lists no process at all, the memory in use beyond an idle GPU's. ``ours(pid)`` says whether a pid is
-    the run's own (a rank of the probe worker started beside the preflight)."""
+    """One line per GPU another process uses: each foreign pid with its executable's base name and memory
+    (never its arguments: the line becomes a node's drain reason, which every user of the cluster reads);
+    or, where NVML lists no process at all, the memory in use beyond an idle GPU's. ``ours(pid)`` says
+    whether a pid is the run's own (a rank of the probe worker started beside the preflight)."""
     found: list[str] = []
     for gpu in gpus:
-        foreign = [p for p in gpu["processes"] if not ours(p["pid"])]
-        if foreign:
+        others = foreign([gpu], ours)
+        if others:
             named = "; ".join(
-                f"pid {p['pid']} `{p['command'] or 'command not visible from here'}` ({_gib(p['used_memory_bytes'])})"
-                for p in foreign
+                f"pid {p['pid']} `{executable(p['command'])}` ({_gib(p['used_memory_bytes'])})" for p in others
             )
             found.append(f"{_where(gpu)} is in use by another process: {named}")
             continue

@@ -154,6 +154,7 @@ class IsolationEvidence(TypedDict):
     clear_llr: float
     cleared: list[int]
     culprits: list[int]
+    hosts: dict[str, str]  # node -> its host, as the rounds named them: who a culprit is (the drain list)
     witnesses: dict[str, list[int]]
     paths: list[list[int]]
     flapping: list[list[int]]
@@ -725,6 +726,7 @@ class Isolation:
             "clear_llr": self.clear_llr,
             "cleared": st.cleared,
             "culprits": self.culprits,
+            "hosts": {str(n): h for n, h in sorted(self.hosts.items())},
             "witnesses": {str(n): w for n, w in st.witnesses.items()},
             "paths": [list(p) for p in st.paths],
             "flapping": [[j.pair.a, j.pair.b] for j in st.flapping],

@@ -74,11 +74,15 @@ class GemmRecord(TypedDict):
     reference_errors: int  # of those, the ones outside the error bound
     reference_worst: float  # the largest |error| / bound among them (1 = at the bound)
     reference_first_bad: Bad | None
+    # why the fp64 reference check was not made where the GEMM ran (no meaningful error bound for its k)
+    reference_not_measured: str | None
     windows: list[Window]
 
 
 class MemoryRecord(TypedDict):
-    bytes: int
+    bytes: int  # the patterns' buffer
+    # what the profile asked for: soak.memory_fraction of the free memory, or soak.host_memory_size
+    asked_bytes: int  # 0: not known (a record from before it was kept)
     passes: int  # whole-buffer write-and-read passes
     patterns: dict[str, int]  # pattern -> passes
     bad_words: int  # 64-bit words read back other than written
@@ -220,6 +224,9 @@ def gemm_reference(result: SoakResult) -> Figure:
     worst: dict[str, float] = {}
     for r in result["ranks"]:
         for g in _measured_gemms(r):
+            if g.get("reference_not_measured"):  # never a pass: the test fails with it
+                fig.unmeasured.append(f"{label(r)}: {g.get('reference_not_measured')}")
+                continue
             worst[g["dtype"]] = max(worst.get(g["dtype"], 0.0), g["reference_worst"])
             if g["reference_errors"]:
                 fig.value += g["reference_errors"]
@@ -277,6 +284,29 @@ def memory_bad(result: SoakResult) -> Figure:
     return fig
 
 
+def memory_coverage(result: SoakResult) -> Figure:
+    """The smallest share of the memory asked for (``asked_bytes``) that a rank's patterns covered: an
+    allocation halved after an out-of-memory error, or a buffer the GEMMs' memory left short, checks less
+    than the profile asked (``soak.memory_coverage_min``)."""
+    fig = Figure("soak.memory_coverage", "fraction", value=1.0)
+    worst: tuple[float, RankSoak] | None = None
+    for r in result["ranks"]:
+        asked = r["memory"].get("asked_bytes")
+        if asked:
+            share = r["memory"]["bytes"] / asked
+            worst = (share, r) if worst is None or share < worst[0] else worst
+    if worst is None:
+        fig.skip = "no rank recorded the memory it asked for"
+        return fig
+    fig.value, r = worst
+    m = r["memory"]
+    fig.findings.append(
+        f"{label(r)}: patterns over {m['bytes'] / 2**30:.3g} GiB of the {m.get('asked_bytes', 0) / 2**30:.3g} GiB "
+        f"asked ({fig.value:.1%}), the least of any rank"
+    )
+    return fig
+
+
 def allreduce_wrong(result: SoakResult) -> Figure:
     fig = Figure("soak.allreduce_wrong", "elements")
     for r in result["ranks"]:
@@ -295,9 +325,13 @@ def _nvml(result: SoakResult) -> list[tuple[RankSoak, NvmlRecord]]:
 
 
 def _gpu_only(fig: Figure, result: SoakResult) -> bool:
-    """Skip the figure where there is no GPU; True when it applies."""
+    """Skip the figure where there is no GPU; True when it applies. A GPU run whose ranks recorded no NVML
+    at all is unmeasured (its test fails), never a skip."""
     if not _nvml(result):
-        fig.skip = "no GPU: NVML's counters, events and clocks exist on GPUs only (topology.device: cpu)"
+        if result["device"] == "cuda":
+            fig.unmeasured.append("not measured on any GPU: no rank of this GPU run recorded NVML")
+        else:
+            fig.skip = "no GPU: NVML's counters, events and clocks exist on GPUs only (topology.device: cpu)"
         return False
     return True
 
@@ -402,10 +436,13 @@ def slowdowns(result: SoakResult) -> Figure:
 
 
 def _none_measured(fig: Figure, result: SoakResult) -> Figure:
-    """A figure no GPU could measure does not apply here (a skip with the reasons, never a pass); one that
-    some GPUs could not measure keeps them in ``unmeasured``, which fails its test."""
-    if fig.unmeasured and len(fig.unmeasured) >= len(_nvml(result)):
+    """A figure that some GPUs, or every GPU, could not measure keeps them in ``unmeasured``, which fails its
+    test: on a GPU run (``topology.device: cuda``) an NVML count no GPU could read is unmeasured, never a
+    skip that reads as a pass. (On the CPU, ``_gpu_only`` skipped it before: no NVML there.)"""
+    if fig.unmeasured and len(fig.unmeasured) >= len(_nvml(result)) and result["device"] != "cuda":
         fig.skip = "not measured on any GPU:\n" + "\n".join(fig.unmeasured)
+    elif fig.unmeasured and len(fig.unmeasured) >= len(_nvml(result)):
+        fig.unmeasured.insert(0, "not measured on any GPU of this GPU run:")
     return fig
 
 

@@ -91,11 +91,12 @@ def parametrize_from_profile(
 
 def fabric_figures(run: ClusterRun) -> fabric_rules.FabricResult:
     """This node's ports read before any probe (beside the preflight) and now, after the network probes,
-    and the figures of the two (the profile's ``fabric.counters`` are the ones watched)."""
+    and the figures of the two (the profile's ``fabric.counters`` are the ones watched). No stored first
+    reading is none: the counters' rise is then unmeasured, never compared with the second reading itself."""
     section = FABRIC.section_of(run.profile.model)
     after = fabric_readings.read(section.sysfs_root)
     stored = run.evidence.cluster.fabric_before
-    before = cast(fabric_rules.FabricReading, stored) if stored else after
+    before = cast(fabric_rules.FabricReading, stored) if stored else None
     return fabric_rules.FabricResult(before, after, fabric_rules.evaluate(before, after, section.counters))
 
 

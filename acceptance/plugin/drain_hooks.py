@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import socket
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -28,13 +29,18 @@ def scheduler_names(host: str, env: Mapping[str, str] = os.environ) -> dict[str,
 def act_on(data: Mapping[str, Any], folder: Path, evidence: Path, way: str | None) -> drain.DrainList | None:
     """Write the drain list of a run that did not PASS (and apply it when ``way`` is slurm or kubernetes);
     None for a PASS. A list that cannot be written is reported in its ``applied`` lines' place: the
-    terminal shows it, the evidence is already whole."""
+    terminal shows it, the evidence is already whole. One that cannot be built (or applied) is one line on
+    stderr and None: the verdict and the exit status stay the run's, never a pytest INTERNALERROR."""
     if data.get("verdict") == "PASS":
         return None
-    host = str(data["topology"].get("host") or socket.gethostname())
-    found = drain.build(data, evidence, scheduler_names(host))
-    if way in scheduler.COMMANDS:
-        found["applied"] = scheduler.apply(found, way)
+    try:
+        host = str(data["topology"].get("host") or socket.gethostname())
+        found = drain.build(data, evidence, scheduler_names(host))
+        if way in scheduler.COMMANDS:
+            found["applied"] = scheduler.apply(found, way)
+    except Exception as exc:  # a drain list that fails must leave the verdict and exit status as they are
+        print(f"cluster-acceptance: no drain list for {evidence}: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return None
     try:
         drain.write(folder, found)
     except (OSError, FileExistsError) as exc:

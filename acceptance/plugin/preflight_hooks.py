@@ -8,6 +8,7 @@ with it, instead of each failing on its own. The line is an error in the evidenc
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import pytest
 
@@ -33,7 +34,10 @@ def run_preflight(run: ClusterRun, items: list[pytest.Item], probes: bool) -> pr
         if run.topology.device != "cuda":
             return None  # a CPU profile needs nothing this node could lack
         result = preflight.check(run.profile.model, child_env(run.profile.model.env))
-    run.evidence.cluster.preflight = {"ok": result.ok, "message": result.message, "gpus": result.gpus}
+    record: dict[str, Any] = {"ok": result.ok, "message": result.message, "gpus": result.gpus}
+    if result.foreign:  # each command line whole (masked): the message names the pid and executable only
+        record["foreign"] = [dict(p) for p in result.foreign]
+    run.evidence.cluster.preflight = record
     if not result.ok:
         run.evidence.error(f"{PREFIX}{result.message}")
         run.workers.close()

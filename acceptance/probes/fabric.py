@@ -67,7 +67,9 @@ def read(root: Path, pci: Path = PCI_DEVICES) -> FabricReading:
     gpus: list[GpuNuma] = [{"pci_bus_id": b, "numa_node": _numa(pci / b / "numa_node")} for b in pci_gpus(pci)]
     try:
         hcas = sorted(p for p in root.iterdir() if (p / "ports").is_dir())
-    except OSError as exc:
+    except FileNotFoundError:  # no InfiniBand stack on this node: no port, and nothing failed
+        return {"host": socket.gethostname(), "root": str(root), "ports": [], "gpus": gpus, "error": None}
+    except OSError as exc:  # the root is there and cannot be listed: the reading failed
         return {"host": socket.gethostname(), "root": str(root), "ports": [], "gpus": gpus,
                 "error": f"{root}: {exc.strerror or exc}"}  # fmt: skip
     ports = [read_port(hca, port) for hca in hcas for port in sorted((hca / "ports").iterdir(), key=lambda p: p.name)]

@@ -16,6 +16,7 @@ from typing import cast
 
 from acceptance.families.gpu_users import GpuProcess, GpuUse
 from acceptance.families.health import NodeInventory, NvmlListed, TorchView
+from acceptance.masking import masked_command
 from acceptance.probes import nvml
 
 PCI_DEVICES = Path("/sys/bus/pci/devices")
@@ -84,13 +85,16 @@ def read() -> NodeInventory:
 
 
 def command_of(pid: int, proc: Path = PROC) -> str | None:
-    """A process's command line, as ps shows it; None where this node's /proc does not show the pid (a
-    process of another pid namespace: NVML answers with the host's pids)."""
+    """A process's command line, as ps shows it, a secret in it masked (``masking.masked_command``: a token
+    passed as an argument); None where this node's /proc does not show the pid (a process of another pid
+    namespace: NVML answers with the host's pids). It goes to the evidence only: a one-line message names
+    the pid and the executable (``gpu_users.foreign_use``)."""
     try:
         raw = (proc / str(pid) / "cmdline").read_bytes()
     except OSError:
         return None
-    return " ".join(part.decode(errors="replace") for part in raw.split(b"\0") if part)[:COMMAND_CHARS] or None
+    argv = [part.decode(errors="replace") for part in raw.split(b"\0") if part]
+    return " ".join(masked_command(argv))[:COMMAND_CHARS] or None
 
 
 def with_commands(use: GpuUse, proc: Path = PROC) -> GpuUse:

@@ -123,4 +123,5 @@ class MemoryPatterns:
             "patterns": dict(self.by_pattern),
             "bad_words": self.bad_words(),
             "first_bad": self.first_bad,
+            "asked_bytes": 0,  # the soak sets what it asked for
         }

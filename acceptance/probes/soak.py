@@ -52,16 +52,14 @@ from acceptance.probes import verifiable
 from acceptance.probes.memory_patterns import MemoryPatterns
 from acceptance.probes.rank import Ctx, main
 from acceptance.probes.soak_watch import SoakWatch
+from acceptance.profile.rounding import U_BF16, U_FP8_ACCUMULATE, U_FP32, accumulation_gamma
 from acceptance.profile.sizes import parse_size
 
 FAULT_ENV = "ACCEPTANCE_TEST_SOAK"
 FAULTS = ("gemm", "slow", "memory", "allreduce")
 FP8_MIN_CAPABILITY = (8, 9)  # Ada and Hopper have fp8 tensor cores (CUDA C Programming Guide, compute capabilities)
 WARMUP_S = 1.0  # an idle GPU's clocks take a while to ramp (as in probes.compute)
-# Unit roundoffs (half an ulp at 1): bfloat16 keeps 8 significand bits, float32 24 (IEEE 754 binary32; the
-# bfloat16 format keeps float32's exponent and 8 bits of its significand). Hopper's fp8 tensor cores
-# accumulate with about 14 bits (DeepSeek-V3 Technical Report, arXiv:2412.19437, section 3.3.2).
-U_BF16, U_FP32, U_FP8_ACCUMULATE = 2.0**-8, 2.0**-24, 2.0**-14
+# the unit roundoffs of bfloat16, of float32 (bf16's accumulator) and of fp8's accumulator: profile.rounding
 ALLREDUCE_BOUND = 1 << 24  # float32 holds every integer up to 2**24 exactly: the sums stay exact
 # the GEMM's own memory next to the patterns': inputs, first result, the result, and the checks' temporaries
 GEMM_BUFFERS = 8
@@ -112,13 +110,18 @@ def _inputs(n: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
     return a, b
 
 
-def _bound(a: torch.Tensor, b: torch.Tensor, ref: torch.Tensor, accumulate: float) -> torch.Tensor:
+def _bound(a: torch.Tensor, b: torch.Tensor, ref: torch.Tensor, gamma: float) -> torch.Tensor:
     """The largest error of each element of a product rounded to bfloat16: the inner product's error bound
-    (Higham, Accuracy and Stability of Numerical Algorithms, 2nd ed., eq. 3.5: gamma_k |a||b| with
-    gamma_k = k u / (1 - k u)) plus the final rounding to bfloat16 (u |result|)."""
-    k = a.shape[1]
-    gamma = k * accumulate / (1 - k * accumulate)
+    gamma |a||b| (``profile.rounding.accumulation_gamma``: Higham's gamma_k where it is meaningful, else
+    Higham and Mary's probabilistic one) plus the final rounding to bfloat16 (u |result|)."""
     return gamma * (1 + U_BF16) * (a.abs() @ b.abs()) + U_BF16 * ref.abs() + 1e-30
+
+
+def _no_bound(dtype: str, k: int, accumulate: float) -> str:
+    return (
+        f"{dtype}: no meaningful error bound for k = {k} with the accumulator's u = 2^{math.log2(accumulate):g} "
+        "(soak.matmul_size too large): the fp64 reference check was not made"
+    )
 
 
 def _fmt(value: float) -> str:
@@ -177,15 +180,23 @@ class Gemm:
     def digest(self) -> str:
         return hashlib.sha256(self.ref.contiguous().view(torch.uint8).cpu().numpy().tobytes()).hexdigest()
 
+    def reference_gamma(self) -> tuple[float, str] | None:
+        """The inner products' error bound factor for this GEMM's k and accumulator; None: none is meaningful."""
+        return accumulation_gamma(self.host_a.shape[1], self.accumulate)
+
     def reference(self, rows: int) -> tuple[int, int, float, Bad | None]:
         """Rows of the first result against the fp64 product on the host: elements checked, elements
-        outside the bound, the largest |error| / bound, the first one outside it."""
+        outside the bound, the largest |error| / bound, the first one outside it. Nothing checked where no
+        bound is meaningful for this k (``reference_gamma``; ``record`` says why)."""
+        found = self.reference_gamma()
+        if found is None:
+            return 0, 0, 0.0, None
         picked = sorted({(i * self.n) // rows for i in range(rows)})
         got = self.ref[picked].double().cpu()
         a, b = self.host_a[picked].double(), self.host_b.double()
         want = a @ b
         error = (got - want).abs()
-        ratio = error / _bound(a, b, want, self.accumulate)
+        ratio = error / _bound(a, b, want, found[0])
         outside = (ratio > 1) | ratio.isnan()
         first: Bad | None = None
         if bool(outside.any()):
@@ -209,6 +220,7 @@ class Gemm:
                 "want": _fmt(float(self.ref.view(-1)[i].double().item())),
             }
         checked, errors, worst, ref_first = self.reference(spot_rows)
+        gamma = self.reference_gamma()
         return {
             "dtype": self.dtype,
             "not_measured": None,
@@ -221,6 +233,9 @@ class Gemm:
             "reference_errors": errors,
             "reference_worst": worst,
             "reference_first_bad": ref_first,
+            "reference_not_measured": (
+                None if gamma is not None else _no_bound(self.dtype, self.host_a.shape[1], self.accumulate)
+            ),
             "windows": windowed(self.windows, window_s),
         }
 
@@ -252,6 +267,7 @@ def unmeasured(dtype: GemmDtype, reason: str) -> GemmRecord:
         "reference_errors": 0,
         "reference_worst": 0.0,
         "reference_first_bad": None,
+        "reference_not_measured": None,
         "windows": [],
     }
 
@@ -452,6 +468,7 @@ class Soak:
     watch: SoakWatch | None
     faults: Injected
     batch: dict[GemmDtype, int] = field(default_factory=dict)
+    asked_bytes: int = 0  # the patterns' buffer the profile asked for (``memory.bytes`` is what they got)
     rounds: int = 0
     t0: float = 0.0
 
@@ -467,16 +484,20 @@ class Soak:
         ctx.phase("memory")
         if ctx.is_cuda:
             free, _ = torch.cuda.mem_get_info(ctx.device)
-            nbytes = int(free * cfg["memory_fraction"]) - GEMM_BUFFERS * work[0].ref.numel() * 2
+            asked = int(free * cfg["memory_fraction"])  # what the profile asked for (soak.memory_fraction)
+            nbytes = asked - GEMM_BUFFERS * work[0].ref.numel() * 2
         else:
-            nbytes = parse_size(cfg["host_memory_size"])
+            asked = nbytes = parse_size(cfg["host_memory_size"])
+        # the bytes covered against ``asked`` are in the record: soak.memory_coverage fails a buffer that the
+        # GEMMs' memory or _allocate's halving left short (max(8, ...): a buffer however small, never none)
         memory = _allocate(max(8, nbytes), ctx.device, cfg["seed"])
         uuid = f"GPU-{torch.cuda.get_device_properties(ctx.device).uuid}" if ctx.is_cuda else None
         watch = SoakWatch(uuid, cfg["sample_s"]) if uuid is not None else None
         # every GEMM gets its share of the round, at the warm-up's pace
         share = cfg["round_s"] / len(work)
         batch = {g.dtype: max(1, round(share / max(g.per_call_s, 1e-6))) for g in work}
-        return cls(ctx, cfg, work, skipped, exact, memory, uuid, watch, Injected.of(faults, ctx.rank), batch)
+        injected = Injected.of(faults, ctx.rank)
+        return cls(ctx, cfg, work, skipped, exact, memory, uuid, watch, injected, batch, asked_bytes=asked)
 
     def start(self) -> None:
         self.ctx.phase("soak")
@@ -527,7 +548,7 @@ class Soak:
             "seconds": round(seconds, 3),
             "rounds": self.rounds,
             "gemm": [g.record(cfg["spot_rows"], cfg["window_s"]) for g in self.work] + self.skipped,
-            "memory": self.memory.record(),
+            "memory": {**self.memory.record(), "asked_bytes": self.asked_bytes},
             "allreduce": self.exact.record(),
             "nvml": nvml,
         }

@@ -24,7 +24,7 @@ from acceptance.numbers import fmt
 from acceptance.profile import baseline as baselines
 from acceptance.profile.bounds import evaluate
 from acceptance.profile.loader import OVERRIDE, Profile
-from acceptance.profile.metrics import Kind, canonical_metric, kind
+from acceptance.profile.metrics import Kind, better, canonical_metric, kind
 from acceptance.profile.model import Threshold
 
 # the verdict of one figure; the evidence's ``CheckVerdict`` holds the same words
@@ -149,18 +149,45 @@ def regressed(
     figure worse than the old run's beyond ``tolerance`` and beyond the noise (the rule ``Judge`` applies to
     ``--cluster-baseline``). ``noise``: the standard error of the difference, by default from both checks'
     readings (``baseline.figures``). A figure that failed a bound the old run did not have (``bound_moved``)
-    did not regress for that: only its value can."""
+    did not regress for that: only its value can. A correctness figure (whose bound is a sanity gate, not
+    a baseline) regressed where it is out of either run's bound and got worse, or is out of the bound the
+    old run met, whatever bound it has now (``_correctness_regressed``)."""
     if new is None or not ((old or {}).get("bound") or new.get("bound")):
         return False
     turned_fail = new.get("verdict") == "fail" and (old or {}).get("verdict") != "fail"
     if turned_fail and not bound_moved(old, new):  # out of the same bound now
         return True
-    if old is None or kind(metric) == "correctness":
+    if old is None:
         return False
+    if kind(metric) == "correctness":
+        return _correctness_regressed(metric, old, new)
     if noise is None:
         noise = baselines.noise_between(baselines.noise_in(old), baselines.noise_in(new))
     judged = baselines.judge({canonical_metric(metric): old}, metric, new.get("value"), True, tolerance, noise)
     return judged is not None and not judged.ok
+
+
+def _out_of(check: Mapping[str, Any], value: float) -> bool:
+    """Whether ``value`` fails the bound ``check`` was judged by (False where it kept none)."""
+    bound = _bound_of(check)
+    return bool(bound) and not evaluate(Threshold.model_validate(bound), value)[0]
+
+
+def _correctness_regressed(metric: str, old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
+    """A correctness figure judged against a bound that moved: out of the bound the old run met (a loosened
+    gate hides nothing), or out of either bound and worse than the old value (``soak.gemm_wrong_elements``
+    0 -> 4000 against a bound gone from 5 to 0). Only a tightened bound that the same value now fails is the
+    bound's change, not the figure's; a value that moved within both bounds is no regression."""
+    value, was = new.get("value"), old.get("value")
+    if not isinstance(value, (int, float)):
+        return False
+    if old.get("verdict") != "fail" and _out_of(old, float(value)):
+        return True
+    failing = new.get("verdict") == "fail" or _out_of(old, float(value))
+    if not failing or not isinstance(was, (int, float)):
+        return False
+    side = better(metric)
+    return (value > was) if side == "lower" else (value < was) if side == "higher" else value != was
 
 
 def _with(message: str, detail: str) -> str:

@@ -332,6 +332,8 @@ SOAK = Family(
             r"(gemm_wrong_elements|gemm_disagreeing_gpus|gemm_reference_errors|memory_bad_words|allreduce_wrong)",
             _SOAK, "lower", kind="correctness",
         ),
+        # the share of the memory asked for that the patterns covered: a sanity gate (soak.memory_coverage_min)
+        Metric[Soak](r"(memory_coverage)", _SOAK, "higher", scale="bound", kind="correctness"),
         # NVML's counters and events: none on the CPU
         Metric[Soak](
             r"(ecc_new_errors|remapped_rows_new|xid_new|slowdown_gpus)", _SOAK, "lower", kind="correctness",

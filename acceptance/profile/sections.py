@@ -14,6 +14,7 @@ from acceptance.profile.collectives import COLLECTIVE_OPS
 from acceptance.profile.dtypes import DTYPE_NAMES
 from acceptance.profile.fields import PositiveInt, RunName, Size, Strict
 from acceptance.profile.peaks import Peaks, Precision
+from acceptance.profile.rounding import U_FP8_ACCUMULATE, accumulation_gamma, largest_k
 
 
 class Connectivity(Strict):
@@ -233,6 +234,9 @@ class Soak(Strict):
     round_s: Annotated[float, Field(gt=0, le=60)] = 0.5
     window_s: Annotated[float, Field(gt=0)] = 5.0  # sustained TFLOP/s: the median of windows this long
     memory_fraction: Annotated[float, Field(gt=0, le=0.95)] = 0.8  # of the GPU's free memory, for the patterns
+    # the least share of that (or of host_memory_size) the patterns must cover (soak.memory_coverage): an
+    # allocation halved after an out-of-memory error, or left short by the GEMMs' memory, checks less
+    memory_coverage_min: Annotated[float, Field(gt=0, le=1)] = 0.5
     host_memory_size: Size = "64M"  # on the CPU (topology.device: cpu): the patterns' buffer
     allreduce_size: Size = "64M"  # bytes of float32 all_reduced each round, every element checked
     spot_rows: PositiveInt = 2  # rows of the first result checked against an fp64 reference on the host
@@ -243,6 +247,20 @@ class Soak(Strict):
     # limit, as designed, and is recorded only
     slowdown_reasons: list[ThrottleReason] = SOAK_SLOWDOWNS
     seed: int = 1234
+
+    @model_validator(mode="after")
+    def _fp8_bound(self) -> Soak:
+        """The fp8 GEMM's fp64 reference check needs an error bound that means something at k = matmul_size:
+        Higham's gamma_k = k u / (1 - k u) ("Accuracy and Stability of Numerical Algorithms", §3.1) is 1 at
+        k = 8192 for fp8's 14-bit accumulator (u = 2**-14: a 0 passes), infinite at 16384 and negative past
+        it; the probabilistic bound (Higham & Mary 2019) carries it to about 24,000 (``rounding``)."""
+        if self.fp8 and accumulation_gamma(self.matmul_size, U_FP8_ACCUMULATE) is None:
+            raise ValueError(
+                f"matmul_size: {self.matmul_size} is too large for the fp8 GEMM's reference check (no meaningful "
+                f"error bound for k = {self.matmul_size} with fp8's 14-bit accumulator): at most "
+                f"{largest_k(U_FP8_ACCUMULATE)} with fp8 on, or set soak.fp8: false"
+            )
+        return self
 
 
 # The error counters of an InfiniBand/RoCE port, as the kernel names them under

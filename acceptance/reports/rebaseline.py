@@ -6,9 +6,10 @@ A bound from one run must hold on the next run of the same cluster, so its margi
 tolerance and the figure's own noise (``SIGNIFICANCE`` standard errors of a rerun's difference, from the
 readings the evidence kept). A fraction of the median (registry scale ``points``) is bounded in points
 (``max``: measured + margin), never relative to a figure near 0, and never looser than the bound it ran
-with. Correctness gates (registry kind ``correctness``: wrong elements, missing ranks, the loss that must
-fall, the canary, health counts) and figures that their bound alone judges are left as they are: no
-measurement moves a sanity gate.
+with, whatever its verdict. Only a run whose verdict is PASS is read (``refuse_unless_passed``): a failed
+run's figures are those its gates refused. Correctness gates (registry kind ``correctness``: wrong
+elements, missing ranks, the loss that must fall, the canary, health counts) and figures that their bound
+alone judges are left as they are: no measurement moves a sanity gate.
 """
 
 from __future__ import annotations
@@ -112,13 +113,24 @@ def margin(data: Mapping[str, Any], figure: view.Figure, tolerance: float) -> tu
     return noisy, f"; its noise ({SIGNIFICANCE:g} standard errors of a rerun) beyond the tolerance {tolerance:g}"
 
 
+def refuse_unless_passed(data: Mapping[str, Any], origin: str) -> None:
+    """Bounds only from a run that passed: a failed (or partial, incomplete) run's figures are the ones its
+    gates refused, and a bound drawn from them would let the same fault pass next time."""
+    verdict = verdict_of(data)
+    if verdict != "PASS":
+        raise RebaselineError(
+            f"{origin}: verdict {verdict}, not PASS: bounds come only from a run that passed (a failed figure "
+            "would become the bound it failed)"
+        )
+
+
 def _current_max(figure: view.Figure, data: Mapping[str, Any]) -> float | None:
-    """The ``max`` the run judged a lower-is-better fraction by, if it met it."""
+    """The ``max`` the run judged a lower-is-better fraction by, whatever its verdict: the new bound is never
+    looser than it (a figure that failed it must not become a bound that passes it)."""
     for test in data.get("tests") or []:
         for check in test.get("checks") or []:
             if check.get("metric") == figure.metric and (check.get("threshold") or {}).get("max") is not None:
-                found = float(check["threshold"]["max"])
-                return found if figure.value is not None and figure.value <= found else None
+                return float(check["threshold"]["max"])
     return None
 
 

@@ -17,10 +17,16 @@ READ_TIMEOUT_S = 30.0  # a sysfs walk takes milliseconds; a hung driver must not
 
 
 def read(root: str) -> FabricReading:
+    """The probe's reading; one that gave no answer (a timeout, a crash, output that is not a reading) is a
+    reading without ports whose ``error`` says why: its figures are unmeasured, never a pass."""
     argv = [sys.executable, "-m", "acceptance.probes.fabric", root]
     try:
         done = subprocess.run(argv, capture_output=True, text=True, timeout=READ_TIMEOUT_S, check=False)
-        return cast(FabricReading, json.loads(done.stdout))
+        found = json.loads(done.stdout) if done.returncode == 0 else None
+        if not isinstance(found, dict) or not isinstance(found.get("ports"), list):
+            tail = (done.stderr.strip().splitlines() or ["no error output"])[-1]
+            raise ValueError(f"exit {done.returncode}, not a reading of the ports: {tail}")
+        return cast(FabricReading, found)
     except (subprocess.TimeoutExpired, ValueError, OSError) as exc:
         return {"host": socket.gethostname(), "root": root, "ports": [], "gpus": [],
                 "error": f"{' '.join(argv[1:])} gave no answer: {type(exc).__name__}: {exc}"}  # fmt: skip

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import cast
 
-from acceptance.families.gpu_users import foreign_use
+from acceptance.families.gpu_users import GpuProcess, foreign, foreign_use
 from acceptance.families.health import NodeInventory, TorchView
 from acceptance.profile.model import ProfileModel
 
@@ -39,6 +39,8 @@ class PreflightResult:
     message: str  # one line; empty when ok
     gpus: list[SeenGpu] = field(default_factory=list)  # every GPU any view saw, merged by PCI bus id
     answers: NodeInventory = field(default_factory=lambda: NodeInventory())  # the raw answers, for the evidence
+    # the processes of others on its GPUs, each command line whole (masked): for the evidence, never the message
+    foreign: list[GpuProcess] = field(default_factory=list)
 
 
 def detect(env: Mapping[str, str]) -> NodeInventory:
@@ -70,10 +72,12 @@ def check(
     answers = detect(env)
     gpus = inventory(answers)
     problem = _problem(model, answers, gpus, env)
+    others: list[GpuProcess] = []
     if problem is None:
-        foreign = foreign_use(answers.get("users") or [], ours or descends_from(os.getpid()))
-        problem = "; ".join(foreign) or None
-    return PreflightResult(problem is None, problem or "", gpus, answers)
+        users, ours = answers.get("users") or [], ours or descends_from(os.getpid())
+        others = foreign(users, ours)
+        problem = "; ".join(foreign_use(users, ours)) or None
+    return PreflightResult(problem is None, problem or "", gpus, answers, others)
 
 
 Ours = Callable[[int], bool]

@@ -56,16 +56,28 @@ burn() {
   tr '\r' '\n' < "$OUT/gpu-burn.txt" | grep -E "Gflop/s|GPU [0-9]+: |rc=" | tail -4 || true
 }
 
+loop_pid=""  # the slowed step's matmul loop while it runs: the trap below ends it with the script
+stop_loop() {
+  [ -n "$loop_pid" ] || return 0
+  # its sleep first (a child of the subshell, before the exec), then the subshell or the loop it became
+  if command -v pkill > /dev/null; then pkill -P "$loop_pid" 2> /dev/null || true; fi
+  kill "$loop_pid" 2> /dev/null || true
+  wait "$loop_pid" 2> /dev/null || true
+  loop_pid=""
+}
+# a script killed (or failing under set -e) mid-step must not leave the loop on GPU 0 behind it
+trap stop_loop EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
 slowed() {
-  local loop_pid
   # another process that starts on GPU 0 once the soak runs (a process there before the run fails the
   # preflight, naming it): the soak's time plots and its first-minute-against-last figures show the drop
   (sleep "$delay" && CUDA_VISIBLE_DEVICES=0 exec python3 deploy/device/matmul_loop.py "${seconds%.*}") \
     > "$OUT/matmul-loop.txt" 2>&1 &
   loop_pid=$!
   soak slowed
-  kill "$loop_pid" 2>/dev/null || true
-  wait "$loop_pid" 2>/dev/null || true
+  stop_loop
   cat "$OUT/matmul-loop.txt"
 }
 
