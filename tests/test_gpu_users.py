@@ -9,6 +9,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pynvml
+import pytest
 
 from acceptance.families.gpu_users import IDLE_USED_MAX_BYTES, GpuUse, foreign_use
 from acceptance.probes import inventory, nvml
@@ -88,6 +89,24 @@ def test_the_preflight_fails_naming_the_process() -> None:
     assert result.foreign == [{"pid": 4242, "used_memory_bytes": 3 * GIB, "command": "python train.py"}]
     clean = {**answers, "users": [use(0), use(1)]}
     assert preflight.check(model(), {}, lambda env: clean).ok  # type: ignore[arg-type,return-value]
+
+
+def test_the_users_read_before_the_worker_started_are_the_ones_judged() -> None:
+    # the inventory ran beside the worker and saw its rank 5555 by a host pid /proc does not show here; the
+    # reading taken before the worker started is the one judged
+    answers = {"pci": list(BUS), "nvml": nvml_listed(0, 1), "torch": cuda(0, 1), "users": [use(0), use(1, 5555)]}
+    early = [use(0), use(1)]
+    detect = lambda env: answers  # noqa: E731
+    assert not preflight.check(model(), {}, detect, ours=lambda pid: False).ok  # type: ignore[arg-type]
+    assert preflight.check(model(), {}, detect, ours=lambda pid: False, users=early).ok  # type: ignore[arg-type]
+    busy = [use(0), use(1, 4242)]
+    assert not preflight.check(model(), {}, detect, ours=lambda pid: False, users=busy).ok  # type: ignore[arg-type]
+
+
+@pytest.mark.e2e  # starts the inventory probe
+def test_the_users_probe_answers_without_nvml() -> None:
+    # this machine has no NVML: no answer, and the preflight falls back to the inventory's reading
+    assert preflight.detect_users(dict(os.environ)) is None
 
 
 def write_proc(root: Path, pid: int, parent: int, argv: list[str]) -> None:

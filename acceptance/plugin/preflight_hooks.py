@@ -27,13 +27,16 @@ def run_preflight(run: ClusterRun, items: list[pytest.Item], probes: bool) -> pr
     if probes and run.persist and any(item.path.stem == FABRIC.module for item in items):
         # the ports' first reading, before any probe moves data over them (the family's test takes the second)
         run.evidence.cluster.fabric_before = dict(fabric_readings.read(FABRIC.section_of(run.profile.model).sysfs_root))
+    gpu = run.topology.device == "cuda"
+    # the GPUs' users before the worker's ranks put anything on them (``preflight.detect_users``)
+    users = preflight.detect_users(child_env(run.profile.model.env)) if gpu else None
     if probes and run.persist and any(set(_probes_of(item)) & WORKER_PROBES for item in items):
         run.workers.start_early(run.tag, run.timeout("connectivity"))
     result = preflight.injected(os.environ)
     if result is None:
-        if run.topology.device != "cuda":
+        if not gpu:
             return None  # a CPU profile needs nothing this node could lack
-        result = preflight.check(run.profile.model, child_env(run.profile.model.env))
+        result = preflight.check(run.profile.model, child_env(run.profile.model.env), users=users)
     record: dict[str, Any] = {"ok": result.ok, "message": result.message, "gpus": result.gpus}
     if result.foreign:  # each command line whole (masked): the message names the pid and executable only
         record["foreign"] = [dict(p) for p in result.foreign]

@@ -102,5 +102,12 @@ def with_commands(use: GpuUse, proc: Path = PROC) -> GpuUse:
     return {**use, "processes": cast(list[GpuProcess], processes)}
 
 
+def users() -> list[GpuUse] | None:
+    """Only the GPUs' users (NVML, no torch): what the preflight reads before the run starts anything of its
+    own on a GPU."""
+    found = nvml.read_gpu_users()
+    return [with_commands(u) for u in found] if isinstance(found, list) else None
+
+
 if __name__ == "__main__":
-    json.dump(read(), sys.stdout, default=str)
+    json.dump({"users": users()} if sys.argv[1:] == ["--users"] else read(), sys.stdout, default=str)

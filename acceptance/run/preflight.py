@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import cast
 
-from acceptance.families.gpu_users import GpuProcess, foreign, foreign_use
+from acceptance.families.gpu_users import GpuProcess, GpuUse, foreign, foreign_use
 from acceptance.families.health import NodeInventory, TorchView
 from acceptance.profile.model import ProfileModel
 
@@ -60,12 +60,32 @@ def injected(env: Mapping[str, str]) -> PreflightResult | None:
     return PreflightResult(False, f"injected preflight failure ({FAULT_ENV}={knob})") if knob == "preflight" else None
 
 
+def detect_users(env: Mapping[str, str]) -> list[GpuUse] | None:
+    """The GPUs' users before the run starts anything on them (``python -m acceptance.probes.inventory
+    --users``: NVML only, well under a second). Read before the probe worker starts: in a container without
+    the host's pid namespace NVML names the worker's own ranks by host pids that /proc here does not show,
+    and they would read as another container's processes. None where it gave no answer (``check`` then
+    takes the inventory's own reading)."""
+    argv = [sys.executable, "-m", "acceptance.probes.inventory", "--users"]
+    try:
+        done = subprocess.run(argv, env=dict(env), capture_output=True, text=True, timeout=DETECT_TIMEOUT_S)
+        found = json.loads(done.stdout).get("users")
+    except (subprocess.TimeoutExpired, ValueError, OSError, AttributeError):
+        return None
+    return cast("list[GpuUse]", found) if isinstance(found, list) else None
+
+
 def check(
-    model: ProfileModel, env: Mapping[str, str], detect: Detect = detect, ours: Ours | None = None
+    model: ProfileModel,
+    env: Mapping[str, str],
+    detect: Detect = detect,
+    ours: Ours | None = None,
+    users: list[GpuUse] | None = None,
 ) -> PreflightResult:
     """Judge this node against ``model``'s topology, and its GPUs free of other processes; a CPU profile
     needs nothing and is not inspected. ``ours(pid)``: whether a pid is the run's own (default: a
-    descendant of this process, as the probe worker's ranks started beside the preflight are)."""
+    descendant of this process, as the probe worker's ranks started beside the preflight are). ``users``:
+    the GPUs' users as read before the run started anything (``detect_users``); None: the inventory's."""
     topo = model.topology
     if topo.device != "cuda":
         return PreflightResult(True, "")
@@ -74,9 +94,9 @@ def check(
     problem = _problem(model, answers, gpus, env)
     others: list[GpuProcess] = []
     if problem is None:
-        users, ours = answers.get("users") or [], ours or descends_from(os.getpid())
-        others = foreign(users, ours)
-        problem = "; ".join(foreign_use(users, ours)) or None
+        seen, ours = users if users is not None else answers.get("users") or [], ours or descends_from(os.getpid())
+        others = foreign(seen, ours)
+        problem = "; ".join(foreign_use(seen, ours)) or None
     return PreflightResult(problem is None, problem or "", gpus, answers, others)
 
 
