@@ -16,6 +16,7 @@ from typing import Any, TextIO
 
 from acceptance.atomic_file import write_atomic
 from acceptance.numbers import fmt
+from acceptance.plugin.options import positive_int
 from acceptance.profile import loader as profiles
 from acceptance.profile.fields import ProfileName
 from acceptance.profile.initial import InitialProfile, profile_for
@@ -39,7 +40,7 @@ def add(sub: Any) -> None:
     )
     init.add_argument("--name", default=DEFAULT_NAME, help=f"the profile's name (default: {DEFAULT_NAME})")
     init.add_argument(
-        "--nodes", type=_positive, default=1, help="nodes in the cluster, as --cluster-nodes (default: 1)"
+        "--nodes", type=positive_int, default=1, help="nodes in the cluster, as --cluster-nodes (default: 1)"
     )
     init.add_argument(
         "-o", "--output", type=Path, help="the profile file to write (default: thresholds/NAME.yaml in this folder)"
@@ -49,16 +50,6 @@ def add(sub: Any) -> None:
     refs = sub.add_parser("references", help="the reference table: what a healthy machine measures, with sources")
     refs.add_argument("--markdown", action="store_true", help="the documentation's page of it")
     refs.set_defaults(func=cmd_references)
-
-
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number of nodes, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected at least 1 node, got {value}")
-    return value
 
 
 def cmd_init(args: argparse.Namespace, facts: NodeFacts | None = None, out: TextIO = sys.stdout) -> int:

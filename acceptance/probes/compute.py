@@ -141,7 +141,7 @@ def matmul(ctx: Ctx, cfg: ComputeConfig) -> Measured:
 
 def fp8_matmul(ctx: Ctx, cfg: ComputeConfig) -> Measured:
     """TFLOP/s of an e4m3 matmul with bf16 output (torch._scaled_mm), or why it was not measured."""
-    reason = _fp8_unavailable(ctx, cfg)
+    reason = fp8_unavailable(ctx, cfg["fp8"], "fp8 matmul", "compute.fp8")
     if reason:
         dist.barrier()  # every rank passes the same number of barriers, measured or not
         return reason, None, []
@@ -163,16 +163,18 @@ def fp8_matmul(ctx: Ctx, cfg: ComputeConfig) -> Measured:
     return timed.rate(2 * n**3 / 1e12)
 
 
-def _fp8_unavailable(ctx: Ctx, cfg: ComputeConfig) -> str | None:
-    if not cfg["fp8"]:
-        return "fp8 matmul: off in the profile (compute.fp8: false)"
+def fp8_unavailable(ctx: Ctx, enabled: bool, what: str, setting: str) -> str | None:
+    """Why ``what`` (an fp8 GEMM) cannot run on this rank, or None: off by the profile's ``setting``, a CPU,
+    a GPU without fp8 tensor cores, or a torch without ``_scaled_mm``."""
+    if not enabled:
+        return f"{what}: off in the profile ({setting}: false)"
     if not ctx.is_cuda:
-        return "fp8 matmul: not applicable on the CPU"
+        return f"{what}: not applicable on the CPU"
     capability = torch.cuda.get_device_capability(ctx.device)
     if capability < FP8_MIN_CAPABILITY:
-        return f"fp8 matmul: compute capability {capability[0]}.{capability[1]} has no fp8 tensor cores (needs 8.9)"
+        return f"{what}: compute capability {capability[0]}.{capability[1]} has no fp8 tensor cores (needs 8.9)"
     if not hasattr(torch, "_scaled_mm") or not hasattr(torch, "float8_e4m3fn"):
-        return f"fp8 matmul: torch {torch.__version__} has no torch._scaled_mm"
+        return f"{what}: torch {torch.__version__} has no torch._scaled_mm"
     return None
 
 

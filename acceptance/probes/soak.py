@@ -49,6 +49,7 @@ from acceptance.families.soak import (
     Window,
 )
 from acceptance.probes import verifiable
+from acceptance.probes.compute import WARMUP_S, fp8_unavailable
 from acceptance.probes.memory_patterns import MemoryPatterns
 from acceptance.probes.rank import Ctx, main
 from acceptance.probes.soak_watch import SoakWatch
@@ -57,8 +58,6 @@ from acceptance.profile.sizes import parse_size
 
 FAULT_ENV = "ACCEPTANCE_TEST_SOAK"
 FAULTS = ("gemm", "slow", "memory", "allreduce")
-FP8_MIN_CAPABILITY = (8, 9)  # Ada and Hopper have fp8 tensor cores (CUDA C Programming Guide, compute capabilities)
-WARMUP_S = 1.0  # an idle GPU's clocks take a while to ramp (as in probes.compute)
 # the unit roundoffs of bfloat16, of float32 (bf16's accumulator) and of fp8's accumulator: profile.rounding
 ALLREDUCE_BOUND = 1 << 24  # float32 holds every integer up to 2**24 exactly: the sums stay exact
 # the GEMM's own memory next to the patterns': inputs, first result, the result, and the checks' temporaries
@@ -272,19 +271,6 @@ def unmeasured(dtype: GemmDtype, reason: str) -> GemmRecord:
     }
 
 
-def _fp8_unavailable(ctx: Ctx, cfg: SoakConfig) -> str | None:
-    if not cfg["fp8"]:
-        return "fp8 GEMM: off in the profile (soak.fp8: false)"
-    if not ctx.is_cuda:
-        return "fp8 GEMM: not applicable on the CPU"
-    capability = torch.cuda.get_device_capability(ctx.device)
-    if capability < FP8_MIN_CAPABILITY:
-        return f"fp8 GEMM: compute capability {capability[0]}.{capability[1]} has no fp8 tensor cores (needs 8.9)"
-    if not hasattr(torch, "_scaled_mm") or not hasattr(torch, "float8_e4m3fn"):
-        return f"fp8 GEMM: torch {torch.__version__} has no torch._scaled_mm"
-    return None
-
-
 def gemms(ctx: Ctx, cfg: SoakConfig) -> tuple[list[Gemm], list[GemmRecord]]:
     """The GEMMs this rank runs, and the records of those it cannot (fp8 off the GPU)."""
     n = cfg["matmul_size"]
@@ -298,7 +284,7 @@ def gemms(ctx: Ctx, cfg: SoakConfig) -> tuple[list[Gemm], list[GemmRecord]]:
         U_FP32,
         n,
     )
-    reason = _fp8_unavailable(ctx, cfg)
+    reason = fp8_unavailable(ctx, cfg["fp8"], "fp8 GEMM", "soak.fp8")
     if reason is not None:
         return [bf16], [unmeasured("float8_e4m3fn", reason)]
     a8, b8 = da.to(torch.float8_e4m3fn), db.to(torch.float8_e4m3fn).t().contiguous().t()  # column-major b
