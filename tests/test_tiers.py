@@ -248,3 +248,80 @@ def test_the_docs_tiers_table_names_each_tier_s_families_and_budgets() -> None:
     assert "15 s on local-cpu" in quick and "30 s warm" in quick
     assert "120 s on 2x H200 cold" in rows["standard"]
     assert all(f.name in rows["burn-in"] for f in FAMILIES if f.opt_in)
+
+
+TIERED = (
+    PROFILE
+    + """tiers:
+  quick: {connectivity.barrier_iters: 7}
+  burn-in: {connectivity.barrier_iters: 900}
+"""
+)
+ITERS = CONNECTIVITY.format(value=10) + (
+    "def test_iters(cluster):\n    assert cluster.profile.model.connectivity.barrier_iters == {want}\n"
+)
+
+
+@pytest.mark.parametrize(("tier", "want"), [("quick", 7), ("standard", 20), ("burn-in", 900)])
+def test_a_tier_runs_with_the_profile_s_settings_for_it(pytester: pytest.Pytester, tier: str, want: int) -> None:
+    """The profile's ``tiers.NAME`` settings apply to that tier only (standard has none here: the default 20),
+    are in the evidence, and are named on the tier's line."""
+    pytester.makepyfile(test_connectivity=ITERS.format(want=want))
+    pytester.makefile(".yaml", synthetic=TIERED)
+    result = pytester.runpytest(
+        *PLUGIN_ARGS, "--cluster-profile", "synthetic.yaml", "--cluster-evidence", "ev", "--cluster-tier", tier
+    )
+    result.assert_outcomes(passed=2)
+    recorded = evidence(pytester.path / "ev")["tier"]["settings"]
+    assert recorded == ({} if tier == "standard" else {"connectivity.barrier_iters": want})
+    if tier != "standard":
+        result.stdout.fnmatch_lines([f"cluster tier: {tier} (*); its settings (profile tiers.{tier}): *={want}*"])
+
+
+def test_cluster_set_has_the_last_word_over_a_tier_s_settings(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_connectivity=ITERS.format(want=11))
+    pytester.makefile(".yaml", synthetic=TIERED)
+    result = pytester.runpytest(
+        *PLUGIN_ARGS,
+        *("--cluster-profile", "synthetic.yaml", "--cluster-evidence", "ev", "--cluster-tier", "quick"),
+        *("--cluster-set", "connectivity.barrier_iters=11"),
+    )
+    result.assert_outcomes(passed=2)
+
+
+def test_a_bad_tier_setting_is_a_usage_error_naming_its_line(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_connectivity=ITERS.format(want=7))
+    pytester.makefile(".yaml", synthetic=PROFILE + "tiers:\n  quick: {connectivity.barrier_itres: 7}\n")
+    result = pytester.runpytest(
+        *PLUGIN_ARGS, "--cluster-profile", "synthetic.yaml", "--cluster-evidence", "ev", "--cluster-tier", "quick"
+    )
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*synthetic.yaml:7 (tiers.quick): connectivity.barrier_itres: unknown key*"])
+    pytester.makefile(".yaml", synthetic=PROFILE + "tiers:\n  quick: {tier: standard}\n")
+    again = pytester.runpytest(*PLUGIN_ARGS, "--cluster-profile", "synthetic.yaml", "--cluster-tier", "quick")
+    assert again.ret == pytest.ExitCode.USAGE_ERROR
+    again.stderr.fnmatch_lines(["*synthetic.yaml:7 (tiers.quick): 'tier': expected a KEY.PATH of a section*"])
+
+
+def test_an_opt_in_family_asked_for_by_name_joins_the_tier_and_its_bounds_are_enforced(
+    pytester: pytest.Pytester,
+) -> None:
+    """``-m soak`` under the standard tier: the line says standard + soak, no tier budget applies (the soak's
+    duration is the profile's), and a soak bound no test checked is a gate left off, as in burn-in."""
+    pytester.makepyfile(
+        test_connectivity=CONNECTIVITY.format(value=10),
+        test_soak="def test_soak(check):\n    check('soak.gemm_wrong_elements', 0, 'elements')\n",
+    )
+    profile = PROFILE + '  soak.gemm_wrong_elements: {eq: 0, source: "test"}\n'
+    profile += '  soak.memory_bad_words: {eq: 0, source: "test"}\n'
+    pytester.makefile(".yaml", synthetic=profile)
+    result = pytester.runpytest(
+        *PLUGIN_ARGS, "--cluster-profile", "synthetic.yaml", "--cluster-evidence", "ev", "-m", "soak"
+    )
+    result.stdout.fnmatch_lines(["cluster tier: standard (*) + soak (asked for by name: no tier budget)*"])
+    result.stdout.fnmatch_lines(["tier standard + soak: * s"])
+    assert "budget" not in result.stdout.str().split("tier standard + soak:")[1].splitlines()[0]
+    data = evidence(pytester.path / "ev")
+    assert data["tier"]["added"] == ["soak"] and data["tier"]["budget_s"] is None
+    assert "soak.memory_bad_words" in data["unchecked_thresholds"]
+    assert any("no test checked: soak.memory_bad_words" in e for e in data["errors"])

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
 SCHEMA_ID = "cluster-acceptance/evidence/1"
 
@@ -107,6 +107,8 @@ class TierRecord(Part):
 
     name: str
     families: list[str] = []
+    added: list[str] = []  # opt-in families asked for by name beside the tier (-m soak)
+    settings: dict[str, JsonValue] = {}  # the profile's settings for the tier (tiers.NAME), as applied
     deselected: dict[str, int] = {}  # family -> tests the tier left out
     budget_s: float | None = None  # per node, for the profile's device; None: the tier has none of its own
     wall_s: float | None = None  # this node's session, collection to verdict

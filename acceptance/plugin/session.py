@@ -69,7 +69,7 @@ def _module(nodeid: str) -> str:
 
 def _in_tier(selection: Selection, nodeid: str) -> bool:
     family = family_of_module(_module(nodeid))
-    return family is None or selection.tier.has(family)
+    return family is None or selection.runs(family)
 
 
 class ClusterSession:
@@ -117,7 +117,9 @@ class ClusterSession:
             )
         folder: Path | str = "(not chosen yet)"
         try:
-            profile = profiles.load(name, options.value(config, "cluster_set"))
+            # the tier's settings (the profile's ``tiers:``) come before the --cluster-set options
+            given = options.value(config, "cluster_tier")
+            profile = profiles.load(name, options.value(config, "cluster_set"), str(given) if given else None)
             _refuse_unmeasurable(profile)
             # the options a scheduler hook passes, read before the evidence folder exists: a bad one is
             # a usage error that leaves nothing behind
@@ -151,7 +153,7 @@ class ClusterSession:
     @pytest.hookimpl(trylast=True)  # on the tests left after -k and -m
     def pytest_collection_modifyitems(self, config: pytest.Config, items: list[pytest.Item]) -> None:
         self.tier.apply(config, items)
-        self.run.evidence.doc.tier = self.tier.record(self.run.topology.device)
+        self.run.evidence.doc.tier = self.tier.record(self.run.topology.device, self.run.profile.model.tiers)
         if not self.collect_only:
             o = config.option  # --setup-plan, --setup-only and --fixtures run no probe
             probes = not (o.setupplan or o.setuponly or o.showfixtures or o.show_fixtures_per_test)
@@ -159,7 +161,7 @@ class ClusterSession:
         skip_without_gpus(self.preflight, items)
 
     def pytest_report_collectionfinish(self, config: pytest.Config) -> str:
-        return self.tier.line()
+        return self.tier.line(self.run.profile.model.tiers)
 
     def pytest_runtest_setup(self, item: pytest.Item) -> None:
         fail_the_gate(self.preflight, item)

@@ -117,7 +117,8 @@ def tier_line(data: Mapping[str, Any]) -> str | None:
     within = ""
     if budget is not None and wall is not None:
         within = f" of its {budget:g} s budget" + (" (OVER)" if wall > budget else "")
-    return f"tier {tier['name']}: {wall} s{within}" if wall is not None else f"tier {tier['name']}"
+    name = " + ".join([tier["name"], *tier.get("added", [])])
+    return f"tier {name}: {wall} s{within}" if wall is not None else f"tier {name}"
 
 
 def summary_lines(data: dict[str, Any], path: str, drain: DrainList | None = None) -> list[tuple[str, str | None]]:

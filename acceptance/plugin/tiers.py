@@ -9,14 +9,17 @@ FAIL), not PARTIAL; a quick run narrowed by ``-m`` is PARTIAL as any other.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import pytest
+from pydantic import JsonValue
 
 from acceptance.evidence.model import TierRecord
 from acceptance.plugin import options
-from acceptance.profile.registry import Device, family_of_module
-from acceptance.profile.tiers import Tier, tier_named
+from acceptance.profile.registry import Device, Family, family_of_module
+from acceptance.profile.tiers import Tier, TierName, tier_named
 
 REASON = "not in the {tier} tier (--cluster-tier)"
 
@@ -29,20 +32,27 @@ def chosen(config: pytest.Config, profile_tier: str) -> Tier:
 
 @dataclass
 class Selection:
-    """What the tier did to the collected tests: the node ids it left out, per family."""
+    """What the tier did to the collected tests: the node ids it left out, per family, and the opt-in
+    families the run asked for by name beside the tier (``-m soak`` under the standard tier)."""
 
     tier: Tier
     left_out: set[str] = field(default_factory=set)
     by_family: Counter[str] = field(default_factory=Counter)
+    added: list[str] = field(default_factory=list)
 
     def apply(self, config: pytest.Config, items: list[pytest.Item]) -> None:
         """Deselect the items of the families outside the tier (a test outside every family stays). An
         opt-in family's tests left here were asked for by name (``-m soak``: ``acceptance.plugin.opt_in``
-        deselected them otherwise), and stay."""
+        deselected them otherwise), and stay: the run is the tier plus that family."""
         dropped: list[pytest.Item] = []
         for item in items:
             family = family_of_module(item.path.stem)
-            if family is not None and not family.opt_in and not self.tier.has(family):
+            if family is None or self.tier.has(family):
+                continue
+            if family.opt_in:
+                if family.name not in self.added:
+                    self.added.append(family.name)
+            else:
                 dropped.append(item)
                 self.by_family[family.name] += 1
         if dropped:
@@ -50,16 +60,35 @@ class Selection:
             config.hook.pytest_deselected(items=dropped)
             items[:] = [item for item in items if item.nodeid not in self.left_out]
 
-    def record(self, device: Device) -> TierRecord:
+    def runs(self, family: Family[Any]) -> bool:
+        """Whether the run holds ``family``: its tier's, or an opt-in family asked for by name."""
+        return self.tier.has(family) or family.name in self.added
+
+    def record(self, device: Device, settings: Mapping[TierName, Mapping[str, JsonValue]]) -> TierRecord:
+        """The tier in the evidence; no budget once a family outside it was added (the soak's own duration
+        is then part of the wall)."""
         tier = self.tier
         families = [f.name for f in tier.families]
-        deselected = dict(self.by_family)
-        return TierRecord(name=tier.name, families=families, deselected=deselected, budget_s=tier.budget(device))
+        budget = None if self.added else tier.budget(device)
+        return TierRecord(
+            name=tier.name,
+            families=families,
+            added=list(self.added),
+            settings=dict(settings.get(tier.name, {})),
+            deselected=dict(self.by_family),
+            budget_s=budget,
+        )
 
-    def line(self) -> str:
-        """One line for the terminal: the tier, its families, and what it deselected and why."""
+    def line(self, settings: Mapping[TierName, Mapping[str, JsonValue]]) -> str:
+        """One line for the terminal: the tier, its families, its settings, and what it deselected and why."""
         names = ", ".join(f.name for f in self.tier.families)
         text = f"cluster tier: {self.tier.name} ({names})"
+        if self.added:
+            text += f" + {', '.join(self.added)} (asked for by name: no tier budget)"
+        mine = settings.get(self.tier.name)
+        if mine:
+            text += "; its settings (profile tiers." + self.tier.name + "): "
+            text += ", ".join(f"{key}={value}" for key, value in mine.items())
         if self.by_family:
             parts = ", ".join(f"{name} {count}" for name, count in self.by_family.items())
             why = REASON.format(tier=self.tier.name)

@@ -19,6 +19,7 @@ from acceptance.profile.metrics import bound_problem, canonical_metric, metric_p
 from acceptance.profile.model import ProfileModel, Threshold
 from acceptance.profile.strict_yaml import LineMap, parse, read
 from acceptance.profile.strict_yaml import ProfileError as ProfileError  # raised to callers of this module
+from acceptance.profile.tiers import DEFAULT_TIER
 
 LOCAL_DIR = Path("thresholds")
 OVERRIDE = "--cluster-set"  # names a value an option set, in errors and in a threshold's source
@@ -83,11 +84,41 @@ def _candidates(name_or_path: str, relative_to: Path | None) -> list[Path]:
     return out
 
 
-def load(name_or_path: str, overrides: list[str] | None = None) -> Profile:
-    """Load, merge ``extends:``, apply ``KEY.PATH=VALUE`` overrides (``--cluster-set``), validate."""
+def load(name_or_path: str, overrides: list[str] | None = None, tier: str | None = None) -> Profile:
+    """Load, merge ``extends:``, apply the settings the profile gives the run's tier (``tiers:``; ``tier``:
+    the run's ``--cluster-tier``, else the profile's ``tier:``), then ``KEY.PATH=VALUE`` overrides
+    (``--cluster-set``, so the command line has the last word), validate."""
     path = find(name_or_path)
     raw, chain, lines = _resolve(path, ())
+    raw = _tier_settings(raw, tier, lines, chain[0])
     return _build(raw, chain, lines, overrides)
+
+
+# keys a tier's settings cannot change: which profile this is and which tier runs
+NOT_PER_TIER = ("name", "extends", "tier", "tiers")
+
+
+def _tier_settings(raw: dict[str, Any], tier: str | None, lines: LineMap, path: Path) -> dict[str, Any]:
+    """The run's tier's settings (``tiers: {standard: {storage.checkpoint_size: 4G}}``) applied as overrides.
+
+    A tier is one selection of families at one moment, and each moment has its time (DCGM's run levels run
+    the same plugins for longer at higher levels): the handover's standard tier may write a smaller
+    checkpoint or time fewer steps than the burn-in, from the same profile."""
+    chosen = tier or raw.get("tier") or DEFAULT_TIER
+    settings = (raw.get("tiers") or {}).get(chosen) if isinstance(raw.get("tiers"), dict) else None
+    if not isinstance(settings, dict):
+        return raw  # none, or not a mapping: the model's validation names it
+    for key, value in settings.items():
+        where = lines.get(("tiers", chosen, str(key)), str(path))
+        label = f"{where} (tiers.{chosen})"
+        parts = _key_path(str(key))
+        if not all(parts) or parts[0] in NOT_PER_TIER:
+            raise ProfileError(
+                f"{label}: {key!r}: expected a KEY.PATH of a section (e.g. training.steps), "
+                f"not one of {', '.join(NOT_PER_TIER)}"
+            )
+        raw = _set(raw, tuple(parts), value, label, lines)
+    return raw
 
 
 def from_mapping(raw: dict[str, Any], origin: Path, overrides: list[str] | None = None) -> Profile:
@@ -151,9 +182,13 @@ def _override(raw: dict[str, Any], item: str, lines: LineMap) -> dict[str, Any]:
         value: Any = text.strip()  # environment values are strings, verbatim: NCCL_IB_DISABLE=1 means "1"
     else:
         value = _override_value(text, item, tuple(parts))
-    label = f"{OVERRIDE} {item}"
-    _mark_replaced(raw, lines, tuple(parts), label)
-    _mark_override(lines, tuple(parts), value, label)
+    return _set(raw, tuple(parts), value, f"{OVERRIDE} {item}", lines)
+
+
+def _set(raw: dict[str, Any], parts: tuple[str, ...], value: Any, label: str, lines: LineMap) -> dict[str, Any]:
+    """``raw`` with the key at ``parts`` set to ``value``; errors under it name ``label``."""
+    _mark_replaced(raw, lines, parts, label)
+    _mark_override(lines, parts, value, label)
     patch: dict[str, Any] = {parts[-1]: value}
     for part in reversed(parts[:-1]):
         patch = {part: patch}

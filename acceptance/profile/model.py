@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Annotated, Literal
 
-from pydantic import Field, create_model, model_validator
+from pydantic import Field, JsonValue, create_model, model_validator
 
 from acceptance.profile.fields import PositiveInt as PositiveInt  # re-exported: the sections' field types
 from acceptance.profile.fields import ProfileName, Seconds, Strict, Tolerance
@@ -133,6 +133,9 @@ class ProfileBase(Strict):
     extends: str | None = None
     # the tier a run takes without --cluster-tier (acceptance.profile.tiers): a prolog's profile says quick
     tier: TierName = DEFAULT_TIER
+    # settings per tier, KEY.PATH -> value as --cluster-set takes them, applied when that tier runs
+    # (profile/loader.py): the standard tier's shorter checkpoint and training, the burn-in's full ones
+    tiers: dict[TierName, dict[str, JsonValue]] = {}
     topology: Topology = Topology(device="cpu", backend="gloo", ranks_per_node=2)
     env: dict[str, str] = {}
     timeouts: Timeouts = Timeouts()
