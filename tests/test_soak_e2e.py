@@ -1,6 +1,7 @@
 """The soak family end to end on local-cpu: opt-in (a plain run leaves it out), ``-m soak`` passes in seconds,
 and a corrupted GEMM result and a slowed rank (``ACCEPTANCE_TEST_SOAK``) fail the run, each named by rank, on
-one node and on two loopback nodes soaking at once."""
+one node and on two loopback nodes soaking at once; a soak whose rank is killed part-way fails, judged on its
+last checkpoint."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from acceptance.families import soak as rules
-from acceptance.probes.soak import FAULT_ENV
+from acceptance.probes.soak import FAULT_ENV, PARTIAL
 from tests.harness import PLUGIN_ARGS, evidence, free_port
 from tests.test_multinode import run_nodes
 
@@ -19,11 +20,11 @@ RUN_TIMEOUT_S = 300  # only so that a broken launcher cannot hang CI; nothing he
 SOAK_TESTS = 13  # tests_cluster/test_soak.py's test cases, parametrized ones counted
 
 
-def _soak(suite: pytest.Pytester, *args: str) -> pytest.RunResult:
+def _soak(suite: pytest.Pytester, *args: str, duration_s: float = 2) -> pytest.RunResult:
     folder = suite.path / "evidence"
     return suite.runpytest_subprocess(
         *PLUGIN_ARGS, "-p", "no:cacheprovider", "--cluster-evidence", str(folder), "--cluster-profile", "local-cpu",
-        "--cluster-set", "soak.duration_s=2", *args, "tests_cluster/", timeout=RUN_TIMEOUT_S,
+        "--cluster-set", f"soak.duration_s={duration_s:g}", *args, "tests_cluster/", timeout=RUN_TIMEOUT_S,
     )  # fmt: skip
 
 
@@ -52,8 +53,9 @@ def test_the_soak_passes_on_local_cpu(suite: pytest.Pytester) -> None:
     result = _soak(suite, "-m", "soak")
     outcomes = result.parseoutcomes()
     outcomes.pop("deselected")  # the other families' tests
-    # skipped: NVML's counts (3 tests) and slowdowns, the fp8 speed, the steady state: GPU figures
-    assert outcomes == {"passed": 6, "skipped": 6, "recorded": 1}, result.stdout.str()
+    # skipped: NVML's counts (3 tests) and slowdowns, the fp8 speed, the steady state: GPU figures;
+    # test_every_rank_soaked passes its gate soak.completed_fraction (its wall time is information)
+    assert outcomes == {"passed": 7, "skipped": 6}, result.stdout.str()
     data = evidence(suite.path / "evidence")
     soak = next(p["result"] for p in data["probes"] if p["name"] == "soak")
     assert [r["rank"] for r in soak["ranks"]] == [0, 1]
@@ -114,3 +116,39 @@ def test_two_nodes_soak_at_once_and_each_names_the_rank_that_computed_wrong(tmp_
         soak = next(p["result"] for p in each.evidence()["probes"] if p["name"] == "soak")
         assert [(r["node_rank"], r["rank"]) for r in soak["ranks"]] == [(0, 0), (1, 1)]
         assert soak["ranks"][0]["allreduce"]["iterations"] == soak["ranks"][1]["allreduce"]["iterations"] > 0
+
+
+@pytest.mark.e2e
+def test_a_soak_stopped_part_way_fails_judged_on_its_last_checkpoint(
+    suite: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Rank 1 computes one wrong element early, and is killed at 6 of 30 s: the checkpoints every second
+    keep what the ranks measured, the wrong element is named from them, and the stop fails the run."""
+    monkeypatch.setenv(FAULT_ENV, "gemm@1;kill@1:0.2")
+    result = _soak(suite, "-m", "soak", "--cluster-set", "soak.checkpoint_s=1", duration_s=30)
+    assert result.ret == 1, result.stdout.str()
+    result.stdout.fnmatch_lines(
+        [
+            "soak.gemm_wrong_elements = 1 elements, expected == 0 (profile local-cpu)",
+            "node 0 (*) rank 1 (cpu): bfloat16: 1 wrong element(s) in 1 of * results; first at element *: got *",
+        ]
+    )
+    result.stdout.fnmatch_lines(
+        [
+            "soak.completed_fraction = * fraction, expected >= 1 (profile local-cpu)",
+            "the soak stopped at * of 30 s: its figures are those of its last checkpoint (soak.checkpoint_s 1 s)",
+            "soak stopped after * of 30 s: *",
+        ]
+    )
+    result.stdout.fnmatch_lines(["verdict: FAIL*"])
+    data = evidence(suite.path / "evidence")
+    record = next(p for p in data["probes"] if p["name"] == "soak")
+    assert record["status"] == "failed"
+    assert (suite.path / "evidence" / record["out_dir"] / PARTIAL).is_file()
+    found = record["result"]  # the last checkpoint, as the runner read it back
+    assert found["complete"] is False and 1 <= found["soaked_s"] < 30
+    assert [r["rank"] for r in found["ranks"]] == [0, 1]
+    assert "rank 1: SIGKILLed at 0.2 of the soak's duration" in found["injected"]
+    tests = {t["nodeid"].split("::")[1]: t for t in data["tests"]}
+    whole = next(c for c in tests["test_every_rank_soaked"]["checks"] if c["metric"] == "soak.completed_fraction")
+    assert whole["verdict"] == "fail" and whole["value"] < 1

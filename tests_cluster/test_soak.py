@@ -8,11 +8,22 @@ import pytest
 from acceptance.families import soak as soak_rules
 from acceptance.plugin.api import MUST_BE_ZERO, Checker, ClusterRun, Threshold, probe_result, probe_wall_s
 
+# every second of soak.duration_s soaked: a soak stopped part-way is no pass, whatever it measured until then
+WHOLE_SOAK = Threshold(min=1.0, source="soak.duration_s")
+
 
 @pytest.fixture(scope="module")
 def soak(cluster: ClusterRun) -> soak_rules.SoakResult:
+    """The soak's result; of a soak stopped part-way (its timeout, a killed rank), its last checkpoint's,
+    so that every count is judged on what it measured until then (``soak_rules.from_partial``)."""
     parts = soak_rules.parts(soak_rules.section(cluster.profile.model).duration_s, cluster.timeout("soak"))
-    return probe_result(cluster, "soak", soak_rules.SoakResult, parts=parts)
+    try:
+        return probe_result(cluster, "soak", soak_rules.SoakResult, parts=parts)
+    except pytest.fail.Exception as failed:  # the probe's error, as probe_result words it
+        found = soak_rules.from_partial(cluster.partial("soak"), str(failed.msg))
+        if found is None:  # stopped before its first checkpoint: nothing to judge
+            raise
+        return found
 
 
 @pytest.fixture(scope="module")
@@ -31,12 +42,15 @@ def _count(fig: soak_rules.Figure, check: Checker) -> None:
 
 def test_every_rank_soaked(cluster: ClusterRun, soak: soak_rules.SoakResult, check: Checker) -> None:
     """Every rank ran for the whole duration; its figures go into the evidence (its samples and windows are
-    in the probe's result there)."""
+    in the probe's result there). A soak stopped part-way fails here, with the seconds it soaked."""
     check.measurements("per_gpu", soak_rules.table(soak))
     if soak["injected"]:
         check.measurements("injected", soak["injected"])
     assert len(soak["ranks"]) == cluster.world_size, f"{len(soak['ranks'])} ranks reported, {cluster.world_size} ran"
     check("soak.wall_s", probe_wall_s(cluster, "soak"), "s", f"soak.duration_s {soak['config']['duration_s']:g} s")
+    whole = soak_rules.completed(soak)
+    unmeasured = "\n".join(whole.unmeasured) or None
+    check(whole.metric, whole.value, whole.unit, whole.detail, default=WHOLE_SOAK, unmeasured=unmeasured)
 
 
 @pytest.mark.parametrize(

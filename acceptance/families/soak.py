@@ -5,6 +5,10 @@ its GEMMs' checks (against its own first result, against an fp64 reference on th
 result's digest for the comparison across GPUs), its memory patterns' bad words, its all_reduce's wrong
 elements, the GEMM speed of each window and, on GPUs, NVML's samples and counters. Each count here names
 node, GPU index, UUID and the first bad value; each speed names the GPU under the median.
+
+Every ``soak.checkpoint_s`` of soak the probe leaves the result so far in its ``partial.json``
+(``checkpointed``); a soak stopped part-way (its timeout, a killed rank, torchrun's SIGTERM) is judged on its
+last checkpoint (``from_partial``): each count on what it measured, and ``soak.completed_fraction`` fails it.
 """
 
 from __future__ import annotations
@@ -12,9 +16,9 @@ from __future__ import annotations
 import math
 import statistics
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal, TypedDict
+from typing import Literal, TypedDict, cast
 
 from acceptance.families.answers import NotMeasured, clock_events_text, unanswered
 from acceptance.numbers import fmt
@@ -26,9 +30,12 @@ GemmDtype = Literal["bfloat16", "float8_e4m3fn"]
 # the metric stem of each GEMM's speed figures
 DTYPE_FIGURE: dict[str, str] = {"bfloat16": "bf16_tflops", "float8_e4m3fn": "fp8_tflops"}
 EARLY_S = 60.0  # "the first minute against the last": or each half, when the soak is shorter than two minutes
+# soak.checkpoint_s where the profile's section has no such key: a stopped burn-in of hours loses at most
+# this much of what it measured, and a checkpoint (a gather of every rank's record) costs a second or so
+CHECKPOINT_S = 300.0
 
 
-class SoakConfig(TypedDict):
+class _SoakConfig(TypedDict):
     """The soak's section of the profile (``acceptance.profile.sections.Soak``)."""
 
     duration_s: float
@@ -45,6 +52,12 @@ class SoakConfig(TypedDict):
     median_of: str  # cluster or node
     slowdown_reasons: list[str]
     seed: int
+
+
+# the keys a section may lack (one of a profile from before the key), apart: ``total=False`` keeps them out
+# of ``__required_keys__`` at run time too, where NotRequired[] under postponed annotations does not
+class SoakConfig(_SoakConfig, total=False):
+    checkpoint_s: float  # seconds of soak between two partial.json (``checkpoint_every``)
 
 
 class Bad(TypedDict):
@@ -146,12 +159,21 @@ class RankSoak(TypedDict):
     nvml: NvmlRecord | None  # None on the CPU
 
 
-class SoakResult(TypedDict):
+class _SoakResult(TypedDict):
     ranks: list[RankSoak]
     config: SoakConfig
     device: str  # topology.device
     injected: list[str]  # what the test-only fault knob did (``probes.soak.FAULT_ENV``); empty in a real run
     software: dict[str, str | None]
+
+
+class SoakResult(_SoakResult, total=False):
+    """The probe's result; a checkpoint's (``partial.json``) has ``complete`` False and the seconds soaked
+    when it was written (``checkpointed``), the final result neither."""
+
+    complete: bool
+    soaked_s: float
+    stopped: str  # why the probe ended before soak.duration_s: its error (``from_partial``)
 
 
 def section(model: ProfileModel) -> Soak:
@@ -163,6 +185,35 @@ def parts(duration_s: float, limit_s: float) -> int:
     """The probe's time limit in parts of ``limit_s`` (``timeouts.soak``, else ``timeouts.default``): the
     limit is that much beyond the soak's own duration, so a longer soak never needs a new timeout."""
     return math.ceil((duration_s + limit_s) / limit_s)
+
+
+# ---- checkpoints ----------------------------------------------------------------------------------------
+
+
+def checkpoint_every(cfg: SoakConfig) -> float:
+    """Seconds of soak between two checkpoints (``soak.checkpoint_s``)."""
+    return float(cfg.get("checkpoint_s", CHECKPOINT_S))
+
+
+def next_checkpoint(soaked_s: float, every_s: float) -> float:
+    """The soak time of the first checkpoint after ``soaked_s``: the next multiple of ``every_s`` (a round
+    longer than ``every_s`` skips the multiples it passed: one checkpoint per round at most)."""
+    return (math.floor(soaked_s / every_s) + 1) * every_s
+
+
+def checkpointed(result: SoakResult, soaked_s: float) -> SoakResult:
+    """A checkpoint's ``partial.json``: the result so far in the final result's shape, marked incomplete."""
+    return {**result, "complete": False, "soaked_s": round(soaked_s, 3)}
+
+
+def from_partial(found: Mapping[str, object], error: str) -> SoakResult | None:
+    """The result a stopped probe left at its last checkpoint (its ``partial.json``, as
+    ``ClusterRun.partial`` reads it back), with why it stopped; None where it left none (it stopped before
+    its first checkpoint): then nothing was measured that could be judged."""
+    ranks = found.get("ranks")
+    if found.get("complete") is not False or not isinstance(ranks, list) or not ranks:
+        return None
+    return cast(SoakResult, {**found, "stopped": error})
 
 
 # ---- who a rank is --------------------------------------------------------------------------------------
@@ -303,6 +354,28 @@ def memory_coverage(result: SoakResult) -> Figure:
     fig.findings.append(
         f"{label(r)}: patterns over {m['bytes'] / 2**30:.3g} GiB of the {m.get('asked_bytes', 0) / 2**30:.3g} GiB "
         f"asked ({fig.value:.1%}), the least of any rank"
+    )
+    return fig
+
+
+def completed(result: SoakResult) -> Figure:
+    """The share of ``soak.duration_s`` soaked: 1 for a soak that ran to its end (the rounds end when the
+    first rank's time is up: the longest rank's seconds); for a stopped one, its last checkpoint's seconds,
+    and the stop in ``unmeasured``, so that the rest of the soak, never measured, fails the test whatever
+    the fraction (a checkpoint written just before the time was up included)."""
+    fig = Figure("soak.completed_fraction", "fraction")
+    duration = result["config"]["duration_s"]
+    soaked = max((r["seconds"] for r in result["ranks"]), default=0.0)
+    fig.value = min(1.0, soaked / duration) if duration > 0 else 0.0
+    if result.get("complete", True):
+        return fig
+    soaked = result.get("soaked_s", soaked)
+    fig.findings.append(
+        f"the soak stopped at {soaked:.0f} of {duration:g} s: its figures are those of its last checkpoint "
+        f"(soak.checkpoint_s {checkpoint_every(result['config']):g} s)"
+    )
+    fig.unmeasured.append(
+        f"soak stopped after {soaked:.0f} of {duration:g} s: {result.get('stopped') or 'the probe did not finish'}"
     )
     return fig
 

@@ -13,6 +13,13 @@ time is up, so every rank runs the same number of collectives):
 * the all_reduce's result is compared with the exact sum, element by element;
 * one memory-pattern pass over ``memory_fraction`` of the GPU's free memory (``probes.memory_patterns``).
 
+Every ``checkpoint_s`` of soak (``families.soak.checkpoint_every``) the ranks keep what they measured so far:
+the flag of the round's all_reduce carries a second element, "a checkpoint is due", so that every rank
+agrees on the round without a collective more; in that round every rank's record so far is gathered (the
+NVML watch keeps running: ``SoakWatch.snapshot``) and rank 0 replaces ``partial.json`` with it, in the final
+result's shape marked incomplete (``families.soak.checkpointed``). A soak stopped later (its timeout, a
+killed rank, torchrun's SIGTERM) is judged on it.
+
 Each batch is timed alone (CUDA events on a GPU, the host clock on the CPU), so a rank's TFLOP/s is its own
 GEMMs' speed and not its wait for a slower rank in the round's collectives. NVML is sampled on a thread
 (``probes.soak_watch``). The device's reduced-precision reductions for bfloat16 GEMMs are turned off
@@ -23,7 +30,9 @@ Test-only fault knob: ``ACCEPTANCE_TEST_SOAK="WHAT@RANK[:FACTOR]"`` (several joi
 ``gemm@1`` flips an exponent bit of one element of rank 1's second bfloat16 result; ``slow@2:0.5`` holds
 rank 2's GEMM batches to half their speed (it sleeps inside the timed batch); ``memory@0`` flips a bit of
 one word of rank 0's first memory pass between its write and its read; ``allreduce@1`` changes one element
-of rank 1's first all_reduce result. What it did is in the result's ``injected``.
+of rank 1's first all_reduce result; ``kill@1:0.3`` SIGKILLs rank 1 at the first round past 0.3 of
+``duration_s`` (a rank killed part-way: the soak stops, and is judged on its last checkpoint). What it did is
+in the result's ``injected``.
 """
 
 from __future__ import annotations
@@ -31,6 +40,7 @@ from __future__ import annotations
 import hashlib
 import math
 import os
+import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -43,21 +53,27 @@ from acceptance.families.soak import (
     CollectiveRecord,
     GemmDtype,
     GemmRecord,
+    NvmlRecord,
     RankSoak,
     SoakConfig,
     SoakResult,
     Window,
+    checkpoint_every,
+    checkpointed,
+    next_checkpoint,
 )
 from acceptance.probes import verifiable
 from acceptance.probes.compute import WARMUP_S, fp8_unavailable
 from acceptance.probes.memory_patterns import MemoryPatterns
-from acceptance.probes.rank import Ctx, main
+from acceptance.probes.rank import Ctx, main, write_json
 from acceptance.probes.soak_watch import SoakWatch
 from acceptance.profile.rounding import U_BF16, U_FP8_ACCUMULATE, U_FP32, accumulation_gamma
 from acceptance.profile.sizes import parse_size
 
 FAULT_ENV = "ACCEPTANCE_TEST_SOAK"
-FAULTS = ("gemm", "slow", "memory", "allreduce")
+FAULTS = ("gemm", "slow", "memory", "allreduce", "kill")
+FRACTIONAL = ("slow", "kill")  # the faults that take a FACTOR, 0 < FACTOR < 1
+PARTIAL = "partial.json"  # what a checkpoint leaves in the probe's folder (``acceptance.run.progress``)
 # the unit roundoffs of bfloat16, of float32 (bf16's accumulator) and of fp8's accumulator: profile.rounding
 ALLREDUCE_BOUND = 1 << 24  # float32 holds every integer up to 2**24 exactly: the sums stay exact
 # the GEMM's own memory next to the patterns': inputs, first result, the result, and the checks' temporaries
@@ -84,10 +100,10 @@ def parse_faults(knob: str) -> list[Fault]:
             value = float(factor) if colon else 0.5
         except ValueError:
             ok = False
-        if not ok or (what == "slow" and not 0 < value < 1) or (colon and what != "slow"):
+        if not ok or (what in FRACTIONAL and not 0 < value < 1) or (colon and what not in FRACTIONAL):
             raise ValueError(
-                f"{FAULT_ENV}: expected WHAT@RANK (WHAT one of {', '.join(FAULTS)}), or slow@RANK:FACTOR with "
-                f"0 < FACTOR < 1; got {item!r}"
+                f"{FAULT_ENV}: expected WHAT@RANK (WHAT one of {', '.join(FAULTS)}), or slow@RANK:FACTOR or "
+                f"kill@RANK:FACTOR with 0 < FACTOR < 1; got {item!r}"
             )
         faults.append(Fault(what, int(rank), value))
     return faults
@@ -150,6 +166,9 @@ class Gemm:
     calls: int = 0
     per_call_s: float = 0.0
     windows: list[tuple[float, float, float]] = field(default_factory=list)  # (t, flop, seconds) per batch
+    # the first result's digest and fp64 check: it never changes after ``start``, so each checkpoint's
+    # record reuses them (a copy of the result to the host and a product in fp64 each time, else)
+    _first: tuple[str, tuple[int, int, float, Bad | None]] | None = None
 
     def start(self) -> None:
         self.ref = self.call(None).clone()
@@ -218,7 +237,9 @@ class Gemm:
                 "got": _fmt(float(self.bad_value.item())),
                 "want": _fmt(float(self.ref.view(-1)[i].double().item())),
             }
-        checked, errors, worst, ref_first = self.reference(spot_rows)
+        if self._first is None:
+            self._first = (self.digest(), self.reference(spot_rows))
+        digest, (checked, errors, worst, ref_first) = self._first
         gamma = self.reference_gamma()
         return {
             "dtype": self.dtype,
@@ -227,7 +248,7 @@ class Gemm:
             "wrong_calls": int(self.wrong_calls.item()),
             "wrong_elements": wrong,
             "first_bad": first,
-            "digest": self.digest(),
+            "digest": digest,
             "reference_checked": checked,
             "reference_errors": errors,
             "reference_worst": worst,
@@ -425,6 +446,7 @@ class Injected:
     slow: Fault | None
     memory: Fault | None
     allreduce: Fault | None
+    kill: Fault | None
 
     @classmethod
     def of(cls, faults: list[Fault], rank: int) -> Injected:
@@ -436,6 +458,7 @@ class Injected:
             "slow": f"GEMM batches held to {self.slow.factor if self.slow else 1:g} of their speed",
             "memory": "one memory word flipped in its first pass",
             "allreduce": "one element of its first all_reduce changed",
+            "kill": f"SIGKILLed at {self.kill.factor if self.kill else 1:g} of the soak's duration",
         }
         return [f"rank {rank}: {said[what]}" for what in FAULTS if getattr(self, what) is not None]
 
@@ -457,6 +480,11 @@ class Soak:
     asked_bytes: int = 0  # the patterns' buffer the profile asked for (``memory.bytes`` is what they got)
     rounds: int = 0
     t0: float = 0.0
+    # the soak time every rank agreed on at the last round's end (the longest rank's), and the next
+    # checkpoint's: derived from agreed values only, so every rank takes the same rounds for checkpoints
+    soaked_s: float = 0.0
+    checkpoint_at: float = 0.0
+    checkpoints: int = 0
 
     @classmethod
     def prepare(cls, ctx: Ctx, cfg: SoakConfig, faults: list[Fault]) -> Soak:
@@ -491,10 +519,14 @@ class Soak:
         self.t0 = time.perf_counter()
         if self.watch is not None:
             self.watch.start(self.t0)
+        self.checkpoint_at = next_checkpoint(0.0, checkpoint_every(self.cfg))
 
     def round(self) -> bool:
-        """One round; True when the ranks agree that the time is up."""
+        """One round; True when the ranks agree that the time is up (``checkpoint_due`` then says whether
+        this round was to keep what the soak measured so far)."""
         ctx, faults = self.ctx, self.faults
+        if faults.kill is not None and time.perf_counter() - self.t0 >= faults.kill.factor * self.cfg["duration_s"]:
+            os.kill(os.getpid(), signal.SIGKILL)  # the test knob's killed rank: no handler, no goodbye
         pending = self.exact.launch()
         spans: list[tuple[Gemm, float, Span]] = []
         for g in self.work:
@@ -508,9 +540,12 @@ class Soak:
             spans.append((g, begun, span))
         self.exact.check(pending, corrupt=faults.allreduce is not None and self.exact.iterations == 0)
         self.memory.run_pass(corrupt=faults.memory is not None and self.memory.passes == 0)
-        done = torch.tensor([int(time.perf_counter() - self.t0 >= self.cfg["duration_s"])], device=ctx.device)
-        dist.all_reduce(done, op=dist.ReduceOp.MAX)
-        finished = bool(done.item())  # the round's synchronisation: every span has ended
+        # the round's one collective of its own: the longest-running rank's soak time, on every rank. The
+        # time is up when it is up on any rank; a checkpoint is due when the agreed time passed the next one
+        agreed = torch.tensor([time.perf_counter() - self.t0], dtype=torch.float64, device=ctx.device)
+        dist.all_reduce(agreed, op=dist.ReduceOp.MAX)
+        self.soaked_s = float(agreed.item())  # the round's synchronisation: every span has ended
+        finished = self.soaked_s >= self.cfg["duration_s"]
         for g, begun, span in spans:
             g.windows.append((begun, 2.0 * g.n**3 * self.batch[g.dtype], span.seconds()))
         self.memory.bad_words()
@@ -518,11 +553,33 @@ class Soak:
         ctx.progress()
         return finished
 
+    @property
+    def checkpoint_due(self) -> bool:
+        """Whether the last round's agreed soak time reached the next checkpoint (the same on every rank)."""
+        return self.soaked_s >= self.checkpoint_at
+
+    def checkpoint(self) -> None:
+        """Every rank's record so far to every rank; local rank 0 of each node (each node's pytest reads its
+        own folder) replaces ``partial.json`` with it, atomically: a kill mid-write leaves the last whole one."""
+        ctx = self.ctx
+        everyone: list[tuple[RankSoak, list[str]]] = ctx.gather((self.snapshot(), self.faults.lines(ctx.rank)))
+        self.checkpoints += 1
+        self.checkpoint_at = next_checkpoint(self.soaked_s, checkpoint_every(self.cfg))
+        if ctx.local_rank == 0:
+            write_json(ctx.out / PARTIAL, checkpointed(result(ctx, self.cfg, everyone), self.soaked_s))
+
+    def snapshot(self) -> RankSoak:
+        """The record so far; the NVML watch keeps sampling."""
+        return self._record(time.perf_counter() - self.t0, self.watch.snapshot() if self.watch is not None else None)
+
     def record(self) -> RankSoak:
         seconds = time.perf_counter() - self.t0
         nvml = self.watch.stop() if self.watch is not None else None
+        self.ctx.phase("records")
+        return self._record(seconds, nvml)
+
+    def _record(self, seconds: float, nvml: NvmlRecord | None) -> RankSoak:
         ctx, cfg = self.ctx, self.cfg
-        ctx.phase("records")
         return {
             "host": ctx.host,
             "node_rank": ctx.node_rank,
@@ -545,7 +602,8 @@ def soak(ctx: Ctx, cfg: SoakConfig, faults: list[Fault]) -> tuple[RankSoak, list
     state = Soak.prepare(ctx, cfg, faults)
     state.start()
     while not state.round():
-        pass
+        if state.checkpoint_due:
+            state.checkpoint()
     return state.record(), state.faults.lines(ctx.rank)
 
 
@@ -554,7 +612,11 @@ def run(ctx: Ctx) -> SoakResult:
     cfg = SoakConfig(**ctx.section("soak"))  # type: ignore[typeddict-item]
     mine = soak(ctx, cfg, faults)
     ctx.phase("gather")
-    everyone: list[tuple[RankSoak, list[str]]] = ctx.gather(mine)
+    return result(ctx, cfg, ctx.gather(mine))
+
+
+def result(ctx: Ctx, cfg: SoakConfig, everyone: list[tuple[RankSoak, list[str]]]) -> SoakResult:
+    """The probe's result from every rank's record and fault lines: the final one, or a checkpoint's."""
     return {
         "ranks": [r for r, _ in everyone],
         "config": cfg,

@@ -55,7 +55,8 @@ def read_counters(lib: Any, handle: Any) -> Counters:
 
 
 class SoakWatch:
-    """NVML on the GPU ``uuid`` from ``start()`` to ``stop()``; ``record()`` is the NvmlRecord."""
+    """NVML on the GPU ``uuid`` from ``start()`` to ``stop()``; ``record()`` is the NvmlRecord, ``snapshot()``
+    the record so far while the watch runs."""
 
     def __init__(self, uuid: str, period_s: float, lib: Any = None) -> None:
         self.period_s = period_s
@@ -162,16 +163,23 @@ class SoakWatch:
             self.handle = None
         return self.record()
 
+    def snapshot(self) -> NvmlRecord:
+        """The record so far, the watch left running (a checkpoint's): the counters read now stand for
+        ``after``, and the samples and XIDs are copies, so that the thread's later appends change neither."""
+        now = read_counters(self.lib, self.handle) if self.handle is not None else self.after
+        return self._record(list(self.samples), list(self.xids), now)
+
     def record(self) -> NvmlRecord:
-        reason = self.samples_reason or (None if self.samples else "no sample taken (soak too short)")
+        return self._record(self.samples, self.xids, self.after)
+
+    def _record(self, samples: list[Sample], seen: list[Xid], after: Counters | NotMeasured) -> NvmlRecord:
+        reason = self.samples_reason or (None if samples else "no sample taken (soak too short)")
         # an XID seen before the watch failed still counts; none seen and no watch is not a zero
-        xids: list[Xid] | NotMeasured = (
-            not_measured(self.xids_reason) if self.xids_reason and not self.xids else self.xids
-        )
+        xids: list[Xid] | NotMeasured = not_measured(self.xids_reason) if self.xids_reason and not seen else seen
         return {
-            "samples": self.samples,
+            "samples": samples,
             "samples_reason": reason,
             "before": self.before,
-            "after": self.after,
+            "after": after,
             "xids": xids,
         }

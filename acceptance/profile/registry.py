@@ -347,6 +347,8 @@ SOAK = Family(
             r"(temperature_c_max|memory_temperature_c_max|power_w_max)", _SOAK, "lower", scale="bound",
             devices=GPU_ONLY,
         ),
+        # the share of soak.duration_s soaked: under 1 where the soak stopped part-way (its last checkpoint's)
+        Metric[Soak](r"(completed_fraction)", _SOAK, "higher", scale="bound", kind="correctness"),
         Metric[Soak](r"(wall_s)", _SOAK, "lower", scale="bound"),
     ),
     probes=("soak",),

@@ -232,6 +232,9 @@ class Soak(Strict):
     # one round: a timed batch of GEMMs of about this long, an all_reduce beside it, one memory pattern pass;
     # the ranks agree after each round whether the soak is over
     round_s: Annotated[float, Field(gt=0, le=60)] = 0.5
+    # every this many seconds of soak, every rank's record so far is gathered into partial.json: a soak
+    # stopped part-way (its timeout, a killed rank) is judged on what it measured until then
+    checkpoint_s: Annotated[float, Field(gt=0, le=86400)] = 300.0
     window_s: Annotated[float, Field(gt=0)] = 5.0  # sustained TFLOP/s: the median of windows this long
     memory_fraction: Annotated[float, Field(gt=0, le=0.95)] = 0.8  # of the GPU's free memory, for the patterns
     # the least share of that (or of host_memory_size) the patterns must cover (soak.memory_coverage): an
