@@ -129,6 +129,15 @@ def test_show(capsys: pytest.CaptureFixture[str]) -> None:
     assert yaml.safe_load(out) == expected.resolved
 
 
+def test_show_applies_the_tier_s_settings_the_profile_gives(capsys: pytest.CaptureFixture[str]) -> None:
+    """h100-x1's standard tier (its default) writes a smaller checkpoint than its burn-in."""
+    assert main(["show", "h100-x1", "--get", "storage.checkpoint_size"]) == 0
+    standard = capsys.readouterr().out.strip()
+    assert main(["show", "h100-x1", "--tier", "burn-in", "--get", "storage.checkpoint_size"]) == 0
+    burn_in = capsys.readouterr().out.strip()
+    assert (standard, burn_in) == ("4G", "13021M")
+
+
 @pytest.mark.parametrize(
     ("argv", "message"),
     [

@@ -26,6 +26,7 @@ from acceptance.profile import loader as profiles
 from acceptance.profile.arguments import positive_seconds
 from acceptance.profile.collectives import COLLECTIVE_OPS
 from acceptance.profile.dtypes import DTYPE_NAMES
+from acceptance.profile.tiers import TIER_NAMES
 from acceptance.reports.table import columns
 from acceptance.run.launcher import ProbeError
 from acceptance.run.placement import TopologyError
@@ -83,6 +84,11 @@ def parser() -> argparse.ArgumentParser:
     show.add_argument("name", help="profile name or YAML path")
     show.add_argument("--set", action="append", default=[], metavar="KEY.PATH=VALUE", help="as --cluster-set")
     show.add_argument("--get", metavar="KEY.PATH", help="print only this key's value, e.g. topology.gpus_per_node")
+    show.add_argument(
+        "--tier",
+        choices=TIER_NAMES,
+        help="with this tier's settings (the profile's tiers:) applied, as --cluster-tier; default: the profile's tier",
+    )
     show.set_defaults(func=cmd_show)
     junit = sub.add_parser("junit", help="rebuild JUnit XML from an evidence file")
     junit.add_argument("evidence", type=Path)
@@ -147,7 +153,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    prof = profiles.load(args.name, args.set)
+    prof = profiles.load(args.name, args.set, args.tier)
     if args.get:
         print(_lookup(prof.resolved, args.get))
         return 0

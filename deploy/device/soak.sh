@@ -8,6 +8,8 @@
 #   soak    pytest -m soak with the profile, --cluster-set soak.duration_s=SECONDS
 #   burn    gpu-burn (built here with nvcc from .gpu/gpu-burn, carried with the tree) for SECONDS, every GPU
 #   slowed  the soak again, with a bf16 matmul loop started on GPU 0 halfway through it (deploy/device/matmul_loop.py)
+#   stopped the soak with a checkpoint every tenth of SECONDS, its rank 0 killed at 0.6 of it (the test knob
+#           ACCEPTANCE_TEST_SOAK=kill@0:0.6): judged on its last checkpoint
 # Each step's output and evidence go under $OUT (soak-<step>.txt, ev-<step>/), kept when a later step fails;
 # at the end the figures per GPU of each soak, and gpu-burn's, are printed (deploy/device/soak_figures.py).
 # One call has 10 minutes: "h100-x1 60 soak slowed" takes about 3, "h100-x1 240 soak burn" about 9 (a soak
@@ -87,7 +89,11 @@ for step in "${steps[@]}"; do
     soak) soak soak ;;
     burn) burn ;;
     slowed) slowed ;;
-    *) echo "unknown step $step (soak, burn, slowed)" >&2 ;;
+    stopped)
+      ACCEPTANCE_TEST_SOAK=kill@0:0.6 soak stopped --cluster-set "soak.checkpoint_s=$((${seconds%.*} / 10 + 1))"
+      ls -la "$OUT"/ev-stopped/probes/*soak*/ || true
+      ;;
+    *) echo "unknown step $step (soak, burn, slowed, stopped)" >&2 ;;
   esac
 done
 
