@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import re
+from argparse import Namespace
 from pathlib import Path
 
 import pytest
 
+from acceptance.cli import bench_train
 from acceptance.profile import loader as profiles
 from acceptance.profile.judge import Judge
 from acceptance.profile.loader import ProfileError, load
@@ -251,3 +253,38 @@ def test_a_bound_set_elsewhere_is_sourced_there_not_to_the_parent(here: Path) ->
     assert found.max == 1 and found.source == f"--cluster-set {option}"
     message = Judge(load("parent", [option])).judge("connectivity.rendezvous_s", 2.0, "s").message
     assert message == f"connectivity.rendezvous_s = 2 s, expected <= 1 (profile parent, --cluster-set {option})"
+
+
+TIERED = "tiers:\n  standard: {connectivity.barrier_iters: 7}\n  burn-in: {connectivity.barrier_iters: 900}\n"
+
+
+def test_the_settings_follow_the_tier_that_runs_however_it_is_chosen(here: Path) -> None:
+    """The option's tier, else a --cluster-set tier=..., else the profile's tier: the one model.tier says."""
+    write(here, "p", f"name: p\n{BASE}{TIERED}")
+    assert load("p").model.connectivity.barrier_iters == 7
+    assert load("p", None, "burn-in").model.connectivity.barrier_iters == 900
+    by_set = load("p", ["tier=burn-in"])
+    assert (by_set.model.tier, by_set.model.connectivity.barrier_iters) == ("burn-in", 900)
+    assert load("p", None, "quick").model.connectivity.barrier_iters == 20  # quick has none: the default
+
+
+def test_a_misspelt_setting_of_a_tier_that_does_not_run_is_found_now(here: Path) -> None:
+    write(here, "p", f"name: p\n{BASE}tiers:\n  burn-in: {{connectivity.barrier_itres: 9}}\n")
+    assert error_of("p") == (
+        "invalid profile:\n  thresholds/p.yaml:4 (tiers.burn-in): connectivity.barrier_itres: unknown key "
+        "(expected one of: p2p_size, p2p_iters, barrier_iters)"
+    )
+
+
+@pytest.mark.parametrize("tier", ["[quick]", "{a: 1}", "fast"])
+def test_a_tier_that_is_not_a_tier_name_is_named_with_its_line(here: Path, tier: str) -> None:
+    write(here, "p", f"name: p\n{BASE}tier: {tier}\n{TIERED}")
+    assert "thresholds/p.yaml:3: tier: got " in error_of("p")
+
+
+def test_bench_train_measures_with_the_full_lengths_unless_told(here: Path) -> None:
+    write(here, "p", f"name: p\n{BASE}{TIERED}")
+    args = Namespace(profile="p", overrides=[], strategies=None, tier="burn-in")
+    assert bench_train.load(args).model.connectivity.barrier_iters == 900
+    args.tier = "standard"
+    assert bench_train.load(args).model.connectivity.barrier_iters == 7

@@ -20,6 +20,7 @@ from acceptance.evidence.folder import default_folder
 from acceptance.evidence.verdict import decide, facts_of
 from acceptance.families import training as plan
 from acceptance.profile import loader as profiles
+from acceptance.profile.tiers import TIER_NAMES
 from acceptance.reports import training as report
 from acceptance.reports.table import render
 from acceptance.run import launcher as launch
@@ -32,6 +33,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = Parser(prog="python -m acceptance.cli.bench_train", description=__doc__.split("\n")[0])
     parser.add_argument("--profile", default=os.environ.get("CLUSTER_PROFILE", "local-cpu"), help="default: local-cpu")
     parser.add_argument("--strategies", default=None, help="comma-separated (default: the profile's list)")
+    parser.add_argument(
+        "--tier",
+        choices=TIER_NAMES,
+        default="burn-in",
+        help="whose settings (the profile's tiers:) apply; default burn-in, the full lengths a bound is measured with",
+    )
     parser.add_argument(
         "--set", dest="overrides", action="append", default=[], metavar="KEY.PATH=VALUE", help="profile override"
     )
@@ -69,14 +76,14 @@ def measure(cluster: ClusterRun, base: plan.Baseline | str | None) -> list[tuple
 def load(args: argparse.Namespace) -> profiles.Profile:
     """The profile without its bounds (a benchmark checks none), narrowed to ``--strategies``."""
     overrides = ["thresholds=null", *args.overrides]
-    prof = profiles.load(args.profile, overrides)
+    prof = profiles.load(args.profile, overrides, args.tier)
     if not args.strategies:
         return prof
     chosen = [s.strip() for s in args.strategies.split(",") if s.strip()]
     overrides.append(f"training.strategies=[{', '.join(chosen)}]")
     if prof.model.training.scaling_strategy not in chosen:
         overrides.append(f"training.scaling_strategy={chosen[0]}")
-    return profiles.load(args.profile, overrides)
+    return profiles.load(args.profile, overrides, args.tier)
 
 
 def main(argv: list[str] | None = None) -> int:

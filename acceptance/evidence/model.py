@@ -108,7 +108,7 @@ class TierRecord(Part):
     name: str
     families: list[str] = []
     added: list[str] = []  # opt-in families asked for by name beside the tier (-m soak)
-    settings: dict[str, JsonValue] = {}  # the profile's settings for the tier (tiers.NAME), as applied
+    settings: dict[str, JsonValue] = {}  # the profile's settings for the tier (tiers.NAME); --cluster-set wins
     deselected: dict[str, int] = {}  # family -> tests the tier left out
     budget_s: float | None = None  # per node, for the profile's device; None: the tier has none of its own
     wall_s: float | None = None  # this node's session, collection to verdict

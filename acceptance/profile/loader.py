@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 from dataclasses import dataclass
@@ -19,7 +20,7 @@ from acceptance.profile.metrics import bound_problem, canonical_metric, metric_p
 from acceptance.profile.model import ProfileModel, Threshold
 from acceptance.profile.strict_yaml import LineMap, parse, read
 from acceptance.profile.strict_yaml import ProfileError as ProfileError  # raised to callers of this module
-from acceptance.profile.tiers import DEFAULT_TIER
+from acceptance.profile.tiers import DEFAULT_TIER, TIER_NAMES
 
 LOCAL_DIR = Path("thresholds")
 OVERRIDE = "--cluster-set"  # names a value an option set, in errors and in a threshold's source
@@ -86,11 +87,17 @@ def _candidates(name_or_path: str, relative_to: Path | None) -> list[Path]:
 
 def load(name_or_path: str, overrides: list[str] | None = None, tier: str | None = None) -> Profile:
     """Load, merge ``extends:``, apply the settings the profile gives the run's tier (``tiers:``; ``tier``:
-    the run's ``--cluster-tier``, else the profile's ``tier:``), then ``KEY.PATH=VALUE`` overrides
-    (``--cluster-set``, so the command line has the last word), validate."""
+    the run's ``--cluster-tier``), then ``KEY.PATH=VALUE`` overrides (``--cluster-set``, so the command line
+    has the last word), validate. Every tier's settings are validated, not only the running tier's: a
+    misspelt key under ``burn-in`` is found by the handover's run, not hours into the burn-in."""
     path = find(name_or_path)
     raw, chain, lines = _resolve(path, ())
-    raw = _tier_settings(raw, tier, lines, chain[0])
+    running = _running_tier(raw, overrides, tier)
+    for other in _declared_tiers(raw):
+        if other != running:
+            seen = dict(lines)
+            _build(_tier_settings(copy.deepcopy(raw), other, seen, chain[0]), chain, seen, overrides)
+    raw = _tier_settings(raw, running, lines, chain[0])
     return _build(raw, chain, lines, overrides)
 
 
@@ -98,19 +105,38 @@ def load(name_or_path: str, overrides: list[str] | None = None, tier: str | None
 NOT_PER_TIER = ("name", "extends", "tier", "tiers")
 
 
-def _tier_settings(raw: dict[str, Any], tier: str | None, lines: LineMap, path: Path) -> dict[str, Any]:
-    """The run's tier's settings (``tiers: {standard: {storage.checkpoint_size: 4G}}``) applied as overrides.
+def _running_tier(raw: dict[str, Any], overrides: list[str] | None, tier: str | None) -> str:
+    """The tier whose settings apply: the option's, else the last ``--cluster-set tier=...``, else the
+    profile's ``tier:`` (what ``model.tier`` will say, so the settings and the selection agree)."""
+    if tier:
+        return tier
+    for item in reversed(overrides or []):
+        key, sep, text = item.partition("=")
+        if sep and key.strip() == "tier":
+            return text.strip()
+    found = raw.get("tier", DEFAULT_TIER)
+    return found if isinstance(found, str) else DEFAULT_TIER  # not a name: the model's validation says so
+
+
+def _declared_tiers(raw: dict[str, Any]) -> list[str]:
+    tiers = raw.get("tiers")
+    return [t for t in tiers if isinstance(t, str) and t in TIER_NAMES] if isinstance(tiers, dict) else []
+
+
+def _tier_settings(raw: dict[str, Any], tier: str, lines: LineMap, path: Path) -> dict[str, Any]:
+    """The tier's settings (``tiers: {standard: {storage.checkpoint_size: 4G}}``) applied as overrides.
 
     A tier is one selection of families at one moment, and each moment has its time (DCGM's run levels run
     the same plugins for longer at higher levels): the handover's standard tier may write a smaller
     checkpoint or time fewer steps than the burn-in, from the same profile."""
-    chosen = tier or raw.get("tier") or DEFAULT_TIER
-    settings = (raw.get("tiers") or {}).get(chosen) if isinstance(raw.get("tiers"), dict) else None
+    if tier not in _declared_tiers(raw):
+        return raw
+    settings = raw["tiers"][tier]
     if not isinstance(settings, dict):
-        return raw  # none, or not a mapping: the model's validation names it
+        return raw  # not a mapping: the model's validation names it
     for key, value in settings.items():
-        where = lines.get(("tiers", chosen, str(key)), str(path))
-        label = f"{where} (tiers.{chosen})"
+        where = lines.get(("tiers", tier, str(key)), str(path))
+        label = f"{where} (tiers.{tier})"
         parts = _key_path(str(key))
         if not all(parts) or parts[0] in NOT_PER_TIER:
             raise ProfileError(
