@@ -2,6 +2,8 @@
 # The tiers on one GPU machine, each a fresh pytest: the runs named, in order, from
 #   quick     --cluster-tier quick (the first one cold: no earlier run on the machine)
 #   standard  the default suite
+#   burn-in   --cluster-tier burn-in: the standard suite at the profile's full lengths, then the soak
+#             (its duration and checkpoint interval: SOAK_S, default the profile's, and CHECKPOINT_S, default 300)
 #   init      `cluster-acceptance init` for this node, then the default suite with the profile it wrote
 # e.g. `deploy/device/tiers.sh quick quick standard quick` (PROFILE, default h100-x1, for quick and standard).
 # Each run's output (tier-N-NAME.txt, with its rc and wall) and its evidence (one archive, ev.tgz) go to $OUT.
@@ -20,11 +22,15 @@ for run in "$@"; do
   case $run in
     quick) options=(--cluster-tier quick) ;;
     standard) ;;
+    burn-in)
+      options=(--cluster-tier burn-in --cluster-set "soak.checkpoint_s=${CHECKPOINT_S:-300}")
+      [ -n "${SOAK_S:-}" ] && options+=(--cluster-set "soak.duration_s=$SOAK_S")
+      ;;
     init)
       python3 -m acceptance.cli init --name init-node --output "$OUT/init-node.yaml" | tee "$OUT/$name-init.txt"
       profile=$OUT/init-node.yaml
       ;;
-    *) echo "unknown run $run (quick, standard, init)" >&2; exit 4 ;;
+    *) echo "unknown run $run (quick, standard, burn-in, init)" >&2; exit 4 ;;
   esac
   start=$(date +%s.%N)
   timeout 400 python3 -m pytest -p no:cacheprovider --cluster-profile "$profile" tests_cluster/ "${options[@]}" \
