@@ -129,3 +129,18 @@ def test_the_run_s_own_processes_are_its_descendants(tmp_path: Path) -> None:
     [named] = [inventory.with_commands(use(0, 20, command=None), tmp_path)]
     assert named["processes"][0]["command"] == "python train.py --steps 9"
     assert preflight.descends_from(os.getpid())(os.getpid())
+
+
+def test_on_a_shared_node_only_the_run_s_gpus_are_judged() -> None:
+    """Slurm gives a job GPU 0 (CUDA sees it alone); another job computes on GPU 1: not this node's fault.
+    The same process on the run's own GPU fails it; a reading that names no GPU is judged, never passed."""
+    answers = {"pci": list(BUS), "nvml": nvml_listed(0, 1), "torch": cuda(0), "users": [use(0), use(1, 4242)]}
+    one = model(gpus_per_node=1)
+    assert preflight.check(one, {}, lambda env: answers, ours=lambda pid: False).ok  # type: ignore[arg-type,return-value]
+    mine = {**answers, "users": [use(0, 4242), use(1)]}
+    result = preflight.check(one, {}, lambda env: mine, ours=lambda pid: False)  # type: ignore[arg-type,return-value]
+    assert result.message.startswith("GPU 0 (0000:18:00.0, GPU-0) is in use by another process: pid 4242")
+    unplaced = use(1, 4242)
+    unplaced["pci_bus_id"] = unplaced["uuid"] = None
+    nowhere = {**answers, "users": [use(0), unplaced]}
+    assert not preflight.check(one, {}, lambda env: nowhere, ours=lambda pid: False).ok  # type: ignore[arg-type,return-value]

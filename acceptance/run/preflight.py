@@ -94,10 +94,26 @@ def check(
     problem = _problem(model, answers, gpus, env)
     others: list[GpuProcess] = []
     if problem is None:
-        seen, ours = users if users is not None else answers.get("users") or [], ours or descends_from(os.getpid())
+        seen = the_run_s(users if users is not None else answers.get("users") or [], gpus)
+        ours = ours or descends_from(os.getpid())
         others = foreign(seen, ours)
         problem = "; ".join(foreign_use(seen, ours)) or None
     return PreflightResult(problem is None, problem or "", gpus, answers, others)
+
+
+def the_run_s(users: list[GpuUse], gpus: list[SeenGpu]) -> list[GpuUse]:
+    """The users of the GPUs the run computes on: those CUDA lists under the run's environment. NVML lists
+    every GPU of the node; on a node shared between jobs (Slurm gives each its GPUs by CUDA_VISIBLE_DEVICES
+    and the device cgroup) another job's processes on its own GPUs are no fault of this node. A GPU whose
+    reading has neither bus id nor UUID cannot be placed and is kept: judged, never passed over."""
+    mine = [g for g in gpus if g.get("cuda_index") is not None]
+    buses, uuids = {g.get("pci_bus_id") for g in mine} - {None}, {g.get("uuid") for g in mine} - {None}
+
+    def run_s(use: GpuUse) -> bool:
+        bus, uuid = bus_id(use.get("pci_bus_id")), use.get("uuid")
+        return (bus is None and uuid is None) or bus in buses or uuid in uuids
+
+    return [use for use in users if run_s(use)]
 
 
 Ours = Callable[[int], bool]
