@@ -265,6 +265,8 @@ def test_the_settings_follow_the_tier_that_runs_however_it_is_chosen(here: Path)
     assert load("p", None, "burn-in").model.connectivity.barrier_iters == 900
     by_set = load("p", ["tier=burn-in"])
     assert (by_set.model.tier, by_set.model.connectivity.barrier_iters) == ("burn-in", 900)
+    quoted = load("p", ["tier='burn-in'"])  # the option's value read as YAML, as the model reads it
+    assert (quoted.model.tier, quoted.model.connectivity.barrier_iters) == ("burn-in", 900)
     assert load("p", None, "quick").model.connectivity.barrier_iters == 20  # quick has none: the default
 
 

@@ -45,8 +45,7 @@ def test_checkpoints_fall_on_the_multiples_of_checkpoint_s() -> None:
     assert rules.next_checkpoint(299.9, 300.0) == 300.0
     assert rules.next_checkpoint(300.0, 300.0) == 600.0  # the one just taken is behind
     assert rules.next_checkpoint(1234.5, 300.0) == 1500.0  # a round longer than the cadence skips the passed ones
-    assert rules.checkpoint_every(CONFIG) == rules.CHECKPOINT_S == 300.0  # a section without the key
-    assert rules.checkpoint_every({**CONFIG, "checkpoint_s": 1.5}) == 1.5
+    assert rules.next_checkpoint(1.4, 1.5) == 1.5
 
 
 def test_the_kill_fault_is_parsed_with_its_share_of_the_duration_or_refused() -> None:

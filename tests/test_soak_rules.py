@@ -36,6 +36,7 @@ CONFIG: rules.SoakConfig = {
     "median_of": "cluster",
     "slowdown_reasons": ["hw_slowdown", "hw_thermal", "hw_power_brake", "sw_thermal"],
     "seed": 1234,
+    "checkpoint_s": 300.0,
 }
 COUNTERS: rules.Counters = {
     "ecc_corrected": 3,

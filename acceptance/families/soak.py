@@ -30,12 +30,9 @@ GemmDtype = Literal["bfloat16", "float8_e4m3fn"]
 # the metric stem of each GEMM's speed figures
 DTYPE_FIGURE: dict[str, str] = {"bfloat16": "bf16_tflops", "float8_e4m3fn": "fp8_tflops"}
 EARLY_S = 60.0  # "the first minute against the last": or each half, when the soak is shorter than two minutes
-# soak.checkpoint_s where the profile's section has no such key: a stopped burn-in of hours loses at most
-# this much of what it measured, and a checkpoint (a gather of every rank's record) costs a second or so
-CHECKPOINT_S = 300.0
 
 
-class _SoakConfig(TypedDict):
+class SoakConfig(TypedDict):
     """The soak's section of the profile (``acceptance.profile.sections.Soak``)."""
 
     duration_s: float
@@ -52,12 +49,7 @@ class _SoakConfig(TypedDict):
     median_of: str  # cluster or node
     slowdown_reasons: list[str]
     seed: int
-
-
-# the keys a section may lack (one of a profile from before the key), apart: ``total=False`` keeps them out
-# of ``__required_keys__`` at run time too, where NotRequired[] under postponed annotations does not
-class SoakConfig(_SoakConfig, total=False):
-    checkpoint_s: float  # seconds of soak between two partial.json (``checkpoint_every``)
+    checkpoint_s: float  # seconds of soak between two partial.json (``next_checkpoint``)
 
 
 class Bad(TypedDict):
@@ -188,11 +180,6 @@ def parts(duration_s: float, limit_s: float) -> int:
 
 
 # ---- checkpoints ----------------------------------------------------------------------------------------
-
-
-def checkpoint_every(cfg: SoakConfig) -> float:
-    """Seconds of soak between two checkpoints (``soak.checkpoint_s``)."""
-    return float(cfg.get("checkpoint_s", CHECKPOINT_S))
 
 
 def next_checkpoint(soaked_s: float, every_s: float) -> float:
@@ -372,7 +359,7 @@ def completed(result: SoakResult) -> Figure:
     soaked = result.get("soaked_s", soaked)
     fig.findings.append(
         f"the soak stopped at {soaked:.0f} of {duration:g} s: its figures are those of its last checkpoint "
-        f"(soak.checkpoint_s {checkpoint_every(result['config']):g} s)"
+        f"(soak.checkpoint_s {result['config']['checkpoint_s']:g} s)"
     )
     fig.unmeasured.append(
         f"soak stopped after {soaked:.0f} of {duration:g} s: {result.get('stopped') or 'the probe did not finish'}"

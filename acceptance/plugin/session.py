@@ -88,7 +88,7 @@ class ClusterSession:
         self.previous_term: Any = None
         self.preflight: PreflightResult | None = None
         self.started = time.monotonic()
-        self.tier = Selection(tier)
+        self.tier = Selection(tier, run.profile.model.tiers.get(tier.name, {}))
         self.drain: DrainList | None = None
         self.drain_way = drain_way
         run.evidence.strict = False  # a full disk stops the run with one line (``pytest_runtest_logfinish``)
@@ -153,7 +153,7 @@ class ClusterSession:
     @pytest.hookimpl(trylast=True)  # on the tests left after -k and -m
     def pytest_collection_modifyitems(self, config: pytest.Config, items: list[pytest.Item]) -> None:
         self.tier.apply(config, items)
-        self.run.evidence.doc.tier = self.tier.record(self.run.topology.device, self.run.profile.model.tiers)
+        self.run.evidence.doc.tier = self.tier.record(self.run.topology.device)
         if not self.collect_only:
             o = config.option  # --setup-plan, --setup-only and --fixtures run no probe
             probes = not (o.setupplan or o.setuponly or o.showfixtures or o.show_fixtures_per_test)
@@ -161,7 +161,7 @@ class ClusterSession:
         skip_without_gpus(self.preflight, items)
 
     def pytest_report_collectionfinish(self, config: pytest.Config) -> str:
-        return self.tier.line(self.run.profile.model.tiers)
+        return self.tier.line()
 
     def pytest_runtest_setup(self, item: pytest.Item) -> None:
         fail_the_gate(self.preflight, item)

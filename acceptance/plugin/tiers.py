@@ -19,7 +19,7 @@ from pydantic import JsonValue
 from acceptance.evidence.model import TierRecord
 from acceptance.plugin import options
 from acceptance.profile.registry import Device, Family, family_of_module
-from acceptance.profile.tiers import Tier, TierName, tier_named
+from acceptance.profile.tiers import Tier, tier_named
 
 REASON = "not in the {tier} tier (--cluster-tier)"
 
@@ -36,6 +36,7 @@ class Selection:
     families the run asked for by name beside the tier (``-m soak`` under the standard tier)."""
 
     tier: Tier
+    settings: Mapping[str, JsonValue] = field(default_factory=dict)  # the profile's for the tier (tiers.NAME)
     left_out: set[str] = field(default_factory=set)
     by_family: Counter[str] = field(default_factory=Counter)
     added: list[str] = field(default_factory=list)
@@ -64,7 +65,7 @@ class Selection:
         """Whether the run holds ``family``: its tier's, or an opt-in family asked for by name."""
         return self.tier.has(family) or family.name in self.added
 
-    def record(self, device: Device, settings: Mapping[TierName, Mapping[str, JsonValue]]) -> TierRecord:
+    def record(self, device: Device) -> TierRecord:
         """The tier in the evidence; no budget once a family outside it was added (the soak's own duration
         is then part of the wall)."""
         tier = self.tier
@@ -74,21 +75,20 @@ class Selection:
             name=tier.name,
             families=families,
             added=list(self.added),
-            settings=dict(settings.get(tier.name, {})),
+            settings=dict(self.settings),
             deselected=dict(self.by_family),
             budget_s=budget,
         )
 
-    def line(self, settings: Mapping[TierName, Mapping[str, JsonValue]]) -> str:
+    def line(self) -> str:
         """One line for the terminal: the tier, its families, its settings, and what it deselected and why."""
         names = ", ".join(f.name for f in self.tier.families)
         text = f"cluster tier: {self.tier.name} ({names})"
         if self.added:
             text += f" + {', '.join(self.added)} (asked for by name: no tier budget)"
-        mine = settings.get(self.tier.name)
-        if mine:
+        if self.settings:
             text += "; its settings (profile tiers." + self.tier.name + "): "
-            text += ", ".join(f"{key}={value}" for key, value in mine.items())
+            text += ", ".join(f"{key}={value}" for key, value in self.settings.items())
         if self.by_family:
             parts = ", ".join(f"{name} {count}" for name, count in self.by_family.items())
             why = REASON.format(tier=self.tier.name)

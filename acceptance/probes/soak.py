@@ -13,7 +13,7 @@ time is up, so every rank runs the same number of collectives):
 * the all_reduce's result is compared with the exact sum, element by element;
 * one memory-pattern pass over ``memory_fraction`` of the GPU's free memory (``probes.memory_patterns``).
 
-Every ``checkpoint_s`` of soak (``families.soak.checkpoint_every``) the ranks keep what they measured so far:
+Every ``checkpoint_s`` of soak (``families.soak.next_checkpoint``) the ranks keep what they measured so far:
 the flag of the round's all_reduce carries a second element, "a checkpoint is due", so that every rank
 agrees on the round without a collective more; in that round every rank's record so far is gathered (the
 NVML watch keeps running: ``SoakWatch.snapshot``) and rank 0 replaces ``partial.json`` with it, in the final
@@ -58,7 +58,6 @@ from acceptance.families.soak import (
     SoakConfig,
     SoakResult,
     Window,
-    checkpoint_every,
     checkpointed,
     next_checkpoint,
 )
@@ -519,7 +518,7 @@ class Soak:
         self.t0 = time.perf_counter()
         if self.watch is not None:
             self.watch.start(self.t0)
-        self.checkpoint_at = next_checkpoint(0.0, checkpoint_every(self.cfg))
+        self.checkpoint_at = next_checkpoint(0.0, self.cfg["checkpoint_s"])
 
     def round(self) -> bool:
         """One round; True when the ranks agree that the time is up (``checkpoint_due`` then says whether
@@ -564,7 +563,7 @@ class Soak:
         ctx = self.ctx
         everyone: list[tuple[RankSoak, list[str]]] = ctx.gather((self.snapshot(), self.faults.lines(ctx.rank)))
         self.checkpoints += 1
-        self.checkpoint_at = next_checkpoint(self.soaked_s, checkpoint_every(self.cfg))
+        self.checkpoint_at = next_checkpoint(self.soaked_s, self.cfg["checkpoint_s"])
         if ctx.local_rank == 0:
             write_json(ctx.out / PARTIAL, checkpointed(result(ctx, self.cfg, everyone), self.soaked_s))
 

@@ -92,7 +92,7 @@ def load(name_or_path: str, overrides: list[str] | None = None, tier: str | None
     misspelt key under ``burn-in`` is found by the handover's run, not hours into the burn-in."""
     path = find(name_or_path)
     raw, chain, lines = _resolve(path, ())
-    running = _running_tier(raw, overrides, tier)
+    running = _running_tier(raw, overrides, tier, lines)
     for other in _declared_tiers(raw):
         if other != running:
             seen = dict(lines)
@@ -105,16 +105,16 @@ def load(name_or_path: str, overrides: list[str] | None = None, tier: str | None
 NOT_PER_TIER = ("name", "extends", "tier", "tiers")
 
 
-def _running_tier(raw: dict[str, Any], overrides: list[str] | None, tier: str | None) -> str:
-    """The tier whose settings apply: the option's, else the last ``--cluster-set tier=...``, else the
-    profile's ``tier:`` (what ``model.tier`` will say, so the settings and the selection agree)."""
+def _running_tier(raw: dict[str, Any], overrides: list[str] | None, tier: str | None, lines: LineMap) -> str:
+    """The tier whose settings apply: the option's, else the ``tier:`` the profile has once the
+    ``--cluster-set`` options are applied (what ``model.tier`` will say, so the settings and the selection
+    agree; the options are read as ``_build`` reads them)."""
     if tier:
         return tier
-    for item in reversed(overrides or []):
-        key, sep, text = item.partition("=")
-        if sep and key.strip() == "tier":
-            return text.strip()
-    found = raw.get("tier", DEFAULT_TIER)
+    seen = raw
+    for item in overrides or []:
+        seen = _override(seen, item, dict(lines))
+    found = seen.get("tier", DEFAULT_TIER)
     return found if isinstance(found, str) else DEFAULT_TIER  # not a name: the model's validation says so
 
 
