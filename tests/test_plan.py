@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from acceptance.multinode.meeting import Meeting, PlanError
-from acceptance.multinode.plan import Plan, differences, disagreement, failed_preflights
+from acceptance.multinode.plan import Plan, differences, disagreement, failed_preflights, shared_host_names
 from acceptance.run.placement import Placement
 from tests.harness import free_port
 
@@ -73,6 +73,15 @@ def test_disagreement_names_every_differing_node_and_only_those() -> None:
     assert "node 2 (node-2): expects 3 nodes" in text
     assert "node 1" not in text
     assert "every node stops here" in text
+
+
+def test_nodes_sharing_a_host_name_are_named_and_still_agree() -> None:
+    # containers of one host: torchrun's rendezvous could take their agents for one node (same name and pid)
+    plans = [plan(0, host="vm"), plan(1, host="vm"), plan(2), plan(3, host="vm")]
+    line = shared_host_names(plans)
+    assert "nodes 0, 1, 3 are all 'vm'" in line and "--hostname" in line and "node-2" not in line
+    assert disagreement(plans) is None  # a line, not a failure: Slurm daemons on one host share a name safely
+    assert shared_host_names([plan(0), plan(1)]) == ""
 
 
 def test_plan_round_trips_through_json() -> None:

@@ -129,3 +129,22 @@ def failed_preflights(plans: list[Plan], mine: int) -> list[str]:
     a node that went on would wait at the next probe until its timeout."""
     return [f"node {p.node_rank} ({p.host}) failed its preflight: {p.preflight}" for p in plans if p.preflight
             and p.node_rank != mine]  # fmt: skip
+
+
+def shared_host_names(plans: list[Plan]) -> str:
+    """A line when several nodes report one host name, else "". torchrun's c10d rendezvous tells its agents
+    apart by host name and process id (``_NodeDescGenerator`` in torch.distributed.elastic.rendezvous.
+    dynamic_rendezvous): two nodes in containers of one host, each with a process-id namespace of its own, can
+    give their agents the same pid, and that rendezvous then never completes. Nodes sharing one machine's
+    process table (several Slurm daemons on one host) cannot collide, hence a line and not a failure."""
+    by_host: dict[str, list[int]] = {}
+    for plan in plans:
+        by_host.setdefault(plan.host, []).append(plan.node_rank)
+    shared = [f"nodes {', '.join(map(str, r))} are all {host!r}" for host, r in by_host.items() if len(r) > 1]
+    if not shared:
+        return ""
+    return (
+        f"one host name for several nodes ({'; '.join(shared)}): torchrun's rendezvous tells nodes apart by host "
+        "name and process id, so nodes in containers of one host need a host name each (--hostname), or a "
+        "probe's rendezvous can wait until its timeout; evidence folders and drain lists name nodes by host"
+    )

@@ -23,7 +23,7 @@ from acceptance.evidence.junit import junit_xml, verdict_case
 from acceptance.evidence.store import EvidenceError, EvidenceWriteError, read_evidence
 from acceptance.evidence.verdict import Facts, decide, facts_of, problems
 from acceptance.multinode import meeting as meetings
-from acceptance.multinode.plan import Plan, failed_preflights, versions
+from acceptance.multinode.plan import Plan, failed_preflights, shared_host_names, versions
 from acceptance.plugin import options
 from acceptance.plugin.drain_hooks import act_on
 from acceptance.plugin.outcomes import (
@@ -215,6 +215,8 @@ class ClusterSession:
             run.evidence.write()
             raise pytest.UsageError(str(exc)) from None
         run.join(agreement.meeting, agreement.session, agreement.record)
+        if shared := shared_host_names(agreement.plans):
+            self.say(shared)
         others = failed_preflights(agreement.plans, place.node_rank)
         self.preflight = fail_with_other_nodes(self.preflight, others, run, items)
 

@@ -137,10 +137,16 @@ step "the local-cpu suite on two containers as two nodes (host network)"
 t=$SECONDS
 port="$("$PYTHON" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
 node_env=(-e NNODES=2 -e MASTER_ADDR=127.0.0.1 -e "MASTER_PORT=$port" -e CLUSTER_RUN_ID=two)
+# Each node a host name of its own, on an address of its own, as on two machines: torchrun's rendezvous tells
+# its agents apart by host name and process id, and the two containers' process-id namespaces can give both
+# agents the same pid; with one host name the rendezvous then never completes (a probe's timeout, at random).
+# The loopback addresses reach this host's network, which both containers share.
+hosts=(--add-host container0:127.0.0.2 --add-host container1:127.0.0.3)
 pids=()
 for rank in 0 1; do
-  podman run "${run_args[@]}" --name "${node_names[$rank]}" -v "$OUT/node$rank:/results" "${node_env[@]}" \
-    -e "NODE_RANK=$rank" "$IMAGE" --cluster-set topology.nodes=2 >"$OUT/node$rank.log" 2>&1 &
+  podman run "${run_args[@]}" --name "${node_names[$rank]}" --hostname "container$rank" "${hosts[@]}" \
+    -v "$OUT/node$rank:/results" "${node_env[@]}" -e "NODE_RANK=$rank" "$IMAGE" --cluster-set topology.nodes=2 \
+    >"$OUT/node$rank.log" 2>&1 &
   pids+=("$!")
 done
 status=0
