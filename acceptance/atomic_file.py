@@ -7,6 +7,7 @@ write through it (probes may import it; it imports nothing of the package).
 from __future__ import annotations
 
 import os
+import secrets
 import socket
 from pathlib import Path
 
@@ -14,14 +15,20 @@ from pathlib import Path
 def write_atomic(path: Path, text: str, durable: bool = True) -> None:
     """Write ``text`` to a temporary file beside ``path``, fsync it, then rename it over ``path``.
 
-    The temporary name holds the host and pid: ranks of several nodes may share one folder, and a crash
-    must never leave a half-written file under the real name. ``durable=False`` skips the fsync, for
-    files rewritten every second (heartbeats) whose loss in a power cut costs nothing. A write that fails
-    removes its temporary file and raises; ``path`` keeps its previous content."""
+    Ranks of several nodes may share one folder, and a crash must never leave a half-written file under the
+    real name. The temporary name holds the host and pid (who left it) and a random part, and is created
+    exclusively: host and pid alone repeat across containers of one host (each its own pid namespace, the
+    host's name), and two writers must never write into, or remove, each other's temporary file.
+    ``durable=False`` skips the fsync, for files rewritten every second (heartbeats) whose loss in a power cut
+    costs nothing. A write that fails removes its temporary file and raises; ``path`` keeps its previous
+    content."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{socket.gethostname()}.{os.getpid()}.tmp")
+    tmp = path.with_name(f".{path.name}.{socket.gethostname()}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    # opened outside the try: an open that fails made no file to remove (it may be another writer's); the with
+    # below closes it
+    handle = open(tmp, "x", encoding="utf-8")  # noqa: SIM115
     try:
-        with open(tmp, "w", encoding="utf-8") as handle:
+        with handle:
             handle.write(text)
             handle.flush()
             if durable:

@@ -107,6 +107,30 @@ def test_write_atomic_keeps_the_old_file_when_the_write_fails(tmp_path: Path, mo
     assert target.read_text() == "old"
 
 
+def test_write_atomic_never_shares_a_temporary_file_with_a_writer_of_the_same_host_and_pid(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # two containers of one host: the host's name, and each its own pid namespace, so the same pid
+    monkeypatch.setattr("acceptance.atomic_file.socket.gethostname", lambda: "vm")
+    monkeypatch.setattr("acceptance.atomic_file.os.getpid", lambda: 7)
+    target = tmp_path / "evidence.json"
+    other = tmp_path / ".evidence.json.vm.7.tmp"  # the other writer's temporary file, by host and pid alone
+    other.write_text("the other writer's")
+    used: list[str] = []
+
+    def replace_then_fail(src: Path, dst: Path) -> None:
+        used.append(Path(src).name)
+        raise OSError("disk full")
+
+    monkeypatch.setattr("acceptance.atomic_file.os.replace", replace_then_fail)
+    for _ in range(2):
+        with pytest.raises(OSError, match="disk full"):
+            write_atomic(target, "new")
+    assert len(set(used)) == 2 and all(n.startswith(".evidence.json.vm.7.") for n in used)
+    assert other.read_text() == "the other writer's"  # neither written into nor removed by the failed writes
+    assert sorted(p.name for p in tmp_path.iterdir()) == [other.name]
+
+
 def test_outcome_writes_wait_for_the_interval_and_any_other_write_takes_them(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
