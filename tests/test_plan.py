@@ -84,6 +84,14 @@ def test_nodes_sharing_a_host_name_are_named_and_still_agree() -> None:
     assert shared_host_names([plan(0), plan(1)]) == ""
 
 
+def test_two_host_names_on_one_address_are_one_name_to_the_rendezvous() -> None:
+    # torchrun names a node by socket.getfqdn(): two host names mapped to one address read back as the first
+    plans = [plan(0, host="c0", rendezvous_name="c0"), plan(1, host="c1", rendezvous_name="c0")]
+    assert "nodes 0, 1 are all 'c0'" in shared_host_names(plans)
+    # a plan from a package that does not send the name is judged by its host name
+    assert shared_host_names([plan(0, rendezvous_name="node-0"), plan(1)]) == ""
+
+
 def test_plan_round_trips_through_json() -> None:
     assert Plan.from_json(plan(1).to_json()) == plan(1)
 

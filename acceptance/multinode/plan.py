@@ -35,6 +35,9 @@ class Plan:
     tests: list[str]
     versions: dict[str, str]
     preflight: str = ""  # why this node failed its preflight; "" when it passed (not part of the digest)
+    # the name torchrun's rendezvous gives this node (socket.getfqdn(), read back from the host name's address);
+    # "" from a package that did not send it (not part of the digest)
+    rendezvous_name: str = ""
 
     @property
     def digest(self) -> str:
@@ -132,14 +135,16 @@ def failed_preflights(plans: list[Plan], mine: int) -> list[str]:
 
 
 def shared_host_names(plans: list[Plan]) -> str:
-    """A line when several nodes report one host name, else "". torchrun's c10d rendezvous tells its agents
-    apart by host name and process id (``_NodeDescGenerator`` in torch.distributed.elastic.rendezvous.
-    dynamic_rendezvous): two nodes in containers of one host, each with a process-id namespace of its own, can
-    give their agents the same pid, and that rendezvous then never completes. Nodes sharing one machine's
-    process table (several Slurm daemons on one host) cannot collide, hence a line and not a failure."""
+    """A line when several nodes go by one name in torchrun's rendezvous, else "". Its c10d rendezvous tells its
+    agents apart by ``socket.getfqdn()`` and process id (``_NodeDescGenerator`` in
+    torch.distributed.elastic.rendezvous.dynamic_rendezvous): two nodes in containers of one host, each with a
+    process-id namespace of its own, can give their agents the same pid, and that rendezvous then never
+    completes. The name is read back from the host name's address, so two host names on one address are one
+    name here. Nodes sharing one machine's process table (several Slurm daemons on one host) cannot collide,
+    hence a line and not a failure."""
     by_host: dict[str, list[int]] = {}
     for plan in plans:
-        by_host.setdefault(plan.host, []).append(plan.node_rank)
+        by_host.setdefault(plan.rendezvous_name or plan.host, []).append(plan.node_rank)
     shared = [f"nodes {', '.join(map(str, r))} are all {host!r}" for host, r in by_host.items() if len(r) > 1]
     if not shared:
         return ""

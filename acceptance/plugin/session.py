@@ -200,6 +200,7 @@ class ClusterSession:
         plan = Plan(
             node_rank=place.node_rank,
             host=socket.gethostname(),
+            rendezvous_name=socket.getfqdn(),
             nodes=place.nodes,
             head=place.endpoint,
             profile_sha256=run.profile.sha256,
