@@ -150,6 +150,7 @@ def shared_host_names(plans: list[Plan]) -> str:
         return ""
     return (
         f"one host name for several nodes ({'; '.join(shared)}): torchrun's rendezvous tells nodes apart by host "
-        "name and process id, so nodes in containers of one host need a host name each (--hostname), or a "
-        "probe's rendezvous can wait until its timeout; evidence folders and drain lists name nodes by host"
+        "name and process id, so nodes in containers of one host need a host name each, on an address of its "
+        "own (--hostname, --add-host), or a probe's rendezvous can wait until its timeout; evidence folders and "
+        "drain lists name nodes by host"
     )
