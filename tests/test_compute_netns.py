@@ -35,6 +35,12 @@ SUITE = [
     "topology.ranks_per_node=1",
     "--cluster-set",
     "timeouts.compute=600",  # the slow node's probe takes minutes on a loaded machine; not what is tested here
+    # A CPU quota comes in bursts (5 ms of every 100 ms period at 5%): local-cpu's 512^3 matmul takes about
+    # 1.5 ms of CPU a call, so a timed window of a few calls could land inside one burst at full speed, and the
+    # slow node once read only 42% under the median. A 1024^3 call takes about 12 ms of CPU, more than a burst:
+    # every window spans several periods (400-600 ms against 24 ms unthrottled, two calls a window).
+    "--cluster-set",
+    "compute.matmul_size=1024",
 ]
 
 pytestmark = [
