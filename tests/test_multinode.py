@@ -90,7 +90,8 @@ def assert_cluster_passed(nodes: list[Node], source: str) -> None:
     for node in nodes:
         assert node.returncode == 0, node.output[-6000:]
         assert f"(from {source})" in node.output
-        assert "one host name for several nodes (nodes 0, 1 are all " in node.output  # two pytests, one machine
+        # two pytests on one machine: one name to the rendezvous
+        assert "one name for several nodes in torchrun's rendezvous (nodes 0, 1 are all " in node.output
         assert node.evidence()["verdict"] == "PARTIAL" and node.evidence()["errors"] == []
         assert list(node.evidence_dir.glob(f"node{node.rank}-*/junit-*.xml"))
     cluster = nodes[0].evidence()["cluster"]

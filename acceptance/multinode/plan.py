@@ -149,8 +149,8 @@ def shared_host_names(plans: list[Plan]) -> str:
     if not shared:
         return ""
     return (
-        f"one host name for several nodes ({'; '.join(shared)}): torchrun's rendezvous tells nodes apart by host "
-        "name and process id, so nodes in containers of one host need a host name each, on an address of its "
-        "own (--hostname, --add-host), or a probe's rendezvous can wait until its timeout; evidence folders and "
-        "drain lists name nodes by host"
+        f"one name for several nodes in torchrun's rendezvous ({'; '.join(shared)}): it tells nodes apart by that "
+        "name (the host name, read back from its address) and process id, so nodes in containers of one host "
+        "need a host name each, on an address of its own (--hostname, --add-host), or a probe's rendezvous can "
+        "wait until its timeout; evidence folders and drain lists name nodes by host"
     )
