@@ -23,8 +23,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from acceptance.families import links
-from acceptance.families.isolation import Isolation, Pair, Round
+from acceptance.families import connectivity as links
+from acceptance.families.internode.isolation import Isolation, Pair, Round
 
 BASE_GBPS = 10.0  # a healthy pair's figure; only ratios matter
 GPUS = 8  # rails per node

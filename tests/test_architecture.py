@@ -20,15 +20,30 @@ ALLOWED: dict[str, set[str]] = {
     "numbers": set(),
     "masking": set(),
     "json_types": set(),
-    "profile": {"numbers", "masking"},
-    "families": {"profile", "numbers"},
+    # the types a family declares itself with, below the families; the list of families, the profile model
+    # built from it, the loader and the judge above them (acceptance.profile)
+    "schema": {"numbers"},
+    "families": {"schema", "numbers"},
+    "profile": {"schema", "families", "numbers", "masking"},
     "evidence": {"atomic_file", "numbers", "masking"},
     "multinode": set(),
-    "probes": {"masking", "profile", "families", "numbers", "atomic_file"},  # masking: their env records
-    "run": {"masking", "profile", "families", "evidence", "multinode", "numbers", "atomic_file"},
-    "reports": {"masking", "profile", "families", "evidence", "numbers", "atomic_file"},
-    "plugin": {"masking", "run", "profile", "families", "evidence", "multinode", "reports", "numbers", "atomic_file"},
+    "probes": {"schema", "masking", "profile", "families", "numbers", "atomic_file"},  # masking: their env records
+    "run": {"schema", "masking", "profile", "families", "evidence", "multinode", "numbers", "atomic_file"},
+    "reports": {"schema", "masking", "profile", "families", "evidence", "numbers", "atomic_file"},
+    "plugin": {
+        "schema",
+        "masking",
+        "run",
+        "profile",
+        "families",
+        "evidence",
+        "multinode",
+        "reports",
+        "numbers",
+        "atomic_file",
+    },
     "cli": {
+        "schema",
         "masking",
         "plugin",
         "run",

@@ -10,12 +10,13 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from acceptance.families.collectives import figures
+from acceptance.families.collectives import Collectives, figures
+from acceptance.families.compute import Compute
+from acceptance.families.internode import Internode
 from acceptance.probes.ops import UNITS, Op
 from acceptance.probes.rank import TORCH_DTYPES
-from acceptance.profile.collectives import COLLECTIVE_OPS, OPS
-from acceptance.profile.dtypes import DTYPE_NAMES, DTYPES
-from acceptance.profile.model import Collectives, Compute, Internode
+from acceptance.schema.collectives import COLLECTIVE_OPS, OPS
+from acceptance.schema.dtypes import DTYPE_NAMES, DTYPES
 
 
 def test_both_halves_list_the_same_ops() -> None:

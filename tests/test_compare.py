@@ -16,12 +16,11 @@ import yaml
 from acceptance.cli.main import main
 from acceptance.profile import loader as profiles
 from acceptance.profile.baseline import change, tolerance_for
-from acceptance.profile.bounds import evaluate, limits
 from acceptance.profile.judge import Judge
 from acceptance.profile.metrics import better, kind, scale
-from acceptance.profile.model import Threshold
 from acceptance.profile.readings import log_noise
 from acceptance.reports import compare
+from acceptance.schema.bounds import Threshold, evaluate, limits
 from tests.harness import EVIDENCE, ROOT
 
 

@@ -13,9 +13,9 @@ import torch
 import torch.distributed as dist
 from torch._C._distributed_c10d import FileStore  # typed here; torch.distributed re-exports it
 
-from acceptance.families.training_figures import TrainingConfig
+from acceptance.families.training import Training
+from acceptance.families.training.figures import TrainingConfig
 from acceptance.probes import train_ds, train_model, train_strategies
-from acceptance.profile.model import Training
 
 
 def test_clear_method_caches_reaches_a_cache_under_a_wrapper() -> None:

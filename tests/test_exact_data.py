@@ -17,8 +17,8 @@ import torch
 from acceptance.probes.ops import UNITS, Place
 from acceptance.probes.rank import TORCH_DTYPES
 from acceptance.probes.verifiable import count_wrong, summand, tag, target
-from acceptance.profile.collectives import OPS
-from acceptance.profile.dtypes import DTYPE_NAMES, DTYPES
+from acceptance.schema.collectives import OPS
+from acceptance.schema.dtypes import DTYPE_NAMES, DTYPES
 
 WORLD_SIZES = (2, 3, 7, 8, 64, 85, 96, 128, 256, 1000, 1024)
 # element indices: the start of a buffer, and far into a 4 GiB one (past 2**31, where the hash folds)

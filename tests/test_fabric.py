@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from acceptance.families import fabric as rules
+from acceptance.families.fabric import FABRIC_ERROR_COUNTERS
 from acceptance.probes import fabric as probe
-from acceptance.profile.sections import FABRIC_ERROR_COUNTERS
 from acceptance.run import fabric_readings
 from tests.harness import PLUGIN_ARGS, ROOT, evidence
 

@@ -19,6 +19,8 @@ from acceptance.families.answers import NotMeasured
 from acceptance.families.health import Expect, Figure, NodeHealth
 from acceptance.probes import nvml
 from acceptance.profile.loader import evaluate
+from acceptance.profile.metrics import builtin_bound
+from acceptance.profile.model import ProfileModel
 
 UNSUPPORTED = {"error": pynvml.NVML_ERROR_NOT_SUPPORTED}
 NO_PERMISSION = {"error": pynvml.NVML_ERROR_NO_PERMISSION}
@@ -114,7 +116,13 @@ def node(host: str, gpus: list[dict[str, Any]], **kw: Any) -> NodeHealth:
 
 
 def figures(nodes: list[NodeHealth], expect: Expect = EXPECT) -> dict[str, Figure]:
-    return {f.metric: f for f in gpu_health.evaluate(nodes, expect)}
+    """The rules' figures, each with the bound the judge holds it to: the rules' own (from the run: the GPU
+    count, a GPU's slowdown temperature), else its metric's (``Metric.builtin``)."""
+    model = ProfileModel.model_validate({"name": "units", "health": {"nvlink_links": expect.nvlink_links}})
+    found = gpu_health.evaluate(nodes, expect)
+    for fig in found:
+        fig.bound = fig.bound or builtin_bound(fig.metric, model)
+    return {f.metric: f for f in found}
 
 
 def with_change(index: int, **answers: Any) -> dict[str, Any]:

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from acceptance.families.internode import Internode
 from acceptance.profile import loader as profile
-from acceptance.profile.model import Internode
 
 BASE = """
 name: t

@@ -12,9 +12,9 @@ from typing import cast
 
 import pytest
 
-from acceptance.families import links
-from acceptance.families.isolation import MESSAGE_NAMES, Isolation, Round
-from acceptance.families.links import Link
+from acceptance.families import connectivity as links
+from acceptance.families.connectivity import Link
+from acceptance.families.internode.isolation import MESSAGE_NAMES, Isolation, Round
 from tests import bench_isolation_replay as bench
 
 FAST, SLOW = 10.0, 0.3  # GB/s of a healthy pair and of one through the slow node

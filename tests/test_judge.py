@@ -16,10 +16,11 @@ from typing import Any
 
 import pytest
 
-from acceptance.profile.judge import MUST_BE_ZERO, Judge, bound_moved, regressed
+from acceptance.profile.judge import Judge, bound_moved, regressed
 from acceptance.profile.loader import Profile
 from acceptance.profile.metrics import shape_of
-from acceptance.profile.model import ProfileModel, Threshold
+from acceptance.profile.model import ProfileModel
+from acceptance.schema.bounds import MUST_BE_ZERO, Threshold
 from tests.harness import ROOT
 
 FIGURES = ROOT / "tests" / "data" / "figures"
@@ -89,7 +90,7 @@ def test_the_judge_orders_bound_known_issue_and_baseline() -> None:
 
 # the primitives that compare a figure with a bound or a baseline, and the one module allowed to call them
 PRIMITIVES = {"evaluate", "judge"}
-PRIMITIVE_MODULES = {"acceptance.profile.bounds", "acceptance.profile.baseline"}
+PRIMITIVE_MODULES = {"acceptance.schema.bounds", "acceptance.profile.baseline"}
 JUDGE = ROOT / "acceptance" / "profile" / "judge.py"
 
 

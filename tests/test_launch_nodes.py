@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from acceptance.profile.model import Topology
 from acceptance.run import slurm_task
 from acceptance.run.launcher import torchrun_argv
 from acceptance.run.placement import Placement
+from acceptance.schema.topology import Topology
 
 OUT = Path("/evidence/probes/01-connectivity")
 GPU = Topology(gpus_per_node=8)

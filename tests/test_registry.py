@@ -2,15 +2,23 @@
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
+from types import ModuleType
 from typing import Any
 
 import pytest
 
 from acceptance.cli import families
 from acceptance.cli.main import main
+from acceptance.families.storage import StoragePath, StoragePathConfig
+from acceptance.families.training import DeepSpeedRun
+from acceptance.families.training.figures import DeepSpeedRunConfig
+from acceptance.probes.rank import ProbeSpec
 from acceptance.profile.metrics import SHAPES, better, kind, metric_problem, scale, shape_of
 from acceptance.profile.model import ProfileModel, Timeouts
-from acceptance.profile.registry import FAMILIES, WORKER_PROBES, Family, family_of_module
+from acceptance.profile.registry import FAMILIES, WORKER_PROBES, family_of_module
+from acceptance.schema.family import Family
 from tests.harness import PLUGIN_ARGS, ROOT
 
 IDS = [f.name for f in FAMILIES]
@@ -84,3 +92,57 @@ def test_the_suite_runs_in_the_registry_s_order(pytester: pytest.Pytester) -> No
 def test_the_docs_reference_is_the_registry_s() -> None:
     """docs/reference.md is generated: regenerate with ``cluster-acceptance families --markdown``."""
     assert (ROOT / "docs" / "reference.md").read_text() == families.markdown()
+
+
+def _config_pairs() -> list[tuple[type[Any], Any]]:
+    """Each section model with the TypedDict its probe reads it as (``<Section>Config``, in the family's own
+    module or package), and the nested models with theirs."""
+    pairs: list[tuple[type[Any], Any]] = []
+    for f in FAMILIES:
+        module = importlib.import_module(f.section.__module__)
+        found = [getattr(m, f"{f.section.__name__}Config", None) for m in (module, *_submodules(module))]
+        pairs += [(f.section, config) for config in found if config is not None]
+    pairs.append((StoragePath, StoragePathConfig))
+    pairs.append((DeepSpeedRun, DeepSpeedRunConfig))
+    return pairs
+
+
+def _submodules(module: ModuleType) -> list[ModuleType]:
+    if not hasattr(module, "__path__"):
+        return []
+    return [importlib.import_module(f"{module.__name__}.{m.name}") for m in pkgutil.iter_modules(module.__path__)]
+
+
+def test_every_family_s_probe_config_is_found() -> None:
+    """Every family whose probe reads its section has its ``<Section>Config`` beside the section: the
+    pairs below cover all of them (fabric is read in the node's own pytest, not by a probe)."""
+    paired = {section.__name__ for section, _ in _config_pairs()}
+    assert paired >= {f.section.__name__ for f in FAMILIES if f.name not in ("fabric", "drift", "internode")}
+
+
+@pytest.mark.parametrize("pair", _config_pairs(), ids=lambda p: p[0].__name__)
+def test_a_section_and_its_probe_config_are_one_definition(pair: tuple[type[Any], Any]) -> None:
+    """The section model and the TypedDict its probe reads have the same keys (a key the probe takes besides,
+    such as a re-measure's ``figures``, is NotRequired, and so is a key an isolation round leaves out); the
+    section's defaults, as the spec carries them,
+    fill every key the probe reads."""
+    section, config = pair
+    # the TypedDicts' annotations are strings (PEP 563), which typing's TypedDict reads no NotRequired from
+    optional = {key for key, hint in config.__annotations__.items() if "NotRequired[" in str(hint)}
+    fields = set(section.model_fields)
+    assert set(config.__annotations__) - (optional - fields) == fields, section.__name__
+    default = section.model_validate(_example(section)).model_dump(mode="json")
+    assert set(default) >= set(config.__annotations__) - optional
+
+
+def _example(section: type[Any]) -> dict[str, Any]:
+    """A section with its required fields filled (a DeepSpeed run needs a base and a config)."""
+    return {"base": "zero1", "config": {}} if section is DeepSpeedRun else {}
+
+
+def test_the_probe_spec_carries_every_probe_config() -> None:
+    """The probes' spec types the section of every family whose probe reads one (``ProbeSpec``): a family
+    added to the list with a ``<Section>Config`` and no key there would hand its probe an untyped section."""
+    keys = set(ProbeSpec.__annotations__)
+    read = {f.name for f in FAMILIES for section, _ in _config_pairs() if section is f.section}
+    assert read <= keys, f"families whose probe config ProbeSpec lacks: {sorted(read - keys)}"

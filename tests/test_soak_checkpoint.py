@@ -21,7 +21,7 @@ from acceptance.probes import soak as probe
 from acceptance.probes.rank import Ctx, Heartbeat
 from acceptance.probes.soak_watch import SoakWatch
 from acceptance.profile.judge import Judge
-from acceptance.profile.model import Threshold
+from acceptance.schema.bounds import Threshold
 from tests.test_judge import _profile
 from tests.test_soak_rules import CONFIG, Nvml, gemm, healthy, result
 

@@ -13,12 +13,14 @@ import torch
 
 from acceptance.families import soak as rules
 from acceptance.families.answers import not_measured
+from acceptance.families.compute import COMPUTE
+from acceptance.families.soak import SOAK
 from acceptance.plugin.opt_in import named_by_argument, named_by_markexpr
 from acceptance.probes import soak as probe
 from acceptance.probes.memory_patterns import PATTERNS, MemoryPatterns
 from acceptance.probes.soak_watch import SoakWatch, read_counters
-from acceptance.profile.registry import COMPUTE, FAMILIES, SOAK
-from acceptance.profile.rounding import U_FP8_ACCUMULATE, U_FP32
+from acceptance.profile.registry import FAMILIES
+from acceptance.schema.rounding import U_FP8_ACCUMULATE, U_FP32
 from tests.test_profile import BASE, error_of, write
 
 CONFIG: rules.SoakConfig = {
@@ -28,6 +30,7 @@ CONFIG: rules.SoakConfig = {
     "round_s": 0.5,
     "window_s": 5.0,
     "memory_fraction": 0.8,
+    "memory_coverage_min": 0.5,
     "host_memory_size": "64M",
     "allreduce_size": "64M",
     "spot_rows": 2,
@@ -644,7 +647,7 @@ def test_the_soak_section_refuses_a_matmul_size_fp8_s_reference_cannot_bound(her
 
 @pytest.mark.parametrize("k", [8192, 16384, 20000, 1 << 30])
 def test_fp8_s_error_bound_is_meaningful_or_absent_never_a_division_by_zero(k: int) -> None:
-    from acceptance.profile.rounding import GAMMA_MAX, accumulation_gamma
+    from acceptance.schema.rounding import GAMMA_MAX, accumulation_gamma
 
     found = accumulation_gamma(k, U_FP8_ACCUMULATE)
     assert found is None if k == 1 << 30 else 0 < found[0] <= GAMMA_MAX  # type: ignore[index]
@@ -733,7 +736,7 @@ def test_a_cpu_soak_draws_its_tflops_alone() -> None:
 
 @pytest.mark.e2e
 def test_the_device_soak_script_ends_its_matmul_loop_when_it_is_killed(tmp_path: Path) -> None:
-    """deploy/device/soak.sh killed during the slowed step: its trap ends the matmul loop it started (here
+    """benchmarks/soak.sh killed during the slowed step: its trap ends the matmul loop it started (here
     stand-ins for python3, nvidia-smi, timeout and the delay's sleep record the loop's and pytest's pids)."""
     import contextlib
     import os
@@ -761,7 +764,7 @@ esac""",
         (bin_ / name).chmod(0o755)
     env = {**os.environ, "PATH": f"{bin_}:{os.environ['PATH']}", "OUT": str(tmp_path), "MARK": str(tmp_path)}
     root = Path(__file__).resolve().parent.parent
-    script = subprocess.Popen(["bash", "deploy/device/soak.sh", "p", "0", "slowed"], cwd=root, env=env,
+    script = subprocess.Popen(["bash", "benchmarks/soak.sh", "p", "0", "slowed"], cwd=root, env=env,
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
     loop = pytest_ = 0
     try:

@@ -10,13 +10,13 @@ import pytest
 import torch
 
 from acceptance.families import training as plan
-from acceptance.families import training_figures as figs
-from acceptance.families.training_figures import RankRun, RawRun, TrainingConfig
+from acceptance.families.training import Training
+from acceptance.families.training import figures as figs
+from acceptance.families.training.figures import RankRun, RawRun, TrainingConfig
 from acceptance.json_types import JSONObject
 from acceptance.probes import train_ds, train_model, train_strategies
 from acceptance.probes.host_load import HostLoad
 from acceptance.profile import loader as profiles
-from acceptance.profile.model import Training
 
 LAYER = "transformers.models.llama.modeling_llama.LlamaDecoderLayer"
 # what train_ds.build returns, its DeepSpeed config read as open JSON: the tests index into it

@@ -8,8 +8,8 @@ import pytest
 
 from acceptance.numbers import fmt
 from acceptance.profile.loader import evaluate
-from acceptance.profile.model import Threshold
-from acceptance.profile.sizes import SizeError, canonical_size, format_size, parse_size
+from acceptance.schema.bounds import Threshold
+from acceptance.schema.sizes import SizeError, canonical_size, format_size, parse_size
 
 
 @pytest.mark.parametrize(

@@ -15,11 +15,11 @@ from typing import Any, cast
 import pytest
 
 from acceptance.plugin.options import on_off
-from acceptance.profile.model import Topology
 from acceptance.run import launcher, reaper
 from acceptance.run import worker_pool as worker_module
 from acceptance.run.placement import Placement
 from acceptance.run.worker_pool import EARLY, Worker, Workers, copy_logs, log_sizes
+from acceptance.schema.topology import Topology
 from tests.test_faults import Run, assert_nothing_left, hung_connectivity
 
 CPU = Topology(device="cpu", backend="gloo", ranks_per_node=2)

@@ -6,13 +6,12 @@ from typing import Any
 
 import pytest
 
+from acceptance.families import compute as compute_rules
 from acceptance.plugin.api import (
-    MUST_BE_ZERO,
     Checker,
     ClusterRun,
     Threshold,
     compute_figures,
-    compute_rules,
     earlier_readings,
     fmt,
     probe_wall_s,
@@ -90,12 +89,12 @@ def test_within_tolerance(
     cfg = cluster.profile.model.compute
     shorts = compute_rules.shortfalls(perf["rows"], figure, cfg.median_of)
     bound = tolerance_below_median(cluster, figure)
-    limit = bound.max if bound.max is not None else cfg.tolerance
+    limit = bound.max if bound is not None and bound.max is not None else cfg.tolerance
     off = [compute_rules.describe(s, figure) for s in shorts if s.fraction > limit] or [
         compute_rules.describe(shorts[0], figure)
     ]
     figures = (f"compute.{figure}_below_median", shorts[0].fraction, "fraction", "\n".join(off))
-    _check_every_gpu(check, perf, figure, figures, default=bound)
+    _check_every_gpu(check, perf, figure, figures)
 
 
 def test_burnin_same_result(perf: dict[str, Any], check: Checker) -> None:
@@ -106,7 +105,7 @@ def test_burnin_same_result(perf: dict[str, Any], check: Checker) -> None:
     detail = "\n".join(verdict["disagreeing"])
     if verdict["first"]:
         detail = f"first GPU that disagrees: {verdict['first']}\n{detail}"
-    check("compute.burnin_disagreeing_gpus", len(verdict["disagreeing"]), "GPUs", detail, default=MUST_BE_ZERO)
+    check("compute.burnin_disagreeing_gpus", len(verdict["disagreeing"]), "GPUs", detail)
 
 
 def test_probe_time(cluster: ClusterRun, perf: dict[str, Any], check: Checker) -> None:

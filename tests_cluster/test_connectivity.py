@@ -5,16 +5,17 @@ from __future__ import annotations
 
 import pytest
 
-from acceptance.plugin.api import MUST_BE_ZERO, Checker, ClusterRun, Threshold, isolation_env, links_rules, probe_result
+from acceptance.families import connectivity as connectivity_rules
+from acceptance.plugin.api import Checker, ClusterRun, Threshold, isolation_env, probe_result
 
 
 @pytest.fixture(scope="module")
-def conn(cluster: ClusterRun) -> links_rules.ConnectivityResult:
+def conn(cluster: ClusterRun) -> connectivity_rules.ConnectivityResult:
     # nodes named by their own rank, as the isolation rounds name them
-    return probe_result(cluster, "connectivity", links_rules.ConnectivityResult, env=isolation_env(cluster))
+    return probe_result(cluster, "connectivity", connectivity_rules.ConnectivityResult, env=isolation_env(cluster))
 
 
-def test_world_size(conn: links_rules.ConnectivityResult, check: Checker) -> None:
+def test_world_size(conn: connectivity_rules.ConnectivityResult, check: Checker) -> None:
     expected = conn["expected_world_size"]
     check(
         "connectivity.world_size",
@@ -24,22 +25,22 @@ def test_world_size(conn: links_rules.ConnectivityResult, check: Checker) -> Non
     )
 
 
-def test_every_node_has_its_ranks(conn: links_rules.ConnectivityResult, check: Checker) -> None:
+def test_every_node_has_its_ranks(conn: connectivity_rules.ConnectivityResult, check: Checker) -> None:
     short = conn["short_nodes"]
     detail = "; ".join(f"node {k} has {v} ranks, expected {conn['expected_ranks_per_node']}" for k, v in short.items())
     check.measurements("nodes", conn["nodes"])
-    check("connectivity.missing_ranks", len(conn["missing_ranks"]) + len(short), "ranks", detail, default=MUST_BE_ZERO)
+    check("connectivity.missing_ranks", len(conn["missing_ranks"]) + len(short), "ranks", detail)
 
 
-def test_gpus_unique(conn: links_rules.ConnectivityResult, check: Checker) -> None:
+def test_gpus_unique(conn: connectivity_rules.ConnectivityResult, check: Checker) -> None:
     check.measurements("ranks", conn["ranks"])
     dupes = conn["duplicate_uuids"]
     holders = "; ".join(f"{u} held by ranks {[r['rank'] for r in conn['ranks'] if r.get('uuid') == u]}" for u in dupes)
-    check("connectivity.duplicate_uuids", len(dupes), "GPUs", holders, default=MUST_BE_ZERO)
+    check("connectivity.duplicate_uuids", len(dupes), "GPUs", holders)
 
 
-def test_allreduce_correct(conn: links_rules.ConnectivityResult, check: Checker) -> None:
-    check("connectivity.allreduce_wrong", conn["allreduce_wrong"], "elements", default=MUST_BE_ZERO)
+def test_allreduce_correct(conn: connectivity_rules.ConnectivityResult, check: Checker) -> None:
+    check("connectivity.allreduce_wrong", conn["allreduce_wrong"], "elements")
 
 
 def require_node_peers(run: ClusterRun) -> None:
@@ -47,19 +48,24 @@ def require_node_peers(run: ClusterRun) -> None:
         pytest.skip(f"links inside a node need at least 2 ranks per node; profile {run.profile.name} runs 1")
 
 
-def test_p2p_correct(cluster: ClusterRun, conn: links_rules.ConnectivityResult, check: Checker) -> None:
+def test_p2p_correct(cluster: ClusterRun, conn: connectivity_rules.ConnectivityResult, check: Checker) -> None:
     require_node_peers(cluster)
-    check("connectivity.p2p_wrong", conn["p2p_wrong"], "elements", links_rules.wrong(conn["p2p"]), default=MUST_BE_ZERO)
+    check(
+        "connectivity.p2p_wrong",
+        conn["p2p_wrong"],
+        "elements",
+        connectivity_rules.wrong(conn["p2p"]),
+    )
 
 
-def test_p2p_slowest_link(cluster: ClusterRun, conn: links_rules.ConnectivityResult, check: Checker) -> None:
+def test_p2p_slowest_link(cluster: ClusterRun, conn: connectivity_rules.ConnectivityResult, check: Checker) -> None:
     require_node_peers(cluster)
     measured = conn["p2p"]
     check.measurements("p2p", measured)
-    check.measurements("pair_matrices", links_rules.matrices(measured, "node"))
+    check.measurements("pair_matrices", connectivity_rules.matrices(measured, "node"))
     detail = (
         f"{len(measured)} links inside nodes, {conn['p2p_size']} each way in {conn['p2p_rounds']} round(s); "
-        f"slowest: {links_rules.slowest(measured)}"
+        f"slowest: {connectivity_rules.slowest(measured)}"
     )
     slowest = conn["p2p_slowest"]
     if slowest is None:  # ranks that share a node and measured no link between them: never a pass
@@ -67,9 +73,9 @@ def test_p2p_slowest_link(cluster: ClusterRun, conn: links_rules.ConnectivityRes
     check("connectivity.p2p_min_gbps", slowest["gbps"], "GB/s", detail)
 
 
-def test_barrier_latency(conn: links_rules.ConnectivityResult, check: Checker) -> None:
+def test_barrier_latency(conn: connectivity_rules.ConnectivityResult, check: Checker) -> None:
     check("connectivity.barrier_latency_us", conn["barrier_latency_us"], "us")
 
 
-def test_rendezvous_time(conn: links_rules.ConnectivityResult, check: Checker) -> None:
+def test_rendezvous_time(conn: connectivity_rules.ConnectivityResult, check: Checker) -> None:
     check("connectivity.rendezvous_s", conn["rendezvous_s"], "s")

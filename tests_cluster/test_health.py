@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from acceptance.plugin.api import Checker, ClusterRun, health_rules, probe_result, probe_wall_s
+from acceptance.families import health as health_rules
+from acceptance.plugin.api import Checker, ClusterRun, probe_result, probe_wall_s
 
 
 @pytest.fixture(scope="module")

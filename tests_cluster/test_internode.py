@@ -10,18 +10,16 @@ from __future__ import annotations
 
 import pytest
 
+from acceptance.families import internode as internode_rules
 from acceptance.plugin.api import (
-    MUST_BE_ZERO,
     Checker,
     ClusterRun,
     Isolation,
     ProfileModel,
-    collectives_rules,
     earlier_isolation,
     internode_spec,
     isolate_if_failing,
     isolation_env,
-    links_rules,
     parametrize_from_profile,
     probe_result,
 )
@@ -48,16 +46,16 @@ def require_node_peers(run: ClusterRun, what: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def internode(cluster: ClusterRun) -> collectives_rules.InternodeResult:
+def internode(cluster: ClusterRun) -> internode_rules.InternodeResult:
     require_nodes(cluster, "the across-nodes comparison")
     cfg = cluster.profile.model.internode
     scopes = ["all"] + (["intranode"] if cluster.topology.nproc_per_node > 1 else [])
     scopes += ["one_gpu_per_node"] if cfg.one_gpu_per_node else []
-    return probe_result(cluster, "internode", collectives_rules.InternodeResult, internode_spec(cluster, scopes))
+    return probe_result(cluster, "internode", internode_rules.InternodeResult, internode_spec(cluster, scopes))
 
 
 @pytest.fixture(scope="module")
-def ring(cluster: ClusterRun) -> collectives_rules.InternodeResult:
+def ring(cluster: ClusterRun) -> internode_rules.InternodeResult:
     require_nodes(cluster, "the NCCL_ALGO=Ring variant")
     if not cluster.profile.model.internode.ring:
         pytest.skip(f"internode.ring is off in profile {cluster.profile.name}")
@@ -65,13 +63,11 @@ def ring(cluster: ClusterRun) -> collectives_rules.InternodeResult:
         pytest.skip(f"NCCL_ALGO applies to NCCL; profile {cluster.profile.name} uses {cluster.topology.backend}")
     spec = internode_spec(cluster, ["all"])
     return probe_result(
-        cluster, "internode", collectives_rules.InternodeResult, spec, key="internode-ring", env={"NCCL_ALGO": "Ring"}
+        cluster, "internode", internode_rules.InternodeResult, spec, key="internode-ring", env={"NCCL_ALGO": "Ring"}
     )
 
 
-def _row(
-    result: collectives_rules.InternodeResult, scope: str, case: tuple[str, str]
-) -> collectives_rules.InternodeRow:
+def _row(result: internode_rules.InternodeResult, scope: str, case: tuple[str, str]) -> internode_rules.InternodeRow:
     op, size = case
     for row in result["rows"]:
         if row["scope"] == scope and row["op"] == op and row["size"] == size:
@@ -79,7 +75,7 @@ def _row(
     raise AssertionError(f"the internode probe has no {scope} row for {op} at {size}")
 
 
-def _detail(row: collectives_rules.InternodeRow) -> str:
+def _detail(row: internode_rules.InternodeRow) -> str:
     groups = "; ".join(f"ranks {g['ranks_of_group']}: {g['busbw_gbps']:.2f} GB/s" for g in row["groups"])
     return f"{row['op']} {row['size']} over {row['ranks']} ranks, timing {row['timing']}; {groups}"
 
@@ -94,7 +90,7 @@ def _isolating(run: ClusterRun, check: Checker, metric: str, value: float, detai
 
 
 def test_internode_busbw(
-    cluster: ClusterRun, internode: collectives_rules.InternodeResult, inter_case: tuple[str, str], check: Checker
+    cluster: ClusterRun, internode: internode_rules.InternodeResult, inter_case: tuple[str, str], check: Checker
 ) -> None:
     row = _row(internode, "all", inter_case)
     check.measurements("row", row)
@@ -104,7 +100,7 @@ def test_internode_busbw(
 
 
 def test_intranode_busbw(
-    cluster: ClusterRun, internode: collectives_rules.InternodeResult, inter_case: tuple[str, str], check: Checker
+    cluster: ClusterRun, internode: internode_rules.InternodeResult, inter_case: tuple[str, str], check: Checker
 ) -> None:
     require_node_peers(cluster, "an intra-node figure")
     row = _row(internode, "intranode", inter_case)
@@ -114,7 +110,7 @@ def test_intranode_busbw(
 
 
 def test_internode_efficiency(
-    cluster: ClusterRun, internode: collectives_rules.InternodeResult, inter_case: tuple[str, str], check: Checker
+    cluster: ClusterRun, internode: internode_rules.InternodeResult, inter_case: tuple[str, str], check: Checker
 ) -> None:
     require_node_peers(cluster, "the internode efficiency")
     across, inside = _row(internode, "all", inter_case), _row(internode, "intranode", inter_case)
@@ -127,16 +123,16 @@ def test_internode_efficiency(
 
 
 def test_internode_data_correct(
-    internode: collectives_rules.InternodeResult, inter_case: tuple[str, str], check: Checker
+    internode: internode_rules.InternodeResult, inter_case: tuple[str, str], check: Checker
 ) -> None:
     op, size = inter_case
     rows = [r for r in internode["rows"] if r["op"] == op and r["size"] == size]
     figures = [(f"internode.{r['scope']}.{op}.wrong@{size}", r["wrong"], "elements", "") for r in rows]
-    check.all(figures, default=MUST_BE_ZERO)
+    check.all(figures)
 
 
 def test_one_gpu_per_node_busbw(
-    cluster: ClusterRun, internode: collectives_rules.InternodeResult, inter_case: tuple[str, str], check: Checker
+    cluster: ClusterRun, internode: internode_rules.InternodeResult, inter_case: tuple[str, str], check: Checker
 ) -> None:
     if not cluster.profile.model.internode.one_gpu_per_node:
         pytest.skip(f"internode.one_gpu_per_node is off in profile {cluster.profile.name}")
@@ -146,41 +142,39 @@ def test_one_gpu_per_node_busbw(
     check(metric, row["busbw_gbps"], "GB/s", _detail(row))
 
 
-def test_ring_busbw(ring: collectives_rules.InternodeResult, inter_case: tuple[str, str], check: Checker) -> None:
+def test_ring_busbw(ring: internode_rules.InternodeResult, inter_case: tuple[str, str], check: Checker) -> None:
     row = _row(ring, "all", inter_case)
     check.measurements("row", {**row, "nccl_algo": ring["nccl_algo"]})
     check(f"internode.ring.{row['op']}.busbw_gbps@{row['size']}", row["busbw_gbps"], "GB/s", _detail(row))
 
 
-def test_ring_data_correct(
-    ring: collectives_rules.InternodeResult, inter_case: tuple[str, str], check: Checker
-) -> None:
+def test_ring_data_correct(ring: internode_rules.InternodeResult, inter_case: tuple[str, str], check: Checker) -> None:
     row = _row(ring, "all", inter_case)
     metric = f"internode.ring.{row['op']}.wrong@{row['size']}"
-    check(metric, row["wrong"], "elements", default=MUST_BE_ZERO)
+    check(metric, row["wrong"], "elements")
 
 
 @pytest.fixture(scope="module")
-def rails(cluster: ClusterRun) -> links_rules.ConnectivityResult:
+def rails(cluster: ClusterRun) -> internode_rules.ConnectivityResult:
     require_nodes(cluster, "the rails across nodes")
     # the connectivity probe measures every link in one job: inside nodes first, then the rails
-    return probe_result(cluster, "connectivity", links_rules.ConnectivityResult, env=isolation_env(cluster))
+    return probe_result(cluster, "connectivity", internode_rules.ConnectivityResult, env=isolation_env(cluster))
 
 
-def test_rail_data_correct(rails: links_rules.ConnectivityResult, check: Checker) -> None:
-    wrong = links_rules.wrong(rails["rails"])
-    check("internode.rail_wrong", rails["rails_wrong"], "elements", wrong, default=MUST_BE_ZERO)
+def test_rail_data_correct(rails: internode_rules.ConnectivityResult, check: Checker) -> None:
+    wrong = internode_rules.wrong(rails["rails"])
+    check("internode.rail_wrong", rails["rails_wrong"], "elements", wrong)
 
 
-def test_rail_slowest(cluster: ClusterRun, rails: links_rules.ConnectivityResult, check: Checker) -> None:
+def test_rail_slowest(cluster: ClusterRun, rails: internode_rules.ConnectivityResult, check: Checker) -> None:
     """Last in this module: an isolation that an earlier figure started is replayed here, so its count of
     culprits is recorded once per run, and 0 when no figure across nodes missed its bound."""
     measured = rails["rails"]
     check.measurements("rails", measured)
-    check.measurements("rail_matrices", links_rules.matrices(measured, "gpu"))
+    check.measurements("rail_matrices", internode_rules.matrices(measured, "gpu"))
     detail = (
         f"{len(measured)} rail links, {rails['p2p_size']} each way in {rails['rails_rounds']} round(s); "
-        f"slowest: {links_rules.slowest(measured)}"
+        f"slowest: {internode_rules.slowest(measured)}"
     )
     slowest = rails["rails_slowest"]
     if slowest is None:  # nodes that measured no rail between them: never a pass

@@ -7,15 +7,14 @@ from typing import cast
 
 import pytest
 
+from acceptance.families import storage as storage_rules
 from acceptance.plugin.api import (
-    MUST_BE_ZERO,
     Checker,
     ClusterRun,
     ProfileModel,
     parametrize_from_profile,
     probe_result,
     probe_wall_s,
-    storage_rules,
 )
 
 OPS = ("write", "read")
@@ -62,7 +61,7 @@ def test_path_usable(found: storage_rules.PathResult, storage_path: str, check: 
     """There on every node, a folder, writable, with room for the checkpoint."""
     check.measurements("nodes", found["nodes"])
     bad = storage_rules.unusable(found["nodes"])
-    check(f"storage.{storage_path}.unusable_nodes", len(bad), "nodes", "\n".join(bad), default=MUST_BE_ZERO)
+    check(f"storage.{storage_path}.unusable_nodes", len(bad), "nodes", "\n".join(bad))
 
 
 def test_same_files_on_every_node(found: storage_rules.PathResult, storage_path: str, check: Checker) -> None:
@@ -73,7 +72,7 @@ def test_same_files_on_every_node(found: storage_rules.PathResult, storage_path:
     check.measurements("file_from_node0", found["marker"])
     # node 0 wrote its file on every shared path its nodes can use (what _usable let through)
     bad = storage_rules.not_shared(views, cast(storage_rules.Marker, found["marker"]))
-    check(f"storage.{storage_path}.nodes_not_shared", len(bad), "nodes", "\n".join(bad), default=MUST_BE_ZERO)
+    check(f"storage.{storage_path}.nodes_not_shared", len(bad), "nodes", "\n".join(bad))
 
 
 def test_same_mount_on_every_node(found: storage_rules.PathResult, storage_path: str, check: Checker) -> None:
@@ -81,7 +80,7 @@ def test_same_mount_on_every_node(found: storage_rules.PathResult, storage_path:
     if not found["shared"]:
         pytest.skip(f"not required: storage.paths.{storage_path}.shared is false (each node may have its own)")
     bad = storage_rules.mount_mismatch(_usable(found))
-    check(f"storage.{storage_path}.mount_mismatch", len(bad), "nodes", "\n".join(bad), default=MUST_BE_ZERO)
+    check(f"storage.{storage_path}.mount_mismatch", len(bad), "nodes", "\n".join(bad))
 
 
 def test_free_space(found: storage_rules.PathResult, storage_path: str, check: Checker) -> None:
@@ -95,7 +94,7 @@ def test_checkpoint_intact(found: storage_rules.PathResult, storage_path: str, c
         pytest.skip(f"no checkpoint written: {found['skipped']}")
     check.measurements("ranks", found["checkpoint"]["ranks"])
     bad = found["checkpoint"]["failed"]
-    check(f"storage.{storage_path}.checkpoint_bad_ranks", len(bad), "ranks", "\n".join(bad), default=MUST_BE_ZERO)
+    check(f"storage.{storage_path}.checkpoint_bad_ranks", len(bad), "ranks", "\n".join(bad))
 
 
 @pytest.mark.parametrize("op", OPS)
@@ -134,7 +133,7 @@ def test_restore_time(found: storage_rules.PathResult, storage_path: str, check:
 
 def test_nothing_left_behind(found: storage_rules.PathResult, storage_path: str, check: Checker) -> None:
     left = found["left_behind"]
-    check(f"storage.{storage_path}.left_behind", len(left), "files", "\n".join(left), default=MUST_BE_ZERO)
+    check(f"storage.{storage_path}.left_behind", len(left), "files", "\n".join(left))
 
 
 def test_probe_time(cluster: ClusterRun, storage: storage_rules.StorageResult, check: Checker) -> None:

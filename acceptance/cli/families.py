@@ -16,8 +16,9 @@ from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
 from acceptance.profile.metrics import SHAPES
-from acceptance.profile.registry import FAMILIES, Family
+from acceptance.profile.registry import FAMILIES
 from acceptance.reports.table import Style, render
+from acceptance.schema.family import Family
 
 FAMILY_HEAD = ["family", "marker", "profile section", "metric prefix", "probes", "test module", "checks"]
 METRIC_HEAD = ["metric", "better", "kind", "against a baseline", "measured on"]

@@ -18,11 +18,11 @@ from acceptance.atomic_file import write_atomic
 from acceptance.numbers import fmt
 from acceptance.plugin.options import positive_int
 from acceptance.profile import loader as profiles
-from acceptance.profile.fields import ProfileName
 from acceptance.profile.initial import InitialProfile, profile_for
 from acceptance.profile.node_facts import NodeFacts, facts_from_json
 from acceptance.profile.references import Reference, ReferenceTable, table
 from acceptance.reports.table import render
+from acceptance.schema.fields import ProfileName
 
 DEFAULT_NAME = "cluster"
 REFERENCE_HEAD = ["figure", "GPU", "setup", "value", "bound init writes", "source"]

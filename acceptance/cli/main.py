@@ -24,12 +24,12 @@ from acceptance.evidence.store import EvidenceError, read_evidence
 from acceptance.evidence.verdict import verdict_of
 from acceptance.profile import loader as profiles
 from acceptance.profile.arguments import positive_seconds
-from acceptance.profile.collectives import COLLECTIVE_OPS
-from acceptance.profile.dtypes import DTYPE_NAMES
 from acceptance.profile.tiers import TIER_NAMES
 from acceptance.reports.table import columns
 from acceptance.run.launcher import ProbeError
 from acceptance.run.placement import TopologyError
+from acceptance.schema.collectives import COLLECTIVE_OPS
+from acceptance.schema.dtypes import DTYPE_NAMES
 
 
 class CliError(Exception):

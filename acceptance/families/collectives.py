@@ -5,12 +5,63 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Sequence
-from typing import TypedDict
+from typing import Annotated, Literal, TypedDict
 
+from pydantic import Field
 from typing_extensions import NotRequired
 
 from acceptance.numbers import spread
-from acceptance.profile.collectives import OPS
+from acceptance.schema.bounds import must_be_zero
+from acceptance.schema.collectives import COLLECTIVE_OPS, OPS
+from acceptance.schema.dtypes import DTYPE_NAMES
+from acceptance.schema.family import Family, Metric
+from acceptance.schema.fields import PositiveInt, Size, Strict
+
+
+class Collectives(Strict):
+    ops: list[Literal[COLLECTIVE_OPS]] = ["all_reduce", "all_gather", "reduce_scatter", "all_to_all"]  # type: ignore[valid-type]
+    sizes: list[Size] = ["1M", "16M", "256M", "1G"]
+    dtype: Literal[DTYPE_NAMES] = "bfloat16"  # type: ignore[valid-type]
+    warmup_iters: Annotated[int, Field(ge=0)] = 5
+    iters: PositiveInt = 20
+    # auto: a CUDA graph on GPUs (takes Python's launch cost out of the figure), a host clock on the CPU
+    timing: Literal["auto", "cuda_graph", "eager"] = "auto"
+    check_data: bool = True
+
+
+_COLL = "collectives.<op>.<busbw_gbps|time_us|wrong>@<size>"
+
+
+def _ops(s: Collectives) -> Sequence[str]:
+    return s.ops
+
+
+def _sizes(s: Collectives) -> Sequence[str]:
+    return s.sizes
+
+
+_SWEEP = {"op": _ops, "size": _sizes}
+COLLECTIVES = Family(
+    "collectives",
+    "collective bandwidth sweep inside the run, nccl-tests' way",
+    Collectives,
+    (
+        Metric[Collectives](r"(?P<op>\w+)\.busbw_gbps@(?P<size>\w+)", _COLL, "higher", domains=_SWEEP),
+        Metric[Collectives](r"(?P<op>\w+)\.time_us@(?P<size>\w+)", _COLL, "lower", domains=_SWEEP),
+        Metric[Collectives](
+            r"(?P<op>\w+)\.wrong@(?P<size>\w+)",
+            _COLL,
+            "lower",
+            kind="correctness",
+            domains=_SWEEP,
+            builtin=must_be_zero,
+        ),
+    ),
+    probes=("collectives",),
+    in_worker=("collectives",),
+    gpu_timed=True,
+    eager_timed=True,
+)
 
 
 class CollectivesConfig(TypedDict):
@@ -68,10 +119,6 @@ class RankMeasured(Measured):
     rank: int
 
 
-class ScopedMeasured(RankMeasured):
-    scope: str
-
-
 class GroupFigure(TypedDict):
     """One process group's figure for one op and size (``probes.internode.figure``)."""
 
@@ -85,30 +132,6 @@ class GroupFigure(TypedDict):
     window_spread: float
     wrong: int
     timing: str
-
-
-class ScopeGroup(GroupFigure):
-    ranks_of_group: list[int]
-
-
-class InternodeRow(GroupFigure):
-    """One op at one size in one scope: the slowest group's figure, the groups' mean and every group."""
-
-    scope: str
-    op: str
-    size: str
-    busbw_gbps_mean: float
-    groups: list[ScopeGroup]
-
-
-class InternodeResult(TypedDict):
-    world_size: int
-    nodes: int
-    dtype: str
-    backend: str
-    rows: list[InternodeRow]
-    nccl_version: str | None
-    nccl_algo: str
 
 
 class SweepResult(TypedDict):

@@ -10,12 +10,79 @@ import statistics
 from collections import Counter
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, TypedDict, TypeVar
+from typing import Annotated, Any, Literal, TypedDict, TypeVar
 
+from pydantic import Field
 from typing_extensions import NotRequired
 
 from acceptance.families.answers import clock_events_text
 from acceptance.numbers import fmt, spread
+from acceptance.schema.bounds import Threshold, must_be_zero
+from acceptance.schema.dtypes import DTYPE_NAMES
+from acceptance.schema.family import GPU_ONLY, Family, Metric
+from acceptance.schema.fields import PositiveInt, Size, Strict
+
+
+class Compute(Strict):
+    """Per-GPU speed, every GPU at once; the slow one named against the median."""
+
+    matmul_size: PositiveInt = 8192  # m = n = k
+    matmul_dtype: Literal[DTYPE_NAMES] = "bfloat16"  # type: ignore[valid-type]
+    matmul_iters: PositiveInt = 100
+    # and at least this long: under the power cap the clocks swing with a period of about 1 s (an H100 at
+    # 700 W: 1,125-1,425 MHz, 607-713 TFLOP/s; docs/measurements.md, findings), so a 0.15 s loop reads its phase
+    matmul_min_s: Annotated[float, Field(ge=0, le=60)] = 2.0
+    fp8: bool = True  # also an fp8 matmul (torch._scaled_mm) where the GPU has it (compute capability >= 8.9)
+    copy_size: Size = "2G"  # bytes read per device copy; bytes read + written count toward GB/s
+    copy_iters: PositiveInt = 50
+    host_copy_size: Size = "1G"  # pinned host buffer per direction
+    host_copy_iters: PositiveInt = 10
+    # together: every GPU of a node at once (shares the host's root complex); one_at_a_time: each link alone
+    host_links: Literal["together", "one_at_a_time"] = "together"
+    warmup_iters: Annotated[int, Field(ge=0)] = 10
+    tolerance: Annotated[float, Field(ge=0, le=1)] = 0.10  # largest shortfall of one GPU under the median
+    median_of: Literal["cluster", "node"] = "cluster"
+    duration_s: Annotated[float, Field(ge=0)] = 0  # burn-in with a result check across GPUs; 0: off
+    seed: int = 1234
+    # a figure under its bound (or a GPU past the tolerance) is measured again this many times before it
+    # stands: a shared host's neighbours can hold the host links down for seconds (plugin/remeasure.py)
+    remeasure: Annotated[int, Field(ge=0, le=3)] = 1
+
+
+_COMPUTE = "compute.<figure>_<min|median|below_median>"
+
+
+def _tolerance(s: Compute) -> Threshold:
+    return Threshold(max=s.tolerance, source=f"compute.tolerance (median of the {s.median_of})")
+
+
+_COMPUTE_FIGURES = r"(matmul_tflops|copy_gbps)"
+# the CPU path has no fp8 tensor cores and no device memory to copy to: "not applicable on the CPU"
+_GPU_COMPUTE_FIGURES = r"(matmul_fp8_tflops|h2d_gbps|d2h_gbps)"
+COMPUTE = Family(
+    "compute",
+    "per-GPU speed, every GPU at once: matmul, copies, host links, burn-in",
+    Compute,
+    (
+        Metric[Compute](rf"{_COMPUTE_FIGURES}_(min|median)", _COMPUTE, "higher"),
+        Metric[Compute](rf"{_COMPUTE_FIGURES}_below_median", _COMPUTE, "lower", scale="points", builtin=_tolerance),
+        Metric[Compute](rf"{_GPU_COMPUTE_FIGURES}_(min|median)", _COMPUTE, "higher", devices=GPU_ONLY),
+        Metric[Compute](
+            rf"{_GPU_COMPUTE_FIGURES}_below_median",
+            _COMPUTE,
+            "lower",
+            scale="points",
+            devices=GPU_ONLY,
+            builtin=_tolerance,
+        ),
+        Metric[Compute](r"(burnin_disagreeing_gpus)", _COMPUTE, "lower", kind="correctness", builtin=must_be_zero),
+        Metric[Compute](r"(wall_s)", _COMPUTE, "lower", scale="bound"),
+    ),
+    probes=("compute",),
+    in_worker=("compute",),
+    gpu_timed=True,
+    quick=True,
+)
 
 
 class ComputeConfig(TypedDict):

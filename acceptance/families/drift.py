@@ -12,16 +12,77 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TypeAlias, TypedDict
+from typing import Annotated, TypeAlias, TypedDict
+
+from pydantic import AfterValidator, model_validator
 
 from acceptance.families.answers import NotMeasured, not_measured, unanswered
-from acceptance.profile.model import ProfileModel
-from acceptance.profile.registry import DRIFT
-from acceptance.profile.sections import DRIFT_FIELDS as FIELDS
-from acceptance.profile.sections import DRIFT_GPU_FIELDS as GPU_FIELDS
-from acceptance.profile.sections import DRIFT_NODE_FIELDS as NODE_FIELDS
+from acceptance.schema.bounds import must_be_zero
+from acceptance.schema.family import GPU_ONLY, Family, Metric
+from acceptance.schema.fields import Strict
 
-__all__ = ["FIELDS", "GPU_FIELDS", "NODE_FIELDS"]
+# The fields the drift family compares. Node fields: one value per node (local rank 0 reads them); GPU
+# fields: one value per GPU (each rank reads its own). The probe (acceptance/probes/drift.py) reads them and
+# its docstring says from where; every value is text, compared exactly.
+DRIFT_NODE_FIELDS = ("kernel", "os", "python", "torch", "cuda", "nccl", "driver", "nic_firmware", "nic_rate")
+DRIFT_GPU_FIELDS = (
+    "gpu_name",
+    "vbios",
+    "ecc_mode",
+    "persistence_mode",
+    "mig_mode",
+    "power_limit_w",
+    "app_clock_sm_mhz",
+    "app_clock_mem_mhz",
+    "pcie_max_gen",
+    "pcie_max_width",
+)
+DRIFT_FIELDS = DRIFT_NODE_FIELDS + DRIFT_GPU_FIELDS
+
+
+def _drift_field(name: str) -> str:
+    if name not in DRIFT_FIELDS:
+        raise ValueError(f"unknown drift field {name!r} (expected one of: {', '.join(DRIFT_FIELDS)})")
+    return name
+
+
+DriftField = Annotated[str, AfterValidator(_drift_field)]
+
+
+class Drift(Strict):
+    """Every node and GPU agrees on its software and settings; ``golden`` pins fields to a value."""
+
+    # field -> the value every node (GPU) must have, as text: quote it (YAML reads 2.10 as the number 2.1)
+    golden: dict[DriftField, str] = {}
+    ignore: list[DriftField] = []  # recorded, not compared (``kernel`` on a fleet that mixes kernels)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Drift:
+        both = sorted(set(self.golden) & set(self.ignore))
+        if both:
+            raise ValueError(f"{', '.join(both)}: pinned in golden and ignored at once (pin it, or ignore it)")
+        return self
+
+
+_DRIFT = "drift.<figure>"
+DRIFT = Family(
+    "drift",
+    "every node and GPU agrees on software and settings; optionally pinned (a golden configuration)",
+    Drift,
+    (
+        Metric[Drift](
+            r"(nodes_differing|golden_mismatches)", _DRIFT, "lower", kind="correctness", builtin=must_be_zero
+        ),
+        # GPU fields come from NVML: a CPU run has none to compare ("no GPU fields to compare")
+        Metric[Drift](r"(gpus_differing)", _DRIFT, "lower", kind="correctness", devices=GPU_ONLY, builtin=must_be_zero),
+        # information: how much the comparison could not see (no NVML, no HCA); recorded, no built-in bound
+        Metric[Drift](r"(fields_not_measured)", _DRIFT, "lower", scale="bound"),
+    ),
+    probes=("drift",),
+    in_worker=("drift",),
+    quick=True,
+)
+
 
 # every field's value is text, compared exactly; what could not be read keeps its reason
 Reading: TypeAlias = "str | NotMeasured"
@@ -58,7 +119,7 @@ class Hca(TypedDict):
 
 
 class NodeRecord(TypedDict):
-    """One node's fields (``NODE_FIELDS``), read by its local rank 0."""
+    """One node's fields (``DRIFT_NODE_FIELDS``), read by its local rank 0."""
 
     host: str
     node_rank: int
@@ -67,7 +128,7 @@ class NodeRecord(TypedDict):
 
 
 class GpuRecord(TypedDict):
-    """One GPU's fields (``GPU_FIELDS``), read by the rank that uses it."""
+    """One GPU's fields (``DRIFT_GPU_FIELDS``), read by the rank that uses it."""
 
     host: str
     node_rank: int
@@ -98,7 +159,7 @@ def _number(value: float | NotMeasured, scale: float = 1.0) -> Reading:
 def gpu_fields(answers: GpuSettings | NotMeasured) -> dict[str, Reading]:
     """A GPU's fields as text: modes ``enabled``/``disabled``, the power limit in W, clocks in MHz."""
     if unanswered(answers):
-        return {name: answers for name in GPU_FIELDS}
+        return {name: answers for name in DRIFT_GPU_FIELDS}
     return {
         "gpu_name": answers["name"],
         "vbios": answers["vbios"],
@@ -149,7 +210,7 @@ class Pins:
     ignore: frozenset[str] = frozenset()
 
     @classmethod
-    def from_profile(cls, model: ProfileModel) -> Pins:
+    def from_profile(cls, model: object) -> Pins:
         section = DRIFT.section_of(model)
         return cls(dict(section.golden), frozenset(section.ignore))
 
@@ -280,7 +341,7 @@ def _golden(result: DriftResult, pins: Pins) -> Figure:
         return fig
     nodes, gpus = nodes_of(result), gpus_of(result)
     for name, want in pins.golden.items():
-        holders = nodes if name in NODE_FIELDS else gpus
+        holders = nodes if name in DRIFT_NODE_FIELDS else gpus
         if not holders:
             fig.not_measured.append(f"{name}: no GPU to read it from: {result['no_gpus'] or 'no GPU record'}")
         off = [f"{h.label}: {name} {value}, golden {want}" for h, value in _measured(holders, name) if value != want]
@@ -294,7 +355,7 @@ def _fields_not_measured(result: DriftResult, pins: Pins) -> Figure:
     """Value = how many compared fields some node (GPU) could not read: information, no built-in bound."""
     fig = Figure("drift.fields_not_measured", "fields")
     nodes, gpus = nodes_of(result), gpus_of(result)
-    found = _unread(nodes, _compared(NODE_FIELDS, pins)) + _unread(gpus, _compared(GPU_FIELDS, pins))
+    found = _unread(nodes, _compared(DRIFT_NODE_FIELDS, pins)) + _unread(gpus, _compared(DRIFT_GPU_FIELDS, pins))
     fig.findings = [line for _, line in found]
     fig.value = len({name for name, _ in found})
     if not gpus:
@@ -304,11 +365,11 @@ def _fields_not_measured(result: DriftResult, pins: Pins) -> Figure:
 
 def evaluate(result: DriftResult, pins: Pins) -> list[Figure]:
     """One figure each: nodes that differ, GPUs that differ, golden mismatches, fields not measured."""
-    gpus = _agreement("drift.gpus_differing", "GPU", gpus_of(result), GPU_FIELDS, pins)
+    gpus = _agreement("drift.gpus_differing", "GPU", gpus_of(result), DRIFT_GPU_FIELDS, pins)
     if not result["gpus"]:
         gpus.skip = f"no GPU fields to compare: {result['no_gpus'] or 'no GPU record'}"
     return [
-        _agreement("drift.nodes_differing", "node", nodes_of(result), NODE_FIELDS, pins),
+        _agreement("drift.nodes_differing", "node", nodes_of(result), DRIFT_NODE_FIELDS, pins),
         gpus,
         _golden(result, pins),
         _fields_not_measured(result, pins),

@@ -12,6 +12,54 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TypedDict
 
+from acceptance.schema.bounds import must_be_zero
+from acceptance.schema.family import Family, Metric
+from acceptance.schema.fields import AbsolutePath, Strict
+
+# The error counters of an InfiniBand/RoCE port, as the kernel names them under
+# /sys/class/infiniband/<hca>/ports/<port>/counters/ (Documentation/ABI/stable/sysfs-class-infiniband, "port
+# counters"): any of them rising while the network probes ran is a link that lost or corrupted data.
+FABRIC_ERROR_COUNTERS = [
+    "symbol_error",
+    "link_error_recovery",
+    "link_downed",
+    "port_rcv_errors",
+    "port_rcv_remote_physical_errors",
+    "port_rcv_switch_relay_errors",
+    "port_xmit_discards",
+    "port_xmit_constraint_errors",
+    "port_rcv_constraint_errors",
+    "local_link_integrity_errors",
+    "excessive_buffer_overrun_errors",
+    "VL15_dropped",
+]
+
+
+class Fabric(Strict):
+    """Every InfiniBand/RoCE port of the node read before and after the network probes (sysfs)."""
+
+    # where the kernel lists the HCAs; a recorded tree in the tests (each node reads its own)
+    sysfs_root: AbsolutePath = "/sys/class/infiniband"
+    counters: list[str] = FABRIC_ERROR_COUNTERS  # the counters whose rise fails the node
+
+
+_FABRIC = "fabric.<figure>"
+FABRIC = Family(
+    "fabric",
+    "every InfiniBand/RoCE port's state, rate and error counters, read before and after the network probes",
+    Fabric,
+    (
+        Metric[Fabric](r"(counter_increases)", _FABRIC, "lower", kind="correctness", builtin=must_be_zero),
+        # information: ports not ACTIVE (an unused port is down by design) and ports read; a profile may bound them
+        Metric[Fabric](r"(ports_down)", _FABRIC, "lower", scale="bound"),
+        Metric[Fabric](r"(ports)", _FABRIC, "none", scale="bound"),
+    ),
+    probes=("fabric",),  # a sysfs read per node, in the node's own pytest (``acceptance.run.fabric_readings``)
+    needs_every_gpu=False,
+    quick=True,
+)
+
+
 ACTIVE = "ACTIVE"  # the port's logical state (``state`` reads "4: ACTIVE")
 
 

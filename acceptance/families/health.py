@@ -7,17 +7,72 @@ not give stays "not measured" with its reason and is never counted as healthy.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypedDict
+from typing import Annotated, Any, TypedDict
 
+from pydantic import AfterValidator, Field
 from typing_extensions import NotRequired
 
 from acceptance.families.answers import NOT_MEASURED, NotMeasured, gpu_label, is_measured, unanswered
 from acceptance.families.gpu_users import GpuUse
-from acceptance.profile.model import ProfileModel, Threshold
+from acceptance.schema.bounds import Threshold, must_be_zero
+from acceptance.schema.family import GPU_ONLY, Family, Metric
+from acceptance.schema.fields import PositiveInt, Strict, ThrottleReason
+from acceptance.schema.topology import topology_of
 
-ZERO = Threshold(eq=0, source="built-in: a health gate, never mere information")
+
+def _dotted_version(text: str) -> str:
+    if not re.fullmatch(r"\d+(\.\d+)*", text):
+        raise ValueError(f"expected a dotted driver version like 550.54.15, got {text!r}")
+    return text
+
+
+class Health(Strict):
+    """NVML gates per GPU. GPU count and model come from ``topology`` (gpus_per_node, gpu_model)."""
+
+    min_driver: Annotated[str, AfterValidator(_dotted_version)] | None = None
+    require_ecc: bool = True
+    nvlink_links: Annotated[int, Field(ge=0)] | None = None  # active links per GPU; None: recorded, not gated
+    pcie_gen: PositiveInt | None = None  # None: the generation the GPU and its slot can reach (NVML's max)
+    pcie_width: PositiveInt | None = None  # None: the width the GPU and its slot can reach (NVML's max)
+    # idle GPUs drop their PCIe link to Gen1 to save power: hold a copy running while the link is read
+    pcie_under_load: bool = True
+    throttle_reasons: list[ThrottleReason] = ["hw_slowdown", "hw_thermal", "hw_power_brake"]
+    temperature_max_c: Annotated[float, Field(gt=0)] | None = None  # None: each GPU's own slowdown temperature
+
+
+_HEALTH = "health.<figure>"
+
+
+def _nvlink_links(s: Health) -> Threshold | None:
+    return None if s.nvlink_links is None else Threshold(min=s.nvlink_links, source="health.nvlink_links")
+
+
+_HEALTH_COUNTS = (
+    r"nvml_unavailable|driver_too_old|gpu_model_mismatch|ecc_disabled|ecc_uncorrectable_volatile"
+    r"|ecc_uncorrectable_aggregate|retired_pages_pending|row_remap_failures|row_remap_pending|pcie_degraded"
+    r"|throttled"
+)
+HEALTH = Family(
+    "health",
+    "NVML health of every GPU: count, model, driver, ECC, links, throttling",
+    Health,
+    (  # NVML on GPUs: the health module skips on a CPU profile
+        Metric[Health](
+            rf"({_HEALTH_COUNTS})", _HEALTH, "lower", kind="correctness", devices=GPU_ONLY, builtin=must_be_zero
+        ),
+        Metric[Health](r"(temperature_c_max|wall_s)", _HEALTH, "lower", scale="bound", devices=GPU_ONLY),
+        Metric[Health](
+            r"(nvlink_links_min)", _HEALTH, "higher", kind="correctness", devices=GPU_ONLY, builtin=_nvlink_links
+        ),
+        Metric[Health](r"(gpu_count)", _HEALTH, "none", kind="correctness", devices=GPU_ONLY),
+    ),
+    probes=("health",),
+    in_worker=("health",),
+    quick=True,
+)
 
 
 class HealthConfig(TypedDict):
@@ -197,8 +252,8 @@ class Expect:
     temperature_max_c: float | None = None
 
     @classmethod
-    def from_profile(cls, model: ProfileModel) -> Expect:
-        h, topo = model.health, model.topology
+    def from_profile(cls, model: object) -> Expect:
+        h, topo = HEALTH.section_of(model), topology_of(model)
         same = ("min_driver", "require_ecc", "nvlink_links", "pcie_gen", "pcie_width", "temperature_max_c")
         return cls(
             gpus_per_node=topo.gpus_per_node,
@@ -301,7 +356,7 @@ def _per_node(nodes: Nodes, fig: Figure, key: str) -> Iterator[tuple[str, Any]]:
 
 
 def _node_figures(nodes: Nodes, expect: Expect) -> list[Figure]:
-    unavailable = Figure("health.nvml_unavailable", "nodes", bound=ZERO)
+    unavailable = Figure("health.nvml_unavailable", "nodes")
     unavailable.findings = [f"{n['host']}: {nvml['not_measured']}" for n in nodes if unanswered(nvml := n["nvml"])]
     unavailable.value = len(unavailable.findings)
     want = expect.gpus_per_node
@@ -316,7 +371,7 @@ def _node_figures(nodes: Nodes, expect: Expect) -> list[Figure]:
 
 
 def _driver(nodes: Nodes, expect: Expect) -> Figure:
-    fig = Figure("health.driver_too_old", "nodes", bound=ZERO)
+    fig = Figure("health.driver_too_old", "nodes")
     if expect.min_driver is None:
         fig.skip = "the profile sets no health.min_driver"
         return fig
@@ -391,14 +446,12 @@ def _nvlink(nodes: Nodes, expect: Expect) -> Figure:
     if expect.nvlink_links == 0:
         fig.skip = "the profile expects no NVLink (health.nvlink_links: 0)"
         return fig
-    if expect.nvlink_links is not None:
-        fig.bound = Threshold(min=expect.nvlink_links, source="health.nvlink_links")
     return _extreme(nodes, fig, _field("nvlink_active"), lowest=True)
 
 
 def _sum_errors(nodes: Nodes, key: str) -> Figure:
     """Value = uncorrectable errors summed over all GPUs; every GPU with any is named."""
-    fig = Figure(f"health.{key}", "errors", bound=ZERO)
+    fig = Figure(f"health.{key}", "errors")
     counts = list(_answers(nodes, fig, _field(key)))
     fig.findings = [f"{label}: {n} uncorrectable ECC errors" for label, n in counts if n]
     fig.value = sum(int(n) for _, n in counts) if counts else None
@@ -406,7 +459,7 @@ def _sum_errors(nodes: Nodes, key: str) -> Figure:
 
 
 def _gate(nodes: Nodes, metric: str, read: Read, judge: Judge) -> Figure:
-    return _count_off(nodes, Figure(metric, "GPUs", bound=ZERO), read, judge)
+    return _count_off(nodes, Figure(metric, "GPUs"), read, judge)
 
 
 def _model(nodes: Nodes, expect: Expect) -> Figure:

@@ -18,13 +18,116 @@ import statistics
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal, TypedDict, cast
+from typing import Annotated, Literal, TypedDict, cast
+
+from pydantic import Field, model_validator
 
 from acceptance.families.answers import NotMeasured, clock_events_text, unanswered
 from acceptance.numbers import fmt
-from acceptance.profile.model import ProfileModel
-from acceptance.profile.registry import SOAK
-from acceptance.profile.sections import Soak
+from acceptance.schema.bounds import Threshold, must_be_zero
+from acceptance.schema.family import GPU_ONLY, Family, Metric
+from acceptance.schema.fields import PositiveInt, Size, Strict, ThrottleReason
+from acceptance.schema.rounding import U_FP8_ACCUMULATE, accumulation_gamma, largest_k
+
+SOAK_SLOWDOWNS: list[ThrottleReason] = ["hw_slowdown", "hw_thermal", "hw_power_brake", "sw_thermal"]
+
+
+class Soak(Strict):
+    """Burn-in: every GPU at once for ``duration_s``: checked GEMMs, memory patterns, a checked all_reduce,
+    NVML sampled all along (``acceptance/probes/soak.py``). Opt-in: ``-m soak`` or the burn-in tier."""
+
+    duration_s: Annotated[float, Field(gt=0, le=7 * 86400)] = 60.0
+    matmul_size: PositiveInt = 8192  # m = n = k, in bfloat16 (and fp8 where the GPU has it)
+    fp8: bool = True  # also an fp8 GEMM (torch._scaled_mm) where the GPU has it (compute capability >= 8.9)
+    # one round: a timed batch of GEMMs of about this long, an all_reduce beside it, one memory pattern pass;
+    # the ranks agree after each round whether the soak is over
+    round_s: Annotated[float, Field(gt=0, le=60)] = 0.5
+    # every this many seconds of soak, every rank's record so far is gathered into partial.json: a soak
+    # stopped part-way (its timeout, a killed rank) is judged on what it measured until then
+    checkpoint_s: Annotated[float, Field(gt=0, le=86400)] = 300.0
+    window_s: Annotated[float, Field(gt=0)] = 5.0  # sustained TFLOP/s: the median of windows this long
+    memory_fraction: Annotated[float, Field(gt=0, le=0.95)] = 0.8  # of the GPU's free memory, for the patterns
+    # the least share of that (or of host_memory_size) the patterns must cover (soak.memory_coverage): an
+    # allocation halved after an out-of-memory error, or left short by the GEMMs' memory, checks less
+    memory_coverage_min: Annotated[float, Field(gt=0, le=1)] = 0.5
+    host_memory_size: Size = "64M"  # on the CPU (topology.device: cpu): the patterns' buffer
+    allreduce_size: Size = "64M"  # bytes of float32 all_reduced each round, every element checked
+    spot_rows: PositiveInt = 2  # rows of the first result checked against an fp64 reference on the host
+    sample_s: Annotated[float, Field(gt=0, le=60)] = 1.0  # NVML's sampling period
+    tolerance: Annotated[float, Field(ge=0, le=1)] = 0.10  # largest shortfall of one GPU under the median
+    median_of: Literal["cluster", "node"] = "cluster"
+    # clock-event reasons that fail a GPU when set during the soak; sw_power_cap is a GEMM at the power
+    # limit, as designed, and is recorded only
+    slowdown_reasons: list[ThrottleReason] = SOAK_SLOWDOWNS
+    seed: int = 1234
+
+    @model_validator(mode="after")
+    def _fp8_bound(self) -> Soak:
+        """The fp8 GEMM's fp64 reference check needs an error bound that means something at k = matmul_size:
+        Higham's gamma_k = k u / (1 - k u) ("Accuracy and Stability of Numerical Algorithms", §3.1) is 1 at
+        k = 8192 for fp8's 14-bit accumulator (u = 2**-14: a 0 passes), infinite at 16384 and negative past
+        it; the probabilistic bound (Higham & Mary 2019) carries it to about 24,000 (``rounding``)."""
+        if self.fp8 and accumulation_gamma(self.matmul_size, U_FP8_ACCUMULATE) is None:
+            raise ValueError(
+                f"matmul_size: {self.matmul_size} is too large for the fp8 GEMM's reference check (no meaningful "
+                f"error bound for k = {self.matmul_size} with fp8's 14-bit accumulator): at most "
+                f"{largest_k(U_FP8_ACCUMULATE)} with fp8 on, or set soak.fp8: false"
+            )
+        return self
+
+
+_SOAK = "soak.<figure>"
+
+
+def _coverage(s: Soak) -> Threshold:
+    return Threshold(min=s.memory_coverage_min, source="soak.memory_coverage_min")
+
+
+def _tolerance(s: Soak) -> Threshold:
+    return Threshold(max=s.tolerance, source=f"soak.tolerance (median of the {s.median_of})")
+
+
+def _whole(_s: Soak) -> Threshold:
+    return Threshold(min=1.0, source="soak.duration_s")
+
+
+SOAK = Family(
+    "soak",
+    "burn-in, every GPU at once for soak.duration_s: GEMM results, memory patterns, a checked all_reduce, NVML",
+    Soak,
+    (
+        Metric[Soak](
+            r"(gemm_wrong_elements|gemm_disagreeing_gpus|gemm_reference_errors|memory_bad_words|allreduce_wrong)",
+            _SOAK, "lower", kind="correctness", builtin=must_be_zero,
+        ),
+        # the share of the memory asked for that the patterns covered: a sanity gate (soak.memory_coverage_min)
+        Metric[Soak](r"(memory_coverage)", _SOAK, "higher", scale="bound", kind="correctness", builtin=_coverage),
+        # NVML's counters and events: none on the CPU
+        Metric[Soak](
+            r"(ecc_new_errors|remapped_rows_new|xid_new|slowdown_gpus)", _SOAK, "lower", kind="correctness",
+            devices=GPU_ONLY, builtin=must_be_zero,
+        ),
+        Metric[Soak](r"(bf16_tflops)_(min|median)", _SOAK, "higher"),
+        Metric[Soak](r"(fp8_tflops)_(min|median)", _SOAK, "higher", devices=GPU_ONLY),
+        # a GPU further under the median than soak.tolerance fails; the sag over the soak is information
+        Metric[Soak](r"(bf16_tflops)_(below_median)", _SOAK, "lower", scale="points", builtin=_tolerance),
+        Metric[Soak](
+            r"(fp8_tflops)_(below_median)", _SOAK, "lower", scale="points", devices=GPU_ONLY, builtin=_tolerance
+        ),
+        Metric[Soak](r"(bf16_tflops)_(sag)", _SOAK, "lower", scale="points"),
+        Metric[Soak](r"(fp8_tflops)_(sag)", _SOAK, "lower", scale="points", devices=GPU_ONLY),
+        Metric[Soak](
+            r"(temperature_c_max|memory_temperature_c_max|power_w_max)", _SOAK, "lower", scale="bound",
+            devices=GPU_ONLY,
+        ),
+        # the share of soak.duration_s soaked: under 1 where the soak stopped part-way (its last checkpoint's)
+        Metric[Soak](r"(completed_fraction)", _SOAK, "higher", scale="bound", kind="correctness", builtin=_whole),
+        Metric[Soak](r"(wall_s)", _SOAK, "lower", scale="bound"),
+    ),
+    probes=("soak",),
+    opt_in=True,
+)  # fmt: skip
+
 
 GemmDtype = Literal["bfloat16", "float8_e4m3fn"]
 # the metric stem of each GEMM's speed figures
@@ -33,7 +136,7 @@ EARLY_S = 60.0  # "the first minute against the last": or each half, when the so
 
 
 class SoakConfig(TypedDict):
-    """The soak's section of the profile (``acceptance.profile.sections.Soak``)."""
+    """The soak's section of the profile (``acceptance.families.*.Soak``)."""
 
     duration_s: float
     matmul_size: int
@@ -41,6 +144,7 @@ class SoakConfig(TypedDict):
     round_s: float
     window_s: float
     memory_fraction: float
+    memory_coverage_min: float  # judged in the plugin (soak.memory_coverage), carried with the section
     host_memory_size: str
     allreduce_size: str
     spot_rows: int
@@ -168,7 +272,7 @@ class SoakResult(_SoakResult, total=False):
     stopped: str  # why the probe ended before soak.duration_s: its error (``from_partial``)
 
 
-def section(model: ProfileModel) -> Soak:
+def section(model: object) -> Soak:
     """The profile's ``soak:`` section."""
     return SOAK.section_of(model)
 

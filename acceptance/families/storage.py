@@ -15,8 +15,59 @@ from typing import TypedDict
 
 from typing_extensions import NotRequired
 
-from acceptance.families import compute as pergpu
+from acceptance.families import compute
 from acceptance.numbers import fmt
+from acceptance.schema.bounds import must_be_zero
+from acceptance.schema.family import Family, Metric
+from acceptance.schema.fields import AbsolutePath, RunName, Size, Strict
+
+
+class StoragePath(Strict):
+    """A folder checked on every node; ``path: null`` is each node's temporary folder ($TMPDIR, else /tmp)."""
+
+    path: AbsolutePath | None = None
+    shared: bool = False  # true: one filesystem every node sees (node 0 writes a file, every node reads it back)
+
+
+class Storage(Strict):
+    """Paths every node must see, and a checkpoint written to each and read back; ``checkpoint_size`` per rank."""
+
+    paths: dict[RunName, StoragePath] = {"tmp": StoragePath()}  # the name goes into metric names and test ids
+    checkpoint_size: Size = "256M"
+
+
+_STORAGE = "storage.<path>.<figure>"
+
+
+def _paths(s: Storage) -> Sequence[str]:
+    return tuple(s.paths)
+
+
+_PATH = r"(?P<storage_path>\w+)"
+_IN_PATH = {"storage_path": _paths}
+STORAGE = Family(
+    "storage",
+    "shared filesystem present and the same on every node; checkpoint write and read speed",
+    Storage,
+    (
+        Metric[Storage](
+            rf"{_PATH}\.(write_gbps|read_gbps|write_gbps_min|read_gbps_min|free_gib_min)", _STORAGE, "higher",
+            domains=_IN_PATH,
+        ),
+        Metric[Storage](
+            rf"{_PATH}\.(unusable_nodes|nodes_not_shared|mount_mismatch|checkpoint_bad_ranks|left_behind)",
+            _STORAGE, "lower", kind="correctness", domains=_IN_PATH, builtin=must_be_zero,
+        ),
+        Metric[Storage](
+            rf"{_PATH}\.(write_below_median|read_below_median)", _STORAGE, "lower", scale="points", domains=_IN_PATH
+        ),
+        Metric[Storage](rf"{_PATH}\.(checkpoint_s|restore_s)", _STORAGE, "lower", domains=_IN_PATH),
+        Metric[Storage](r"wall_s", "storage.wall_s", "lower", scale="bound"),
+    ),
+    probes=("storage",),
+    in_worker=("storage",),
+)  # fmt: skip
+
 
 BASE_DIR = ".cluster-acceptance"  # the one folder the probe creates inside a checked path
 _RUN_DIR = re.compile(r"run-(\d+)-[0-9a-f]+")
@@ -316,18 +367,18 @@ def node_rates(rows: Sequence[ShardRow], op: str) -> list[NodeRate]:
 
 def slowest_node(rows: Sequence[ShardRow], op: str) -> tuple[float, str]:
     """The slowest node's GB/s, and a line naming it against the median of the nodes."""
-    slowest = min(pergpu.shortfalls(node_rates(rows, op), f"{op}_gbps"), key=lambda s: s.value)
+    slowest = min(compute.shortfalls(node_rates(rows, op), f"{op}_gbps"), key=lambda s: s.value)
     return slowest.value, describe(slowest, op)
 
 
 def below_median(rows: Sequence[ShardRow], op: str) -> tuple[float, str]:
     """How far the slowest node falls under the nodes' median (0.2 = 20%), and every node under it."""
-    shorts = pergpu.shortfalls(node_rates(rows, op), f"{op}_gbps")
+    shorts = compute.shortfalls(node_rates(rows, op), f"{op}_gbps")
     under = [describe(s, op) for s in shorts if s.fraction > 0] or [describe(shorts[0], op)]
     return shorts[0].fraction, "\n".join(under)
 
 
-def describe(short: pergpu.Shortfall, op: str) -> str:
+def describe(short: compute.Shortfall, op: str) -> str:
     """``gpu-node-3 (node 3) write 1.2 GB/s, 40% under the median 2.0``."""
     return (
         f"{where(short.row)} {op} {fmt(short.value)} GB/s, {short.fraction:.0%} under {short.scope} {fmt(short.median)}"

@@ -13,30 +13,23 @@ from typing import Any, cast
 
 import pytest
 
-from acceptance.families import collectives as collectives_rules
-from acceptance.families import compute as compute_rules
-from acceptance.families import fabric as fabric_rules
-from acceptance.families import health as health_rules
-from acceptance.families import links as links_rules
-from acceptance.families import storage as storage_rules
-from acceptance.families import training as training_rules
+from acceptance.families import fabric
 from acceptance.families.answers import clock_events_text
-from acceptance.families.isolation import Isolation
+from acceptance.families.fabric import FABRIC
+from acceptance.families.internode.isolation import Isolation
 from acceptance.json_types import JSONObject
 from acceptance.numbers import fmt
 from acceptance.plugin import remeasure
 from acceptance.plugin.checker import NO_PROFILE, Checker, current, probe_result, probe_wall_s, require_ranks
 from acceptance.plugin.training_stage import baseline, needed
-from acceptance.profile.judge import MUST_BE_ZERO
-from acceptance.profile.model import ProfileModel, Threshold
-from acceptance.profile.registry import FABRIC
+from acceptance.profile.model import ProfileModel
 from acceptance.run import fabric_readings, isolation_rounds
 from acceptance.run.cluster_run import ClusterRun
 from acceptance.run.launcher import ProbeError
 from acceptance.run.training_jobs import baseline_run, strategy_runs
+from acceptance.schema.bounds import Threshold
 
 __all__ = [
-    "MUST_BE_ZERO",
     "NO_PROFILE",
     "Checker",
     "ClusterRun",
@@ -47,26 +40,19 @@ __all__ = [
     "baseline_run",
     "clock_events_text",
     "collective_culprit",
-    "collectives_rules",
     "compute_figures",
-    "compute_rules",
     "earlier_isolation",
     "earlier_readings",
     "fabric_figures",
-    "fabric_rules",
     "fmt",
-    "health_rules",
     "internode_spec",
     "isolate_if_failing",
     "isolation_env",
-    "links_rules",
     "parametrize_from_profile",
     "probe_result",
     "probe_wall_s",
     "require_ranks",
-    "storage_rules",
     "tolerance_below_median",
-    "training_rules",
     "training_runs",
 ]
 
@@ -89,15 +75,15 @@ def parametrize_from_profile(
     metafunc.parametrize(argname, chosen, ids=[ids(case) for case in chosen])
 
 
-def fabric_figures(run: ClusterRun) -> fabric_rules.FabricResult:
+def fabric_figures(run: ClusterRun) -> fabric.FabricResult:
     """This node's ports read before any probe (beside the preflight) and now, after the network probes,
     and the figures of the two (the profile's ``fabric.counters`` are the ones watched). No stored first
     reading is none: the counters' rise is then unmeasured, never compared with the second reading itself."""
     section = FABRIC.section_of(run.profile.model)
     after = fabric_readings.read(section.sysfs_root)
     stored = run.evidence.cluster.fabric_before
-    before = cast(fabric_rules.FabricReading, stored) if stored else None
-    return fabric_rules.FabricResult(before, after, fabric_rules.evaluate(before, after, section.counters))
+    before = cast(fabric.FabricReading, stored) if stored else None
+    return fabric.FabricResult(before, after, fabric.evaluate(before, after, section.counters))
 
 
 def compute_figures(run: ClusterRun) -> dict[str, Any]:
@@ -111,7 +97,7 @@ def earlier_readings(result: dict[str, Any], figure: str) -> str:
     return remeasure.earlier_text(result, figure)
 
 
-def tolerance_below_median(run: ClusterRun, figure: str) -> Threshold:
+def tolerance_below_median(run: ClusterRun, figure: str) -> Threshold | None:
     """The bound of ``compute.<figure>_below_median``: the profile's, else ``compute.tolerance``."""
     return remeasure.tolerance(run, figure)
 

@@ -8,9 +8,9 @@ from typing import Any, TypeVar, cast
 import pytest
 
 from acceptance.evidence.junit import figure_properties
-from acceptance.profile.model import Threshold
 from acceptance.run.cluster_run import ClusterRun
 from acceptance.run.launcher import ProbeError
+from acceptance.schema.bounds import Threshold
 
 T = TypeVar("T")
 SESSION_NAME = "cluster-acceptance-session"

@@ -17,7 +17,8 @@ from _pytest.mark import expression as mark_expression  # how pytest's own -m ev
 
 from acceptance.plugin import tiers
 from acceptance.plugin.checker import current
-from acceptance.profile.registry import FAMILIES, Family
+from acceptance.profile.registry import FAMILIES
+from acceptance.schema.family import Family
 
 CLUSTER_MARK = "cluster"  # every test of the suite carries it (``pytest_collection_modifyitems``)
 Expression = mark_expression.Expression

@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from acceptance.profile.registry import FABRIC, WORKER_PROBES, family_of_module
+from acceptance.families.fabric import FABRIC
+from acceptance.profile.registry import WORKER_PROBES, family_of_module
 from acceptance.run import fabric_readings, preflight
 from acceptance.run.cluster_run import ClusterRun
 from acceptance.run.launcher import ProbeError, child_env

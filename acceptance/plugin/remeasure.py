@@ -15,21 +15,19 @@ from __future__ import annotations
 
 from typing import Any, cast
 
-from acceptance.families import compute as pergpu
+from acceptance.families import compute
 from acceptance.json_types import JSONObject
 from acceptance.numbers import fmt
 from acceptance.plugin.checker import probe_result
-from acceptance.profile.model import Threshold
 from acceptance.run.cluster_run import ClusterRun
+from acceptance.schema.bounds import Threshold
 
 ROW_PARTS = ("windows", "clocks", "not_measured")  # a row's per-figure records, replaced with the figure
 
 
-def tolerance(run: ClusterRun, figure: str) -> Threshold:
+def tolerance(run: ClusterRun, figure: str) -> Threshold | None:
     """The bound of ``compute.<figure>_below_median``: the profile's, else ``compute.tolerance``."""
-    cfg = run.profile.model.compute
-    default = Threshold(max=cfg.tolerance, source=f"compute.tolerance (median of the {cfg.median_of})")
-    return run.profile.threshold(f"compute.{figure}_below_median") or default
+    return run.judge.bound(f"compute.{figure}_below_median")
 
 
 def low_figures(run: ClusterRun, result: dict[str, Any]) -> list[str]:
@@ -37,13 +35,13 @@ def low_figures(run: ClusterRun, result: dict[str, Any]) -> list[str]:
     median under its bound, or one GPU further under the median than the tolerance, or any of them worse than
     the --cluster-baseline run. A known issue (``xfail``) is not measured again."""
     low: list[str] = []
-    for figure in pergpu.FIGURES:
+    for figure in compute.FIGURES:
         found = result["summary"].get(figure)
-        if found is None or pergpu.partly_measured(result["rows"], figure):  # that fails whatever it reads
+        if found is None or compute.partly_measured(result["rows"], figure):  # that fails whatever it reads
             continue
-        shorts = pergpu.shortfalls(result["rows"], figure, run.profile.model.compute.median_of)
+        shorts = compute.shortfalls(result["rows"], figure, run.profile.model.compute.median_of)
         bounded = [run.judge.fails(f"compute.{figure}_{stat}", float(found[stat])) for stat in ("min", "median")]
-        within = run.judge.fails(f"compute.{figure}_below_median", shorts[0].fraction, tolerance(run, figure))
+        within = run.judge.fails(f"compute.{figure}_below_median", shorts[0].fraction)
         if any(bounded) or within:
             low.append(figure)
     return low
@@ -62,7 +60,7 @@ def merged(first: dict[str, Any], again: dict[str, Any], figures: list[str]) -> 
     pass or a skip."""
     fresh = {_gpu(row): row for row in again["rows"]}
     now = [fresh.get(_gpu(row), {}) for row in first["rows"]]
-    taken = [f for f in figures if len(pergpu.measured_rows(now, f)) >= len(pergpu.measured_rows(first["rows"], f))]
+    taken = [f for f in figures if len(compute.measured_rows(now, f)) >= len(compute.measured_rows(first["rows"], f))]
     rows = []
     for row, new_row in zip(first["rows"], now, strict=True):
         new, earlier = dict(row), {k: list(v) for k, v in (row.get("earlier") or {}).items()}
@@ -75,15 +73,15 @@ def merged(first: dict[str, Any], again: dict[str, Any], figures: list[str]) -> 
         new["earlier"] = earlier
         rows.append(new)
     out = dict(first, rows=rows)
-    out["summary"] = {**first["summary"], **{f: pergpu.summary(rows, f) for f in taken}}
-    out["not_measured"] = {**first["not_measured"], **{f: pergpu.not_measured(rows, f) for f in taken}}
+    out["summary"] = {**first["summary"], **{f: compute.summary(rows, f) for f in taken}}
+    out["not_measured"] = {**first["not_measured"], **{f: compute.not_measured(rows, f) for f in taken}}
     record = dict(first.get("remeasured") or {})
     for figure in figures:
         entry = record.setdefault(figure, {"earlier_min": []})
         if figure in taken:
             entry["earlier_min"].append((first["summary"].get(figure) or {}).get("min"))
         else:
-            entry["not_measured_again"] = pergpu.not_measured(now, figure)
+            entry["not_measured_again"] = compute.not_measured(now, figure)
     out["remeasured"] = record
     return out
 

@@ -18,8 +18,9 @@ from pydantic import JsonValue
 
 from acceptance.evidence.model import TierRecord
 from acceptance.plugin import options
-from acceptance.profile.registry import Device, Family, family_of_module
+from acceptance.profile.registry import family_of_module
 from acceptance.profile.tiers import Tier, tier_named
+from acceptance.schema.family import Device, Family
 
 REASON = "not in the {tier} tier (--cluster-tier)"
 

@@ -15,7 +15,8 @@ from typing import Any
 import pytest
 
 from acceptance.families import training as plan
-from acceptance.profile.registry import FAMILIES, TRAINING, family_of_module
+from acceptance.families.training import TRAINING
+from acceptance.profile.registry import FAMILIES, family_of_module
 from acceptance.run.cluster_run import ClusterRun
 from acceptance.run.training_jobs import stage_first
 

@@ -24,7 +24,7 @@ from acceptance.masking import masked_env
 from acceptance.probes import windows
 from acceptance.probes.ops import Op
 from acceptance.probes.rank import Ctx, main, write_json
-from acceptance.profile.sizes import format_size, parse_size
+from acceptance.schema.sizes import format_size, parse_size
 
 
 def time_eager(op: Op, ctx: Ctx, warmup: int, iters: int) -> list[float]:

@@ -23,12 +23,12 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from acceptance.families import compute as pergpu
+from acceptance.families import compute
 from acceptance.families.compute import Burnin, ClockEvents, ComputeConfig, ComputeResult, FigureName, GpuRow
 from acceptance.probes import windows
 from acceptance.probes.gpu_sampler import GpuSampler
 from acceptance.probes.rank import TORCH_DTYPES, Ctx, main
-from acceptance.profile.sizes import parse_size
+from acceptance.schema.sizes import parse_size
 
 WARMUP_S = 1.0
 BURNIN_BATCH = 10  # matmuls between two checks of the clock: long enough to keep the GPU fed
@@ -282,9 +282,9 @@ def run(ctx: Ctx) -> ComputeResult:
     rows = ctx.gather(row)
     return {
         "rows": rows,
-        "summary": {f: pergpu.summary(rows, f) for f in pergpu.FIGURES},
-        "not_measured": {f: pergpu.not_measured(rows, f) for f in pergpu.FIGURES},
-        "burnin": pergpu.burnin_verdict(rows) if cfg["duration_s"] > 0 else None,
+        "summary": {f: compute.summary(rows, f) for f in compute.FIGURES},
+        "not_measured": {f: compute.not_measured(rows, f) for f in compute.FIGURES},
+        "burnin": compute.burnin_verdict(rows) if cfg["duration_s"] > 0 else None,
         "config": cfg,
         "software": {"torch": torch.__version__, "cuda": torch.version.cuda},
     }

@@ -2,7 +2,7 @@
 
 All-gathers each rank's identity (host, node rank, local rank, device name, GPU UUID), checks the
 shape of the world, runs a small all-reduce whose result is checked, measures every link in concurrent
-rounds (``acceptance.families.links``: every GPU pair inside each node, then every rail across nodes,
+rounds (``acceptance.families.connectivity``: every GPU pair inside each node, then every rail across nodes,
 each in both directions, every element checked), so a slow link is named, not averaged away, and
 barrier latency.
 """
@@ -16,11 +16,11 @@ from collections import Counter
 import torch
 import torch.distributed as dist
 
-from acceptance.families import links
-from acceptance.families.links import ConnectivityConfig, ConnectivityResult, Link, LinkFigures, RankIdentity
+from acceptance.families import connectivity
+from acceptance.families.connectivity import ConnectivityConfig, ConnectivityResult, Link, LinkFigures, RankIdentity
 from acceptance.probes.links import measure_rounds, name_links, ranks_by_node, stable_node
 from acceptance.probes.rank import Ctx, main
-from acceptance.profile.sizes import format_size, parse_size
+from acceptance.schema.sizes import format_size, parse_size
 
 
 def identity(ctx: Ctx) -> RankIdentity:
@@ -76,11 +76,11 @@ def every_link(ctx: Ctx, ranks: list[RankIdentity], cfg: ConnectivityConfig) -> 
     nodes = list(ranks_by_node(ranks, key="node").values())
     nbytes = parse_size(cfg["p2p_size"])
 
-    def measured(rounds: list[list[links.Pair]]) -> list[Link]:
+    def measured(rounds: list[list[connectivity.Pair]]) -> list[Link]:
         found = [k for mine in ctx.gather(measure_rounds(ctx, rounds, nbytes, cfg["p2p_iters"])) for k in mine]
         return name_links(found, ranks, node_of={r["rank"]: r["node"] for r in ranks})
 
-    p2p_rounds, rail_rounds = links.intranode_rounds(nodes), links.rail_rounds(nodes)
+    p2p_rounds, rail_rounds = connectivity.intranode_rounds(nodes), connectivity.rail_rounds(nodes)
     p2p = measured(p2p_rounds)
     rails = measured(rail_rounds)
     return {

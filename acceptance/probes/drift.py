@@ -34,9 +34,9 @@ import torch
 
 from acceptance.families.answers import NotMeasured, not_measured, unanswered
 from acceptance.families.drift import (
-    FIELDS,
-    GPU_FIELDS,
-    NODE_FIELDS,
+    DRIFT_FIELDS,
+    DRIFT_GPU_FIELDS,
+    DRIFT_NODE_FIELDS,
     DriftResult,
     GpuRecord,
     Hca,
@@ -68,8 +68,10 @@ def parse_faults(knob: str) -> list[Fault]:
             continue
         who, colon, rest = item.partition(":")
         name, equals, value = rest.partition("=")
-        if not (colon and equals and who.isdigit() and name in FIELDS):
-            raise ValueError(f"{FAULT_ENV}: expected WHO:FIELD=VALUE, FIELD one of {', '.join(FIELDS)}; got {item!r}")
+        if not (colon and equals and who.isdigit() and name in DRIFT_FIELDS):
+            raise ValueError(
+                f"{FAULT_ENV}: expected WHO:FIELD=VALUE, FIELD one of {', '.join(DRIFT_FIELDS)}; got {item!r}"
+            )
         faults.append(Fault(int(who), name, value))
     return faults
 
@@ -129,7 +131,7 @@ def _driver(settings: SettingsAnswers | NotMeasured | None) -> Reading:
 
 
 def read_node(settings: SettingsAnswers | NotMeasured | None) -> tuple[dict[str, Reading], list[Hca]]:
-    """This node's fields (``NODE_FIELDS``) and its adapters."""
+    """This node's fields (``DRIFT_NODE_FIELDS``) and its adapters."""
     hcas, none_why = read_hcas()
     fields: dict[str, Reading] = {
         "kernel": platform.release(),
@@ -164,11 +166,11 @@ def _mine(ctx: Ctx, faults: Sequence[Fault]) -> _Mine:
     mine: _Mine = {"node": None, "gpu": None, "injected": []}
     if ctx.local_rank == 0:
         fields, hcas = read_node(settings)
-        mine["injected"] += _inject(fields, faults, ctx.node_rank, NODE_FIELDS)
+        mine["injected"] += _inject(fields, faults, ctx.node_rank, DRIFT_NODE_FIELDS)
         mine["node"] = {"host": ctx.host, "node_rank": ctx.node_rank, "fields": fields, "hcas": hcas}
     if uuid is not None and settings is not None:
         fields = _gpu_settings(settings)
-        mine["injected"] += _inject(fields, faults, ctx.rank, GPU_FIELDS)
+        mine["injected"] += _inject(fields, faults, ctx.rank, DRIFT_GPU_FIELDS)
         mine["gpu"] = {
             "host": ctx.host,
             "node_rank": ctx.node_rank,

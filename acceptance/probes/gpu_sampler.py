@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from acceptance.families.training_figures import GpuUtil
+from acceptance.families.training.figures import GpuUtil
 from acceptance.probes.nvml import CLOCK_EVENT_QUERIES, clock_event_names
 
 PERIOD_S = 0.1

@@ -15,7 +15,7 @@ import resource
 import time
 from pathlib import Path
 
-from acceptance.families.training_figures import HostLoadFigures
+from acceptance.families.training.figures import HostLoadFigures
 
 PROC_STAT = Path("/proc/stat")
 # the fields of /proc/stat's "cpu" line, in USER_HZ ticks (proc(5))

@@ -21,18 +21,11 @@ from typing import Any
 
 import torch.distributed as dist
 
-from acceptance.families.collectives import (
-    CollectivesConfig,
-    GroupFigure,
-    InternodeResult,
-    InternodeRow,
-    RankMeasured,
-    ScopedMeasured,
-    figures,
-)
+from acceptance.families.collectives import CollectivesConfig, GroupFigure, RankMeasured, figures
+from acceptance.families.internode import InternodeResult, InternodeRow, ScopedMeasured
 from acceptance.probes.collectives import measure, nccl_version
 from acceptance.probes.rank import Ctx, main
-from acceptance.profile.sizes import parse_size
+from acceptance.schema.sizes import parse_size
 
 SCOPES = ("all", "intranode", "one_gpu_per_node")
 

@@ -1,4 +1,4 @@
-"""One isolation round (``acceptance.families.isolation`` decides which), in one job over every node.
+"""One isolation round (``acceptance.families.internode.isolation`` decides which), in one job over every node.
 
 ``pairs`` rounds: every node pair of a step is a process group of its own (``dist.new_group`` through
 ``new_subgroups_by_enumeration``: every rank creates every group, in the same order), and all pairs run
@@ -14,13 +14,13 @@ from __future__ import annotations
 import torch.distributed as dist
 
 from acceptance.families.collectives import GroupFigure, RankMeasured
-from acceptance.families.isolation import PairRow, RoundResult
+from acceptance.families.internode.isolation import PairRow, RoundResult
 from acceptance.probes.collectives import measure
 from acceptance.probes.connectivity import identity
 from acceptance.probes.internode import figure
 from acceptance.probes.links import measure_rounds, name_links, ranks_by_node
 from acceptance.probes.rank import Ctx, ProbeSpec, main
-from acceptance.profile.sizes import parse_size
+from acceptance.schema.sizes import parse_size
 
 
 def pair_steps(

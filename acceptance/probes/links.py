@@ -16,8 +16,8 @@ import time
 import torch
 import torch.distributed as dist
 
-from acceptance.families.isolation import NODE_ENV
-from acceptance.families.links import Link, Pair, RankIdentity, RoundTransfer, Transfer
+from acceptance.families.connectivity import Link, Pair, RankIdentity, RoundTransfer, Transfer
+from acceptance.families.internode.isolation import NODE_ENV
 from acceptance.probes.rank import Ctx
 
 

@@ -1,6 +1,6 @@
 """The torch half of each collective: its call, what each rank sends, what each rank must hold afterwards.
 
-Keyed by the names of ``acceptance.profile.collectives.OPS``, which holds the other half (sizing and
+Keyed by the names of ``acceptance.schema.collectives.OPS``, which holds the other half (sizing and
 busbw factor), like nccl-tests' ``src/<op>.cu`` (``RunColl``, ``InitData``). The values come from
 ``verifiable``: sums exact in every reduction order, so the check compares bit for bit at any world size.
 """
@@ -16,8 +16,8 @@ import torch.distributed as dist
 
 from acceptance.probes.rank import TORCH_DTYPES
 from acceptance.probes.verifiable import count_wrong, summand, tag, target
-from acceptance.profile.collectives import OPS
-from acceptance.profile.dtypes import DTYPES
+from acceptance.schema.collectives import OPS
+from acceptance.schema.dtypes import DTYPES
 
 ROOT = 0  # broadcast's source and reduce's destination, as a rank of the group (nccl-tests' default -r 0)
 CHECK_CHUNK = 1 << 25  # elements generated and compared at once: bounds the check's extra memory

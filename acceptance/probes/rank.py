@@ -41,15 +41,16 @@ from acceptance.atomic_file import write_atomic
 from acceptance.families import staging
 from acceptance.families.collectives import CollectivesConfig
 from acceptance.families.compute import ComputeConfig
+from acceptance.families.connectivity import ConnectivityConfig
 from acceptance.families.health import HealthConfig
 from acceptance.families.heartbeat import RankIdentity, RankState
-from acceptance.families.isolation import IsolationConfig
-from acceptance.families.links import ConnectivityConfig
+from acceptance.families.internode.isolation import IsolationConfig
+from acceptance.families.soak import SoakConfig
 from acceptance.families.storage import StorageConfig
 from acceptance.families.training import BaselineSpec
-from acceptance.families.training_figures import TrainingConfig
+from acceptance.families.training.figures import TrainingConfig
 from acceptance.json_types import JSONObject
-from acceptance.profile.dtypes import DTYPE_NAMES
+from acceptance.schema.dtypes import DTYPE_NAMES
 
 # the profile's type names as torch types, for every probe (the names are torch's attribute names)
 TORCH_DTYPES: dict[str, torch.dtype] = {name: getattr(torch, name) for name in DTYPE_NAMES}
@@ -76,6 +77,7 @@ class ProbeSpec(TypedDict, total=False):
     compute: ComputeConfig
     storage: StorageConfig
     training: TrainingConfig
+    soak: SoakConfig
     isolation: IsolationConfig
     scopes: list[str]  # the internode probe's
     strategies: list[str]  # the training job's parts

@@ -66,8 +66,8 @@ from acceptance.probes.compute import WARMUP_S, fp8_unavailable
 from acceptance.probes.memory_patterns import MemoryPatterns
 from acceptance.probes.rank import Ctx, main, write_json
 from acceptance.probes.soak_watch import SoakWatch
-from acceptance.profile.rounding import U_BF16, U_FP8_ACCUMULATE, U_FP32, accumulation_gamma
-from acceptance.profile.sizes import parse_size
+from acceptance.schema.rounding import U_BF16, U_FP8_ACCUMULATE, U_FP32, accumulation_gamma
+from acceptance.schema.sizes import parse_size
 
 FAULT_ENV = "ACCEPTANCE_TEST_SOAK"
 FAULTS = ("gemm", "slow", "memory", "allreduce", "kill")

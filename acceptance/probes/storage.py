@@ -47,7 +47,7 @@ from acceptance.families.storage import (
 )
 from acceptance.probes import storage_files as files
 from acceptance.probes.rank import Ctx, main
-from acceptance.profile.sizes import parse_size
+from acceptance.schema.sizes import parse_size
 
 CHUNK_BYTES = 64 * 2**20  # one tensor per 64 MiB of a shard, like the layers of a model's state dict
 # the launcher stops a probe at its timeout and torchrun gives its ranks 30 s more (run/launcher.py)

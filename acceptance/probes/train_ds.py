@@ -12,7 +12,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Mapping
 
-from acceptance.families.training_figures import TrainingConfig
+from acceptance.families.training.figures import TrainingConfig
 from acceptance.json_types import JSONObject, JSONValue
 
 # (hidden size, fully qualified class of the decoder layer): what the built-in configs are sized from

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from acceptance.families.training_figures import ModelShape
+from acceptance.families.training.figures import ModelShape
 
 # GPT-2 vocabulary padded from 50,257 to 50,304 (a multiple of 64), as nanoGPT does: the output layer's
 # matrix product runs on friendlier shapes, and the synthetic tokens never use the padding.

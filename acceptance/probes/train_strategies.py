@@ -20,7 +20,7 @@ import torch.distributed as dist
 from torch import nn
 
 from acceptance.families.training import IN_JOB_BASELINE
-from acceptance.families.training_figures import TrainingConfig
+from acceptance.families.training.figures import TrainingConfig
 from acceptance.json_types import JSONObject
 from acceptance.probes.rank import Ctx, ProbeSpec
 from acceptance.probes.train_ds import STAGE, Shape, base_strategy, build

@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from acceptance.families.training_figures import Trace
+from acceptance.families.training.figures import Trace
 from acceptance.probes.rank import Ctx
 from acceptance.probes.train_strategies import Runner
 

@@ -39,7 +39,7 @@ import torch.distributed as dist
 from torch._C._distributed_c10d import PrefixStore, TCPStore  # typed here; torch.distributed re-exports them
 
 from acceptance.families.training import BASELINE_PART, StrategyResult, TrainingResult
-from acceptance.families.training_figures import RankRun, RawRun, TrainingConfig, figures
+from acceptance.families.training.figures import RankRun, RawRun, TrainingConfig, figures
 from acceptance.json_types import JSONObject
 from acceptance.probes.gpu_sampler import GpuSampler
 from acceptance.probes.host_load import HostLoad

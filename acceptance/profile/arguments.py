@@ -10,7 +10,7 @@ from typing import Any
 
 from pydantic import TypeAdapter
 
-from acceptance.profile.fields import MAX_SECONDS, Seconds, Tolerance
+from acceptance.schema.fields import MAX_SECONDS, Seconds, Tolerance
 
 
 def _option(kind: Any, expected: str) -> Callable[[str], float]:

@@ -19,7 +19,7 @@ import yaml
 from acceptance.numbers import fmt
 from acceptance.profile.node_facts import NodeFacts
 from acceptance.profile.references import Reference, ReferenceTable
-from acceptance.profile.sizes import parse_size
+from acceptance.schema.sizes import parse_size
 
 CPU_PARENT = "local-cpu"
 GPU_OPS = ("all_reduce", "all_gather", "reduce_scatter")

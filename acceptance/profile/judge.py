@@ -4,9 +4,10 @@ The plugin's checks, the re-measure of a low per-GPU figure, the isolation's tri
 ``bench_train`` all ask one ``Judge``; nothing else compares a figure with a bound or a baseline. The rules,
 in order:
 
-1. The bound: the profile's threshold for the metric, else the caller's built-in default (a correctness
-   figure such as wrong elements is never mere information: it must be 0). No bound: information, recorded
-   and never passed or failed.
+1. The bound: the profile's threshold for the metric, else the caller's (a bound from the run itself: its
+   node count, a GPU's own slowdown temperature), else the one its metric declares (``Metric.builtin``: a
+   correctness figure such as wrong elements is never mere information, it must be 0). No bound:
+   information, recorded and never passed or failed.
 2. A known issue: a threshold with ``xfail`` turns a miss into ``xfail`` (shown, not failed).
 3. The baseline (``--cluster-baseline``): a performance figure that met its bound but is worse than the
    earlier run's beyond the profile's tolerance is ``baseline_fail``. Correctness figures are sanity gates,
@@ -22,15 +23,13 @@ from typing import Any, Literal
 
 from acceptance.numbers import fmt
 from acceptance.profile import baseline as baselines
-from acceptance.profile.bounds import evaluate
 from acceptance.profile.loader import OVERRIDE, Profile
-from acceptance.profile.metrics import Kind, better, canonical_metric, kind
-from acceptance.profile.model import Threshold
+from acceptance.profile.metrics import Kind, better, builtin_bound, canonical_metric, kind
+from acceptance.schema.bounds import Threshold, evaluate
 
 # the verdict of one figure; the evidence's ``CheckVerdict`` holds the same words
 FigureVerdict = Literal["pass", "fail", "xfail", "info", "baseline_fail"]
 FAILED: frozenset[FigureVerdict] = frozenset({"fail", "baseline_fail"})
-MUST_BE_ZERO = Threshold(eq=0, source="built-in: correctness is never mere information")
 # the earlier run's checks by metric (``baseline.figures`` of its evidence)
 BaselineFigures = Mapping[str, Mapping[str, Any]]
 
@@ -84,8 +83,8 @@ class Judge:
         self, metric: str, value: float, unit: str = "", detail: str = "", default: Threshold | None = None
     ) -> Judgement:
         """``value`` of ``metric`` by the rules of the module's docstring; ``default`` bounds a figure the
-        profile does not (a correctness figure's built-in ``MUST_BE_ZERO``)."""
-        threshold = self.profile.threshold(metric) or default
+        profile does not, from the run itself (its node count), before the metric's own ``builtin``."""
+        threshold = self.bound(metric, default)
         figure_kind = kind(metric)
         if threshold is None:
             return Judgement(metric, value, unit, "info", "", None, figure_kind, "", detail)
@@ -105,6 +104,10 @@ class Judge:
         message = _with(f"{judged.message} [{self.baseline_label}]", detail)
         both = f"{bound} and {judged.change.limit}"
         return Judgement(metric, value, unit, "baseline_fail", both, threshold, figure_kind, message, detail, record)
+
+    def bound(self, metric: str, default: Threshold | None = None) -> Threshold | None:
+        """The bound ``judge`` holds ``metric`` to: the profile's, else ``default``, else its metric's own."""
+        return self.profile.threshold(metric) or default or builtin_bound(metric, self.profile.model)
 
     def _origin(self, threshold: Threshold) -> str:
         """Where the bound comes from, as a failure names it: the profile, and the option that set it."""

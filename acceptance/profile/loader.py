@@ -14,13 +14,14 @@ from typing import Annotated, Any, Union, get_args, get_origin
 from pydantic import ValidationError
 
 from acceptance.masking import masked_profile
-from acceptance.profile.bounds import evaluate as evaluate  # re-exported: where the run and tests look
-from acceptance.profile.bounds import limits as limits
 from acceptance.profile.metrics import bound_problem, canonical_metric, metric_problem
-from acceptance.profile.model import ProfileModel, Threshold
+from acceptance.profile.model import ProfileModel
 from acceptance.profile.strict_yaml import LineMap, parse, read
 from acceptance.profile.strict_yaml import ProfileError as ProfileError  # raised to callers of this module
 from acceptance.profile.tiers import DEFAULT_TIER, TIER_NAMES
+from acceptance.schema.bounds import Threshold
+from acceptance.schema.bounds import evaluate as evaluate  # re-exported: where the run and tests look
+from acceptance.schema.bounds import limits as limits
 
 LOCAL_DIR = Path("thresholds")
 OVERRIDE = "--cluster-set"  # names a value an option set, in errors and in a threshold's source

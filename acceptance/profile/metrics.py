@@ -12,10 +12,11 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from acceptance.profile.model import ProfileModel, Threshold
+from acceptance.profile.model import ProfileModel
 from acceptance.profile.registry import FAMILIES as REGISTRY
-from acceptance.profile.registry import Better, Family, Kind, Metric, Scale
-from acceptance.profile.sizes import SizeError, canonical_size
+from acceptance.schema.bounds import Threshold
+from acceptance.schema.family import Better, Family, Kind, Metric, Scale
+from acceptance.schema.sizes import SizeError, canonical_size
 
 __all__ = ["Better", "Kind", "Scale"]  # re-exported: the words of a figure's shape
 
@@ -103,6 +104,14 @@ def bound_problem(name: str, bound: Threshold) -> tuple[str, str] | None:
     if bound.min is not None and bound.min <= floor:
         return "min", f"min {bound.min:g} always holds: {never} (raise it, or remove it to record the figure)"
     return None
+
+
+def builtin_bound(metric: str, profile: ProfileModel) -> Threshold | None:
+    """The bound ``metric``'s shape declares where the profile sets none (``Metric.builtin``), else None."""
+    shape = shape_of(metric)
+    if shape is None or shape.metric.builtin is None:
+        return None
+    return shape.metric.builtin(shape.family.section_of(profile))
 
 
 def scale(metric: str) -> Scale:

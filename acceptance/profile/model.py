@@ -5,52 +5,15 @@ Strict on purpose (``fields.Strict``): a typo in a profile must never turn a gat
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated, Literal
+from typing import TYPE_CHECKING, Annotated
 
-from pydantic import Field, JsonValue, create_model, model_validator
+from pydantic import Field, JsonValue, create_model
 
-from acceptance.profile.fields import PositiveInt as PositiveInt  # re-exported: the sections' field types
-from acceptance.profile.fields import ProfileName, Seconds, Strict, Tolerance
-from acceptance.profile.fields import RunName as RunName
-from acceptance.profile.fields import Size as Size
 from acceptance.profile.registry import FAMILIES
-from acceptance.profile.sections import TRAIN_STRATEGIES as TRAIN_STRATEGIES
-from acceptance.profile.sections import Collectives as Collectives  # re-exported: the families' sections
-from acceptance.profile.sections import Compute as Compute
-from acceptance.profile.sections import Connectivity as Connectivity
-from acceptance.profile.sections import DeepSpeedRun as DeepSpeedRun
-from acceptance.profile.sections import Health as Health
-from acceptance.profile.sections import Internode as Internode
-from acceptance.profile.sections import Storage as Storage
-from acceptance.profile.sections import StoragePath as StoragePath
-from acceptance.profile.sections import Training as Training
 from acceptance.profile.tiers import DEFAULT_TIER, TierName
-
-
-class Topology(Strict):
-    nodes: PositiveInt = 1
-    ranks_per_node: PositiveInt | None = None  # processes per node; default: gpus_per_node on cuda, 2 on cpu
-    gpus_per_node: Annotated[int, Field(ge=0)] = 0
-    gpu_model: str | None = None
-    device: Literal["cuda", "cpu"] = "cuda"
-    backend: Literal["nccl", "gloo"] = "nccl"
-    launcher: Literal["torchrun", "srun"] = "torchrun"
-    rdzv_port: Annotated[int, Field(gt=0, lt=65535)] = 29400  # multi-node: the nodes' store uses rdzv_port + 1
-    srun_args: list[str] = []  # launcher srun: extra srun options, e.g. --gpus-per-node=8 or --container-image=...
-
-    @model_validator(mode="after")
-    def _consistent(self) -> Topology:
-        if self.device == "cpu" and self.backend != "gloo":
-            raise ValueError("device cpu needs backend gloo (NCCL runs on GPUs only)")
-        if self.device == "cuda" and self.gpus_per_node < 1:
-            raise ValueError("device cuda needs gpus_per_node >= 1")
-        return self
-
-    @property
-    def nproc_per_node(self) -> int:
-        if self.ranks_per_node is not None:
-            return self.ranks_per_node
-        return self.gpus_per_node if self.device == "cuda" else 2
+from acceptance.schema.bounds import Threshold
+from acceptance.schema.fields import ProfileName, Seconds, Strict, Tolerance
+from acceptance.schema.topology import Topology
 
 
 class TimeoutsBase(Strict):
@@ -77,37 +40,6 @@ else:
         __module__=__name__,
         **{family.name: (Seconds | None, None) for family in FAMILIES},
     )
-
-
-class Threshold(Strict):
-    min: float | None = None
-    max: float | None = None
-    eq: float | None = None
-    ref: float | None = None
-    tol: Annotated[float, Field(ge=0)] | None = None  # relative, both sides of ref: 0.05 = 5%
-    # ReFrame's reference shape: relative bounds on each side of ref, lower <= 0 <= upper; one may be left out
-    lower: Annotated[float, Field(ge=-1, le=0)] | None = None
-    upper: Annotated[float, Field(ge=0)] | None = None
-    xfail: str | None = None
-    source: str | None = None  # where the bound comes from
-
-    @model_validator(mode="after")
-    def _one_kind(self) -> Threshold:
-        if self.min is None and self.max is None and self.eq is None and self.ref is None:
-            raise ValueError("a threshold needs at least one of min, max, eq, ref")
-        relative = [k for k in ("tol", "lower", "upper") if getattr(self, k) is not None]
-        if (self.ref is None) != (not relative):
-            raise ValueError(
-                "ref and tol go together (tol is relative: 0.05 = 5%), or ref with lower and/or upper "
-                "(relative bounds below and above ref, ReFrame-style: lower -0.1 = 10% under ref)"
-            )
-        if self.tol is not None and len(relative) > 1:
-            raise ValueError("tol is both sides of ref at once: give tol, or lower and/or upper, not both")
-        if self.eq is not None and (self.min is not None or self.max is not None):
-            raise ValueError("eq cannot be combined with min or max")
-        if self.min is not None and self.max is not None and self.min > self.max:
-            raise ValueError(f"min {self.min:g} is above max {self.max:g}: no value can meet both")
-        return self
 
 
 class Cost(Strict):
@@ -145,18 +77,32 @@ class ProfileBase(Strict):
 
 
 if TYPE_CHECKING:
+    from acceptance.families.collectives import Collectives
+    from acceptance.families.compute import Compute
+    from acceptance.families.connectivity import Connectivity
+    from acceptance.families.drift import Drift
+    from acceptance.families.fabric import Fabric
+    from acceptance.families.health import Health
+    from acceptance.families.internode import Internode
+    from acceptance.families.soak import Soak
+    from acceptance.families.storage import Storage
+    from acceptance.families.training import Training
 
     class ProfileModel(ProfileBase):
-        """For the type checker only: the sections of the registry's families as the code reads them. A new
-        family's code reads its own with ``Family.section_of``; the model below is built from the registry."""
+        """For the type checker only: the model below is built from the list of families, which a type
+        checker cannot follow; this spells the same sections out (``tests/test_registry.py`` holds it to
+        the list), so that ``model.<family>`` is typed."""
 
         connectivity: Connectivity = Connectivity()
         health: Health = Health()
+        drift: Drift = Drift()
         storage: Storage = Storage()
         compute: Compute = Compute()
         collectives: Collectives = Collectives()
         internode: Internode = Internode()
         training: Training = Training()
+        soak: Soak = Soak()
+        fabric: Fabric = Fabric()
 
 else:
     ProfileModel = create_model(

@@ -20,7 +20,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from acceptance.profile.sizes import SizeError, canonical_size
+from acceptance.schema.sizes import SizeError, canonical_size
 
 MAD_TO_SIGMA = 1.4826  # 1 / Phi^-1(3/4): the MAD of normal readings times this is their standard deviation
 MEDIAN_EFFICIENCY = math.sqrt(math.pi / 2)  # the standard error of a median over that of a mean

@@ -19,9 +19,9 @@ from typing import Annotated, Literal
 from pydantic import Field, ValidationError, field_validator, model_validator
 
 from acceptance.numbers import fmt
-from acceptance.profile.fields import PositiveInt, Size, Strict
-from acceptance.profile.sizes import parse_size
 from acceptance.profile.strict_yaml import ProfileError, read
+from acceptance.schema.fields import PositiveInt, Size, Strict
+from acceptance.schema.sizes import parse_size
 
 TABLE = Path(__file__).with_name("references.yaml")
 # the suffixes a figure carries beyond its reference's name: per-GPU statistics and the message size

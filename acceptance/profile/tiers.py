@@ -19,7 +19,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from acceptance.profile.registry import FAMILIES, Device, Family
+from acceptance.profile.registry import FAMILIES
+from acceptance.schema.family import Device, Family
 
 TierName = Literal["quick", "standard", "burn-in"]
 TIER_NAMES: tuple[TierName, ...] = ("quick", "standard", "burn-in")

@@ -9,11 +9,10 @@ from pydantic import ValidationError
 
 from acceptance.families.compute import FIGURES, shortfalls
 from acceptance.numbers import fmt
-from acceptance.profile.bounds import limits
-from acceptance.profile.model import Threshold
-from acceptance.profile.sizes import parse_size
 from acceptance.reports import pairs, plots, view
 from acceptance.reports.blocks import Block, Heading, Image, Table, Text
+from acceptance.schema.bounds import Threshold, limits
+from acceptance.schema.sizes import parse_size
 
 NO_PLOT = "No plot: matplotlib is not installed (pip install 'cluster-acceptance[report]')."
 

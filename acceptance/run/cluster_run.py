@@ -24,13 +24,14 @@ from acceptance.json_types import JSONObject
 from acceptance.multinode.meeting import Meeting
 from acceptance.profile.judge import BaselineFigures, Judge, Judgement
 from acceptance.profile.loader import Profile
-from acceptance.profile.model import Threshold, Topology
 from acceptance.profile.registry import WORKER_PROBES
 from acceptance.run import launcher as launch
 from acceptance.run.executor import Executor
 from acceptance.run.placement import Placement
 from acceptance.run.recorder import Recorder
 from acceptance.run.worker_pool import Workers
+from acceptance.schema.bounds import Threshold
+from acceptance.schema.topology import Topology
 
 
 @dataclass

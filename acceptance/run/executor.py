@@ -14,12 +14,12 @@ from pathlib import Path
 
 from acceptance.json_types import JSONObject
 from acceptance.multinode.meeting import Meeting, PlanError
-from acceptance.profile.model import Topology
 from acceptance.run import launcher as launch
 from acceptance.run.placement import Placement
 from acceptance.run.progress import Watch
 from acceptance.run.staged_jobs import StagedJob, StagedJobs
 from acceptance.run.worker_pool import Workers
+from acceptance.schema.topology import Topology
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""Runs the isolation rounds (``acceptance.families.isolation``) when a figure across nodes has failed.
+"""Runs the isolation rounds (``acceptance.families.internode.isolation``) when a figure across nodes has failed.
 
 Every node's pytest runs the same rounds in the same order: each round is one probe job over every
 node, and what the next round is follows only from the results, which rank 0 broadcast to every node.
@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, cast
 
-from acceptance.families import links
-from acceptance.families.isolation import Isolation, Pair, Round
+from acceptance.families import connectivity
+from acceptance.families.internode.isolation import Isolation, Pair, Round
 from acceptance.run import worker_pool
 from acceptance.run.cluster_run import ClusterRun
 from acceptance.run.launcher import ProbeError
@@ -62,9 +62,9 @@ def hint(run: ClusterRun) -> tuple[Pair, ...]:
     if first is not None:
         return tuple((int(a), int(b)) for a, b in first.get("hint", []))
     conn = _record(run, "connectivity")
-    rails = cast(list[links.Link], conn.get("rails", []) if conn is not None else [])
+    rails = cast(list[connectivity.Link], conn.get("rails", []) if conn is not None else [])
     found: list[Pair] = []
-    for link in sorted(rails, key=links.rate):
+    for link in sorted(rails, key=connectivity.rate):
         pair = (int(link["src_node"]), int(link["dst_node"]))
         if pair[0] != pair[1] and pair not in found and pair[::-1] not in found:
             found.append(pair)
@@ -85,9 +85,9 @@ def collective_culprit(run: ClusterRun) -> str:
         said.append(found.message())
     conn = _record(run, "connectivity")
     if conn is not None:
-        measured = cast(list[links.Link], [*conn.get("p2p", []), *conn.get("rails", [])])
+        measured = cast(list[connectivity.Link], [*conn.get("p2p", []), *conn.get("rails", [])])
         if measured:
-            said.append(f"slowest links this run measured: {links.slowest(measured)}")
+            said.append(f"slowest links this run measured: {connectivity.slowest(measured)}")
     if not said:
         said.append(
             "the connectivity family names the slowest GPU links"

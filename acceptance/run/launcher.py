@@ -26,9 +26,9 @@ import acceptance
 from acceptance.atomic_file import write_atomic
 from acceptance.families import staging
 from acceptance.families.heartbeat import RankState
-from acceptance.profile.model import Topology
 from acceptance.run import diagnose, reaper
 from acceptance.run.placement import Placement
+from acceptance.schema.topology import Topology
 
 CANCEL_GRACE_S = 10.0  # for a cancelled staged job's ranks to leave the gate (a file read away)
 

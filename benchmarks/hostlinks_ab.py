@@ -1,7 +1,7 @@
 """Host-link GB/s (pinned, 1 GiB, both GPUs at once, as the compute probe times them) with and without
 processes importing what the staged training job imports, alternating rounds.
 
-    torchrun --standalone --nproc-per-node 2 deploy/device/hostlinks_ab.py ROUNDS SECONDS_BEFORE_TIMING
+    torchrun --standalone --nproc-per-node 2 benchmarks/hostlinks_ab.py ROUNDS SECONDS_BEFORE_TIMING
 """
 
 import itertools

@@ -13,14 +13,123 @@ strategy gets a job of its own.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import Annotated, Any, Literal, TypedDict
+
+from pydantic import Field, model_validator
 
 from acceptance.json_types import JSONObject
-from acceptance.profile.loader import Profile
-from acceptance.profile.model import Training
+from acceptance.schema.bounds import Threshold
+from acceptance.schema.family import GPU_ONLY, Family, LoadedProfile, Metric
+from acceptance.schema.fields import PositiveInt, RunName, Strict
+from acceptance.schema.peaks import Peaks, Precision
+
+TRAIN_STRATEGIES = ("ddp", "fsdp", "zero1", "zero2", "zero3", "zero3_offload")
+DEEPSPEED_STRATEGIES = ("zero1", "zero2", "zero3", "zero3_offload")
+TRAIN_MODELS = ("tiny", "gpt2-124m", "gpt2-355m", "llama-1b")  # shapes in acceptance/probes/train_model.py
+
+
+class DeepSpeedRun(Strict):
+    """A DeepSpeed run under its own name: a built-in stage with a user's DeepSpeed JSON merged on top."""
+
+    base: Literal[DEEPSPEED_STRATEGIES]  # type: ignore[valid-type]
+    config: dict[str, Any] | str  # the JSON itself, or a file (relative to the profile's folder)
+
+
+class Training(Strict):
+    """Short real training runs, all strategies in one torchrun job; ``steps`` timed after ``warmup_steps``."""
+
+    model: Literal[TRAIN_MODELS] = "gpt2-124m"  # type: ignore[valid-type]
+    seq_len: PositiveInt = 1024
+    micro_batch: PositiveInt = 16
+    grad_accum: PositiveInt = 1
+    warmup_steps: Annotated[int, Field(ge=0)] = 5
+    steps: PositiveInt = 20
+    windows: PositiveInt | None = None  # of the timed steps: tokens/s is their median; None: 5 (at most steps)
+    precision: Precision = "bf16"
+    compile: Literal["none", "blocks", "model"] = "none"  # blocks: each decoder layer, a short cold start
+    lr: Annotated[float, Field(ge=0)] = 3e-4  # constant: the same for every strategy, so curves compare
+    grad_clip: Annotated[float, Field(ge=0)] = 1.0  # 0: off
+    seed: int = 1234
+    strategies: list[RunName] = ["ddp", "fsdp", "zero2", "zero3"]
+    deepspeed: dict[RunName, DeepSpeedRun] = {}
+    peak_tflops: Peaks = None  # per GPU, dense, per precision (1 TFLOP/s = 1e12); MFU takes ``precision``'s
+    peak_tflops_source: str | None = None
+    scaling_baseline: Literal["one_gpu", "one_node", "none"] = "one_gpu"
+    scaling_strategy: RunName = "ddp"
+    canary_steps: PositiveInt = 5
+    canary_rtol: Annotated[float, Field(ge=0)] = 0.02
+    # after the timed steps, this many more under torch.profiler: a trace per rank, none of the figures
+    trace_steps: Annotated[int, Field(ge=0)] = 0
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Training:
+        known = set(TRAIN_STRATEGIES) | set(self.deepspeed)
+        unknown = [s for s in self.strategies if s not in known]
+        if unknown:
+            raise ValueError(
+                f"strategies {unknown} are neither built in {list(TRAIN_STRATEGIES)} nor named under deepspeed:"
+            )
+        if not self.strategies or len(set(self.strategies)) != len(self.strategies):
+            raise ValueError("strategies must list at least one strategy, each once")
+        if (self.peak_tflops is None) != (self.peak_tflops_source is None):
+            raise ValueError("peak_tflops and peak_tflops_source go together (say where the peak comes from)")
+        if self.scaling_baseline != "none" and self.scaling_strategy not in self.strategies:
+            raise ValueError(f"scaling_strategy {self.scaling_strategy!r} is not in strategies {self.strategies}")
+        if self.windows is not None and self.windows > self.steps:
+            raise ValueError(f"windows ({self.windows}) exceeds steps ({self.steps}): every timed window needs a step")
+        if self.canary_steps > self.warmup_steps + self.steps:
+            raise ValueError("canary_steps exceeds warmup_steps + steps: the runs would not have that many losses")
+        return self
+
+
+_TRAIN = "training.<strategy>.<figure>"
+
+
+def _loss_must_fall(_s: Training) -> Threshold:
+    return Threshold(max=0.99, source="built-in: the loss must fall by at least 1% over the run")
+
+
+def _canary_rtol(s: Training) -> Threshold:
+    return Threshold(max=s.canary_rtol, source="training.canary_rtol")
+
+
+def _strategies(s: Training) -> Sequence[str]:
+    return s.strategies
+
+
+_STRATEGY = {"strategy": _strategies}
+TRAINING = Family(
+    "training",
+    "short real training runs: DDP, FSDP, DeepSpeed ZeRO",
+    Training,
+    (
+        Metric[Training](r"(?P<strategy>\w+)\.(tokens_per_s_per_gpu)", _TRAIN, "higher", domains=_STRATEGY),
+        # a GPU's peak FLOP/s and its NVML utilisation: neither exists on the CPU
+        Metric[Training](
+            r"(?P<strategy>\w+)\.(mfu|gpu_util_pct)", _TRAIN, "higher", domains=_STRATEGY, devices=GPU_ONLY
+        ),
+        Metric[Training](
+            r"(?P<strategy>\w+)\.(step_time_s|step_time_std_s|peak_mem_gib|loss_last)", _TRAIN, "lower",
+            domains=_STRATEGY,
+        ),
+        Metric[Training](
+            r"(?P<strategy>\w+)\.(loss_ratio)", _TRAIN, "lower", kind="correctness", domains=_STRATEGY,
+            builtin=_loss_must_fall,
+        ),
+        Metric[Training](r"(?P<strategy>\w+)\.(wall_s)", _TRAIN, "lower", scale="bound", domains=_STRATEGY),
+        Metric[Training](r"(?P<strategy>\w+)\.(loss_first)", _TRAIN, "none", domains=_STRATEGY),
+        Metric[Training](r"scaling_efficiency", "training.scaling_efficiency", "higher"),
+        Metric[Training](
+            r"canary\.(?P<strategy>\w+)\.max_rel_diff", "training.canary.<strategy>.max_rel_diff", "lower",
+            scale="bound", kind="correctness", domains=_STRATEGY, builtin=_canary_rtol,
+        ),
+    ),
+    probes=("training",),
+)  # fmt: skip
+
 
 PROBE = "training"
 
@@ -66,9 +175,9 @@ def job_key(attempt: int) -> str:
     return PROBE if attempt == 0 else f"{PROBE}-{attempt + 1}"
 
 
-def user_config(profile: Profile, strategy: str) -> JSONObject | None:
+def user_config(profile: LoadedProfile, strategy: str) -> JSONObject | None:
     """The user's DeepSpeed JSON for ``strategy``: inline, or read from a file beside the profile."""
-    run = profile.model.training.deepspeed.get(strategy)
+    run = TRAINING.section_of(profile.model).deepspeed.get(strategy)
     if run is None:
         return None
     if isinstance(run.config, dict):
@@ -90,7 +199,12 @@ def user_config(profile: Profile, strategy: str) -> JSONObject | None:
 
 
 def spec(
-    profile: Profile, parts: list[str], world_size: int, ranks_per_node: int, nodes: int, base: Baseline | None = None
+    profile: LoadedProfile,
+    parts: list[str],
+    world_size: int,
+    ranks_per_node: int,
+    nodes: int,
+    base: Baseline | None = None,
 ) -> dict[str, Any]:
     """The probe's spec for one job of ``parts`` (strategies, and ``BASELINE_PART`` run on ``base``); raises
     TrainingPlanError for a strategy whose DeepSpeed JSON is unusable."""
@@ -104,7 +218,10 @@ def spec(
         "nodes": nodes,
     }
     if BASELINE_PART in parts and base is not None:
-        found["baseline"] = {"strategy": profile.model.training.scaling_strategy, "ranks_per_node": base.ranks_per_node}
+        found["baseline"] = {
+            "strategy": TRAINING.section_of(profile.model).scaling_strategy,
+            "ranks_per_node": base.ranks_per_node,
+        }
     return found
 
 

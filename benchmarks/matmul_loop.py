@@ -1,6 +1,6 @@
 """A bf16 matmul loop on one GPU for SECONDS: another process that slows the GPU the soak runs on.
 
-CUDA_VISIBLE_DEVICES=0 python3 deploy/device/matmul_loop.py SECONDS
+CUDA_VISIBLE_DEVICES=0 python3 benchmarks/matmul_loop.py SECONDS
 """
 
 import sys

@@ -1,5 +1,5 @@
 """Every figure of two runs' evidence by name: the names only one run has, and the figures whose verdict
-differs. ``python3 deploy/device/same_figures.py OLD NEW`` (evidence folders or files); exits 1 on a difference
+differs. ``python3 benchmarks/same_figures.py OLD NEW`` (evidence folders or files); exits 1 on a difference
 in names or verdicts, and prints both runs' counts of gated checks and information."""
 
 from __future__ import annotations

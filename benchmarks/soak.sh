@@ -1,17 +1,17 @@
 #!/usr/bin/env bash
 # The soak family on one GPU machine, with gpu-burn beside it and a GPU slowed by another process.
 #
-#   deploy/device/soak.sh PROFILE SECONDS [STEP...]
+#   benchmarks/soak.sh PROFILE SECONDS [STEP...]
 #
 # PROFILE: the GPU profile (h100-x1, h200-x2); SECONDS: each step's duration (soak.duration_s, and
 # gpu-burn's run). STEPS (default: soak burn slowed), in the order given:
 #   soak    pytest -m soak with the profile, --cluster-set soak.duration_s=SECONDS
 #   burn    gpu-burn (built here with nvcc from .gpu/gpu-burn, carried with the tree) for SECONDS, every GPU
-#   slowed  the soak again, with a bf16 matmul loop started on GPU 0 halfway through it (deploy/device/matmul_loop.py)
+#   slowed  the soak again, with a bf16 matmul loop started on GPU 0 halfway through it (benchmarks/matmul_loop.py)
 #   stopped the soak with a checkpoint every tenth of SECONDS, its rank 0 killed at 0.6 of it (the test knob
 #           ACCEPTANCE_TEST_SOAK=kill@0:0.6): judged on its last checkpoint
 # Each step's output and evidence go under $OUT (soak-<step>.txt, ev-<step>/), kept when a later step fails;
-# at the end the figures per GPU of each soak, and gpu-burn's, are printed (deploy/device/soak_figures.py).
+# at the end the figures per GPU of each soak, and gpu-burn's, are printed (benchmarks/soak_figures.py).
 # One call has 10 minutes: "h100-x1 60 soak slowed" takes about 3, "h100-x1 240 soak burn" about 9 (a soak
 # of 300 s and gpu-burn for as long do not fit one call: each step adds its start-up to its duration).
 set -euo pipefail
@@ -75,7 +75,7 @@ trap 'exit 143' TERM
 slowed() {
   # another process that starts on GPU 0 once the soak runs (a process there before the run fails the
   # preflight, naming it): the soak's time plots and its first-minute-against-last figures show the drop
-  (sleep "$delay" && CUDA_VISIBLE_DEVICES=0 exec python3 deploy/device/matmul_loop.py "${seconds%.*}") \
+  (sleep "$delay" && CUDA_VISIBLE_DEVICES=0 exec python3 benchmarks/matmul_loop.py "${seconds%.*}") \
     > "$OUT/matmul-loop.txt" 2>&1 &
   loop_pid=$!
   soak slowed
@@ -104,13 +104,13 @@ for step in "${steps[@]}"; do
       if [ -f "$OUT/ev-$step/evidence.json" ]; then
         burn_out=()
         [ -f "$OUT/gpu-burn.txt" ] && [ "$step" = soak ] && burn_out=("$OUT/gpu-burn.txt")
-        python3 deploy/device/soak_figures.py "$OUT/ev-$step" "${burn_out[@]}" | tee "$OUT/figures-$step.txt" || true
+        python3 benchmarks/soak_figures.py "$OUT/ev-$step" "${burn_out[@]}" | tee "$OUT/figures-$step.txt" || true
       fi
       ;;
   esac
 done
 if [ -f "$OUT/gpu-burn.txt" ] && ! [ -f "$OUT/ev-soak/evidence.json" ]; then
-  python3 deploy/device/soak_figures.py - "$OUT/gpu-burn.txt" | tee "$OUT/figures-burn.txt" || true
+  python3 benchmarks/soak_figures.py - "$OUT/gpu-burn.txt" | tee "$OUT/figures-burn.txt" || true
 fi
 ls -la "$OUT"
 # one archive of the evidence folders, so that it comes back whole

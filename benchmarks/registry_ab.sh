@@ -18,5 +18,5 @@ for v in "$@"; do
   PYTHONPATH=/tmp/site:$PWD python3 -m acceptance.cli.walls "$OUT/$v" > "$OUT/walls-$v.txt"
 done
 cd "$here" || exit 1
-python3 deploy/device/same_figures.py "$OUT/old" "$OUT/new" | tee "$OUT/same_figures.txt"
+python3 benchmarks/same_figures.py "$OUT/old" "$OUT/new" | tee "$OUT/same_figures.txt"
 cd "$OUT" && tar czf "ev-$1-$2.tgz" old new && rm -rf old new && ls -la

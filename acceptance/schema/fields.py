@@ -8,11 +8,11 @@ none). Sizes are validated here and stored in their canonical spelling (see ``si
 from __future__ import annotations
 
 import re
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field
 
-from acceptance.profile.sizes import canonical_size
+from acceptance.schema.sizes import canonical_size
 
 Size = Annotated[str, BeforeValidator(canonical_size)]
 PositiveInt = Annotated[int, Field(gt=0)]
@@ -46,3 +46,15 @@ ProfileName = Annotated[str, AfterValidator(_plain_name)]
 
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True, allow_inf_nan=False)
+
+
+ThrottleReason = Literal["hw_slowdown", "hw_thermal", "hw_power_brake", "sw_thermal", "sw_power_cap"]
+
+
+def _absolute(text: str) -> str:
+    if not text.startswith("/"):
+        raise ValueError(f"expected an absolute path (each node resolves it on its own), got {text!r}")
+    return text
+
+
+AbsolutePath = Annotated[str, AfterValidator(_absolute)]  # each node resolves it on its own

@@ -1,6 +1,6 @@
 """The soak's figures per GPU from a run's evidence, and gpu-burn's beside them where its output is given.
 
-python3 deploy/device/soak_figures.py EVIDENCE_DIR [GPU_BURN_OUTPUT]   (EVIDENCE_DIR "-": gpu-burn's alone)
+python3 benchmarks/soak_figures.py EVIDENCE_DIR [GPU_BURN_OUTPUT]   (EVIDENCE_DIR "-": gpu-burn's alone)
 """
 
 from __future__ import annotations

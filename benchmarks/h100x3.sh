@@ -8,7 +8,7 @@ for n in $(seq $1 $2); do
   timeout 280 python3 -m pytest -p no:cacheprovider --cluster-profile h100-x1 tests_cluster/ --cluster-evidence $OUT/h100-x1-run$n > $OUT/suite$n.txt 2>&1
   echo "rc=$? wall=$(( $(date +%s) - start ))" >> $OUT/suite$n.txt
   tail -2 $OUT/suite$n.txt
-  python3 deploy/device/show.py $OUT/h100-x1-run$n
+  python3 benchmarks/show.py $OUT/h100-x1-run$n
   python3 -m acceptance.cli.walls $OUT/h100-x1-run$n > $OUT/walls$n.txt
 done
 cd $OUT && tar czf ev$1.tgz h100-x1-run* && rm -rf h100-x1-run* && ls -la

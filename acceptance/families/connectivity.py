@@ -21,6 +21,37 @@ from typing import TypedDict
 
 from typing_extensions import NotRequired
 
+from acceptance.schema.bounds import must_be_zero
+from acceptance.schema.family import Family, Metric
+from acceptance.schema.fields import PositiveInt, Size, Strict
+
+
+class Connectivity(Strict):
+    p2p_size: Size = "16M"
+    p2p_iters: PositiveInt = 5
+    barrier_iters: PositiveInt = 20
+
+
+CONNECTIVITY = Family(
+    "connectivity",
+    "every rank present, every link carries data (the connectivity probe)",
+    Connectivity,
+    (
+        Metric[Connectivity](r"(p2p_min_gbps)", "connectivity.<figure>", "higher"),
+        Metric[Connectivity](
+            r"(duplicate_uuids|missing_ranks|allreduce_wrong|p2p_wrong)", "connectivity.<figure>", "lower",
+            kind="correctness", builtin=must_be_zero,
+        ),
+        Metric[Connectivity](r"(rendezvous_s|barrier_latency_us)", "connectivity.<figure>", "lower"),
+        Metric[Connectivity](r"(world_size)", "connectivity.<figure>", "none", kind="correctness"),
+    ),
+    probes=("connectivity",),
+    in_worker=("connectivity",),
+    describes_nodes=True,
+    quick=True,
+)  # fmt: skip
+
+
 Pair = tuple[int, int]
 
 

@@ -60,7 +60,7 @@ from typing import Any, TypedDict, cast
 from typing_extensions import NotRequired
 
 from acceptance.families.collectives import GroupFigure
-from acceptance.families.links import Link, Matrix, endpoint, matrices
+from acceptance.families.connectivity import Link, Matrix, endpoint, matrices
 
 Pair = tuple[int, int]
 # the node's own rank, which the plugin hands to every job of an isolation: torchrun's GROUP_RANK is

@@ -5,7 +5,7 @@ export PYTHONUNBUFFERED=1
 nvidia-smi -L
 n=$(nvidia-smi -L | wc -l)
 for g in $(seq 0 $((n - 1))); do
-  CUDA_VISIBLE_DEVICES=$g timeout 150 python3 deploy/device/ramp.py $OUT/ramp-gpu$g.json > $OUT/ramp-gpu$g.txt 2>&1 &
+  CUDA_VISIBLE_DEVICES=$g timeout 150 python3 benchmarks/ramp.py $OUT/ramp-gpu$g.json > $OUT/ramp-gpu$g.txt 2>&1 &
 done
 wait
 cat $OUT/ramp-gpu*.txt

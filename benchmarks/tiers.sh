@@ -5,7 +5,7 @@
 #   burn-in   --cluster-tier burn-in: the standard suite at the profile's full lengths, then the soak
 #             (its duration and checkpoint interval: SOAK_S, default the profile's, and CHECKPOINT_S, default 300)
 #   init      `cluster-acceptance init` for this node, then the default suite with the profile it wrote
-# e.g. `deploy/device/tiers.sh quick quick standard quick` (PROFILE, default h100-x1, for quick and standard).
+# e.g. `benchmarks/tiers.sh quick quick standard quick` (PROFILE, default h100-x1, for quick and standard).
 # Each run's output (tier-N-NAME.txt, with its rc and wall) and its evidence (one archive, ev.tgz) go to $OUT.
 set -uo pipefail
 : "${OUT:?set OUT to the folder whose contents come back}"

@@ -1,0 +1,103 @@
+"""The internode family: collectives across nodes against the same inside each node (2+ nodes), the rails
+(GPU i of one node to GPU i of another: the connectivity probe's rail rounds, judged with its link rules),
+and the isolation that names the node, rail or path when a figure across nodes fails (``isolation``)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Annotated, Literal, TypedDict
+
+from pydantic import Field
+
+from acceptance.families.collectives import GroupFigure, RankMeasured
+from acceptance.families.connectivity import ConnectivityResult as ConnectivityResult
+from acceptance.families.connectivity import matrices as matrices
+from acceptance.families.connectivity import slowest as slowest
+from acceptance.families.connectivity import wrong as wrong
+from acceptance.schema.bounds import must_be_zero
+from acceptance.schema.collectives import COLLECTIVE_OPS
+from acceptance.schema.family import Family, Metric
+from acceptance.schema.fields import Size, Strict
+
+
+class Internode(Strict):
+    """Collectives across nodes next to the same inside each node; measured when there are 2+ nodes."""
+
+    ops: list[Literal[COLLECTIVE_OPS]] = ["all_reduce"]  # type: ignore[valid-type]
+    sizes: list[Size] = ["256M", "1G"]
+    ring: bool = False  # also across nodes with NCCL_ALGO=Ring
+    one_gpu_per_node: bool = False  # also with local rank 0 of each node only: the network alone
+    # when a figure across nodes fails: name the node and the rail in rounds of node pairs (none when healthy)
+    isolation: bool = True
+    # the effect size worth naming in those rounds: a node or path at this fraction of the healthy (median)
+    # pair is named, on two cleared witnesses within a false-blame budget (acceptance.families.internode.isolation)
+    slow_pair_fraction: Annotated[float, Field(gt=0, lt=1)] = 0.5  # 1 would be no slowdown at all
+
+
+_INTER = "internode.<all|intranode|one_gpu_per_node|ring>.<op>.<busbw_gbps|wrong>@<size>"
+_RAIL = "internode.<rail_min_gbps|rail_wrong|isolation_culprits>"
+_INTER_PATH = r"(all|intranode|one_gpu_per_node|ring)\.(?P<op>\w+)"
+
+
+def _ops(s: Internode) -> Sequence[str]:
+    return s.ops
+
+
+def _sizes(s: Internode) -> Sequence[str]:
+    return s.sizes
+
+
+_SWEEP = {"op": _ops, "size": _sizes}
+INTERNODE = Family(
+    "internode",
+    "collectives across nodes against inside a node (2+ nodes)",
+    Internode,
+    (
+        Metric[Internode](rf"{_INTER_PATH}\.busbw_gbps@(?P<size>\w+)", _INTER, "higher", domains=_SWEEP),
+        Metric[Internode](
+            rf"{_INTER_PATH}\.wrong@(?P<size>\w+)",
+            _INTER,
+            "lower",
+            kind="correctness",
+            domains=_SWEEP,
+            builtin=must_be_zero,
+        ),
+        Metric[Internode](
+            r"(?P<op>\w+)\.efficiency@(?P<size>\w+)", "internode.<op>.efficiency@<size>", "higher", domains=_SWEEP
+        ),
+        Metric[Internode](r"(rail_min_gbps)", _RAIL, "higher"),
+        Metric[Internode](r"(rail_wrong|isolation_culprits)", _RAIL, "lower", kind="correctness", builtin=must_be_zero),
+    ),
+    probes=("internode", "isolation"),
+    in_worker=("internode", "isolation"),
+    gpu_timed=True,
+    eager_timed=True,
+)
+
+
+class ScopedMeasured(RankMeasured):
+    scope: str
+
+
+class ScopeGroup(GroupFigure):
+    ranks_of_group: list[int]
+
+
+class InternodeRow(GroupFigure):
+    """One op at one size in one scope: the slowest group's figure, the groups' mean and every group."""
+
+    scope: str
+    op: str
+    size: str
+    busbw_gbps_mean: float
+    groups: list[ScopeGroup]
+
+
+class InternodeResult(TypedDict):
+    world_size: int
+    nodes: int
+    dtype: str
+    backend: str
+    rows: list[InternodeRow]
+    nccl_version: str | None
+    nccl_algo: str

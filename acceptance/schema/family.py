@@ -1,0 +1,147 @@
+"""A family's descriptor and the shapes of its figures: the types each family module declares itself with.
+
+A family (``collectives``, ``compute``, ...) has one name on every side: its module
+(``acceptance/families/<name>.py``: its profile section, this descriptor, its rules), its probe
+(``acceptance/probes/<name>.py``), its test module (``tests_cluster/test_<name>.py``), its pytest marker
+(``-m <name>``), its profile section (``<name>:``), its timeout (``timeouts.<name>``) and its metric prefix
+(``<name>.``). The descriptor says what differs: the section's model, the shapes of its figures with their
+built-in bounds, where its probes may run and what they need. The list of families
+(``acceptance.profile.registry``) sits above the family modules; everything that names families reads it.
+
+The shape follows nccl-tests, where one collective is one small ``testColl`` struct that a shared loop
+drives, and torchtitan's typed ``TrainSpec`` registry.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Generic, Literal, Protocol, TypeVar
+
+from acceptance.schema.bounds import Threshold
+from acceptance.schema.fields import Strict
+
+Better = Literal["higher", "lower", "none"]  # none: a count to match (world size), or a value with no good side
+# How a change against a baseline run is measured (``compare``, ``--cluster-baseline``): relative to the old
+# figure; in points, for a figure that is itself a fraction of another (0.004 -> 0.012 under the median is
+# noise, not "200% worse"); or not at all, where the profile's bound alone judges the figure.
+Scale = Literal["relative", "points", "bound"]
+# What a bound on the figure means. correctness: the figure counts wrong things (elements, ranks, GPUs that
+# disagree, a loss that rises); its bound is a sanity gate, kept apart from speed as ReFrame keeps sanity
+# apart from performance references: no baseline loosens or tightens it. performance: a speed, a time or a
+# spread, judged by its bound and against a baseline run.
+Kind = Literal["performance", "correctness"]
+# Where a figure can be measured at all (the profile's ``topology.device``): NVML, device memory, fp8 tensor
+# cores and a GPU's peak exist on GPUs only; a bound on such a figure in a CPU profile could never hold.
+Device = Literal["cuda", "cpu"]
+ANY_DEVICE: tuple[Device, ...] = ("cuda", "cpu")
+GPU_ONLY: tuple[Device, ...] = ("cuda",)
+
+S = TypeVar("S", bound=Strict)
+
+
+@dataclass(frozen=True)
+class Metric(Generic[S]):
+    """One shape of figure: a regular expression after the family's ``<name>.`` prefix whose named groups
+    take a value of a list in the family's section (``domains``), e.g. ``(?P<op>\\w+)\\.busbw_gbps@(?P<size>\\w+)``
+    with ``{"op": ops, "size": sizes}``; a threshold key outside those lists is a typo, never a gate off."""
+
+    regex: str
+    doc: str  # the shape in words, as the profile reference shows it
+    better: Better
+    floor: float | None = 0.0  # no figure of the shape is ever below it; None: not known
+    scale: Scale = "relative"
+    kind: Kind = "performance"
+    domains: Mapping[str, Callable[[S], Sequence[str]]] = field(default_factory=dict)
+    devices: tuple[Device, ...] = ANY_DEVICE  # the ``topology.device`` values whose runs measure the shape
+    # the bound where the profile sets none, from the family's section: ``must_be_zero`` for a correctness
+    # count, a sanity gate from a setting (``training.canary_rtol``); None: information unless the profile
+    # bounds it. The judge applies it (``acceptance.profile.metrics.builtin_bound``); a bound that depends on
+    # the run itself (its node count, a GPU's own slowdown temperature) is the caller's
+    builtin: Callable[[S], Threshold | None] | None = None
+
+    @property
+    def names(self) -> str:
+        """The names the shape stands for, after the family's prefix, in words: ``<op>.busbw_gbps@<size>``,
+        ``{min,median}`` for a choice."""
+        text = re.sub(r"\(\?P<(\w+)>\\w\+\)", r"<\1>", self.regex).replace("\\.", ".")
+        return re.sub(
+            r"\(([^()]*)\)",
+            lambda m: "{" + m.group(1).replace("|", ",") + "}" if "|" in m.group(1) else m.group(1),
+            text,
+        )
+
+    @property
+    def each_name(self) -> tuple[str, ...]:
+        """``names`` with every choice spelled out: one name (with its ``<op>``-style parts) each."""
+        parts = re.split(r"\{([^{}]*)\}", self.names)  # text, choices, text, choices, ..., text
+        options = [part.split(",") if i % 2 else [part] for i, part in enumerate(parts)]
+        return tuple("".join(pick) for pick in itertools.product(*options))
+
+
+@dataclass(frozen=True)
+class Family(Generic[S]):
+    """One family of checks; the name is the same on every side (see the module's docstring)."""
+
+    name: str
+    doc: str  # one line: what the family checks
+    section: type[S]  # the model of its profile section
+    metrics: tuple[Metric[S], ...]
+    # the probes the family runs (``acceptance.probes.<probe>``), and those of them the node's probe worker
+    # may run: the ones that run on the whole world with the session's environment and keep nothing in the
+    # process from one probe to the next (``Ctx.release``); training keeps a fresh process per job
+    # (DeepSpeed's and torch.compile's module state, GPU memory)
+    probes: tuple[str, ...] = ()
+    in_worker: tuple[str, ...] = ()
+    needs_every_gpu: bool = True  # its probes start a rank on every GPU of the node: skipped without them
+    # its figures are timed on the GPU's own clock (CUDA events, CUDA graphs), so that a job importing on the
+    # host beside them cannot move one (``plugin.training_stage``)
+    gpu_timed: bool = False
+    eager_timed: bool = False  # with ``collectives.timing: eager`` its small sizes are timed on the host
+    # its result lists every rank's host and device: the evidence's ``cluster.nodes`` is taken from it
+    describes_nodes: bool = False
+    # in the quick tier too (``acceptance.profile.tiers``): its probes take seconds and judge a node on their
+    # own, so a job prolog or an init container can run them before every job
+    quick: bool = False
+    # runs only when selected: ``-m soak``, or a tier that includes it (``acceptance.plugin.opt_in``); the
+    # standard suite keeps its time budget
+    opt_in: bool = False
+
+    @property
+    def module(self) -> str:
+        """Its test module: a threshold of the family is enforced when this module was selected whole."""
+        return f"test_{self.name}"
+
+    @property
+    def marker(self) -> str:
+        return self.name
+
+    @property
+    def prefix(self) -> str:
+        return f"{self.name}."
+
+    def section_of(self, profile: object) -> S:
+        """The family's section of a profile model (``ProfileModel``), typed."""
+        found = getattr(profile, self.name)
+        assert isinstance(found, self.section), f"{self.name}: {type(found).__name__}"
+        return found
+
+    def pattern(self, metric: Metric[S]) -> re.Pattern[str]:
+        return re.compile(rf"^{re.escape(self.prefix)}{metric.regex}$")
+
+
+class LoadedProfile(Protocol):
+    """A loaded profile as a family's rules read it (``acceptance.profile.loader.Profile``): the model, whose
+    sections a family reads with ``Family.section_of``; the file; and the sections as the file gave them."""
+
+    @property
+    def model(self) -> Strict: ...
+
+    @property
+    def path(self) -> Path: ...
+
+    @property
+    def resolved(self) -> dict[str, Any]: ...
