@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 from acceptance.numbers import fmt
 from acceptance.profile import baseline as baselines
@@ -26,10 +26,9 @@ from acceptance.profile.bounds import evaluate
 from acceptance.profile.loader import OVERRIDE, Profile
 from acceptance.profile.metrics import Kind, better, canonical_metric, kind
 from acceptance.profile.model import Threshold
+from acceptance.verdicts import FAILED_FIGURES as FAILED
+from acceptance.verdicts import FigureVerdict
 
-# the verdict of one figure; the evidence's ``CheckVerdict`` holds the same words
-FigureVerdict = Literal["pass", "fail", "xfail", "info", "baseline_fail"]
-FAILED: frozenset[FigureVerdict] = frozenset({"fail", "baseline_fail"})
 MUST_BE_ZERO = Threshold(eq=0, source="built-in: correctness is never mere information")
 # the earlier run's checks by metric (``baseline.figures`` of its evidence)
 BaselineFigures = Mapping[str, Mapping[str, Any]]
