@@ -12,6 +12,8 @@ from typing import Any
 
 import pytest
 
+from acceptance.evidence.model import EvidenceDoc
+
 ROOT = Path(__file__).resolve().parent.parent
 # GPU evidence trimmed for the tests: every check, test and verdict as recorded; the full figures are on
 # docs/measurements.md. h200-x2 and h100-x1 are the reference runs, kept whole.
@@ -23,6 +25,27 @@ PLUGIN_ARGS: tuple[str, ...] = () if INSTALLED else ("-p", "acceptance.plugin")
 
 def evidence(folder: Path) -> dict[str, Any]:
     return json.loads((folder / "evidence.json").read_text())
+
+
+# what a document needs beside the fields a test is about: the model requires a profile and a topology
+_PROFILE = {"name": "synthetic", "path": "synthetic.yaml", "sha256": "0" * 64, "resolved": {}}
+_TOPOLOGY = {"nodes": 1, "node_rank": 0, "head": "localhost", "source": "test", "ranks_per_node": 1,
+             "world_size": 1, "host": "localhost"}  # fmt: skip
+_CHECK = {"unit": "", "bound": "", "threshold": None, "value": None}
+
+
+def doc(**fields: Any) -> EvidenceDoc:
+    """An evidence document with the fields a test names; the profile, topology and each check's fields it
+    leaves out are filled in (the profile and topology field by field)."""
+    data: dict[str, Any] = {"started": "2026-01-01T00:00:00+00:00", **fields}
+    data["profile"] = {**_PROFILE, **(fields.get("profile") or {})}
+    data["topology"] = {**_TOPOLOGY, **(fields.get("topology") or {})}
+    data["tests"] = [
+        {"nodeid": "test_x.py::test", **t, "checks": [{**_CHECK, **c} for c in t.get("checks") or []]}
+        for t in fields.get("tests") or []
+    ]
+    data["probes"] = [{"name": p.get("key"), "key": p.get("name"), **p} for p in fields.get("probes") or []]
+    return EvidenceDoc.model_validate(data)
 
 
 def schema() -> dict[str, Any]:

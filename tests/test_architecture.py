@@ -14,12 +14,13 @@ from tests.harness import ROOT
 
 PACKAGE = ROOT / "acceptance"
 # what each part may import (besides itself); the leaves import nothing of the package
-LEAVES = ("atomic_file", "numbers", "masking", "json_types")
+LEAVES = ("atomic_file", "numbers", "masking", "json_types", "verdicts")
 ALLOWED: dict[str, set[str]] = {
     "atomic_file": set(),
     "numbers": set(),
     "masking": set(),
     "json_types": set(),
+    "verdicts": set(),
     # the types a family declares itself with, below the families; the list of families, the profile model
     # built from it, the loader and the judge above them (acceptance.profile)
     "schema": {"numbers"},
@@ -56,10 +57,11 @@ ALLOWED: dict[str, set[str]] = {
         "atomic_file",
     },
 }
-# the JSON types are plain type aliases: any part may name them
+# the JSON types are plain type aliases, and the verdict vocabulary is one set of words and the one decision
+# of a run's verdict: any part may name them
 for _part, _allowed in ALLOWED.items():
     if _part not in LEAVES:
-        _allowed.add("json_types")
+        _allowed |= {"json_types", "verdicts"}
 TORCH_ALLOWED = ("probes",)  # everything else imports torch lazily, inside the function that needs it
 
 

@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from acceptance.cli.main import main
+from acceptance.evidence.store import read_evidence
 from acceptance.profile import loader as profiles
 from acceptance.profile.baseline import change, figures, judge
 from acceptance.profile.readings import Noise
@@ -120,9 +121,7 @@ def test_two_healthy_h200_runs_differ_by_no_regression() -> None:
     """The same machine twice (the second after a training change): the shortfalls under the median, the
     wall times, the temperature and the ~50 us barrier all moved; under today's h200-x2 profile none of them
     is a regression."""
-    old, new = (
-        json.loads((EVIDENCE / r / "evidence.json").read_text()) for r in ("h200-x2-onejob", "h200-x2-zero3fix")
-    )
+    old, new = (read_evidence(EVIDENCE / r) for r in ("h200-x2-onejob", "h200-x2-zero3fix"))
     found = compare.rows(old, new, profile=profiles.load("h200-x2").resolved)
     assert [r.change.metric for r in found if r.regression] == []
     shortfall = next(r for r in found if r.change.metric == "compute.h2d_gbps_below_median")

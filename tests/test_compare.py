@@ -14,6 +14,8 @@ import pytest
 import yaml
 
 from acceptance.cli.main import main
+from acceptance.evidence.model import EvidenceDoc
+from acceptance.evidence.store import read_evidence
 from acceptance.profile import loader as profiles
 from acceptance.profile.baseline import change, tolerance_for
 from acceptance.profile.judge import Judge
@@ -26,6 +28,10 @@ from tests.harness import EVIDENCE, ROOT
 
 def load(name: str) -> dict[str, Any]:
     return json.loads((EVIDENCE / name / "evidence.json").read_text())
+
+
+def model(data: dict[str, Any]) -> EvidenceDoc:
+    return EvidenceDoc.model_validate(data)
 
 
 def write(tmp_path: Path, name: str, data: dict[str, Any]) -> str:
@@ -139,7 +145,7 @@ def test_regression_is_a_gated_figure_worse_beyond_tolerance(
 ) -> None:
     new = load("h200-x2")
     set_value(new, metric, factor)
-    rows = {r.change.metric: r for r in compare.rows(load("h200-x2"), new)}
+    rows = {r.change.metric: r for r in compare.rows(model(load("h200-x2")), model(new))}
     assert rows[metric].regression is regressed
     expected = 1 if regressed else 0
     assert main(["compare", str(EVIDENCE / "h200-x2"), write(tmp_path, "new", new)]) == expected
@@ -196,7 +202,7 @@ def test_a_change_counts_beyond_tolerance_and_noise(
     _windows(old, "all_reduce", "8M", windows)
     _windows(new, "all_reduce", "8M", [w * factor for w in windows])
     args = ["compare", write(tmp_path, "old", old), write(tmp_path, "new", new), "--tolerance", "0.05"]
-    rows = {r.change.metric: r for r in compare.rows(old, new, 0.05)}
+    rows = {r.change.metric: r for r in compare.rows(model(old), model(new), 0.05)}
     assert rows[ALL_REDUCE].regression is regressed
     assert rows[ALL_REDUCE].change.noise is not None
     assert main(args) == (1 if regressed else 0)
@@ -406,7 +412,7 @@ def test_a_failed_fraction_of_the_median_keeps_the_bound_it_ran_with(tmp_path: P
     """Read past the refusal: the bound of a figure that failed is still never looser than the one it had."""
     from acceptance.reports import rebaseline
 
-    data = json.loads((_failed_run(tmp_path) / "evidence.json").read_text())
+    data = read_evidence(_failed_run(tmp_path))
     figures = [f for f in rebaseline.chosen(data, None, True) if f.metric == "compute.matmul_tflops_below_median"]
     text = rebaseline.document(data, "failed", figures, rebaseline.tolerances(["0.1"]))
     assert yaml.safe_load(text)["thresholds"]["compute.matmul_tflops_below_median"]["max"] == 0.05

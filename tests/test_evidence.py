@@ -16,7 +16,7 @@ from acceptance.evidence.environment import allowed_env
 from acceptance.evidence.junit import junit_xml
 from acceptance.evidence.merge import merge
 from acceptance.evidence.model import Check, schema_text
-from acceptance.evidence.store import WRITE_EVERY_S, Evidence, EvidenceError, read_evidence
+from acceptance.evidence.store import WRITE_EVERY_S, Evidence, EvidenceError, as_data, read_evidence
 from tests.harness import EVIDENCE, ROOT, schema
 
 SECRETS = {
@@ -183,7 +183,7 @@ def test_shipped_schema_is_generated_from_the_model() -> None:
 
 def test_reading_validates_the_evidence(tmp_path: Path) -> None:
     path = _filled(tmp_path).path
-    assert read_evidence(path)["verdict"] == "FAIL"
+    assert read_evidence(path).verdict == "FAIL"
     data = json.loads(path.read_text())
     data["tests"][0]["checks"][0]["verdict"] = "maybe"
     path.write_text(json.dumps(data))
@@ -200,7 +200,7 @@ def test_committed_evidence_still_validates(folder: Path) -> None:
 
 
 def test_junit_from_evidence_parses(tmp_path: Path) -> None:
-    root = ET.fromstring(junit_xml(_filled(tmp_path).data))
+    root = ET.fromstring(junit_xml(_filled(tmp_path).doc))
     suite = root.find("testsuite")
     assert suite is not None
     assert suite.get("tests") == "3" and suite.get("failures") == "1" and suite.get("skipped") == "1"
@@ -219,7 +219,7 @@ def test_a_test_that_did_not_finish_is_a_junit_error(tmp_path: Path) -> None:
     doc = _filled(tmp_path)
     doc.test("tests_cluster/test_training.py::test_strategy[ddp]")  # the run was killed inside it
     doc.test("tests_cluster/test_training.py::test_canary").outcome = "not_run"
-    suite = ET.fromstring(junit_xml(doc.data)).find("testsuite")
+    suite = ET.fromstring(junit_xml(doc.doc)).find("testsuite")
     assert suite is not None and suite.get("errors") == "1" and suite.get("failures") == "1"
     assert suite.get("skipped") == "2"
     cases = {c.get("name"): c for c in suite.iter("testcase")}
@@ -246,26 +246,28 @@ def test_a_value_that_is_not_a_number_is_written_as_null(tmp_path: Path) -> None
     assert written["checks"][0]["value"] is None
     assert written["measurements"]["summary"] == {"min": None, "rows": [None, 1.5]}
     assert doc.doc.tests[-1].measurements["summary"]["min"] == float("inf")  # the live data is left alone
-    xml = junit_xml(doc.data)
+    xml = junit_xml(doc.doc)
     assert "nan" not in xml.lower() and "compute.matmul_tflops_median = not a number TFLOP/s" in xml
 
 
 def test_merge_prefixes_hosts_and_ands_verdicts(tmp_path: Path) -> None:
     a = _filled(tmp_path / "a", host="node-a", verdict="PASS")
     b = _filled(tmp_path / "b", host="node-b", verdict="PASS")
-    both = merge([a.data, b.data])
-    assert both["verdict"] == "PASS" and both["complete"] is True
-    assert [t["nodeid"].split("::")[0] for t in both["tests"]] == ["node-a"] * 3 + ["node-b"] * 3
-    assert [m["host"] for m in both["merged_from"]] == ["node-a", "node-b"]
-    jsonschema.validate(json.loads(json.dumps(both)), schema())
+    both = merge([a.doc, b.doc])
+    assert both.verdict == "PASS" and both.complete is True
+    assert [t.nodeid.split("::")[0] for t in both.tests] == ["node-a"] * 2 + ["node-b"] * 2
+    assert [m.host for m in both.merged_from or []] == ["node-a", "node-b"]
+    assert {t.node for t in both.tests} == {"node0-node-a", "node0-node-b"}
+    jsonschema.validate(json.loads(json.dumps(as_data(both))), schema())
     c = _filled(tmp_path / "c", host="node-c", verdict="FAIL", complete=False)
-    worse = merge([a.data, c.data])
-    assert worse["verdict"] == "FAIL" and worse["complete"] is False
+    worse = merge([a.doc, c.doc])
+    assert worse.verdict == "FAIL" and worse.complete is False
     partial = _filled(tmp_path / "d", host="node-d", verdict="PARTIAL")
-    assert merge([a.data, partial.data])["verdict"] == "PARTIAL"
-    old = {**b.data, "partial": True}  # written before PARTIAL existed: PASS with the flag
-    assert merge([a.data, old])["verdict"] == "PARTIAL"
-    assert a.data["tests"][0]["nodeid"].startswith("tests_cluster/")  # the inputs are left alone
+    assert merge([a.doc, partial.doc]).verdict == "PARTIAL"
+    old = b.doc.model_copy(update={"partial": True})  # written before PARTIAL existed: PASS with the flag
+    assert merge([a.doc, old]).verdict == "PARTIAL"
+    assert a.doc.tests[0].nodeid.startswith("tests_cluster/") and a.doc.tests[0].node is None  # left alone
+    assert "node" not in as_data(a.doc)["tests"][0]  # a node's own file names no node
 
 
 def test_merge_of_nothing_is_an_error() -> None:
@@ -284,10 +286,11 @@ def _topology(host: str = "node-a") -> dict[str, Any]:
 
 def _filled(folder: Path, host: str = "node-a", verdict: Any = "FAIL", complete: bool = True) -> Evidence:
     doc = Evidence(folder, _profile(), _topology(host), {})
-    bad = doc.test("tests_cluster/test_collectives.py::test_busbw[all_reduce-1G]")
-    bad.outcome, bad.duration_s, bad.longrepr = "failed", 0.5, "..."
-    bad.message = "collectives.all_reduce.busbw_gbps@1G = 312.4 GB/s, expected >= 350 (profile unit)"
-    bad.checks.append(_check("collectives.all_reduce.busbw_gbps@1G", 312.4, "GB/s", ">= 350", "fail", {"min": 350}))
+    if verdict == "FAIL":  # the failed figure a FAIL records; a run that passed has none
+        bad = doc.test("tests_cluster/test_collectives.py::test_busbw[all_reduce-1G]")
+        bad.outcome, bad.duration_s, bad.longrepr = "failed", 0.5, "..."
+        bad.message = "collectives.all_reduce.busbw_gbps@1G = 312.4 GB/s, expected >= 350 (profile unit)"
+        bad.checks.append(_check("collectives.all_reduce.busbw_gbps@1G", 312.4, "GB/s", ">= 350", "fail", {"min": 350}))
     good = doc.test("tests_cluster/test_connectivity.py::test_world_size")
     good.outcome, good.duration_s = "passed", 0.1
     good.checks.append(_check("connectivity.world_size", 2, "ranks", "== 2", "pass", {"eq": 2}))
@@ -302,3 +305,34 @@ def _filled(folder: Path, host: str = "node-a", verdict: Any = "FAIL", complete:
 
 def _check(metric: str, value: float, unit: str, bound: str, verdict: Any, threshold: dict[str, Any]) -> Check:
     return Check(metric=metric, value=value, unit=unit, bound=bound, verdict=verdict, threshold=threshold)
+
+
+def test_every_reader_reads_the_one_decision_of_an_edited_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A file edited to say PASS beside a failed figure (its test left "passed") reads FAIL in JUnit, the
+    summary, compare, the report and a merge: each reads the verdict decided from the figures' verdicts."""
+    from acceptance.cli.main import main
+    from acceptance.plugin.summary import family_lines, summary_lines
+    from acceptance.reports import compare
+
+    path = _filled(tmp_path / "run", verdict="PASS").path
+    edited = json.loads(path.read_text())
+    edited["tests"][0]["checks"][0]["verdict"] = "fail"  # connectivity.world_size, its test still "passed"
+    assert edited["verdict"] == "PASS" and edited["tests"][0]["outcome"] == "passed"
+    path.write_text(json.dumps(edited))
+    assert read_evidence(path).verdict == "FAIL"
+
+    props = {p.get("name"): p.get("value") for p in ET.fromstring(junit_xml(read_evidence(path))).iter("property")}
+    assert props["verdict"] == "FAIL"
+    lines = [line for line, _ in summary_lines(read_evidence(path), str(path))]
+    assert lines[-1].startswith("verdict: FAIL;")
+    assert family_lines(read_evidence(path))[0][0].split()[:2] == ["connectivity", "FAIL"]
+    good = _filled(tmp_path / "good", verdict="PASS").doc
+    heading = compare.summary(good, read_evidence(path), [], ("old", "new"))
+    assert heading[0].startswith("old: old: PASS,") and heading[1].startswith("new: new: FAIL,")
+    assert main(["report", str(path)]) == 0
+    assert (path.parent / "report.md").read_text().startswith("# Cluster acceptance: FAIL\n")
+    assert main(["merge", str(path), "-o", str(tmp_path / "merged.json")]) == 1
+    assert json.loads((tmp_path / "merged.json").read_text())["verdict"] == "FAIL"
+    assert "wrote" in capsys.readouterr().out

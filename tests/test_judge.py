@@ -88,6 +88,23 @@ def test_the_judge_orders_bound_known_issue_and_baseline() -> None:
     assert Judge(profile).judge("collectives.all_reduce.wrong@1M", 3, default=MUST_BE_ZERO).failed
 
 
+def test_a_metric_s_builtin_bound_applies_where_the_profile_sets_none() -> None:
+    """Declared once, in the metric (``Metric.builtin``): a correctness count must be 0, a canary within
+    ``training.canary_rtol``, a GPU within ``compute.tolerance`` of the median; the profile's bound wins."""
+    judge = Judge(_local())
+    wrong = judge.judge("collectives.all_reduce.wrong@1M", 3)
+    assert wrong.failed and wrong.threshold == MUST_BE_ZERO
+    assert judge.judge("collectives.all_reduce.wrong@1M", 0).verdict == "pass"
+    canary = judge.judge("training.canary.fsdp.max_rel_diff", 0.5)
+    assert canary.failed and canary.threshold is not None and canary.threshold.source == "training.canary_rtol"
+    below = judge.bound("compute.matmul_tflops_below_median")
+    assert below is not None and below.max == 0.10 and (below.source or "").startswith("compute.tolerance")
+    assert judge.judge("training.ddp.loss_ratio", 1.0).failed  # the loss must fall
+    assert judge.judge("collectives.all_reduce.busbw_gbps@1M", 0.0).verdict == "info"  # no bound: information
+    loose = Judge(_local(**{"collectives.all_reduce.wrong@1M": {"max": 5}}))
+    assert loose.judge("collectives.all_reduce.wrong@1M", 3).verdict == "pass"
+
+
 # the primitives that compare a figure with a bound or a baseline, and the one module allowed to call them
 PRIMITIVES = {"evaluate", "judge"}
 PRIMITIVE_MODULES = {"acceptance.schema.bounds", "acceptance.profile.baseline"}

@@ -11,10 +11,12 @@ from typing import cast
 import pytest
 
 from acceptance.cli import walls
+from acceptance.evidence.model import EvidenceDoc
+from acceptance.evidence.verdict import verdict_of
 from acceptance.families.heartbeat import RankIdentity
 from acceptance.run import progress
 from acceptance.run.progress import Watch, extension_roots
-from tests.harness import EVIDENCE
+from tests.harness import EVIDENCE, doc
 
 
 def test_extension_roots_follow_torch() -> None:
@@ -68,13 +70,13 @@ def test_watch_hands_over_each_row_once_and_the_last_ones_at_the_end(
     assert rows == [{"size": "1M"}, {"size": "4M"}]
 
 
-def _evidence(probes: list[dict[str, object]], verdict: str = "PASS") -> dict[str, object]:
-    return {
-        "started": "2026-11-22T06:00:00+00:00",
-        "finished": "2026-11-22T06:02:30+00:00",
-        "verdict": verdict,
-        "probes": probes,
-    }
+def _evidence(probes: list[dict[str, object]]) -> EvidenceDoc:
+    """A run that passed whole: its verdict as ``read_evidence`` decides it, from one gated figure."""
+    measured = [{"outcome": "passed", "checks": [{"metric": "connectivity.world_size", "verdict": "pass"}]}]
+    run = doc(started="2026-11-22T06:00:00+00:00", finished="2026-11-22T06:02:30+00:00", probes=probes,
+              tests=measured, complete=True, verdict="PASS")  # fmt: skip
+    run.verdict = verdict_of(run)
+    return run
 
 
 def test_wall_rows_list_each_strategy_under_its_job() -> None:

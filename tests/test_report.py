@@ -13,18 +13,23 @@ import pytest
 
 from acceptance.cli.main import main
 from acceptance.cli.reports import load
+from acceptance.evidence.model import EvidenceDoc
+from acceptance.evidence.store import read_evidence
 from acceptance.evidence.verdict import verdict_of
 from acceptance.reports import html, measured, overview, pairs, plots, summary, training, view
 from acceptance.reports.blocks import Heading
 from acceptance.reports.table import Raw, render
-from tests.harness import EVIDENCE, ROOT
+from tests.harness import EVIDENCE, ROOT, doc
 
 H200 = EVIDENCE / "h200-x2"
 TWO_NODES = EVIDENCE / "h200-x2-2node"
 
 
-def evidence(folder: Path) -> dict[str, Any]:
-    return json.loads((folder / "evidence.json").read_text())
+def evidence(folder: Path) -> EvidenceDoc:
+    return read_evidence(folder)
+
+
+MEASURED = [{"outcome": "passed", "checks": [{"metric": "connectivity.world_size", "verdict": "pass"}]}]
 
 
 @pytest.mark.parametrize(
@@ -42,13 +47,13 @@ def evidence(folder: Path) -> dict[str, Any]:
     ],
 )
 def test_verdict_never_pass_for_a_subset_or_an_interruption(fields: dict[str, Any], shown: str) -> None:
-    assert verdict_of(fields) == shown
+    assert verdict_of(doc(**fields, tests=MEASURED)) == shown
 
 
 def test_partial_run_report_does_not_open_with_pass(tmp_path: Path) -> None:
-    doc = evidence(H200)
-    doc["partial"], doc["unchecked_thresholds"] = True, ["training.ddp.mfu"]
-    (tmp_path / "evidence.json").write_text(json.dumps(doc))
+    data = json.loads((H200 / "evidence.json").read_text())
+    data["partial"], data["unchecked_thresholds"] = True, ["training.ddp.mfu"]
+    (tmp_path / "evidence.json").write_text(json.dumps(data))
     assert main(["report", str(tmp_path)]) == 0
     text = (tmp_path / "report.md").read_text()
     assert text.startswith("# Cluster acceptance: PARTIAL\n") and "training.ddp.mfu" in text.split("\n\n")[1]
@@ -61,15 +66,15 @@ def test_merged_nodes_give_each_figure_once() -> None:
     merged, _ = load(TWO_NODES)
     one = evidence(TWO_NODES / "node0-vm")
     figures = view.figures(merged)
-    assert len(figures) == len(view.figures(one)) == sum(len(t["checks"]) for t in one["tests"])
+    assert len(figures) == len(view.figures(one)) == sum(len(t.checks) for t in one.tests)
     assert {f.node for f in figures} == {view.EVERY_NODE}
-    assert len(view.tests(merged, ("skipped",))) == sum(t["outcome"] == "skipped" for t in one["tests"])
+    assert len(view.tests(merged, ("skipped",))) == sum(t.outcome == "skipped" for t in one.tests)
 
 
 def test_nodes_that_disagree_keep_a_row_each() -> None:
     merged, _ = load(TWO_NODES)
-    second = [t for t in merged["tests"] if t["node"].startswith("node1")]
-    next(c for t in second for c in t["checks"] if c["metric"] == "connectivity.rendezvous_s")["value"] = 9.5
+    second = [t for t in merged.tests if (t.node or "").startswith("node1")]
+    next(c for t in second for c in t.checks if c.metric == "connectivity.rendezvous_s").value = 9.5
     rows = [f for f in view.figures(merged) if f.metric == "connectivity.rendezvous_s"]
     assert sorted((f.node, f.value) for f in rows) == [("node0-vm", 0.956), ("node1-vm", 9.5)]
 
@@ -86,9 +91,10 @@ def test_merged_series_are_one_line_sorted_by_size() -> None:
 
 def test_series_of_nodes_that_measured_differently_stay_apart() -> None:
     merged, _ = load(TWO_NODES)
-    probe = next(p for p in merged["probes"] if p["name"] == "collectives" and p["node"].startswith("node1"))
-    probe["result"] = copy.deepcopy(probe["result"])
-    probe["result"]["rows"][0]["busbw_gbps"] = 1.0
+    probe = next(p for p in merged.probes if p.name == "collectives" and (p.node or "").startswith("node1"))
+    probe.result = copy.deepcopy(probe.result)
+    assert probe.result is not None
+    probe.result["rows"][0]["busbw_gbps"] = 1.0
     assert [s.label for s in view.series(merged, "collectives")] == ["node0-vm", "node1-vm"]
 
 
@@ -109,8 +115,7 @@ def test_series_of_nodes_that_measured_differently_stay_apart() -> None:
     ],
 )
 def test_pair_matrices_of_any_shape(shape: Any) -> None:
-    doc = {"tests": [{"nodeid": "t::test_pairs", "measurements": {"isolation": shape}}]}
-    (found,) = pairs.matrices(doc)
+    (found,) = pairs.matrices(doc(tests=[{"nodeid": "t::test_pairs", "measurements": {"isolation": shape}}]))
     assert found.labels == ["n0", "n1"] and found.cells == [[None, 10.0], [4.0, None]]
 
 
@@ -118,7 +123,7 @@ def test_pair_matrices_of_any_shape(shape: Any) -> None:
     "junk", [{"pairs": [1, 2]}, {"pairs": [{"a": "x"}]}, {"labels": ["a"], "matrix": [[1, 2]]}, [{"gpu": 0}], "text"]
 )
 def test_other_measurements_are_no_matrix(junk: Any) -> None:
-    assert pairs.matrices({"tests": [{"nodeid": "t::x", "measurements": {"m": junk}}]}) == []
+    assert pairs.matrices(doc(tests=[{"nodeid": "t::x", "measurements": {"m": junk}}])) == []
 
 
 def test_point_to_point_links_are_a_matrix() -> None:
@@ -168,7 +173,7 @@ def test_gated_figures_come_before_information() -> None:
 def test_tokens_per_dollar_where_the_profile_names_a_price() -> None:
     data = evidence(H200)
     assert "tokens/$" not in "\n".join(summary.lines(data))
-    data["profile"]["resolved"]["cost"] = {"usd_per_gpu_hour": 2.5, "source": "list price"}
+    data.profile.resolved["cost"] = {"usd_per_gpu_hour": 2.5, "source": "list price"}
     head, rows = training.table(training.runs(data), view.usd_per_gpu_hour(data))
     column = head.index("tokens/$")
     assert head[column - 2] == "tokens/s/GPU"
@@ -178,8 +183,7 @@ def test_tokens_per_dollar_where_the_profile_names_a_price() -> None:
 
 
 def test_terminal_summary_lists_every_figure() -> None:
-    doc = json.loads((ROOT / "tests" / "data" / "evidence-fail.json").read_text())
-    lines = summary.lines(doc)
+    lines = summary.lines(read_evidence(ROOT / "tests" / "data" / "evidence-fail.json"))
     assert lines[0].split() == ["metric", "value", "unit", "bound", "verdict"]
     assert lines[2].split() == ["collectives.all_reduce.busbw_gbps@1G", "312.4", "GB/s", ">=", "350", "FAIL"]
 

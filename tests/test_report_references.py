@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
+from acceptance.evidence.model import EvidenceDoc
+from acceptance.evidence.store import read_evidence
 from acceptance.reports import overview
 from acceptance.reports.blocks import Table
 from acceptance.reports.references import column
+from tests.harness import doc
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -25,22 +27,22 @@ def cell(table: Table, metric: str, name: str) -> object:
 
 
 def evidence(device: str, gpu_model: str | None, gpus: int, env: dict[str, str], checks: list[str],
-             probes: list[dict[str, Any]] | None = None, nodes: int = 1) -> dict[str, Any]:  # fmt: skip
+             probes: list[dict[str, Any]] | None = None, nodes: int = 1) -> EvidenceDoc:  # fmt: skip
     topo = {"nodes": nodes, "gpus_per_node": gpus, "gpu_model": gpu_model, "device": device}
-    return {
-        "profile": {"name": "p", "resolved": {"topology": topo, "env": env}},
-        "topology": {"nodes": nodes, "ranks_per_node": gpus, "world_size": nodes * gpus},
-        "probes": probes or [],
-        "tests": [
+    return doc(
+        profile={"name": "p", "resolved": {"topology": topo, "env": env}},
+        topology={"nodes": nodes, "ranks_per_node": max(gpus, 1), "world_size": max(nodes * gpus, 1)},
+        probes=probes or [],
+        tests=[
             {"nodeid": "t", "outcome": "passed", "checks": [
                 {"metric": m, "value": 1.0, "unit": "GB/s", "verdict": "pass", "bound": ">= 0.5"} for m in checks
             ]},
         ],
-    }  # fmt: skip
+    )  # fmt: skip
 
 
 def test_a_gpu_run_shows_each_figure_beside_its_reference_and_source() -> None:
-    data = json.loads((ROOT / "tests/data/evidence/h200-x2/evidence.json").read_text())
+    data = read_evidence(ROOT / "tests/data/evidence/h200-x2/evidence.json")
     table = first_table(overview.gated(data))
     assert "reference" in table.head and "source" in table.head
     shown = str(cell(table, "collectives.all_reduce.busbw_gbps@4G", "reference"))

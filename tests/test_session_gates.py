@@ -20,7 +20,7 @@ import pytest
 from acceptance.evidence import junit
 from acceptance.plugin.summary import summary_lines
 from acceptance.profile import metrics
-from tests.harness import PLUGIN_ARGS, counts, evidence
+from tests.harness import PLUGIN_ARGS, counts, doc, evidence
 
 PROFILE = """
 name: synthetic
@@ -116,7 +116,7 @@ def _killed(tmp_path: Path) -> dict[str, Any]:
 
 
 def test_junit_of_a_killed_run_reads_incomplete_and_counts_every_selected_test(tmp_path: Path) -> None:
-    suite = ET.fromstring(junit.junit_xml(_killed(tmp_path))).find("testsuite")
+    suite = ET.fromstring(junit.junit_xml(doc(**_killed(tmp_path)))).find("testsuite")
     assert suite is not None
     assert _properties(suite)["verdict"] == "INCOMPLETE"
     names = [c.get("name") for c in suite.iter("testcase")]
@@ -126,7 +126,8 @@ def test_junit_of_a_killed_run_reads_incomplete_and_counts_every_selected_test(t
 
 def test_junit_of_a_partial_run_has_no_failure() -> None:
     data = {**_killed(Path()), "verdict": "PARTIAL", "complete": True, "partial": True, "selected": []}
-    suite = ET.fromstring(junit.junit_xml(data)).find("testsuite")
+    data["tests"] = [{"nodeid": "t.py::a", "outcome": "passed", "checks": [{"metric": "m", "verdict": "pass"}]}]
+    suite = ET.fromstring(junit.junit_xml(doc(**data))).find("testsuite")
     assert suite is not None
     assert (suite.get("failures"), suite.get("errors")) == ("0", "0")
     assert _properties(suite)["verdict"] == "PARTIAL"
@@ -169,7 +170,7 @@ def test_a_whole_module_still_enforces_its_thresholds() -> None:
         "errors": ["thresholds that no test checked: connectivity.rendezvous_s"],
         "verdict": "FAIL",
     }
-    lines = [line for line, _ in summary_lines(data, "ev")]
+    lines = [line for line, _ in summary_lines(doc(**data), "ev")]
     assert "thresholds no test checked [ERROR]: connectivity.rendezvous_s" in lines
     assert any(line.startswith("thresholds no test checked [not enforced") and "health.gpu_count" in line
                for line in lines), lines  # fmt: skip

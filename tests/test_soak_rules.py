@@ -21,6 +21,7 @@ from acceptance.probes.memory_patterns import PATTERNS, MemoryPatterns
 from acceptance.probes.soak_watch import SoakWatch, read_counters
 from acceptance.profile.registry import FAMILIES
 from acceptance.schema.rounding import U_FP8_ACCUMULATE, U_FP32
+from tests.harness import doc
 from tests.test_profile import BASE, error_of, write
 
 CONFIG: rules.SoakConfig = {
@@ -720,7 +721,7 @@ def test_the_report_draws_each_quantity_against_time_a_line_per_gpu() -> None:
     ]
     assert [line.label for line in charts[3].lines] == ["gpu-0 GPU 0", "gpu-0 GPU 1"]
     assert charts[3].lines[0].y[0] == 690.0 and len(charts[3].lines[0].x) == 120
-    blocks = page.section({"probes": [{"name": "soak", "key": "soak", "status": "ok", "result": found}]})
+    blocks = page.section(doc(probes=[{"name": "soak", "key": "soak", "status": "ok", "result": found}]))
     assert blocks[0] == Heading("Soak")
     assert any(isinstance(b, Image) for b in blocks) is plots.available()
     table = next(b for b in blocks if isinstance(b, Table))

@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from acceptance.evidence.verdict import Facts, decide, problems, verdict_of
-from tests.harness import PLUGIN_ARGS, counts, evidence
+from acceptance.evidence.verdict import verdict_of
+from acceptance.verdicts import Facts, decide, family_word, problems
+from tests.harness import PLUGIN_ARGS, counts, doc, evidence
 
 PROFILE = "name: synthetic\ntopology: {nodes: 1, ranks_per_node: 2, device: cpu, backend: gloo}\n"
 ONE_FIGURE = "def test_one(check):\n    check('connectivity.rendezvous_s', 0.5, 's')\n"
@@ -47,20 +48,59 @@ def test_a_run_that_measured_nothing_says_why() -> None:
 
 
 def test_old_evidence_reads_by_the_model() -> None:
-    assert verdict_of({"verdict": "PASS", "complete": True, "partial": True}) == "PARTIAL"
-    assert verdict_of({"verdict": "PASS", "complete": False}) == "INCOMPLETE"
-    assert verdict_of({"verdict": "PASS", "complete": True}) == "PASS"
-    assert verdict_of({"verdict": "maybe", "complete": True}) == "FAIL"
+    measured = [{"outcome": "passed", "checks": [{"metric": "m", "verdict": "pass"}]}]
+    assert verdict_of(doc(verdict="PASS", complete=True, partial=True, tests=measured)) == "PARTIAL"
+    assert verdict_of(doc(verdict="PASS", complete=False, tests=measured)) == "INCOMPLETE"
+    assert verdict_of(doc(verdict="PASS", complete=True, tests=measured)) == "PASS"
+    # a stated verdict answers for what the file does not hold (another node's): it only makes it worse
+    assert verdict_of(doc(verdict="FAIL", complete=True, tests=measured)) == "FAIL"
+    assert verdict_of(doc(verdict="PARTIAL", complete=True, tests=measured)) == "PARTIAL"
+
+
+def test_a_stated_pass_is_decided_again() -> None:
+    """PASS is recomputed from what the file holds, never taken on trust."""
+    assert verdict_of(doc(verdict="PASS", complete=True, tests=[])) == "FAIL"  # nothing measured
+    failed = [{"outcome": "passed", "checks": [{"metric": "m", "verdict": "fail"}]}]
+    assert verdict_of(doc(verdict="PASS", complete=True, tests=failed)) == "FAIL"
+    measured = [{"outcome": "passed", "checks": [{"metric": "m", "verdict": "pass"}]}]
+    assert verdict_of(doc(verdict="PASS", complete=True, tests=measured, errors=["a node is missing"])) == "FAIL"
+
+
+def test_an_incomplete_record_stays_incomplete() -> None:
+    """A run whose evidence could not be written says INCOMPLETE beside its error: not a verdict."""
+    measured = [{"outcome": "passed", "checks": [{"metric": "m", "verdict": "pass"}]}]
+    unwritten = doc(verdict="INCOMPLETE", complete=False, tests=measured, errors=["evidence x: cannot write"])
+    assert verdict_of(unwritten) == "INCOMPLETE"
+    assert decide(Facts(check_verdicts=["fail"], errors=["e"], unrecorded=True)) == "INCOMPLETE"
+
+
+@pytest.mark.parametrize(
+    ("outcomes", "verdicts", "word"),
+    [
+        (["passed"], ["pass", "info"], "PASS"),
+        (["failed"], ["pass"], "FAIL"),
+        (["passed"], ["baseline_fail"], "FAIL"),
+        (["error"], [], "FAIL"),
+        (["skipped"], ["info"], "recorded"),
+        (["skipped", "skipped"], [], "skipped"),
+        (["passed"], [], "passed"),
+        (["running"], [], "not run"),
+    ],
+)
+def test_a_familys_word_is_the_runs_decision_on_its_tests(outcomes: list[str], verdicts: list[str], word: str) -> None:
+    assert family_word(outcomes, verdicts) == word
 
 
 def test_every_reader_of_stored_evidence_reads_one_verdict() -> None:
     """A FAIL written by a run that was stopped before anything failed is the evidence of a run that judged
     nothing yet (INCOMPLETE); one that recorded a failure stays FAIL, as the merge and the report read it."""
-    stopped = {"verdict": "FAIL", "complete": False}
-    failed = {**stopped, "tests": [{"outcome": "failed", "checks": []}]}
-    assert verdict_of(stopped) == "INCOMPLETE"
-    assert verdict_of(failed) == "FAIL"
-    assert verdict_of({**stopped, "tests": [{"outcome": "passed", "checks": [{"verdict": "baseline_fail"}]}]}) == "FAIL"
+    stopped: dict[str, object] = {"verdict": "FAIL", "complete": False}
+    assert verdict_of(doc(**stopped)) == "INCOMPLETE"
+    assert verdict_of(doc(**stopped, tests=[{"outcome": "failed"}])) == "FAIL"
+    baseline_fail = [{"outcome": "passed", "checks": [{"metric": "m", "verdict": "baseline_fail"}]}]
+    assert verdict_of(doc(**stopped, tests=baseline_fail)) == "FAIL"
+    probe_failed = [{"name": "compute", "key": "compute", "status": "failed"}]
+    assert verdict_of(doc(**stopped, probes=probe_failed)) == "FAIL"
 
 
 def _setup(pytester: pytest.Pytester, **modules: str) -> None:

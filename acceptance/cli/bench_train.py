@@ -17,7 +17,7 @@ from typing import Any
 
 from acceptance.cli.usage import USAGE_ERROR, Parser
 from acceptance.evidence.folder import default_folder
-from acceptance.evidence.verdict import decide, facts_of
+from acceptance.evidence.verdict import facts_of
 from acceptance.families import training as plan
 from acceptance.profile import loader as profiles
 from acceptance.profile.tiers import TIER_NAMES
@@ -27,6 +27,7 @@ from acceptance.run import launcher as launch
 from acceptance.run.cluster_run import ClusterRun
 from acceptance.run.placement import TopologyError, resolve
 from acceptance.run.training_jobs import baseline_run, strategy_runs
+from acceptance.verdicts import decide
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

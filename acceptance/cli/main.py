@@ -20,8 +20,7 @@ from acceptance.cli.usage import USAGE_ERROR, Parser
 from acceptance.evidence.folder import EvidenceFolderError
 from acceptance.evidence.junit import junit_xml
 from acceptance.evidence.merge import merge
-from acceptance.evidence.store import EvidenceError, read_evidence
-from acceptance.evidence.verdict import verdict_of
+from acceptance.evidence.store import EvidenceError, as_data, read_evidence
 from acceptance.profile import loader as profiles
 from acceptance.profile.arguments import positive_seconds
 from acceptance.profile.tiers import TIER_NAMES
@@ -189,12 +188,12 @@ def cmd_junit(args: argparse.Namespace) -> int:
 
 def cmd_merge(args: argparse.Namespace) -> int:
     merged = merge([read_evidence(path) for path in args.evidence])
-    write_atomic(args.output, json.dumps(merged, indent=1, default=str))
-    print(f"wrote {args.output}: {merged['verdict']}")
+    write_atomic(args.output, json.dumps(as_data(merged), indent=1, default=str))
+    print(f"wrote {args.output}: {merged.verdict}")
     if args.junit:
         write_atomic(args.junit, junit_xml(merged))
         print(f"wrote {args.junit}")
-    return 0 if verdict_of(merged) == "PASS" else 1
+    return 0 if merged.verdict == "PASS" else 1
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:

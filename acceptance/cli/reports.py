@@ -9,6 +9,7 @@ from typing import Any
 
 from acceptance.atomic_file import write_atomic
 from acceptance.evidence.merge import merge
+from acceptance.evidence.model import EvidenceDoc
 from acceptance.evidence.store import read_evidence as read
 from acceptance.evidence.verdict import verdict_of
 from acceptance.profile import loader as profiles
@@ -62,7 +63,7 @@ def add(sub: Any) -> None:
     exp.set_defaults(func=cmd_export)
 
 
-def load(path: Path) -> tuple[dict[str, Any], str]:
+def load(path: Path) -> tuple[EvidenceDoc, str]:
     """An evidence file, or a folder holding one, or a folder of node folders (merged): data and its name."""
     if path.is_dir() and not (path / "evidence.json").is_file():
         parts = sorted(path.glob("*/evidence.json"))
@@ -86,7 +87,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     folder = args.evidence if args.evidence.is_dir() else args.evidence.parent
     output: Path = args.output or folder / "report.html"
     blocks = overview.blocks(data, origin)
-    title = f"Cluster acceptance: {verdict_of(data)} ({(data.get('profile') or {}).get('name')})"
+    title = f"Cluster acceptance: {verdict_of(data)} ({data.profile.name})"
     write_atomic(output, html.document(blocks, title))
     text, images = markdown.document(blocks, output.stem)
     for name, png in images.items():

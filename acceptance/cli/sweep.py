@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, TextIO, cast
 
 from acceptance.evidence.folder import default_folder
-from acceptance.evidence.verdict import FAILED_CHECKS, decide, facts_of
+from acceptance.evidence.verdict import facts_of
 from acceptance.families.collectives import CollectiveRow, SweepResult
 from acceptance.json_types import JSONObject
 from acceptance.profile import loader as profiles
@@ -23,6 +23,7 @@ from acceptance.run.launcher import ProbeError
 from acceptance.run.placement import resolve
 from acceptance.schema.dtypes import DTYPES
 from acceptance.schema.sizes import format_size, parse_size
+from acceptance.verdicts import decide, figure_failed
 
 
 @dataclass(frozen=True)
@@ -131,7 +132,7 @@ def _record(cluster: ClusterRun, result: SweepResult) -> bool:
         cluster.check(nodeid, f"collectives.{op}.busbw_gbps@{size}", row["busbw_gbps"], "GB/s")
         cluster.check(nodeid, f"collectives.{op}.wrong@{size}", row["wrong"], "elements")
     judged = [c.verdict for c in cluster.evidence.checks()]
-    case.outcome = "failed" if any(v in FAILED_CHECKS for v in judged) else "passed"
+    case.outcome = "failed" if any(figure_failed(v) for v in judged) else "passed"
     verdict = decide(facts_of(cluster.evidence.doc))
     cluster.evidence.finish(verdict, complete=True)
     cluster.evidence.write()

@@ -19,39 +19,41 @@ import itertools
 import json
 import sys
 from pathlib import Path
-from typing import Any
 
 from acceptance.cli.usage import USAGE_ERROR, Parser
+from acceptance.evidence.model import EvidenceDoc
 from acceptance.evidence.store import EvidenceError, read_evidence
 from acceptance.reports.table import render
 
 Row = tuple[str, float | None, str]
 
 
-def rows(data: dict[str, Any]) -> list[Row]:
+def rows(doc: EvidenceDoc) -> list[Row]:
     """(name, wall seconds, status) per probe job, each training strategy under its job, then the suite."""
     out: list[Row] = []
-    for probe in data.get("probes", []):
-        staged = probe.get("staged_s")  # started that long before its turn, beside the probes before it
-        status = str(probe.get("status", "?")) + (f" (staged {staged:.1f} s before)" if staged is not None else "")
-        out.append((probe["key"], probe.get("wall_s"), status))
-        result = probe.get("result") or {}
+    for probe in doc.probes:
+        staged = probe.staged_s  # started that long before its turn, beside the probes before it
+        status = probe.status + (f" (staged {staged:.1f} s before)" if staged is not None else "")
+        out.append((probe.key, probe.wall_s, status))
+        result = probe.result or {}
         parts = result.get("strategies") or result.get("parts") or {}
         if isinstance(result.get("strategy"), str):  # evidence of a job per strategy: the job is the part
-            parts = {result["strategy"]: {"wall_s": probe.get("wall_s")}}
-        where = " (baseline)" if probe["key"].endswith("-baseline") else ""
+            parts = {result["strategy"]: {"wall_s": probe.wall_s}}
+        where = " (baseline)" if probe.key.endswith("-baseline") else ""
         for name, part in parts.items():
             out.append((f"- {name}{where}", part.get("wall_s"), "failed" if part.get("error") else "ok"))
-    out.append(("suite", suite_s(data), str(data.get("verdict", "?"))))
+    out.append(("suite", suite_s(doc), doc.verdict))
     return out
 
 
-def suite_s(data: dict[str, Any]) -> float | None:
+def suite_s(doc: EvidenceDoc) -> float | None:
     """From the evidence's start to its finish (the whole pytest session on this node)."""
+    if doc.finished is None:
+        return None
     try:
-        started = datetime.datetime.fromisoformat(data["started"])
-        finished = datetime.datetime.fromisoformat(data["finished"])
-    except (KeyError, TypeError, ValueError):
+        started = datetime.datetime.fromisoformat(doc.started)
+        finished = datetime.datetime.fromisoformat(doc.finished)
+    except ValueError:
         return None
     return (finished - started).total_seconds()
 
@@ -74,18 +76,20 @@ def table(runs: list[list[Row]]) -> str:
     return render(["probe", "before s", "status", "after s", "status", "change s"], body)
 
 
-def phases(folder: Path, data: dict[str, Any]) -> list[list[str]]:
+def phases(folder: Path, doc: EvidenceDoc) -> list[list[str]]:
     """(probe, phase, seconds) for every phase rank 0 of each probe named; the last phase lasts until its
     final beat. Probes whose heartbeat is missing or has no phases (older evidence) are left out."""
     out: list[list[str]] = []
-    for probe in data.get("probes", []):
+    for probe in doc.probes:
+        if probe.out_dir is None:
+            continue
         try:
-            beat = json.loads((folder / probe["out_dir"] / "rank-0.json").read_text(encoding="utf-8"))
+            beat = json.loads((folder / probe.out_dir / "rank-0.json").read_text(encoding="utf-8"))
             marks = [(str(name), float(at)) for name, at in beat["phases"]] + [("", float(beat["elapsed_s"]))]
         except (OSError, KeyError, TypeError, ValueError):
             continue
         for (name, at), (_, until) in itertools.pairwise(marks):
-            out.append([probe["key"], name, f"{until - at:.1f}"])
+            out.append([probe.key, name, f"{until - at:.1f}"])
     return out
 
 

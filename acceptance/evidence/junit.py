@@ -13,18 +13,19 @@ its case, named like in ``--junitxml``: ``METRIC`` (the value), ``METRIC.unit``,
 from __future__ import annotations
 
 import xml.etree.ElementTree as ET
-from collections.abc import Mapping
 from typing import Any
 
-from acceptance.evidence.store import finite
-from acceptance.evidence.verdict import FAILED_OUTCOMES, verdict_of
+from acceptance.evidence.model import Case, EvidenceDoc
+from acceptance.evidence.store import as_data, finite
+from acceptance.evidence.verdict import verdict_of
+from acceptance.verdicts import FAILED_OUTCOMES, Outcome, RunVerdict
 
 PASSED = ("passed", "xpassed")  # xpassed: a known issue that did not show; strict xfail makes it a failure
 INTERRUPTED = "did not finish: the run was interrupted"
 NOT_RUN = "not run: the run was interrupted before this test"
 # the case that carries a FAIL or an INCOMPLETE no test shows, here and in pytest's own --junitxml
 VERDICT_CASE = "cluster-acceptance::verdict"
-ERROR_OUTCOMES = ("error", "interrupted", "running")
+ERROR_OUTCOMES: tuple[Outcome, ...] = ("error", "interrupted", "running")
 
 
 def _shown(value: Any) -> str:
@@ -41,35 +42,34 @@ def figure_properties(metric: str, value: Any, unit: str, bound: str, verdict: s
     ]
 
 
-def junit_xml(data: Mapping[str, Any], suite_name: str | None = None) -> str:
-    """JUnit XML for an evidence document (plain data, as ``read_evidence`` gives it)."""
+def junit_xml(doc: EvidenceDoc, suite_name: str | None = None) -> str:
+    """JUnit XML for an evidence document; its verdict is decided again from what it holds (``verdict_of``)."""
     from junit_xml import TestSuite
 
-    data = finite(data)  # a NaN duration or value must not reach the XML as "nan"
-    profile = data.get("profile") or {}
-    verdict = verdict_of(data)  # a killed run's stored FAIL reads INCOMPLETE here as in the report
+    doc = EvidenceDoc.model_validate(finite(as_data(doc)))  # a NaN duration or value must not reach the XML
+    verdict = verdict_of(doc)  # a killed run's stored FAIL reads INCOMPLETE here as in the report
     props = {
-        "profile": profile.get("name"),
-        "profile_sha256": profile.get("sha256"),
+        "profile": doc.profile.name,
+        "profile_sha256": doc.profile.sha256,
         "verdict": verdict,
-        "complete": data.get("complete"),
-        "partial": data.get("partial", False),
+        "complete": doc.complete,
+        "partial": doc.partial,
     }
-    tests = list(data.get("tests", []))
-    if not data.get("complete"):
+    tests = list(doc.tests)
+    if not doc.complete:
         # a killed run recorded the tests that started; the rest of its selection never ran
-        seen = {t["nodeid"] for t in tests}
-        tests += [{"nodeid": n, "outcome": "not_run"} for n in data.get("selected") or [] if n not in seen]
+        seen = {t.nodeid for t in tests}
+        tests += [Case(nodeid=n, outcome="not_run") for n in doc.selected if n not in seen]
     cases = [_case(test) for test in tests]
-    shown = verdict_case(data, verdict)
+    shown = verdict_case(doc, verdict)
     if shown is not None:
         cases.append(_verdict_case(*shown))
     suite = TestSuite(
-        suite_name or f"cluster-acceptance[{profile.get('name')}]",
+        suite_name or f"cluster-acceptance[{doc.profile.name}]",
         cases,
-        hostname=(data.get("topology") or {}).get("host", ""),
+        hostname=doc.topology.host,
         properties=props,
-        timestamp=data.get("started"),
+        timestamp=doc.started,
     )
     root = ET.Element("testsuites")
     element = suite.build_xml_doc()
@@ -80,16 +80,16 @@ def junit_xml(data: Mapping[str, Any], suite_name: str | None = None) -> str:
     return ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n"
 
 
-def verdict_case(data: Mapping[str, Any], verdict: str) -> tuple[str, str, str] | None:
+def verdict_case(doc: EvidenceDoc, verdict: RunVerdict) -> tuple[str, str, str] | None:
     """The ``verdict`` case a FAIL or an INCOMPLETE needs, as (outcome, message, text), else None: a FAIL
     that no failed case shows, an INCOMPLETE that no errored case shows. Where a case shows it already, one
     more would only count the same verdict twice; the run's errors are in the evidence and the summary."""
-    errors = [str(e) for e in data.get("errors") or []]
-    outcomes = [t.get("outcome") for t in data.get("tests") or []]
-    if verdict == "FAIL" and not any(o in FAILED_OUTCOMES + ERROR_OUTCOMES for o in outcomes):
+    errors = list(doc.errors)
+    shown = any(t.outcome in FAILED_OUTCOMES + ERROR_OUTCOMES for t in doc.tests)
+    if verdict == "FAIL" and not shown:
         why = "; ".join(e.splitlines()[0] for e in errors) or "a node's verdict or a check failed; see the evidence"
         return "failed", f"verdict FAIL: {why}", "\n".join(errors)
-    if verdict == "INCOMPLETE" and not any(o in FAILED_OUTCOMES + ERROR_OUTCOMES for o in outcomes):
+    if verdict == "INCOMPLETE" and not shown:
         why = "; ".join(e.splitlines()[0] for e in errors) or "the run stopped before its end"
         return "error", f"verdict INCOMPLETE: {why}; not a verdict on the cluster", "\n".join(errors)
     return None
@@ -107,21 +107,18 @@ def _verdict_case(outcome: str, message: str, text: str) -> Any:
     return case
 
 
-def _case(test: Mapping[str, Any]) -> Any:
+def _case(test: Case) -> Any:
     from junit_xml import TestCase
 
-    classname, _, name = test["nodeid"].rpartition("::")
-    lines = [
-        f"{c['metric']} = {_shown(c['value'])} {c.get('unit', '')} [{c.get('bound') or 'no bound'}] {c['verdict']}"
-        for c in test.get("checks", [])
-    ]
+    classname, _, name = test.nodeid.rpartition("::")
+    lines = [f"{c.metric} = {_shown(c.value)} {c.unit} [{c.bound or 'no bound'}] {c.verdict}" for c in test.checks]
     case = TestCase(
-        name or test["nodeid"],
+        name or test.nodeid,
         classname=classname.replace("/", ".").removesuffix(".py"),
-        elapsed_sec=test.get("duration_s") or 0.0,
+        elapsed_sec=test.duration_s or 0.0,
         stdout="\n".join(lines) or None,  # the same figures for a person reading the CI's test view
     )
-    outcome, message, longrepr = test.get("outcome"), test.get("message"), test.get("longrepr")
+    outcome, message, longrepr = test.outcome, test.message, test.longrepr
     if outcome == "failed":
         case.add_failure_info(message=message or "failed", output=longrepr)
     elif outcome == "error":
@@ -138,12 +135,8 @@ def _case(test: Mapping[str, Any]) -> Any:
     return case
 
 
-def _add_properties(element: ET.Element, test: Mapping[str, Any]) -> None:
-    pairs = [
-        pair
-        for c in test.get("checks", [])
-        for pair in figure_properties(c["metric"], c["value"], c.get("unit", ""), c.get("bound", ""), c["verdict"])
-    ]
+def _add_properties(element: ET.Element, test: Case) -> None:
+    pairs = [pair for c in test.checks for pair in figure_properties(c.metric, c.value, c.unit, c.bound, c.verdict)]
     if not pairs:
         return
     properties = ET.Element("properties")

@@ -12,15 +12,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
+from acceptance.verdicts import FigureVerdict, Outcome, RunVerdict
+
 SCHEMA_ID = "cluster-acceptance/evidence/1"
 
-Verdict = Literal["PASS", "FAIL", "PARTIAL", "INCOMPLETE"]
-# interrupted: the test was running when the run was stopped; not_run: the run was stopped before it;
-# recorded: the test ran and every figure it checked is information (no bound): nothing held, nothing passed
-Outcome = Literal[
-    "running", "passed", "recorded", "failed", "error", "skipped", "xfailed", "xpassed", "interrupted", "not_run"
-]
-CheckVerdict = Literal["pass", "fail", "xfail", "info", "baseline_fail"]
 ProbeStatus = Literal["running", "ok", "failed", "interrupted"]
 
 
@@ -35,7 +30,7 @@ class Check(Part):
     value: int | float | None  # int kept as int: a count of wrong elements reads 0, not 0.0
     unit: str
     bound: str
-    verdict: CheckVerdict
+    verdict: FigureVerdict
     threshold: dict[str, Any] | None
     detail: str | None = None
     baseline: dict[str, Any] | None = None  # --cluster-baseline: the earlier figure, its limit, the tolerance
@@ -51,6 +46,7 @@ class Case(Part):
     checks: list[Check] = []
     message: str | None = None
     longrepr: str | None = None
+    node: str | None = Field(default=None, exclude_if=lambda v: v is None)  # a merge's: the node that ran it
 
 
 class ProbeRecord(Part):
@@ -65,6 +61,7 @@ class ProbeRecord(Part):
     env: dict[str, str] | None = None
     # seconds its job had been started ahead of its turn (staged) when the node came free; wall_s is after
     staged_s: float | None = None
+    node: str | None = Field(default=None, exclude_if=lambda v: v is None)  # a merge's: the node that ran it
 
 
 class ProfileRecord(Part):
@@ -114,6 +111,16 @@ class TierRecord(Part):
     wall_s: float | None = None  # this node's session, collection to verdict
 
 
+class MergedFrom(Part):
+    """One document of a merge, as the merge found it."""
+
+    host: str
+    node: str | None = None  # node<rank>-<host>: hosts can share a name (containers, loopback runs)
+    verdict: RunVerdict | None = None
+    complete: bool | None = None
+    profile_sha256: str | None = None
+
+
 class EvidenceDoc(BaseModel):
     """One pytest session on one node (or a merge of several)."""
 
@@ -122,7 +129,7 @@ class EvidenceDoc(BaseModel):
     schema_: Literal["cluster-acceptance/evidence/1"] = Field(default="cluster-acceptance/evidence/1", alias="schema")
     complete: bool = False
     partial: bool = False
-    verdict: Verdict = "FAIL"
+    verdict: RunVerdict = "FAIL"
     started: str
     finished: str | None = None
     command: list[str] = []
@@ -136,7 +143,7 @@ class EvidenceDoc(BaseModel):
     unchecked_thresholds: list[str] = []
     errors: list[str] = []
     tier: TierRecord | None = None
-    merged_from: list[dict[str, Any]] | None = None
+    merged_from: list[MergedFrom] | None = None
 
 
 def json_schema() -> dict[str, Any]:

@@ -23,8 +23,10 @@ from pydantic import ValidationError
 
 from acceptance.atomic_file import write_atomic
 from acceptance.evidence.environment import allowed_env, software
-from acceptance.evidence.model import Case, Check, ClusterRecord, EvidenceDoc, NodeRecord, ProbeRecord, Verdict
+from acceptance.evidence.model import Case, Check, ClusterRecord, EvidenceDoc, NodeRecord, ProbeRecord
+from acceptance.evidence.verdict import verdict_of
 from acceptance.masking import masked_command, masked_profile
+from acceptance.verdicts import RunVerdict
 
 # what the evidence keeps of each device the connectivity probe found
 DEVICE_FIELDS = ("rank", "local_rank", "device", "device_name", "uuid", "pci_bus_id", "memory_gib")
@@ -59,21 +61,24 @@ def now() -> str:
     return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
 
 
-def read_evidence(path: Path) -> dict[str, Any]:
-    """An evidence file (or a folder holding ``evidence.json``), validated, as plain data."""
+def read_evidence(path: Path) -> EvidenceDoc:
+    """An evidence file (or a folder holding ``evidence.json``), validated into its model, its verdict
+    decided again from what it holds (``verdict_of``): a stated PASS is never taken on trust."""
     path = path / "evidence.json" if path.is_dir() else path
     try:
         raw = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, ValueError) as exc:
         raise EvidenceError(f"{path}: cannot read evidence: {exc}") from None
     try:
-        return as_data(EvidenceDoc.model_validate(raw))
+        doc = EvidenceDoc.model_validate(raw)
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"]) or "(top level)"
         raise EvidenceError(
             f"{path}: not a cluster-acceptance evidence file: {where}: {first['msg']} ({exc.error_count()} problem(s))"
         ) from None
+    doc.verdict = verdict_of(doc)
+    return doc
 
 
 def as_data(doc: EvidenceDoc) -> dict[str, Any]:
@@ -162,7 +167,7 @@ class Evidence:
         if message not in self.doc.errors:
             self.doc.errors.append(message)
 
-    def finish(self, verdict: Verdict, *, complete: bool, partial: bool = False) -> None:
+    def finish(self, verdict: RunVerdict, *, complete: bool, partial: bool = False) -> None:
         self.doc.complete, self.doc.partial, self.doc.verdict = complete, partial, verdict
         self.doc.finished = now()
 

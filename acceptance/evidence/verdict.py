@@ -1,33 +1,21 @@
-"""The one place a run's verdict is decided: the plugin, the sweep, bench_train and a merge all ask here, and
-every reader of stored evidence (report, compare, merge, junit) asks ``verdict_of``.
+"""The facts an evidence document holds, for the one decision (``acceptance.verdicts.decide``).
 
-PASS only for a whole, uninterrupted run that measured something and held every gate. A known failure
-outranks an interruption (it is the news a person must act on); an interruption outranks a subset.
+The plugin, the sweep and bench_train decide their run's verdict from ``facts_of`` their document; every
+document read back from a file is decided again by ``verdict_of`` (``read_evidence`` does it on read), so a
+file's stated PASS is never trusted: a hand-edited PASS beside a failed figure, or a PASS that measured
+nothing, reads FAIL in every reader.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Sequence
 
-from acceptance.evidence.model import EvidenceDoc, Verdict
+from acceptance.evidence.model import EvidenceDoc
+from acceptance.verdicts import FAILED_FIGURES, FAILED_OUTCOMES, Facts, RunVerdict, decide
 
-FAILED_OUTCOMES = ("failed", "error")
-FAILED_CHECKS = ("fail", "baseline_fail")
-ORDER: tuple[Verdict, ...] = ("FAIL", "INCOMPLETE", "PARTIAL", "PASS")  # worst first
-
-
-@dataclass(frozen=True)
-class Facts:
-    """What a run knows at its end, as plain data."""
-
-    outcomes: Sequence[str] = field(default_factory=list)  # each test's outcome
-    check_verdicts: Sequence[str] = field(default_factory=list)  # each checked figure's verdict
-    errors: Sequence[str] = field(default_factory=list)  # run-level errors: a gate off, a node missing, ...
-    interrupted: bool = False
-    subset: bool = False  # only part of the suite was selected
-    node_verdicts: Sequence[str] = field(default_factory=list)  # the other nodes' verdicts (node 0 of several)
+# the drain list's names for the failing words (acceptance.evidence.drain reads them here)
+FAILED_CHECKS = FAILED_FIGURES
+__all__ = ["FAILED_CHECKS", "FAILED_OUTCOMES", "facts_of", "stored_facts", "verdict_of"]
 
 
 def facts_of(
@@ -44,56 +32,28 @@ def facts_of(
     )
 
 
-def decide(facts: Facts) -> Verdict:
-    """The verdict of ``facts``; a whole run that checked no figure at all is a FAIL (see ``problems``)."""
-    failed = (
-        any(o in FAILED_OUTCOMES for o in facts.outcomes)
-        or any(v in FAILED_CHECKS for v in facts.check_verdicts)
-        or bool(facts.errors)
-        or (not facts.check_verdicts and not facts.interrupted)  # stopped before a figure: INCOMPLETE says it
-    )
-    verdicts: list[Verdict] = ["FAIL" if failed else "PASS"]
-    if facts.interrupted:
-        verdicts.append("INCOMPLETE")
-    if facts.subset:
-        verdicts.append("PARTIAL")
-    verdicts += [v for v in facts.node_verdicts if v in ORDER]  # type: ignore[misc]
-    verdicts += ["FAIL" for v in facts.node_verdicts if v not in ORDER]
-    return worst(verdicts)
-
-
-def worst(verdicts: Iterable[Verdict]) -> Verdict:
-    return min(verdicts, key=ORDER.index, default="FAIL")
-
-
-NOTHING_MEASURED = "no figure was measured: every selected test was skipped or none ran"
-
-
-def problems(facts: Facts) -> list[str]:
-    """Run-level reasons a person needs beside a FAIL that no single test carries."""
-    return [] if facts.check_verdicts or facts.interrupted else [NOTHING_MEASURED]
-
-
-def _failed_anything(doc: Mapping[str, Any]) -> bool:
-    tests = doc.get("tests") or []
-    return (
-        bool(doc.get("errors"))
-        or any(t.get("outcome") in FAILED_OUTCOMES for t in tests)
-        or any(c.get("verdict") in FAILED_CHECKS for t in tests for c in t.get("checks") or [])
-        or any(p.get("status") == "failed" for p in doc.get("probes") or [])
+def stored_facts(doc: EvidenceDoc) -> Facts:
+    """The facts of a document as stored: ``complete`` and ``partial`` say whether the run was interrupted
+    or a subset; the stated verdict answers for what the file does not hold (the other nodes' verdicts) and
+    may only make the decision worse. Files from before PARTIAL and INCOMPLETE existed (PASS with
+    ``partial``, or without ``complete``) read PARTIAL and INCOMPLETE. A stated FAIL of a run still going
+    (or killed) that recorded no failure reads INCOMPLETE: nothing was judged yet. A stated INCOMPLETE stays:
+    that run's record is not whole (its evidence could not be written)."""
+    stated = doc.verdict
+    probe_failed = any(p.status == "failed" for p in doc.probes)
+    unjudged_fail = stated == "FAIL" and not doc.complete and not probe_failed
+    return Facts(
+        outcomes=[t.outcome for t in doc.tests],
+        check_verdicts=[c.verdict for t in doc.tests for c in t.checks],
+        errors=list(doc.errors),
+        interrupted=not doc.complete,
+        subset=doc.partial,
+        node_verdicts=[] if unjudged_fail else [stated],
+        unrecorded=stated == "INCOMPLETE",
     )
 
 
-def verdict_of(doc: Mapping[str, Any]) -> Verdict:
-    """A stored document's verdict, for every reader: PASS only for a complete run of the whole selection.
-    Files from before PARTIAL and INCOMPLETE existed (PASS with ``partial``, or without ``complete``) read
-    PARTIAL and INCOMPLETE, never PASS. A FAIL stands when the run ended or recorded a failure; a FAIL that a
-    run still going (or killed) wrote before anything failed reads INCOMPLETE: nothing was judged yet."""
-    stated = str(doc.get("verdict") or "FAIL").upper()
-    if stated in ("PARTIAL", "INCOMPLETE"):
-        return stated  # type: ignore[return-value]
-    if stated != "PASS":
-        return "FAIL" if doc.get("complete") or _failed_anything(doc) else "INCOMPLETE"
-    if not doc.get("complete"):
-        return "INCOMPLETE"
-    return "PARTIAL" if doc.get("partial") else "PASS"
+def verdict_of(doc: EvidenceDoc) -> RunVerdict:
+    """A stored document's verdict, decided again from its facts: PASS only for a complete run of the whole
+    selection that measured something and failed nothing."""
+    return decide(stored_facts(doc))

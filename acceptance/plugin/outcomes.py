@@ -13,8 +13,9 @@ from typing import Literal
 import pytest
 
 from acceptance.evidence.junit import INTERRUPTED, NOT_RUN, VERDICT_CASE
-from acceptance.evidence.model import Check, Outcome
+from acceptance.evidence.model import Check
 from acceptance.evidence.store import Evidence
+from acceptance.verdicts import INFORMATION, Outcome
 
 
 def outcome_of(report: pytest.TestReport) -> tuple[Outcome | None, str]:
@@ -35,7 +36,7 @@ RECORDED: Literal["recorded"] = (
 
 def only_information(checks: list[Check]) -> bool:
     """A test that checked figures, every one without a bound: it recorded them and held no gate."""
-    return bool(checks) and all(c.verdict == "info" for c in checks)
+    return bool(checks) and all(c.verdict == INFORMATION for c in checks)
 
 
 def mark_recorded(report: pytest.TestReport, checks: list[Check]) -> None:

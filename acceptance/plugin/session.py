@@ -9,6 +9,7 @@ import socket
 import threading
 import time
 from collections.abc import Generator
+from dataclasses import replace
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -20,8 +21,8 @@ from acceptance.atomic_file import write_atomic
 from acceptance.evidence.drain import DrainList
 from acceptance.evidence.folder import EvidenceFolderError, default_folder
 from acceptance.evidence.junit import junit_xml, verdict_case
-from acceptance.evidence.store import EvidenceError, EvidenceWriteError, read_evidence
-from acceptance.evidence.verdict import Facts, decide, facts_of, problems
+from acceptance.evidence.store import EvidenceError, EvidenceWriteError, as_data, read_evidence
+from acceptance.evidence.verdict import facts_of
 from acceptance.multinode import meeting as meetings
 from acceptance.multinode.plan import Plan, failed_preflights, shared_host_names, versions
 from acceptance.plugin import options
@@ -53,6 +54,7 @@ from acceptance.profile.tiers import Tier
 from acceptance.run.cluster_run import ClusterRun
 from acceptance.run.placement import TopologyError, resolve
 from acceptance.run.preflight import PreflightResult
+from acceptance.verdicts import Facts, decide, problems
 
 # the run did not go to its end: Ctrl-C or SIGTERM, a crash of pytest, a node that disagreed or went missing
 STOPPED = (pytest.ExitCode.INTERRUPTED, pytest.ExitCode.INTERNAL_ERROR, pytest.ExitCode.USAGE_ERROR)
@@ -126,7 +128,7 @@ class ClusterSession:
             tier, drain_way = chosen(config, profile.model.tier), options.value(config, "cluster_drain")
             placement = _placement(config, profile)
             old_path = options.value(config, "cluster_baseline")
-            old = baseline.figures(read_evidence(old_path)) if old_path else None
+            old = baseline.figures(as_data(read_evidence(old_path))) if old_path else None
             folder = _folder(config, profile.name, placement.nodes, placement.node_rank, profile.model.topology)
             label = f"--cluster-baseline {old_path}"
             run = ClusterRun(
@@ -292,17 +294,16 @@ class ClusterSession:
         if evidence.unwritable is not None:
             # the file on disk is the last whole one, marked incomplete; the terminal and JUnit say so too
             evidence.error(evidence.unwritable)
-            verdict = "INCOMPLETE"
+            verdict = decide(replace(facts, unrecorded=True))
             evidence.finish(verdict, complete=False, partial=facts.subset)
             session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
-        data = evidence.data
         # what CI reads: a FAIL or an INCOMPLETE no test shows is one more case in pytest's report too
-        report_verdict(session, verdict_case(data, verdict))
+        report_verdict(session, verdict_case(evidence.doc, verdict))
         xml = session.config.stash.get(xml_key, None)
         if xml is not None:
             xml.add_global_property("verdict", verdict)
         try:
-            write_atomic(self.run.evidence_dir / f"junit-{socket.gethostname()}.xml", junit_xml(data))
+            write_atomic(self.run.evidence_dir / f"junit-{socket.gethostname()}.xml", junit_xml(evidence.doc))
         except OSError as exc:
             evidence.error(f"JUnit {self.run.evidence_dir}: cannot write: {exc.strerror or exc}")
             session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
@@ -354,7 +355,7 @@ class ClusterSession:
         if self.collect_only:
             return
         terminalreporter.section(f"cluster acceptance: profile {self.run.profile.name}")
-        for line, color in summary_lines(self.run.evidence.data, str(self.run.evidence.path), self.drain):
+        for line, color in summary_lines(self.run.evidence.doc, str(self.run.evidence.path), self.drain):
             terminalreporter.write_line(line, **({color: True} if color else {}))
 
     def pytest_unconfigure(self, config: pytest.Config) -> None:

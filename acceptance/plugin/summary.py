@@ -3,17 +3,16 @@
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 import acceptance
 from acceptance.evidence.drain import DrainList
-from acceptance.evidence.verdict import FAILED_CHECKS, FAILED_OUTCOMES
+from acceptance.evidence.model import Case, EvidenceDoc
 from acceptance.multinode.meeting import STORE_PORT_OFFSET
 from acceptance.profile.registry import FAMILIES
 from acceptance.reports import summary
 from acceptance.run.cluster_run import ClusterRun
+from acceptance.verdicts import INFORMATION, family_word
 
 UNCHECKED = "thresholds that no test checked: "  # the session's error when a selected module left one
 VERDICT_WORDS = {
@@ -38,34 +37,21 @@ def header_lines(run: ClusterRun, meets: bool) -> list[str]:
     return lines
 
 
-def _family_state(tests: list[Mapping[str, Any]]) -> tuple[str, int, float]:
-    """A family's word (FAIL, PASS, recorded, skipped), its gated figures and its tests' wall."""
-    checks = [c for t in tests for c in t.get("checks") or []]
-    gated = [c for c in checks if c.get("verdict") != "info"]
-    wall = sum(float(t.get("duration_s") or 0) for t in tests)
-    failed = any(c.get("verdict") in FAILED_CHECKS for c in checks) or any(
-        t.get("outcome") in FAILED_OUTCOMES for t in tests
-    )
-    if failed:
-        word = "FAIL"
-    elif gated:
-        word = "PASS"
-    elif checks:
-        word = "recorded"
-    elif all(t.get("outcome") == "skipped" for t in tests):
-        word = "skipped"
-    else:
-        word = "passed" if any(t.get("outcome") == "passed" for t in tests) else "not run"
-    return word, len(gated), wall
+def _family_state(tests: list[Case]) -> tuple[str, int, float]:
+    """A family's word (FAIL, PASS, recorded, skipped), its gated figures and its tests' wall: the word is
+    the run's decision applied to the family's own tests."""
+    verdicts = [c.verdict for t in tests for c in t.checks]
+    word = family_word([t.outcome for t in tests], verdicts)
+    wall = sum(t.duration_s for t in tests)
+    return word, sum(1 for v in verdicts if v != INFORMATION), wall
 
 
-def family_lines(data: Mapping[str, Any]) -> list[tuple[str, str | None]]:
+def family_lines(data: EvidenceDoc) -> list[tuple[str, str | None]]:
     """One line per family that ran, in the run's order: its word, its gated figures, its wall; the verdict
     of 120 rows in as many lines as families."""
     out: list[tuple[str, str | None]] = []
-    tests = list(data.get("tests") or [])
     for family in FAMILIES:
-        mine = [t for t in tests if Path(str(t.get("nodeid", "")).split("::")[0]).stem == family.module]
+        mine = [t for t in data.tests if Path(t.nodeid.split("::")[0]).stem == family.module]
         if not mine:
             continue
         word, gated, wall = _family_state(mine)
@@ -74,21 +60,21 @@ def family_lines(data: Mapping[str, Any]) -> list[tuple[str, str | None]]:
     return out
 
 
-def skip_lines(data: Mapping[str, Any]) -> list[str]:
+def skip_lines(data: EvidenceDoc) -> list[str]:
     """Why tests were skipped, one line per reason with how many tests it skipped and their families."""
     found: Counter[str] = Counter()
     families: dict[str, set[str]] = {}
-    for test in data.get("tests") or []:
-        if test.get("outcome") != "skipped":
+    for test in data.tests:
+        if test.outcome != "skipped":
             continue
-        reason = str(test.get("message") or "no reason given").splitlines()[0]
+        reason = (test.message or "no reason given").splitlines()[0]
         found[reason] += 1
-        module = Path(str(test.get("nodeid", "")).split("::")[0]).stem
+        module = Path(test.nodeid.split("::")[0]).stem
         families.setdefault(reason, set()).add(module.removeprefix("test_"))
     return [f"skipped {n} ({', '.join(sorted(families[r]))}): {r}" for r, n in found.most_common()]
 
 
-def next_lines(data: Mapping[str, Any], path: str, drain: DrainList | None) -> list[str]:
+def next_lines(data: EvidenceDoc, path: str, drain: DrainList | None) -> list[str]:
     """After a FAIL: where to look and what to run next; the drain list and what was done with it."""
     out: list[str] = []
     if drain is not None:
@@ -98,7 +84,7 @@ def next_lines(data: Mapping[str, Any], path: str, drain: DrainList | None) -> l
             out.append(f"drain: {node['scheduler_name']}{gpus} ({node['severity']}): {node['reason']}")
         out += [f"drain applied: {line}" for line in drain["applied"]]
         out.append(f"drain list: {folder / 'drain.json'}")
-    if data.get("verdict") == "FAIL":
+    if data.verdict == "FAIL":
         folder = Path(path).parent
         out.append(
             f"what next: the probes' logs are under {folder / 'probes'}; `cluster-acceptance report {folder}` "
@@ -108,29 +94,28 @@ def next_lines(data: Mapping[str, Any], path: str, drain: DrainList | None) -> l
     return out
 
 
-def tier_line(data: Mapping[str, Any]) -> str | None:
-    tier = data.get("tier")
-    if not tier:
+def tier_line(data: EvidenceDoc) -> str | None:
+    tier = data.tier
+    if tier is None:
         return None
-    budget = tier.get("budget_s")
-    wall = tier.get("wall_s")
+    budget, wall = tier.budget_s, tier.wall_s
     within = ""
     if budget is not None and wall is not None:
         within = f" of its {budget:g} s budget" + (" (OVER)" if wall > budget else "")
-    name = " + ".join([tier["name"], *tier.get("added", [])])
+    name = " + ".join([tier.name, *tier.added])
     return f"tier {name}: {wall} s{within}" if wall is not None else f"tier {name}"
 
 
-def summary_lines(data: dict[str, Any], path: str, drain: DrainList | None = None) -> list[tuple[str, str | None]]:
+def summary_lines(data: EvidenceDoc, path: str, drain: DrainList | None = None) -> list[tuple[str, str | None]]:
     """(line, colour) pairs: one line per family, every checked figure, the unchecked thresholds, the
     skips' reasons, the errors, the verdict, and after a FAIL the drain list and what to do next."""
     out = family_lines(data)
     out += [("", None)] if out else []
     out += [(line, None) for line in summary.lines(data)]
     # the enforced ones are those the session's error names; the rest belong to tests not selected
-    gate_off = next((e for e in data["errors"] if e.startswith(UNCHECKED)), "")
+    gate_off = next((e for e in data.errors if e.startswith(UNCHECKED)), "")
     enforced = set(gate_off.removeprefix(UNCHECKED).split(", ")) if gate_off else set()
-    ignored = [m for m in data["unchecked_thresholds"] if m not in enforced]
+    ignored = [m for m in data.unchecked_thresholds if m not in enforced]
     if enforced:
         out.append((f"thresholds no test checked [ERROR]: {', '.join(sorted(enforced))}", "red"))
     if ignored:
@@ -140,8 +125,8 @@ def summary_lines(data: dict[str, Any], path: str, drain: DrainList | None = Non
     out.append((summary.counts(data), None))
     tier = tier_line(data)
     out += [(tier, None)] if tier else []
-    out += [(e.splitlines()[0], "red") for e in data["errors"]]
+    out += [(e.splitlines()[0], "red") for e in data.errors]
     out += [(line, "red") for line in next_lines(data, path, drain)]
-    verdict = data["verdict"]
+    verdict = data.verdict
     out.append((f"verdict: {VERDICT_WORDS[verdict]}; evidence: {path}", "green" if verdict == "PASS" else "red"))
     return out

@@ -19,17 +19,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 from acceptance.numbers import fmt
 from acceptance.profile import baseline as baselines
 from acceptance.profile.loader import OVERRIDE, Profile
 from acceptance.profile.metrics import Kind, better, builtin_bound, canonical_metric, kind
 from acceptance.schema.bounds import Threshold, evaluate
+from acceptance.verdicts import FAILED_FIGURES as FAILED
+from acceptance.verdicts import FigureVerdict
 
-# the verdict of one figure; the evidence's ``CheckVerdict`` holds the same words
-FigureVerdict = Literal["pass", "fail", "xfail", "info", "baseline_fail"]
-FAILED: frozenset[FigureVerdict] = frozenset({"fail", "baseline_fail"})
 # the earlier run's checks by metric (``baseline.figures`` of its evidence)
 BaselineFigures = Mapping[str, Mapping[str, Any]]
 

@@ -26,7 +26,7 @@ MAD_TO_SIGMA = 1.4826  # 1 / Phi^-1(3/4): the MAD of normal readings times this 
 MEDIAN_EFFICIENCY = math.sqrt(math.pi / 2)  # the standard error of a median over that of a mean
 IQR_TO_SIGMA = 1.349  # Phi^-1(3/4) - Phi^-1(1/4): the interquartile range of normal readings in sigmas
 MIN_READINGS = 3  # fewer readings give no spread worth the name: the tolerance alone judges the figure
-# ``training.windows`` when the profile leaves it out (acceptance/families/training_figures.DEFAULT_WINDOWS)
+# ``training.windows`` when the profile leaves it out (acceptance/families/training/figures.DEFAULT_WINDOWS)
 TRAINING_WINDOWS = 5
 
 

@@ -14,12 +14,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from acceptance.evidence.model import EvidenceDoc
+from acceptance.evidence.store import as_data
 from acceptance.evidence.verdict import verdict_of
 from acceptance.numbers import fmt
 from acceptance.profile.baseline import Change, change, figures, noise_between, noise_in, tolerance_for
 from acceptance.profile.judge import bound_moved, regressed
 from acceptance.reports import view
 from acceptance.reports.table import render
+from acceptance.verdicts import turned_fail
 
 ARROWS = {"higher": "higher", "lower": "lower", "none": "-"}
 
@@ -42,7 +45,7 @@ class Row:
 
     @property
     def turned_fail(self) -> bool:
-        return self.new is not None and self.new.get("verdict") == "fail" and (self.old or {}).get("verdict") != "fail"
+        return self.new is not None and turned_fail((self.old or {}).get("verdict"), self.new.get("verdict"))
 
     @property
     def regression(self) -> bool:
@@ -55,14 +58,14 @@ class Row:
 
 
 def rows(
-    old: Mapping[str, Any],
-    new: Mapping[str, Any],
+    old: EvidenceDoc,
+    new: EvidenceDoc,
     tolerance: float | None = None,
     profile: Mapping[str, Any] | None = None,
 ) -> list[Row]:
     """Every figure of either run, regressions first, then by how much worse, then the rest. Tolerances come
     from ``tolerance``, else ``profile`` (a resolved profile), else the profile the new run recorded."""
-    before, after = figures(old), figures(new)
+    before, after = figures(as_data(old)), figures(as_data(new))
     profile = view.resolved(new) if profile is None else profile
     out = []
     for metric in dict.fromkeys([*before, *after]):
@@ -115,13 +118,12 @@ def _flatten(value: Any, prefix: str = "") -> dict[str, Any]:
     return out
 
 
-def differences(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
+def differences(old: EvidenceDoc, new: EvidenceDoc) -> list[str]:
     """What differs between the runs' profiles (key by key), software versions and recorded environment."""
-    a_cluster, b_cluster = old.get("cluster") or {}, new.get("cluster") or {}
-    pairs = [
+    pairs: list[tuple[str, Mapping[str, object], Mapping[str, object]]] = [
         ("profile", _flatten(view.resolved(old)), _flatten(view.resolved(new))),
-        ("software", a_cluster.get("software") or {}, b_cluster.get("software") or {}),
-        ("env", a_cluster.get("env") or {}, b_cluster.get("env") or {}),
+        ("software", old.cluster.software, new.cluster.software),
+        ("env", old.cluster.env, new.cluster.env),
     ]
     out = []
     for kind, a, b in pairs:
@@ -139,14 +141,13 @@ def _show(value: Any) -> str:
     return "(absent)" if value is None else str(value)
 
 
-def summary(old: Mapping[str, Any], new: Mapping[str, Any], found: list[Row], names: tuple[str, str]) -> list[str]:
+def summary(old: EvidenceDoc, new: EvidenceDoc, found: list[Row], names: tuple[str, str]) -> list[str]:
     """The heading lines: both runs' verdicts and profiles, then the regressions, each with its bound."""
     lines = []
     for label, data, name in (("old", old, names[0]), ("new", new, names[1])):
-        profile = data.get("profile") or {}
         lines.append(
-            f"{label}: {name}: {verdict_of(data)}, profile {profile.get('name')} "
-            f"sha256 {str(profile.get('sha256'))[:12]}, started {data.get('started')}"
+            f"{label}: {name}: {verdict_of(data)}, profile {data.profile.name} "
+            f"sha256 {data.profile.sha256[:12]}, started {data.started}"
         )
     bad = [r for r in found if r.regression]
     lines.append(

@@ -8,6 +8,7 @@ import io
 from collections.abc import Mapping
 from typing import Any
 
+from acceptance.evidence.model import EvidenceDoc
 from acceptance.families.compute import FIGURES, shortfalls
 from acceptance.reports import view
 
@@ -19,7 +20,7 @@ def _gpu(row: Mapping[str, Any]) -> str:
     return f"{where} {row['uuid']}" if row.get("uuid") else where
 
 
-def _culprits(data: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
+def _culprits(data: EvidenceDoc) -> dict[str, Mapping[str, Any]]:
     """compute.<figure>_min and _below_median -> the GPU row they name (the slowest, furthest under)."""
     out: dict[str, Mapping[str, Any]] = {}
     for run in view.series(data, "compute"):
@@ -33,7 +34,7 @@ def _culprits(data: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
     return out
 
 
-def rows(data: Mapping[str, Any]) -> list[dict[str, Any]]:
+def rows(data: EvidenceDoc) -> list[dict[str, str | float | None]]:
     culprits = _culprits(data)
     out = []
     for f in view.figures(data):
@@ -51,7 +52,7 @@ def rows(data: Mapping[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
-def csv_text(data: Mapping[str, Any]) -> str:
+def csv_text(data: EvidenceDoc) -> str:
     buffer = io.StringIO()
     writer = csv.DictWriter(buffer, fieldnames=COLUMNS, lineterminator="\n")
     writer.writeheader()

@@ -10,12 +10,14 @@ from __future__ import annotations
 import base64
 import html
 import re
+from typing import get_args
 
 from acceptance.reports.blocks import Block, Heading, Image, Table, Text, Verdict
 from acceptance.reports.table import Raw, render
-from acceptance.reports.view import VERDICTS
+from acceptance.verdicts import ORDER, FigureVerdict
 
-CHECK_VERDICTS = ("PASS", "FAIL", "BASELINE_FAIL", "XFAIL", "INFO", *VERDICTS)
+# the words a cell is coloured by: a figure's verdict as the report shows it (upper case), a run's verdict
+CHECK_VERDICTS = frozenset([*(v.upper() for v in get_args(FigureVerdict)), *ORDER])
 
 CSS = """
 :root { --pass: #1b7f3b; --fail: #c62828; --warn: #b26a00; --ink: #1d2733; --muted: #5f6b7a; --line: #d9dee5; }

@@ -7,12 +7,14 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from acceptance.evidence.model import EvidenceDoc
 from acceptance.families.compute import FIGURES, shortfalls
 from acceptance.numbers import fmt
 from acceptance.reports import pairs, plots, view
 from acceptance.reports.blocks import Block, Heading, Image, Table, Text
 from acceptance.schema.bounds import Threshold, limits
 from acceptance.schema.sizes import parse_size
+from acceptance.verdicts import figure_failed
 
 NO_PLOT = "No plot: matplotlib is not installed (pip install 'cluster-acceptance[report]')."
 
@@ -23,7 +25,7 @@ def image(name: str, png: bytes | None, alt: str) -> list[Block]:
     return [Image(name, png, alt)]
 
 
-def lower_bound(data: Mapping[str, Any], metric: str) -> float | None:
+def lower_bound(data: EvidenceDoc, metric: str) -> float | None:
     raw = view.thresholds(data).get(metric)
     try:
         return limits(Threshold.model_validate(raw))[0] if raw else None
@@ -34,9 +36,9 @@ def lower_bound(data: Mapping[str, Any], metric: str) -> float | None:
 RowKey = Callable[[dict[str, Any]], tuple[str, ...]]  # a row's metric names (the spellings it may have)
 
 
-def _panels(data: Mapping[str, Any], rows: list[tuple[str, dict[str, Any]]], metric: RowKey) -> list[plots.Panel]:
+def _panels(data: EvidenceDoc, rows: list[tuple[str, dict[str, Any]]], metric: RowKey) -> list[plots.Panel]:
     """One panel per op; a line per series label, points sorted by size (one line per node, no zigzag)."""
-    failing = {f.metric for f in view.figures(data) if f.verdict in view.FAILED}
+    failing = {f.metric for f in view.figures(data) if figure_failed(f.verdict)}
     panels = []
     for op in dict.fromkeys(r["op"] for _, r in rows):
         lines: dict[str, list[dict[str, Any]]] = {}
@@ -74,7 +76,7 @@ def _bytes(row: Mapping[str, Any]) -> float:
     return float(row.get("size_bytes") or parse_size(str(row["size"])))
 
 
-def collectives(data: Mapping[str, Any]) -> list[Block]:
+def collectives(data: EvidenceDoc) -> list[Block]:
     runs = view.series(data, "collectives")
     rows = [(_distinct(s.label), r) for s in runs for r in s.result.get("rows") or []]
     if not rows:
@@ -105,7 +107,7 @@ def collectives(data: Mapping[str, Any]) -> list[Block]:
     ]
 
 
-def internode(data: Mapping[str, Any]) -> list[Block]:
+def internode(data: EvidenceDoc) -> list[Block]:
     """Across nodes: each scope (all ranks, one GPU per node, ring) and each node's own group as a line."""
     rows: list[tuple[str, dict[str, Any]]] = []
     for run in view.series(data, "internode"):
@@ -146,7 +148,7 @@ def _gpu(row: Mapping[str, Any]) -> str:
     return f"{row['host']} GPU {row['gpu']}" if row.get("gpu") is not None else f"{row['host']} rank {row['rank']}"
 
 
-def per_gpu(data: Mapping[str, Any]) -> list[Block]:
+def per_gpu(data: EvidenceDoc) -> list[Block]:
     blocks: list[Block] = []
     for run in view.series(data, "compute"):
         rows = run.result.get("rows") or []
@@ -209,7 +211,7 @@ INVENTORY = ["host", "GPU", "model", "serial", "UUID", "driver", "VBIOS", "PCIe"
              "ECC, uncorrectable (volatile / aggregate)", "temperature C", "clock-event reasons"]  # fmt: skip
 
 
-def health(data: Mapping[str, Any]) -> list[Block]:
+def health(data: EvidenceDoc) -> list[Block]:
     """The NVML inventory of every GPU of every node, once (each node's pytest gathers the whole cluster)."""
     rows: dict[str, list[object]] = {}
     missing: list[str] = []

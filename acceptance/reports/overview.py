@@ -3,9 +3,10 @@ the software and the profile, the probes' wall times; and the order of all secti
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
+from acceptance.evidence.model import EvidenceDoc
+from acceptance.evidence.store import as_data
 from acceptance.evidence.verdict import verdict_of
 from acceptance.masking import masked_record
 from acceptance.reports import measured, references, soak, summary, training, view
@@ -17,34 +18,34 @@ def _first_line(text: Any) -> str:
     return lines[0] if lines else ""
 
 
-def verdict(data: Mapping[str, Any], origin: str) -> Verdict:
-    profile = data.get("profile") or {}
+def verdict(data: EvidenceDoc, origin: str) -> Verdict:
+    profile = data.profile
     facts = [
         ("evidence", origin),
-        ("profile", f"{profile.get('name')} ({profile.get('path')})"),
-        ("profile sha256", str(profile.get("sha256"))),
+        ("profile", f"{profile.name} ({profile.path})"),
+        ("profile sha256", profile.sha256),
         ("topology", view.nodes_label(data)),
-        ("started / finished", f"{data.get('started')} / {data.get('finished')}"),
-        ("command", " ".join(data.get("command") or [])),
+        ("started / finished", f"{data.started} / {data.finished}"),
+        ("command", " ".join(data.command)),
         # gated apart from information: a figure without a bound held nothing
         ("checks", summary.counts(data).removeprefix("checks: ")),
     ]
-    if view.merged(data):
-        parts = [f"{m.get('node') or m.get('host')}: {m.get('verdict')}" for m in data["merged_from"]]
+    if data.merged_from:
+        parts = [f"{m.node or m.host}: {m.verdict}" for m in data.merged_from]
         facts.append(("merged from", "; ".join(parts)))
     return Verdict(verdict_of(data), view.verdict_note(data), facts)
 
 
-def _agree(data: Mapping[str, Any], found: list[view.Figure]) -> tuple[bool, list[Block]]:
+def _agree(data: EvidenceDoc, found: list[view.Figure]) -> tuple[bool, list[Block]]:
     """Whether a node column is needed, and a note where the nodes of a merged file agree on every figure."""
     nodes = any(f.node not in ("", view.EVERY_NODE) for f in found)
     if view.merged(data) and found and not nodes:
-        count = len(data.get("merged_from") or [])
+        count = len(data.merged_from or [])
         return False, [Text(f"The {count} nodes' evidence agrees on every figure here (shown once).", note=True)]
     return nodes, []
 
 
-def gated(data: Mapping[str, Any]) -> list[Block]:
+def gated(data: EvidenceDoc) -> list[Block]:
     """Every gated figure with its bound and source: the measured ones first, then (folded) the exact gates
     that held: wrong elements, missing ranks, health counts, which read 0 == 0 on a good cluster."""
     found = [f for f in view.figures(data) if f.gated]
@@ -71,7 +72,7 @@ def gated(data: Mapping[str, Any]) -> list[Block]:
     return out if found else [*out, Text("No gated figure.")]
 
 
-def information(data: Mapping[str, Any]) -> list[Block]:
+def information(data: EvidenceDoc) -> list[Block]:
     found = [f for f in view.figures(data) if not f.gated]
     if not found:
         return []
@@ -87,42 +88,39 @@ def information(data: Mapping[str, Any]) -> list[Block]:
     return [Heading("Information figures (recorded, not gated)"), *note, Table(head, rows, folded=fold)]
 
 
-def _tests(data: Mapping[str, Any], outcomes: tuple[str, ...], title: str, last: str) -> list[Block]:
+def _tests(data: EvidenceDoc, outcomes: tuple[str, ...], title: str, last: str) -> list[Block]:
     found = view.tests(data, outcomes)
     if not found:
         return []
     nodes = any(node for _, node, _ in found)
-    rows = [
-        [t.get("outcome"), test_id, _first_line(t.get("message"))] + ([node] if nodes else [])
-        for test_id, node, t in found
-    ]
+    rows = [[t.outcome, test_id, _first_line(t.message)] + ([node] if nodes else []) for test_id, node, t in found]
     fold = f"{len(rows)} tests" if len(rows) > 8 and title.startswith("Skipped") else ""
     return [Heading(title), Table(["outcome", "test", last] + (["node"] if nodes else []), rows, folded=fold)]
 
 
-def problems(data: Mapping[str, Any]) -> list[Block]:
+def problems(data: EvidenceDoc) -> list[Block]:
     bad = ("failed", "error", "running", "not_run")
-    probes = [p for p in data.get("probes") or [] if p.get("status") != "ok"]
+    probes = [p for p in data.probes if p.status != "ok"]
     out: list[Block] = _tests(data, bad, "Tests that did not pass", "message")
     if probes:
-        rows = [[p.get("key"), p.get("status"), _first_line(p.get("error"))] for p in probes]
+        rows = [[p.key, p.status, _first_line(p.error)] for p in probes]
         out += [Heading("Probes that did not finish"), Table(["probe", "status", "error"], rows)]
-    errors = list(data.get("errors") or [])
+    errors = list(data.errors)
     if errors:
         out += [Heading("Session errors"), *(Text(e) for e in errors)]
     return out
 
 
-def skipped(data: Mapping[str, Any]) -> list[Block]:
+def skipped(data: EvidenceDoc) -> list[Block]:
     return _tests(data, ("skipped", "xfailed"), "Skipped and known issues", "reason")
 
 
-def cluster(data: Mapping[str, Any]) -> list[Block]:
+def cluster(data: EvidenceDoc) -> list[Block]:
     rows: dict[str, list[object]] = {}
-    for node in (data.get("cluster") or {}).get("nodes") or []:
-        for d in node.get("devices") or []:
-            key = f"{node.get('node_rank')}/{d.get('rank')}"
-            rows.setdefault(key, [node.get("host"), node.get("node_rank"), d.get("rank"), d.get("device"),
+    for node in data.cluster.nodes:
+        for d in node.devices:
+            key = f"{node.node_rank}/{d.get('rank')}"
+            rows.setdefault(key, [node.host, node.node_rank, d.get("rank"), d.get("device"),
                                   d.get("device_name"), d.get("uuid") or "-", d.get("pci_bus_id") or "-",
                                   d.get("memory_gib")])  # fmt: skip
     if not rows:
@@ -131,35 +129,32 @@ def cluster(data: Mapping[str, Any]) -> list[Block]:
     return [Heading("Nodes"), Table(head, list(rows.values()))]
 
 
-def software(data: Mapping[str, Any]) -> list[Block]:
-    info = data.get("cluster") or {}
-    soft = [[k, v] for k, v in (info.get("software") or {}).items() if v]
-    env = [[k, v] for k, v in (info.get("env") or {}).items()]
-    profile = data.get("profile") or {}
-    chain = " <- ".join([str(profile.get("path")), *map(str, profile.get("extends") or [])])
+def software(data: EvidenceDoc) -> list[Block]:
+    info = data.cluster
+    soft = [[k, v] for k, v in info.software.items() if v]
+    env = [[k, v] for k, v in info.env.items()]
+    profile = data.profile
+    chain = " <- ".join([profile.path, *profile.extends])
     out: list[Block] = [Heading("Software and profile"), Table(["software", "version"], soft)]
-    out += [Text(f"Profile {profile.get('name')}: {chain}; sha256 {profile.get('sha256')}", note=True)]
+    out += [Text(f"Profile {profile.name}: {chain}; sha256 {profile.sha256}", note=True)]
     fold = f"{len(env)} environment variables recorded (an allow-list: NCCL_*, CUDA_*, Slurm, rendezvous)"
     return out + ([Table(["environment", "value"], env, folded=fold)] if env else [])
 
 
-def walls(data: Mapping[str, Any]) -> list[Block]:
-    probes = data.get("probes") or []
+def walls(data: EvidenceDoc) -> list[Block]:
+    probes = data.probes
     if not probes:
         return []
     nodes = view.merged(data)
-    rows = [
-        [p.get("key"), p.get("status"), p.get("wall_s", "-")] + ([view.node_of(p, data)] if nodes else [])
-        for p in probes
-    ]
+    rows = [[p.key, p.status, p.wall_s] + ([view.node_of(p, data)] if nodes else []) for p in probes]
     head = ["probe", "status", "wall s"] + (["node"] if nodes else [])
     return [Heading("Probe wall times"), Table(head, rows)]
 
 
-def blocks(data: Mapping[str, Any], origin: str) -> list[Block]:
+def blocks(data: EvidenceDoc, origin: str) -> list[Block]:
     """The whole report, in reading order: the verdict and what failed first, the measurements, the rest.
     Masked first: an evidence file written before a name counted as a credential may still hold its value."""
-    data = masked_record(data)
+    data = EvidenceDoc.model_validate(masked_record(as_data(data)))
     return [
         verdict(data, origin),
         *problems(data),

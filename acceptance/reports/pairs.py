@@ -13,6 +13,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from acceptance.evidence.model import EvidenceDoc
+
 _ENDS = (("a", "b"), ("src", "dst"), ("node_a", "node_b"), ("from", "to"), ("i", "j"), ("left", "right"))
 _VALUES = ("busbw_gbps", "gbps", "bandwidth_gbps", "algbw_gbps", "value", "time_us", "latency_us")
 _NOT_VALUES = {"bytes", "wrong", "rank", "round", "size_bytes", "count", "iters"}
@@ -114,12 +116,12 @@ def _candidates(title: str, value: Any, depth: int) -> Iterator[Matrix]:
         yield from _candidates(f"{title} {key}", inner, depth + 1)
 
 
-def matrices(data: Mapping[str, Any]) -> list[Matrix]:
+def matrices(data: EvidenceDoc) -> list[Matrix]:
     """Every pair matrix in the tests' measurements, once (a merged file repeats them per node)."""
     out: dict[str, Matrix] = {}
-    for test in data.get("tests") or []:
-        name = str(test.get("nodeid", "")).rpartition("::")[2]
-        for key, value in (test.get("measurements") or {}).items():
+    for test in data.tests:
+        name = test.nodeid.rpartition("::")[2]
+        for key, value in test.measurements.items():
             for found in _candidates(f"{key} pairs, {name}", value, 0):
                 out.setdefault(repr((found.labels, found.cells)), found)
     return list(out.values())

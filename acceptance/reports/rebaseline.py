@@ -21,6 +21,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from acceptance.evidence.model import EvidenceDoc
+from acceptance.evidence.store import as_data
 from acceptance.evidence.verdict import verdict_of
 from acceptance.numbers import fmt
 from acceptance.profile.baseline import SIGNIFICANCE, noise_between, tolerance_for
@@ -75,7 +77,7 @@ def _round(value: float) -> float | int:
     return round(value) if abs(value) >= 1000 else float(f"{value:.4g}")
 
 
-def chosen(data: Mapping[str, Any], profile: Mapping[str, Any] | None, every: bool) -> list[view.Figure]:
+def chosen(data: EvidenceDoc, profile: Mapping[str, Any] | None, every: bool) -> list[view.Figure]:
     """The figures to bound: those ``profile`` bounds (else those the evidence gated; ``every``: all),
     leaving out correctness gates (their bound stays the profile's or the built-in one), figures that their
     bound alone judges (wall times, temperature) and figures with no better side."""
@@ -94,10 +96,10 @@ def chosen(data: Mapping[str, Any], profile: Mapping[str, Any] | None, every: bo
     return sorted(out, key=lambda f: f.metric)
 
 
-def margin(data: Mapping[str, Any], figure: view.Figure, tolerance: float) -> tuple[float, str]:
+def margin(data: EvidenceDoc, figure: view.Figure, tolerance: float) -> tuple[float, str]:
     """How far from the measured figure its bound goes, on its scale (relative, or points), and why: the
     tolerance, or, where the figure's readings say a rerun moves further, its noise."""
-    noise = noise_between(noise_of(data, canonical_metric(figure.metric)), None)
+    noise = noise_between(noise_of(as_data(data), canonical_metric(figure.metric)), None)
     if noise is None:
         return tolerance, ""
     if scale(figure.metric) == "points":
@@ -113,7 +115,7 @@ def margin(data: Mapping[str, Any], figure: view.Figure, tolerance: float) -> tu
     return noisy, f"; its noise ({SIGNIFICANCE:g} standard errors of a rerun) beyond the tolerance {tolerance:g}"
 
 
-def refuse_unless_passed(data: Mapping[str, Any], origin: str) -> None:
+def refuse_unless_passed(data: EvidenceDoc, origin: str) -> None:
     """Bounds only from a run that passed: a failed (or partial, incomplete) run's figures are the ones its
     gates refused, and a bound drawn from them would let the same fault pass next time."""
     verdict = verdict_of(data)
@@ -124,17 +126,17 @@ def refuse_unless_passed(data: Mapping[str, Any], origin: str) -> None:
         )
 
 
-def _current_max(figure: view.Figure, data: Mapping[str, Any]) -> float | None:
+def _current_max(figure: view.Figure, data: EvidenceDoc) -> float | None:
     """The ``max`` the run judged a lower-is-better fraction by, whatever its verdict: the new bound is never
     looser than it (a figure that failed it must not become a bound that passes it)."""
-    for test in data.get("tests") or []:
-        for check in test.get("checks") or []:
-            if check.get("metric") == figure.metric and (check.get("threshold") or {}).get("max") is not None:
-                return float(check["threshold"]["max"])
+    for test in data.tests:
+        for check in test.checks:
+            if check.metric == figure.metric and check.threshold and check.threshold.get("max") is not None:
+                return float(check.threshold["max"])
     return None
 
 
-def entry(figure: view.Figure, tolerance: float, origin: str, started: str, data: Mapping[str, Any]) -> dict[str, Any]:
+def entry(figure: view.Figure, tolerance: float, origin: str, started: str, data: EvidenceDoc) -> dict[str, Any]:
     value = float(figure.value or 0.0)
     step, why = margin(data, figure, tolerance)
     source = f"rebaseline of {origin} ({started}): measured {fmt(figure.value)} {figure.unit} in {figure.test}{why}"
@@ -151,7 +153,7 @@ def entry(figure: view.Figure, tolerance: float, origin: str, started: str, data
 
 
 def document(
-    data: Mapping[str, Any],
+    data: EvidenceDoc,
     origin: str,
     figures: list[view.Figure],
     tol: Tolerances,
@@ -160,10 +162,10 @@ def document(
     """YAML: a commented ``thresholds:`` block, one entry per line, to put in a profile. With ``profile``
     (the one the block goes into, or that it extends), each entry nulls the fields of that profile's entry
     it replaces: ``extends`` merges an entry field by field, and ``null`` deletes."""
-    started = str(data.get("started") or "unknown date")
-    measured = data.get("profile") or {}
+    started = data.started or "unknown date"
+    measured = data.profile
     lines = [
-        f"# bounds from {origin}: profile {measured.get('name')} (sha256 {str(measured.get('sha256'))[:12]}),",
+        f"# bounds from {origin}: profile {measured.name} (sha256 {measured.sha256[:12]}),",
         f"# run started {started}, verdict {verdict_of(data)}; ref = measured, lower/upper relative to ref",
         "thresholds:",
     ]

@@ -10,9 +10,10 @@ port rates the drift probe recorded.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from typing import Any
 
+from acceptance.evidence.model import EvidenceDoc
 from acceptance.profile.references import ReferenceTable, Setup, table
 from acceptance.reports import view
 
@@ -20,37 +21,37 @@ from acceptance.reports import view
 _IB_RATE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*Gb/sec\s*\(\s*\d+X\s+(?:EDR|HDR|NDR|XDR)\s*\)")
 
 
-def setup_of(data: Mapping[str, Any], refs: ReferenceTable) -> Setup | None:
+def setup_of(data: EvidenceDoc, refs: ReferenceTable) -> Setup | None:
     """The run's setup as the table keys it; None for a CPU run (no row describes one)."""
     resolved = view.resolved(data)
     topo = resolved.get("topology") or {}
     if topo.get("device") != "cuda":
         return None
-    ran = data.get("topology") or {}
+    ran = data.topology
     gpu = refs.gpu_of(topo.get("gpu_model")) or refs.gpu_of(_device_name(data))
     env = resolved.get("env") or {}
     nvls_env = env.get("NCCL_NVLS_ENABLE")
     return Setup(
         gpu=gpu,
-        nodes=int(ran.get("nodes") or topo.get("nodes") or 1),
-        gpus_per_node=int(topo.get("gpus_per_node") or ran.get("ranks_per_node") or 0),
+        nodes=int(ran.nodes or topo.get("nodes") or 1),
+        gpus_per_node=int(topo.get("gpus_per_node") or ran.ranks_per_node or 0),
         nvls=None if nvls_env is None else str(nvls_env).strip() != "0",
         nics=tuple(dict.fromkeys(_nic_kinds(data, refs))),
     )
 
 
-def _device_name(data: Mapping[str, Any]) -> str | None:
-    for node in (data.get("cluster") or {}).get("nodes") or []:
-        for device in node.get("devices") or []:
+def _device_name(data: EvidenceDoc) -> str | None:
+    for node in data.cluster.nodes:
+        for device in node.devices:
             if device.get("device_name"):
                 return str(device["device_name"])
     return None
 
 
-def _nic_kinds(data: Mapping[str, Any], refs: ReferenceTable) -> Iterator[str]:
-    for probe in data.get("probes") or []:
-        if probe.get("name") == "drift" and isinstance(probe.get("result"), dict):
-            for rate in _rates(probe["result"]):
+def _nic_kinds(data: EvidenceDoc, refs: ReferenceTable) -> Iterator[str]:
+    for probe in data.probes:
+        if probe.name == "drift" and probe.result is not None:
+            for rate in _rates(probe.result):
                 match = _IB_RATE.match(rate)
                 kind = refs.nic_of("InfiniBand", float(match.group(1))) if match else None
                 if kind:
@@ -71,7 +72,7 @@ def _rates(value: Any) -> Iterator[str]:
             yield from _rates(item)
 
 
-def column(data: Mapping[str, Any]) -> Callable[[str], str]:
+def column(data: EvidenceDoc) -> Callable[[str], str]:
     """metric -> the reference shown beside it ("" where no row describes it on this run's setup)."""
     refs = table()
     setup = setup_of(data, refs)

@@ -3,9 +3,9 @@ of each GPU's sustained speed, steady state and first slowdown (``acceptance.fam
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, Literal, cast
+from typing import Literal, cast
 
+from acceptance.evidence.model import EvidenceDoc
 from acceptance.families import soak as rules
 from acceptance.families.answers import clock_events_text
 from acceptance.numbers import fmt
@@ -55,7 +55,7 @@ def _cell(value: float | None, unit: str = "") -> str:
     return "-" if value is None else f"{fmt(value)}{unit}"
 
 
-def section(data: Mapping[str, Any]) -> list[Block]:
+def section(data: EvidenceDoc) -> list[Block]:
     blocks: list[Block] = []
     for run in view.series(data, "soak"):
         result = cast(rules.SoakResult, run.result)

@@ -4,31 +4,35 @@ tokens per dollar where the profile names a price per GPU-hour. The plugin write
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping
-from typing import Any
 
+from acceptance.evidence.model import EvidenceDoc
 from acceptance.reports import training, view
 from acceptance.reports.table import render
+from acceptance.verdicts import INFORMATION, FigureVerdict
 
 
-def counts(data: Mapping[str, Any]) -> str:
+def counts(data: EvidenceDoc) -> str:
     """Gated checks apart from recorded information, and the tests' outcomes: a figure without a bound held
     nothing, so it is never counted as a passed check."""
-    verdicts = [c.get("verdict") for t in data.get("tests") or [] for c in t.get("checks") or []]
-    gated = [v for v in verdicts if v != "info"]
+    verdicts = [c.verdict for t in data.tests for c in t.checks]
+    gated = [v for v in verdicts if v != INFORMATION]
     by_verdict = Counter(gated)
     parts = [f"{by_verdict[v]} {word}" for v, word in _CHECK_WORDS if by_verdict[v]]
-    outcomes = Counter(t.get("outcome") for t in data.get("tests") or [])
+    outcomes = Counter(t.outcome for t in data.tests)
     tests = ", ".join(f"{n} {outcome}" for outcome, n in sorted(outcomes.items(), key=lambda kv: str(kv[0])))
     held = f" ({', '.join(parts)})" if parts else ""
     return f"checks: {len(gated)} gated{held}, {len(verdicts) - len(gated)} recorded as information; tests: {tests}"
 
 
-_CHECK_WORDS = (("pass", "held"), ("fail", "failed"), ("baseline_fail", "worse than the baseline"),
-                ("xfail", "known issues"))  # fmt: skip
+_CHECK_WORDS: tuple[tuple[FigureVerdict, str], ...] = (
+    ("pass", "held"),
+    ("fail", "failed"),
+    ("baseline_fail", "worse than the baseline"),
+    ("xfail", "known issues"),
+)
 
 
-def lines(data: Mapping[str, Any]) -> list[str]:
+def lines(data: EvidenceDoc) -> list[str]:
     found = view.figures(data, failing_first=False)  # as the run printed them, test by test
     out: list[str] = []
     if found:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from acceptance.evidence.model import EvidenceDoc
 from acceptance.families.training import canary
 from acceptance.numbers import fmt
 from acceptance.reports import plots, view
@@ -78,14 +79,14 @@ def _strategies(result: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]
     return [(str(result.get("strategy") or "?"), result)]
 
 
-def runs(data: Mapping[str, Any]) -> list[Run]:
+def runs(data: EvidenceDoc) -> list[Run]:
     """Every strategy that produced figures, with its part of the job's wall time (the job's, in evidence
     written with a job per strategy); a failed job's finished strategies too."""
     found = [(s.key, s.label, s.result, s.wall_s) for s in view.series(data, "training")]
     found += [
-        (str(p.get("key")), "", p["result"], None)
-        for p in data.get("probes") or []
-        if p.get("name") == "training" and p.get("status") == "failed" and isinstance(p.get("result"), Mapping)
+        (p.key, "", p.result, None)
+        for p in data.probes
+        if p.name == "training" and p.status == "failed" and p.result is not None
     ]
     out: list[Run] = []
     for key, label, result, wall in found:
@@ -101,7 +102,7 @@ def _line(label: str, values: list[float], scale: float = 1.0) -> plots.Line:
     return plots.Line(label, list(range(1, len(values) + 1)), [v * scale for v in values])
 
 
-def _canary(data: Mapping[str, Any]) -> plots.Chart | None:
+def _canary(data: EvidenceDoc) -> plots.Chart | None:
     """Each strategy's loss against the reference strategy's, step by step, under the canary's bound."""
     curves: dict[str, list[float]] = {}
     for _, found in view.measurements(data, "curves"):
@@ -121,7 +122,7 @@ def _canary(data: Mapping[str, Any]) -> plots.Chart | None:
     return plots.Chart(title, "|loss - reference| / reference", lines, rtol)
 
 
-def _scaling(data: Mapping[str, Any], done: list[Run]) -> list[Block]:
+def _scaling(data: EvidenceDoc, done: list[Run]) -> list[Block]:
     baseline = [r for r in done if "(scaling baseline)" in r[0]]
     strategy = (view.resolved(data).get("training") or {}).get("scaling_strategy", "ddp")
     full = [r for r in done if r[0].split(" ")[0] == strategy and "(scaling baseline)" not in r[0]]
@@ -136,7 +137,7 @@ def _scaling(data: Mapping[str, Any], done: list[Run]) -> list[Block]:
     return image("scaling", png, f"{strategy} per-GPU throughput, baseline and full world")
 
 
-def section(data: Mapping[str, Any]) -> list[Block]:
+def section(data: EvidenceDoc) -> list[Block]:
     done = runs(data)
     if not done:
         return []

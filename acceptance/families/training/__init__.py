@@ -145,7 +145,7 @@ BASELINE_PART = "scaling-baseline"
 IN_JOB_BASELINE = ("ddp",)
 
 
-# One part's result: its figures (training_figures.TrainingFigures) merged with what its strategy set up
+# One part's result: its figures (figures.TrainingFigures) merged with what its strategy set up
 # (compile mode, DeepSpeed's config...), the job's facts and ``job``; or ``error`` with the strategy's name
 StrategyResult = dict[str, object]
 
