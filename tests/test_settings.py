@@ -138,14 +138,16 @@ def test_the_header_and_the_evidence_name_where_the_settings_came_from(
     pytester.makeini("[pytest]\ncluster_tier = quick\ncluster_nodes = 1\ncluster_evidence = from-ini\n")
     monkeypatch.setenv("CLUSTER_PROFILE", "synthetic.yaml")
     monkeypatch.setenv("CLUSTER_WORKER", "off")
-    result = pytester.runpytest(*PLUGIN_ARGS, "--cluster-timeout", "30")
+    result = pytester.runpytest(*PLUGIN_ARGS, "--cluster-timeout", "30", "--cluster-set", "env.HF_TOKEN=hf_secret")
     result.stdout.fnmatch_lines(
         [
             "cluster topology: * (from ini key cluster_nodes)",
             "cluster evidence: from-ini",
             "cluster settings: tier quick (ini key cluster_tier), drain off (default), "
-            "worker off (environment variable CLUSTER_WORKER), timeout 30 s (--cluster-timeout)",
+            "worker off (environment variable CLUSTER_WORKER), timeout 30 s (--cluster-timeout), "
+            "set env.HF_TOKEN (--cluster-set)",
         ]
     )
+    assert "hf_secret" not in result.stdout.str()
     data = evidence(pytester.path / "from-ini")
     assert data["tier"]["name"] == "quick" and data["topology"]["source"] == "ini key cluster_nodes"

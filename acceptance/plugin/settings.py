@@ -233,8 +233,9 @@ class RunSettings:
             parts.append(f"timeout {self.timeout.value:g} s ({self.timeout.origin})")
         if self.baseline.value is not None:
             parts.append(f"baseline {self.baseline.value} ({self.baseline.origin})")
-        if self.sets.value:
-            parts.append(f"set {' '.join(self.sets.value)} ({self.sets.origin})")
+        if self.sets.value:  # the keys only: a value may be a secret (``env.HF_TOKEN=...``)
+            keys = ", ".join(item.partition("=")[0].strip() for item in self.sets.value)
+            parts.append(f"set {keys} ({self.sets.origin})")
         return "cluster settings: " + ", ".join(parts)
 
 
