@@ -16,6 +16,7 @@ import pytest
 
 from acceptance.families import staging
 from acceptance.families.heartbeat import RankIdentity
+from acceptance.plugin.settings import PytestModes
 from acceptance.plugin.training_stage import TrainingStage, stage_point
 from acceptance.probes.rank import Heartbeat, ProbeSpec, wait_at_gate
 from acceptance.probes.train_strategies import preload
@@ -156,12 +157,10 @@ def test_otherwise_the_training_job_starts_at_its_turn(device: str, modules: tup
 def _stage_at(preflight_ok: bool | None, setupplan: bool = False) -> str | None:
     order = ("test_storage", "test_compute", "test_training")
     preflight = None if preflight_ok is None else SimpleNamespace(ok=preflight_ok)
-    owner = SimpleNamespace(collect_only=False, preflight=preflight, run=_cluster("cuda"))
+    settings = SimpleNamespace(modes=PytestModes(probes=not setupplan))
+    owner = SimpleNamespace(collect_only=False, preflight=preflight, run=_cluster("cuda"), settings=settings)
     stage = TrainingStage(owner)
-    option = SimpleNamespace(setupplan=setupplan, setuponly=False)
-    stage.pytest_collection_finish(
-        cast(pytest.Session, SimpleNamespace(items=_items(*order), config=SimpleNamespace(option=option)))
-    )
+    stage.pytest_collection_finish(cast(pytest.Session, SimpleNamespace(items=_items(*order))))
     return stage.at
 
 

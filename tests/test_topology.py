@@ -142,6 +142,11 @@ def test_command_line_alone() -> None:
     assert resolve({}, 1, nodes=2, node_rank=1, head="h") == Placement(2, 1, "h", DEFAULT_PORT, "command line")
 
 
+def test_the_same_fields_from_the_ini_file_name_it() -> None:
+    placed = resolve(SLURM, 1, head="other", given_by="ini key cluster_head")
+    assert placed.source == "ini key cluster_head over slurm"
+
+
 @pytest.mark.parametrize(
     ("env", "options", "why"),
     [

@@ -1,11 +1,11 @@
 """The pytest side: options, markers, fixtures; the run's state lives in one plugin object.
 
-Without ``--cluster-profile`` (or ``CLUSTER_PROFILE``, or the ini key ``cluster_profile``) the plugin is
-inert: other projects' tests run as before, and tests that ask for the ``cluster`` fixture skip with a
-reason that says how to pick one. With a profile, ``pytest_configure`` registers a
-:class:`~acceptance.plugin.session.ClusterSession` with the plugin manager (the way pytest-xdist
-registers its DSession): it holds the run and implements the session's hooks, and its
-``pytest_unconfigure`` restores what it changed.
+The run's settings are resolved once here (``acceptance.plugin.settings``). Without ``--cluster-profile``
+(or ``CLUSTER_PROFILE``, or the ini key ``cluster_profile``) the plugin is inert: other projects' tests run
+as before, and tests that ask for the ``cluster`` fixture skip with a reason that says how to pick one.
+With a profile, ``pytest_configure`` registers a :class:`~acceptance.plugin.session.ClusterSession` with
+the plugin manager (the way pytest-xdist registers its DSession): it holds the run and implements the
+session's hooks, and its ``pytest_unconfigure`` restores what it changed.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from acceptance.plugin import options
 from acceptance.plugin.checker import NO_PROFILE, SESSION_NAME, Checker, current
 from acceptance.plugin.opt_in import deselect_unasked
 from acceptance.plugin.session import ClusterSession
+from acceptance.plugin.settings import RunSettings
 from acceptance.plugin.training_stage import TrainingStage
 from acceptance.profile.registry import FAMILIES, family_of_module
 from acceptance.run.cluster_run import ClusterRun
@@ -32,9 +33,10 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "cluster_preflight: fails with the preflight's line when the node lacks GPUs")
     for family in FAMILIES:
         config.addinivalue_line("markers", f"{family.marker}: the {family.name} family: {family.doc}")
-    name = options.value(config, "cluster_profile")
-    if name:
-        session = ClusterSession.start(config, str(name))
+    # every setting read here, once: the session and what it drives take theirs from the settings
+    settings = RunSettings.read(config)
+    if settings is not None:
+        session = ClusterSession.start(config, settings)
         config.pluginmanager.register(session, SESSION_NAME)
         config.pluginmanager.register(TrainingStage(session), f"{SESSION_NAME}-training-stage")
 
@@ -54,9 +56,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             family = family_of_module(Path(item.nodeid.split("::")[0]).stem)
             if family is not None:
                 item.add_marker(getattr(pytest.mark, family.marker))
-    # an opt-in family (a soak of minutes) runs only when the run names it: -m soak, or its module
-    if current(config) is not None:
-        deselect_unasked(config, items)
+    # an opt-in family (a soak of minutes) runs only when the run names it: -m soak, its module, or its tier
+    session: ClusterSession | None = config.pluginmanager.get_plugin(SESSION_NAME)
+    if session is not None:
+        deselect_unasked(config, items, session.settings.tier.value)
 
 
 @pytest.fixture(scope="session")

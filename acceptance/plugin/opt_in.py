@@ -15,9 +15,8 @@ from typing import Any
 import pytest
 from _pytest.mark import expression as mark_expression  # how pytest's own -m evaluates an expression
 
-from acceptance.plugin import tiers
-from acceptance.plugin.checker import current
 from acceptance.profile.registry import FAMILIES
+from acceptance.profile.tiers import Tier
 from acceptance.schema.family import Family
 
 CLUSTER_MARK = "cluster"  # every test of the suite carries it (``pytest_collection_modifyitems``)
@@ -52,27 +51,27 @@ def named_by_argument(args: list[str], family: Family[Any]) -> bool:
     return any(Path(arg.split("::")[0]).stem == family.module for arg in args)
 
 
-def opt_in_selected(config: pytest.Config, family: Family[Any]) -> bool:
-    """Whether this run asked for ``family``: by ``-m``, by its module, or by a tier that includes it (the
-    run's ``--cluster-tier``, else its profile's ``tier:``). A family that is not ``opt_in`` always is."""
+def opt_in_selected(config: pytest.Config, family: Family[Any], tier: Tier) -> bool:
+    """Whether this run asked for ``family``: by ``-m``, by its module, or by its ``tier`` (the run's
+    settings: ``--cluster-tier``, else its profile's ``tier:``) including it. A family that is not
+    ``opt_in`` always is."""
     if not family.opt_in:
         return True
     markexpr = str(getattr(config.option, "markexpr", "") or "")
     if named_by_markexpr(markexpr, family) or named_by_argument(list(config.args), family):
         return True
-    run = current(config)
-    return run is not None and tiers.chosen(config, run.profile.model.tier).has(family)
+    return tier.has(family)
 
 
-def left_out_modules(config: pytest.Config) -> frozenset[str]:
+def left_out_modules(config: pytest.Config, tier: Tier) -> frozenset[str]:
     """The test modules of the opt-in families this run did not ask for: deselected, and no part of the
     suite whose absence makes a run partial."""
-    return frozenset(f.module for f in FAMILIES if not opt_in_selected(config, f))
+    return frozenset(f.module for f in FAMILIES if not opt_in_selected(config, f, tier))
 
 
-def deselect_unasked(config: pytest.Config, items: list[pytest.Item]) -> None:
+def deselect_unasked(config: pytest.Config, items: list[pytest.Item], tier: Tier) -> None:
     """Deselect the tests of the opt-in families the run did not ask for, as pytest's ``-m`` deselects."""
-    modules = left_out_modules(config)
+    modules = left_out_modules(config, tier)
     if not modules:
         return
     dropped = [item for item in items if item.path.stem in modules]

@@ -1,16 +1,17 @@
 """Every option of the plugin, defined once: the pytest options, their ini keys and environment
 variables, and the argparse options the commands share. One precedence everywhere:
-command line > environment > ini file > profile (an option left unset falls through to the profile).
+command line > environment > ini file > profile > default, resolved once per run by
+``acceptance.plugin.settings``.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import pytest
 
@@ -67,12 +68,18 @@ def on_off(text: str) -> bool:
     raise argparse.ArgumentTypeError(f"expected on or off, got {text!r}")
 
 
+T = TypeVar("T")
+
+
 @dataclass(frozen=True)
-class Option:
+class Option(Generic[T]):
+    """One option: its flag, its ini key, its environment variable, and how a text becomes its value (the
+    same conversion for all three, so a bad value reads the same wherever it was given)."""
+
     name: str  # without the leading dashes: cluster-profile
     help: str
+    convert: Callable[[str], T]
     env: str | None = None
-    convert: Callable[[str], Any] = str
     repeat: bool = False  # may be given several times (a list)
     metavar: str | None = None
 
@@ -81,70 +88,87 @@ class Option:
         return self.name.replace("-", "_")
 
     @property
+    def flag(self) -> str:
+        return f"--{self.name}"
+
+    @property
     def ini(self) -> str:
         return self.dest
 
 
-OPTIONS: tuple[Option, ...] = (
-    Option("cluster-profile", "profile name or YAML path (none: the plugin stays inert)", env="CLUSTER_PROFILE"),
-    Option(
-        "cluster-evidence",
-        "evidence folder; must not hold another run's evidence (default: a new folder under "
-        "./acceptance-results/ named by time, profile, host, node and run id)",
-        env="CLUSTER_EVIDENCE",
-        convert=folder_path,
-    ),
-    Option(
-        "cluster-set",
-        "override one profile key for this run, e.g. training.micro_batch=8 (repeatable; validated like the file)",
-        repeat=True,
-        metavar="KEY.PATH=VALUE",
-    ),
-    Option(
-        "cluster-baseline",
-        "an earlier run's evidence (the handover): a gated figure worse than it beyond the profile's "
-        "baseline tolerance (default 5%) fails, as `cluster-acceptance compare` judges",
-        env="CLUSTER_BASELINE",
-        convert=Path,
-    ),
-    Option("cluster-timeout", "seconds per probe run, overriding the profile's timeouts", convert=positive_seconds),
-    Option(
-        "cluster-nodes", "number of nodes (default: Slurm, Kubernetes, NNODES, or the profile)", convert=positive_int
-    ),
-    Option(
-        "cluster-node-rank",
-        "this node's rank (default: SLURM_NODEID, JOB_COMPLETION_INDEX, NODE_RANK, or 0)",
-        convert=non_negative_int,
-    ),
-    Option(
-        "cluster-head",
-        "rendezvous head HOST[:PORT] (default: first Slurm node, CLUSTER_HEAD, MASTER_ADDR, or 127.0.0.1; "
-        "port: MASTER_PORT or the profile's rdzv_port)",
-    ),
-    Option(
-        "cluster-worker",
-        "on (default): one torchrun job per node runs the full-world probes one after another; off: every "
-        "probe a torchrun job of its own, as a fresh process (slower; to rule the worker out)",
-        env="CLUSTER_WORKER",
-        convert=on_off,
-        metavar="on|off",
-    ),
-    Option(
-        "cluster-tier",
-        "quick (a job prolog, an init container: seconds), standard (the whole suite) or burn-in (standard "
-        "plus the soak); default: the profile's tier, else standard",
-        env="CLUSTER_TIER",
-        convert=tier_name,
-        metavar="|".join(tiers.TIER_NAMES),
-    ),
-    Option(
-        "cluster-drain",
-        "off (default): a run that does not PASS only writes drain.json in its evidence; slurm: also drains "
-        "its nodes (scontrol update state=drain reason=...); kubernetes: also taints and labels them (kubectl)",
-        env="CLUSTER_DRAIN",
-        convert=drain_way,
-        metavar="|".join(DRAIN_WAYS),
-    ),
+PROFILE = Option(
+    "cluster-profile", "profile name or YAML path (none: the plugin stays inert)", str, env="CLUSTER_PROFILE"
+)
+EVIDENCE = Option(
+    "cluster-evidence",
+    "evidence folder; must not hold another run's evidence (default: a new folder under "
+    "./acceptance-results/ named by time, profile, host, node and run id)",
+    folder_path,
+    env="CLUSTER_EVIDENCE",
+)
+SET = Option(
+    "cluster-set",
+    "override one profile key for this run, e.g. training.micro_batch=8 (repeatable; validated like the file)",
+    str,
+    repeat=True,
+    metavar="KEY.PATH=VALUE",
+)
+BASELINE = Option(
+    "cluster-baseline",
+    "an earlier run's evidence (the handover): a gated figure worse than it beyond the profile's "
+    "baseline tolerance (default 5%) fails, as `cluster-acceptance compare` judges",
+    Path,
+    env="CLUSTER_BASELINE",
+)
+TIMEOUT = Option("cluster-timeout", "seconds per probe run, overriding the profile's timeouts", positive_seconds)
+NODES = Option("cluster-nodes", "number of nodes (default: Slurm, Kubernetes, NNODES, or the profile)", positive_int)
+NODE_RANK = Option(
+    "cluster-node-rank",
+    "this node's rank (default: SLURM_NODEID, JOB_COMPLETION_INDEX, NODE_RANK, or 0)",
+    non_negative_int,
+)
+HEAD = Option(
+    "cluster-head",
+    "rendezvous head HOST[:PORT] (default: first Slurm node, CLUSTER_HEAD, MASTER_ADDR, or 127.0.0.1; "
+    "port: MASTER_PORT or the profile's rdzv_port)",
+    str,
+)
+WORKER = Option(
+    "cluster-worker",
+    "on (default): one torchrun job per node runs the full-world probes one after another; off: every "
+    "probe a torchrun job of its own, as a fresh process (slower; to rule the worker out)",
+    on_off,
+    env="CLUSTER_WORKER",
+    metavar="on|off",
+)
+TIER = Option(
+    "cluster-tier",
+    "quick (a job prolog, an init container: seconds), standard (the whole suite) or burn-in (standard "
+    "plus the soak); default: the profile's tier, else standard",
+    tier_name,
+    env="CLUSTER_TIER",
+    metavar="|".join(tiers.TIER_NAMES),
+)
+DRAIN = Option(
+    "cluster-drain",
+    "off (default): a run that does not PASS only writes drain.json in its evidence; slurm: also drains "
+    "its nodes (scontrol update state=drain reason=...); kubernetes: also taints and labels them (kubectl)",
+    drain_way,
+    env="CLUSTER_DRAIN",
+    metavar="|".join(DRAIN_WAYS),
+)
+OPTIONS: tuple[Option[Any], ...] = (
+    PROFILE,
+    EVIDENCE,
+    SET,
+    BASELINE,
+    TIMEOUT,
+    NODES,
+    NODE_RANK,
+    HEAD,
+    WORKER,
+    TIER,
+    DRAIN,
 )
 BY_DEST = {o.dest: o for o in OPTIONS}
 
@@ -155,44 +179,14 @@ def add_to_pytest(parser: pytest.Parser) -> None:
         where = f" [env {option.env}, ini {option.ini}]" if option.env else f" [ini {option.ini}]"
         kwargs: dict[str, Any] = {"dest": option.dest, "help": option.help + where, "metavar": option.metavar}
         if option.repeat:
-            group.addoption(f"--{option.name}", action="append", default=[], **kwargs)
+            group.addoption(option.flag, action="append", default=[], **kwargs)
         else:
             convert: Any = option.convert
-            group.addoption(f"--{option.name}", type=convert, default=None, **kwargs)
+            group.addoption(option.flag, type=convert, default=None, **kwargs)
         if option.repeat:
             parser.addini(option.ini, option.help, type="linelist")
         else:
             parser.addini(option.ini, option.help, type="string")
-
-
-def value(config: pytest.Config, dest: str, environ: Mapping[str, str] = os.environ) -> Any:
-    """The option's value by the one precedence: command line > environment > ini > None (the profile)."""
-    option = BY_DEST[dest]
-    given = config.getoption(dest)
-    if given not in (None, []):
-        return given
-    raw = environ.get(option.env) if option.env else None
-    source = f"environment variable {option.env}"
-    if not raw:
-        raw, source = config.getini(option.ini), f"ini key {option.ini}"
-    if option.repeat:
-        return list(raw or [])
-    if raw in (None, ""):
-        return None
-    try:
-        return option.convert(str(raw))
-    except argparse.ArgumentTypeError as exc:
-        raise pytest.UsageError(f"{source}: {exc}") from None
-
-
-def run_settings(config: pytest.Config) -> dict[str, Any]:
-    """What the options set on the session's ClusterRun (besides the profile, placement and folder)."""
-    return {
-        "timeout_override": value(config, "cluster_timeout"),
-        "run_tag": os.environ.get("CLUSTER_RUN_ID", ""),
-        "persist": not config.option.collectonly,
-        "worker": value(config, "cluster_worker") is not False,
-    }
 
 
 def add_to_argparse(parser: argparse.ArgumentParser, *dests: str, prefix: str = "--cluster-") -> None:

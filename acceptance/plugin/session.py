@@ -25,7 +25,6 @@ from acceptance.evidence.store import EvidenceError, EvidenceWriteError, as_data
 from acceptance.evidence.verdict import facts_of
 from acceptance.multinode import meeting as meetings
 from acceptance.multinode.plan import Plan, failed_preflights, shared_host_names, versions
-from acceptance.plugin import options
 from acceptance.plugin.drain_hooks import act_on
 from acceptance.plugin.outcomes import (
     RECORDED,
@@ -44,15 +43,15 @@ from acceptance.plugin.preflight_hooks import (
     shorten_repeated_probe_error,
     skip_without_gpus,
 )
+from acceptance.plugin.settings import RunSettings
 from acceptance.plugin.summary import UNCHECKED, header_lines, summary_lines
-from acceptance.plugin.tiers import Selection, chosen
+from acceptance.plugin.tiers import Selection
 from acceptance.profile import baseline
 from acceptance.profile import loader as profiles
 from acceptance.profile.metrics import device_problem, module_of
 from acceptance.profile.registry import family_of_module
-from acceptance.profile.tiers import Tier
 from acceptance.run.cluster_run import ClusterRun
-from acceptance.run.placement import TopologyError, resolve
+from acceptance.run.placement import Placement, TopologyError, resolve
 from acceptance.run.preflight import PreflightResult
 from acceptance.verdicts import Facts, decide, problems
 
@@ -77,9 +76,9 @@ def _in_tier(selection: Selection, nodeid: str) -> bool:
 class ClusterSession:
     """The run's state and hooks; registered with the plugin manager by ``pytest_configure``."""
 
-    def __init__(self, config: pytest.Config, run: ClusterRun, tier: Tier, drain_way: str | None) -> None:
-        self.config, self.run = config, run
-        self.collect_only = bool(config.option.collectonly)
+    def __init__(self, config: pytest.Config, run: ClusterRun, settings: RunSettings) -> None:
+        self.config, self.run, self.settings = config, run, settings  # config: its hooks and reporters only
+        self.collect_only = settings.modes.collect_only
         self.selected: list[str] = []
         self.deselected: set[str] = set()
         # every test collection found, before --lf or a node id narrowed a module down (neither deselects)
@@ -90,9 +89,10 @@ class ClusterSession:
         self.previous_term: Any = None
         self.preflight: PreflightResult | None = None
         self.started = time.monotonic()
+        tier = settings.tier.value
         self.tier = Selection(tier, run.profile.model.tiers.get(tier.name, {}))
         self.drain: DrainList | None = None
-        self.drain_way = drain_way
+        self.drain_way = settings.drain.value
         run.evidence.strict = False  # a full disk stops the run with one line (``pytest_runtest_logfinish``)
         if not self.collect_only and threading.current_thread() is threading.main_thread():
             self.previous_term = signal.signal(signal.SIGTERM, _interrupt_on_term)
@@ -109,32 +109,31 @@ class ClusterSession:
             reporter.write_line(f"[cluster] {line}")
 
     @classmethod
-    def start(cls, config: pytest.Config, name: str) -> ClusterSession:
-        """Load the profile, find where this node stands, claim the evidence folder: a usage error
-        (exit 4) for anything wrong, before any probe is launched."""
-        if (config.getoption("numprocesses", None) or 0) not in (0, "0") and not hasattr(config, "workerinput"):
-            raise pytest.UsageError(
-                "cluster tests own every GPU of the node: run them without -n (pytest-xdist); "
-                "xdist is for the plugin's own tests"
-            )
+    def start(cls, config: pytest.Config, settings: RunSettings) -> ClusterSession:
+        """Find where this node stands, read the baseline, claim the evidence folder: a usage error (exit 4)
+        for anything wrong, before any probe is launched (the settings and the profile are already read)."""
+        profile = settings.profile
+        _refuse_unmeasurable(profile)
         folder: Path | str = "(not chosen yet)"
         try:
-            # the tier's settings (the profile's ``tiers:``) come before the --cluster-set options
-            given = options.value(config, "cluster_tier")
-            profile = profiles.load(name, options.value(config, "cluster_set"), str(given) if given else None)
-            _refuse_unmeasurable(profile)
-            # the options a scheduler hook passes, read before the evidence folder exists: a bad one is
-            # a usage error that leaves nothing behind
-            tier, drain_way = chosen(config, profile.model.tier), options.value(config, "cluster_drain")
-            placement = _placement(config, profile)
-            old_path = options.value(config, "cluster_baseline")
+            # the placement first, before the evidence folder exists: a bad one leaves nothing behind
+            placement = _placement(settings)
+            old_path = settings.baseline.value
             old = baseline.figures(as_data(read_evidence(old_path))) if old_path else None
-            folder = _folder(config, profile.name, placement.nodes, placement.node_rank, profile.model.topology)
+            folder = _folder(settings.evidence.value, profile.name, placement.nodes, placement.node_rank, profile)
             label = f"--cluster-baseline {old_path}"
             run = ClusterRun(
-                profile, placement, folder, baseline=old, baseline_label=label, **options.run_settings(config)
+                profile,
+                placement,
+                folder,
+                timeout_override=settings.timeout.value,
+                run_tag=settings.run_tag.value,
+                persist=not settings.modes.collect_only,
+                worker=settings.worker.value,
+                baseline=old,
+                baseline_label=label,
             )
-        except (profiles.ProfileError, TopologyError, EvidenceFolderError) as exc:
+        except (TopologyError, EvidenceFolderError) as exc:
             raise pytest.UsageError(str(exc)) from None
         except EvidenceWriteError as exc:
             raise pytest.UsageError(str(exc)) from None
@@ -142,7 +141,7 @@ class ClusterSession:
             raise pytest.UsageError(f"--cluster-baseline: {exc}") from None
         except OSError as exc:  # the evidence folder's disk: full, read-only, gone
             raise pytest.UsageError(f"evidence folder {folder}: cannot write: {exc.strerror or exc}") from None
-        return cls(config, run, tier, drain_way)
+        return cls(config, run, settings)
 
     @property
     def meets(self) -> bool:
@@ -150,16 +149,14 @@ class ClusterSession:
         return self.run.placement.nodes > 1 and self.run.topology.launcher == "torchrun"
 
     def pytest_report_header(self, config: pytest.Config) -> list[str]:
-        return header_lines(self.run, self.meets)
+        return [*header_lines(self.run, self.meets), self.settings.line()]
 
     @pytest.hookimpl(trylast=True)  # on the tests left after -k and -m
     def pytest_collection_modifyitems(self, config: pytest.Config, items: list[pytest.Item]) -> None:
         self.tier.apply(config, items)
         self.run.evidence.doc.tier = self.tier.record(self.run.topology.device)
         if not self.collect_only:
-            o = config.option  # --setup-plan, --setup-only and --fixtures run no probe
-            probes = not (o.setupplan or o.setuponly or o.showfixtures or o.show_fixtures_per_test)
-            self.preflight = run_preflight(self.run, items, probes)
+            self.preflight = run_preflight(self.run, items, self.settings.modes.probes)
         skip_without_gpus(self.preflight, items)
 
     def pytest_report_collectionfinish(self, config: pytest.Config) -> str:
@@ -374,16 +371,18 @@ def _refuse_unmeasurable(profile: profiles.Profile) -> None:
         raise pytest.UsageError(f"profile {profile.name} ({profile.path}): {found[0]}{more}")
 
 
-def _placement(config: pytest.Config, profile: profiles.Profile) -> Any:
+def _placement(settings: RunSettings) -> Placement:
+    profile = settings.profile
     topo = profile.model.topology
     placement = resolve(
         os.environ,
         topo.nodes,
-        nodes=options.value(config, "cluster_nodes"),
-        node_rank=options.value(config, "cluster_node_rank"),
-        head=options.value(config, "cluster_head"),
+        nodes=settings.nodes.value,
+        node_rank=settings.node_rank.value,
+        head=settings.head.value,
         default_port=topo.rdzv_port,
         launcher=topo.launcher,
+        given_by=settings.placement_origin,
     )
     if placement.nodes != topo.nodes:
         # a 2x8 acceptance profile must never pass on one node because the allocation came out short
@@ -395,11 +394,10 @@ def _placement(config: pytest.Config, profile: profiles.Profile) -> Any:
     return placement
 
 
-def _folder(config: pytest.Config, profile: str, nodes: int, node_rank: int, topo: Any) -> Path:
-    given = options.value(config, "cluster_evidence")
+def _folder(given: Path | None, name: str, nodes: int, node_rank: int, profile: profiles.Profile) -> Path:
     if given is None:
-        return default_folder(profile, node_rank)
-    if nodes > 1 and topo.launcher == "torchrun":
+        return default_folder(name, node_rank)
+    if nodes > 1 and profile.model.topology.launcher == "torchrun":
         # one pytest per node may share the folder (a shared filesystem, one volume): one subfolder each
-        return Path(given) / f"node{node_rank}-{socket.gethostname()}"
-    return Path(given)
+        return given / f"node{node_rank}-{socket.gethostname()}"
+    return given

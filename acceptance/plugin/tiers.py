@@ -1,7 +1,8 @@
 """The run's tier in the session: its tests outside the tier deselected, as pytest's ``-m`` deselects.
 
-The tier is chosen once (``--cluster-tier`` > ``CLUSTER_TIER`` > ini ``cluster_tier`` > the profile's
-``tier:``) and applied after ``-m`` and ``-k``, so both narrow a tier further and neither widens it. The
+The tier is chosen once with the run's settings (``--cluster-tier`` > ``CLUSTER_TIER`` > ini
+``cluster_tier`` > the profile's ``tier:`` > standard: ``acceptance.plugin.settings``) and applied after
+``-m`` and ``-k``, so both narrow a tier further and neither widens it. The
 tests a tier leaves out are no part of the run: a quick run of its families whole is a verdict (PASS or
 FAIL), not PARTIAL; a quick run narrowed by ``-m`` is PARTIAL as any other.
 """
@@ -17,18 +18,11 @@ import pytest
 from pydantic import JsonValue
 
 from acceptance.evidence.model import TierRecord
-from acceptance.plugin import options
 from acceptance.profile.registry import family_of_module
-from acceptance.profile.tiers import Tier, tier_named
+from acceptance.profile.tiers import Tier
 from acceptance.schema.family import Device, Family
 
 REASON = "not in the {tier} tier (--cluster-tier)"
-
-
-def chosen(config: pytest.Config, profile_tier: str) -> Tier:
-    """The run's tier: the option's (command line, environment, ini), else the profile's."""
-    given = options.value(config, "cluster_tier")
-    return tier_named(str(given) if given else profile_tier)
 
 
 @dataclass

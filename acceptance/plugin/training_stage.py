@@ -76,9 +76,8 @@ class TrainingStage:
         self.items: list[pytest.Item] = []
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
-        options = session.config.option
         preflight = self.session.preflight  # a node without its GPUs skips the training tests
-        if self.session.collect_only or options.setupplan or options.setuponly or (preflight and not preflight.ok):
+        if self.session.collect_only or not self.session.settings.modes.probes or (preflight and not preflight.ok):
             return
         self.items = list(session.items)
         self.at = stage_point(self.session.run, self.items)

@@ -2,7 +2,8 @@
 
 Sources, first match wins: Slurm, a Kubernetes Indexed Job, plain NNODES / NODE_RANK / MASTER_ADDR /
 MASTER_PORT, and finally the profile (one node, this host). Command-line options override single
-fields of whatever the environment said, so ``--cluster-head`` alone can move the head of a Slurm job.
+fields of whatever the environment said, so ``--cluster-head`` alone can move the head of a Slurm job (the
+same options set in the ini file do the same, and the source names the ini key).
 """
 
 from __future__ import annotations
@@ -173,7 +174,10 @@ def resolve(
     head: str | None = None,
     default_port: int = DEFAULT_PORT,
     launcher: str = "torchrun",
+    given_by: str = "command line",
 ) -> Placement:
+    """This node's placement; ``nodes``, ``node_rank`` and ``head`` (the run's settings, which
+    ``given_by`` names: the command line, an ini key) override single fields of what the environment says."""
     found = (
         _slurm(env, default_port, launcher)
         or _kubernetes(env, profile_nodes, default_port)
@@ -182,7 +186,7 @@ def resolve(
     if nodes is not None or node_rank is not None or head is not None:
         base = found or Placement(profile_nodes, 0, LOOPBACK, default_port, "profile")
         host, port = split_head(head, base.port) if head is not None else (base.head, base.port)
-        source = "command line" + (f" over {found.source}" if found else "")
+        source = given_by + (f" over {found.source}" if found else "")
         found = Placement(
             base.nodes if nodes is None else nodes,
             base.node_rank if node_rank is None else node_rank,
