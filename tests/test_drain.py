@@ -32,7 +32,8 @@ def failed_check(metric: str, value: float, detail: str) -> dict[str, Any]:
 
 
 def test_a_preflight_failure_drains_this_node_with_its_line() -> None:
-    data = doc(errors=["preflight: GPU 1 (0000:19:00.0) is in use by another process: pid 4242 `python train.py`"])
+    line = "preflight: GPU 1 (0000:19:00.0) is in use by another process: pid 4242 `python train.py`"
+    data = doc(errors=[line], cluster={"nodes": [], "preflight": {"ok": False, "categories": {line: "configuration"}}})
     found = drain.build(data, Path("ev/evidence.json"), {"gpu-a": "c1"})
     assert found["nodes"] == [
         {
@@ -40,9 +41,73 @@ def test_a_preflight_failure_drains_this_node_with_its_line() -> None:
             "scheduler_name": "c1",
             "gpus": ["1"],
             "severity": "drain",
-            "reason": "preflight: GPU 1 (0000:19:00.0) is in use by another process: pid 4242 `python train.py`",
+            "reason": line,
+            "node_fault": True,
+            "category": "configuration",
+            "action": "drain GPU",
+            "reasons": [{"text": line, "category": "configuration", "action": "drain GPU"}],
         }
     ]
+
+
+CPU_ONLY = (
+    "preflight: profile h100-x1 runs on CUDA GPUs (topology.device: cuda), but this torch 2.13.0+cpu is a "
+    "CPU-only build: install a CUDA build of torch, or pick a CPU profile such as local-cpu"
+)
+
+
+def test_the_suite_s_own_install_drains_no_node_and_says_what_to_fix() -> None:
+    """A CUDA profile on a CPU-only torch (what a plain ``pip install torch`` gives) is the install's fault:
+    drained, it would take every node of a cluster out with one broken image."""
+    data = doc(
+        errors=[CPU_ONLY], cluster={"nodes": [], "preflight": {"ok": False, "categories": {CPU_ONLY: "software"}}}
+    )
+    found = drain.build(data, Path("e.json"), {"gpu-a": "c1"})
+    [node] = found["nodes"]
+    assert (node["severity"], node["node_fault"], node["category"], node["action"]) == (
+        "review", False, "software", "fix the install",
+    )  # fmt: skip
+    assert drain.to_drain(found) == [] and scheduler.apply(found, "slurm", run=_refuse) == []
+
+
+def test_a_time_limit_the_operator_gave_and_the_run_s_own_errors_drain_no_node() -> None:
+    """A single-node run (a prolog's) blames its node for a failure of its own hardware, never for a probe
+    killed at a ``--cluster-timeout`` the operator gave, nor for a threshold its profile left unchecked."""
+    killed = "probe health timed out after 1 s and was killed: ..."
+    timed_out = {"nodeid": "test_health.py::test_x", "outcome": "failed", "message": killed, "category": "environment"}
+    for data in (doc(tests=[timed_out]), doc(errors=["thresholds no selected test checked: compute.x"])):
+        found = drain.build(data, Path("e.json"))
+        [node] = found["nodes"]
+        assert (node["node"], node["severity"], node["node_fault"]) == ("gpu-a", "review", False)
+        assert drain.to_drain(found) == []
+    [node] = drain.build(doc(tests=[timed_out]), Path("e.json"))["nodes"]
+    assert (node["category"], node["action"]) == ("environment", "fix a setting")
+    crashed = {**timed_out, "message": "probe health failed: rank 0 exited 1", "category": None}
+    [node] = drain.build(doc(tests=[crashed]), Path("e.json"))["nodes"]
+    assert (node["severity"], node["category"], node["action"]) == ("drain", "hardware", "drain node")
+
+
+def test_another_node_s_install_fault_drains_no_node() -> None:
+    line = "preflight: node 1 (gpu-b) failed its preflight: profile h100 ... is a CPU-only build: install ..."
+    preflight = {"ok": False, "categories": {line: "software"}}
+    found = drain.build(doc(nodes=2, errors=[line], cluster={"nodes": [], "preflight": preflight}), Path("e.json"))
+    assert [(n["node"], n["severity"], n["action"]) for n in found["nodes"]] == [("gpu-b", "review", "fix the install")]
+
+
+def test_the_reason_names_every_failure_shortened_the_node_s_own_faults_first() -> None:
+    data = doc(
+        errors=["thresholds no selected test checked: storage.read_gbps"],
+        tests=[failed_check("compute.matmul_tflops_min", 212.0, "slowest: gpu-a GPU 3 " + "x" * 300),
+               failed_check("health.gpu_temp_c_max", 97.0, "gpu-a GPU 5")],
+    )  # fmt: skip
+    [node] = drain.build(data, Path("e.json"))["nodes"]
+    assert node["reason"].startswith("3 failures: compute.matmul_tflops_min = 212, bound >= 400 (slowest")
+    assert "; health.gpu_temp_c_max = 97, bound >= 400 (gpu-a GPU 5); thresholds no" in node["reason"]
+    assert len(node["reason"]) <= drain.REASON_CHARS
+    assert [(r["category"], r["action"]) for r in node["reasons"]] == [
+        ("hardware", "drain GPU"), ("hardware", "drain GPU"), ("suite", "review"),
+    ]  # fmt: skip
+    assert (node["severity"], node["gpus"], node["node_fault"]) == ("drain", ["3", "5"], True)
 
 
 def test_another_node_s_preflight_drains_that_node_not_this_one() -> None:
@@ -172,7 +237,7 @@ def test_a_node_listed_already_gets_the_gpus_of_its_later_reasons() -> None:
                       failed_check("health.gpu_temp_c_max", 97.0, "gpu-a GPU 5")])  # fmt: skip
     [node] = drain.build(data, Path("e.json"))["nodes"]
     assert (node["gpus"], node["severity"]) == (["3", "5"], "drain")
-    assert node["reason"].startswith("compute.matmul_tflops_min")
+    assert node["reason"].startswith("2 failures: compute.matmul_tflops_min")  # every failure, not the first
     whole = doc(errors=["preflight: no GPU"], tests=[failed_check("compute.matmul_tflops_min", 1.0, "gpu-a GPU 3")])
     [node] = drain.build(whole, Path("e.json"))["nodes"]
     assert node["gpus"] == []  # a reason that blames the node as a whole is not narrowed to one GPU

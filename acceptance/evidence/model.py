@@ -12,6 +12,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
+from acceptance.evidence.causes import Category
+
 SCHEMA_ID = "cluster-acceptance/evidence/1"
 
 Verdict = Literal["PASS", "FAIL", "PARTIAL", "INCOMPLETE"]
@@ -51,6 +53,9 @@ class Case(Part):
     checks: list[Check] = []
     message: str | None = None
     longrepr: str | None = None
+    # whose fault its failure is, where the run knows better than its figures (a time limit the operator
+    # gave: environment); None: judged by its figures (acceptance.evidence.drain)
+    category: Category | None = None
 
 
 class ProbeRecord(Part):
