@@ -179,7 +179,7 @@ def test_slurm_and_kubernetes_commands_are_argv_lists() -> None:
     lines = scheduler.apply(found, "kubernetes", run=run)
     assert [argv[:3] for argv in ran] == [["kubectl", "taint", "nodes"], ["kubectl", "label", "nodes"],
                                           ["kubectl", "annotate", "nodes"]]  # fmt: skip
-    assert ran[0][3:] == ["c1", "cluster-acceptance/verdict=fail:NoSchedule", "--overwrite"]
+    assert ran[0][3:] == ["--overwrite", "--", "c1", "cluster-acceptance/verdict=fail:NoSchedule"]
     assert all(line.endswith("exit 1: error: forbidden") for line in lines)
 
 
@@ -254,3 +254,17 @@ def test_a_drain_list_that_cannot_be_built_keeps_the_verdict(
     err = capsys.readouterr().err
     assert err == f"cluster-acceptance: no drain list for {tmp_path / 'evidence.json'}: KeyError: 'topology'\n"
     assert not (tmp_path / "drain.json").exists()
+
+
+@pytest.mark.parametrize("name", ["--all", "gpu[001-100]", "a,b,c", "gpu 1", "-gpu", "gpu-", "", "a" * 254, "a..b"])
+def test_a_name_that_is_not_one_host_is_refused_and_nothing_runs(name: str) -> None:
+    found = drain.build(doc(errors=["preflight: no GPU"]), Path("e.json"), {"gpu-a": name})
+    for way in ("slurm", "kubernetes"):
+        [line] = scheduler.apply(found, way, run=_refuse)
+        assert line == f"{way}: refused: node name {name!r} is not one host name (RFC 1123: letters, digits, '-' " \
+            "and '.', no leading or trailing '-', no ',', '[', ']' or space): no command run"  # fmt: skip
+
+
+@pytest.mark.parametrize("name", ["gpu-001", "c7", "node-3.rack2.example.com", "GPU01", "a" * 63])
+def test_one_host_name_is_taken(name: str) -> None:
+    assert scheduler.name_problem(name) is None
