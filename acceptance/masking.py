@@ -1,6 +1,12 @@
 """Secrets never leave the run: which names are credentials, and their values masked wherever a
 profile, an environment, a command line or a whole record is written or digested.
 
+A secret is found by its name (``HF_TOKEN``) and by its shape inside any value, whatever the value's name:
+a URL's credentials (``https://user:***@db``), a secret-named option inside a value (``--token=***``,
+``--password ***``), a secret-named assignment (``DB_PASS=***``, ``?token=***``), an HTTP authorization
+(``Bearer ***``), and the values under secret-named keys of a mapping nested in an environment. An
+allow-listed name (``NCCL_*``) keeps its value only after the value's shapes are masked.
+
 A leaf module (imports nothing of the package), and the one place that masks: the profile's digest, the
 evidence, the probes' records of the environment, the evidence folder's holder file and the reports all
 mask here, so one name is masked the same way everywhere.
@@ -9,6 +15,7 @@ mask here, so one name is masked the same way everywhere.
 from __future__ import annotations
 
 import copy
+import re
 from collections.abc import Mapping
 from typing import Any, TypeVar
 
@@ -26,15 +33,66 @@ def is_secret(name: str) -> bool:
     return any(word in name.upper() for word in SECRET_WORDS)
 
 
+# scheme://user:password@host: the password goes (RFC 3986 userinfo; a user alone is no secret)
+_URL_CREDENTIALS = re.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.-]*://[^/\s:@]*):(?P<secret>[^/\s@]+)@")
+# an HTTP authorization: Bearer TOKEN, Basic BASE64, token TOKEN
+_AUTHORIZATION = re.compile(r"(?P<head>\b(?:Bearer|Basic|Token)\s+)(?P<secret>[A-Za-z0-9._~+/=-]+)", re.IGNORECASE)
+# a name holding a secret word (not ``tokens``: a figure's name, ``tokens_per_s_per_gpu``, is no secret)
+_WORDS = "|".join("TOKEN(?!S)" if word == "TOKEN" else word for word in SECRET_WORDS)
+_SECRET_NAME = rf"[\w.-]*(?:{_WORDS})[\w.-]*"
+# an option inside a value: --token=VALUE, --password VALUE (an option next is no value)
+_OPTION = re.compile(rf"(?<![\w-])(?P<name>--?{_SECRET_NAME})(?P<sep>=|\s+)(?P<secret>[^\s'\"]+)", re.IGNORECASE)
+# an assignment inside a value: DB_PASS=VALUE, ?token=VALUE&
+_ASSIGNMENT = re.compile(rf"(?<![\w.-])(?P<name>{_SECRET_NAME})=(?P<secret>[^\s&;,'\"]+)", re.IGNORECASE)
+
+
+def masked_text(text: str) -> str:
+    """``text`` with every secret its shape gives away masked (see the module's docstring)."""
+    text = _URL_CREDENTIALS.sub(lambda m: f"{m['head']}:{MASK}@", text)
+    text = _AUTHORIZATION.sub(lambda m: f"{m['head']}{MASK}", text)
+
+    def option(m: re.Match[str]) -> str:
+        next_option = m["sep"] != "=" and m["secret"].startswith("-")
+        return m[0] if next_option or m["secret"] == MASK else f"{m['name']}{m['sep']}{MASK}"
+
+    text = _OPTION.sub(option, text)
+    return _ASSIGNMENT.sub(lambda m: f"{m['name']}={MASK}", text)
+
+
+def masked_value(value: Any) -> Any:
+    """A value of an environment or a profile as it may be kept: strings masked by shape, and in a nested
+    mapping every value under a secret-named key (``{HF_TOKEN: ...}``) masked whole."""
+    if isinstance(value, str):
+        return masked_text(value)
+    if isinstance(value, Mapping):
+        return {k: MASK if is_secret(str(k)) else masked_value(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [masked_value(item) for item in value]
+    return value
+
+
+def _masked_strings(value: Any) -> Any:
+    """Every string of a record masked by shape; keys and structure as they are (a threshold's name holds
+    ``tokens``, and is no secret)."""
+    if isinstance(value, str):
+        return masked_text(value)
+    if isinstance(value, dict):
+        return {k: _masked_strings(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_masked_strings(item) for item in value]
+    return value
+
+
 def masked_env(env: Mapping[str, V]) -> dict[str, V | str]:
-    """A record of environment variables as it may be kept: every name, the credentials' values masked."""
-    return {name: MASK if is_secret(str(name)) else value for name, value in env.items()}
+    """A record of environment variables as it may be kept: every name, the credentials' values masked, and
+    every other value masked by shape (a URL's password, a ``--token=`` inside it)."""
+    return {name: MASK if is_secret(str(name)) else masked_value(value) for name, value in env.items()}
 
 
 def masked_profile(profile: dict[str, Any]) -> dict[str, Any]:
     """The profile as recorded: a copy (the run still needs the real values) whose secret ``env`` values are
-    masked. The names stay, so a reader still sees that the variable was set."""
-    out = copy.deepcopy(profile)
+    masked, and every string masked by shape. The names stay, so a reader still sees that the variable was set."""
+    out = _masked_strings(copy.deepcopy(profile))
     env = (out.get("resolved") or {}).get("env")
     if isinstance(env, dict):
         out["resolved"]["env"] = masked_env(env)
@@ -47,6 +105,8 @@ def masked_record(data: Any) -> Any:
     a name counted as a credential: what shows them masks again."""
     if isinstance(data, list):
         return [masked_record(item) for item in data]
+    if isinstance(data, str):
+        return masked_text(data)
     if not isinstance(data, dict):
         return data
     out: dict[Any, Any] = {}
@@ -99,5 +159,5 @@ def masked_command(argv: list[str]) -> list[str]:
         else:
             arg, after_secret = _masked_arg(arg)
         after_option = arg == SET_OPTION
-        out.append(arg)
+        out.append(masked_text(arg) if arg != MASK else arg)
     return out

@@ -12,11 +12,14 @@ import pytest
 from acceptance.evidence import drain
 from acceptance.plugin import drain_hooks
 from acceptance.run import drain as scheduler
+from tests.harness import doc as evidence_doc
 
 
 def doc(nodes: int = 1, verdict: str = "FAIL", device: str = "cuda", **extra: Any) -> dict[str, Any]:
-    return {
+    """A complete run's evidence, as the plugin hands it to the drain list (a dict of the typed document)."""
+    fields: dict[str, Any] = {
         "verdict": verdict,
+        "complete": True,
         "topology": {"host": "gpu-a", "nodes": nodes},
         "profile": {"resolved": {"topology": {"device": device}}},
         "cluster": {"nodes": [{"host": f"gpu-{c}"} for c in "ab"[:nodes]]},
@@ -24,15 +27,18 @@ def doc(nodes: int = 1, verdict: str = "FAIL", device: str = "cuda", **extra: An
         "errors": [],
         **extra,
     }
+    return evidence_doc(**fields).model_dump(mode="json")
 
 
 def failed_check(metric: str, value: float, detail: str) -> dict[str, Any]:
-    check = {"metric": metric, "value": value, "bound": ">= 400", "verdict": "fail", "detail": detail}
+    check = {"metric": metric, "value": value, "unit": "GB/s", "bound": ">= 400", "threshold": {"min": 400}}
+    check |= {"verdict": "fail", "detail": detail}
     return {"nodeid": f"test_x.py::test_{metric}", "outcome": "failed", "checks": [check]}
 
 
 def test_a_preflight_failure_drains_this_node_with_its_line() -> None:
-    data = doc(errors=["preflight: GPU 1 (0000:19:00.0) is in use by another process: pid 4242 `python train.py`"])
+    line = "preflight: GPU 1 (0000:19:00.0) is in use by another process: pid 4242 `python train.py`"
+    data = doc(errors=[line], cluster={"nodes": [], "preflight": {"ok": False, "categories": {line: "configuration"}}})
     found = drain.build(data, Path("ev/evidence.json"), {"gpu-a": "c1"})
     assert found["nodes"] == [
         {
@@ -40,9 +46,73 @@ def test_a_preflight_failure_drains_this_node_with_its_line() -> None:
             "scheduler_name": "c1",
             "gpus": ["1"],
             "severity": "drain",
-            "reason": "preflight: GPU 1 (0000:19:00.0) is in use by another process: pid 4242 `python train.py`",
+            "reason": line,
+            "node_fault": True,
+            "category": "configuration",
+            "action": "drain GPU",
+            "reasons": [{"text": line, "category": "configuration", "action": "drain GPU"}],
         }
     ]
+
+
+CPU_ONLY = (
+    "preflight: profile h100-x1 runs on CUDA GPUs (topology.device: cuda), but this torch 2.13.0+cpu is a "
+    "CPU-only build: install a CUDA build of torch, or pick a CPU profile such as local-cpu"
+)
+
+
+def test_the_suite_s_own_install_drains_no_node_and_says_what_to_fix() -> None:
+    """A CUDA profile on a CPU-only torch (what a plain ``pip install torch`` gives) is the install's fault:
+    drained, it would take every node of a cluster out with one broken image."""
+    data = doc(
+        errors=[CPU_ONLY], cluster={"nodes": [], "preflight": {"ok": False, "categories": {CPU_ONLY: "software"}}}
+    )
+    found = drain.build(data, Path("e.json"), {"gpu-a": "c1"})
+    [node] = found["nodes"]
+    assert (node["severity"], node["node_fault"], node["category"], node["action"]) == (
+        "review", False, "software", "fix the install",
+    )  # fmt: skip
+    assert drain.to_drain(found) == [] and scheduler.apply(found, "slurm", run=_refuse) == []
+
+
+def test_a_time_limit_the_operator_gave_and_the_run_s_own_errors_drain_no_node() -> None:
+    """A single-node run (a prolog's) blames its node for a failure of its own hardware, never for a probe
+    killed at a ``--cluster-timeout`` the operator gave, nor for a threshold its profile left unchecked."""
+    killed = "probe health timed out after 1 s and was killed: ..."
+    timed_out = {"nodeid": "test_health.py::test_x", "outcome": "failed", "message": killed, "category": "environment"}
+    for data in (doc(tests=[timed_out]), doc(errors=["thresholds no selected test checked: compute.x"])):
+        found = drain.build(data, Path("e.json"))
+        [node] = found["nodes"]
+        assert (node["node"], node["severity"], node["node_fault"]) == ("gpu-a", "review", False)
+        assert drain.to_drain(found) == []
+    [node] = drain.build(doc(tests=[timed_out]), Path("e.json"))["nodes"]
+    assert (node["category"], node["action"]) == ("environment", "fix a setting")
+    crashed = {**timed_out, "message": "probe health failed: rank 0 exited 1", "category": None}
+    [node] = drain.build(doc(tests=[crashed]), Path("e.json"))["nodes"]
+    assert (node["severity"], node["category"], node["action"]) == ("drain", "hardware", "drain node")
+
+
+def test_another_node_s_install_fault_drains_no_node() -> None:
+    line = "preflight: node 1 (gpu-b) failed its preflight: profile h100 ... is a CPU-only build: install ..."
+    preflight = {"ok": False, "categories": {line: "software"}}
+    found = drain.build(doc(nodes=2, errors=[line], cluster={"nodes": [], "preflight": preflight}), Path("e.json"))
+    assert [(n["node"], n["severity"], n["action"]) for n in found["nodes"]] == [("gpu-b", "review", "fix the install")]
+
+
+def test_the_reason_names_every_failure_shortened_the_node_s_own_faults_first() -> None:
+    data = doc(
+        errors=["thresholds no selected test checked: storage.read_gbps"],
+        tests=[failed_check("compute.matmul_tflops_min", 212.0, "slowest: gpu-a GPU 3 " + "x" * 300),
+               failed_check("health.gpu_temp_c_max", 97.0, "gpu-a GPU 5")],
+    )  # fmt: skip
+    [node] = drain.build(data, Path("e.json"))["nodes"]
+    assert node["reason"].startswith("3 failures: compute.matmul_tflops_min = 212, bound >= 400 (slowest")
+    assert "; health.gpu_temp_c_max = 97, bound >= 400 (gpu-a GPU 5); thresholds no" in node["reason"]
+    assert len(node["reason"]) <= drain.REASON_CHARS
+    assert [(r["category"], r["action"]) for r in node["reasons"]] == [
+        ("hardware", "drain GPU"), ("hardware", "drain GPU"), ("suite", "review"),
+    ]  # fmt: skip
+    assert (node["severity"], node["gpus"], node["node_fault"]) == ("drain", ["3", "5"], True)
 
 
 def test_another_node_s_preflight_drains_that_node_not_this_one() -> None:
@@ -114,7 +184,7 @@ def test_slurm_and_kubernetes_commands_are_argv_lists() -> None:
     lines = scheduler.apply(found, "kubernetes", run=run)
     assert [argv[:3] for argv in ran] == [["kubectl", "taint", "nodes"], ["kubectl", "label", "nodes"],
                                           ["kubectl", "annotate", "nodes"]]  # fmt: skip
-    assert ran[0][3:] == ["c1", "cluster-acceptance/verdict=fail:NoSchedule", "--overwrite"]
+    assert ran[0][3:] == ["--overwrite", "--", "c1", "cluster-acceptance/verdict=fail:NoSchedule"]
     assert all(line.endswith("exit 1: error: forbidden") for line in lines)
 
 
@@ -172,7 +242,7 @@ def test_a_node_listed_already_gets_the_gpus_of_its_later_reasons() -> None:
                       failed_check("health.gpu_temp_c_max", 97.0, "gpu-a GPU 5")])  # fmt: skip
     [node] = drain.build(data, Path("e.json"))["nodes"]
     assert (node["gpus"], node["severity"]) == (["3", "5"], "drain")
-    assert node["reason"].startswith("compute.matmul_tflops_min")
+    assert node["reason"].startswith("2 failures: compute.matmul_tflops_min")  # every failure, not the first
     whole = doc(errors=["preflight: no GPU"], tests=[failed_check("compute.matmul_tflops_min", 1.0, "gpu-a GPU 3")])
     [node] = drain.build(whole, Path("e.json"))["nodes"]
     assert node["gpus"] == []  # a reason that blames the node as a whole is not narrowed to one GPU
@@ -189,3 +259,17 @@ def test_a_drain_list_that_cannot_be_built_keeps_the_verdict(
     err = capsys.readouterr().err
     assert err == f"cluster-acceptance: no drain list for {tmp_path / 'evidence.json'}: KeyError: 'topology'\n"
     assert not (tmp_path / "drain.json").exists()
+
+
+@pytest.mark.parametrize("name", ["--all", "gpu[001-100]", "a,b,c", "gpu 1", "-gpu", "gpu-", "", "a" * 254, "a..b"])
+def test_a_name_that_is_not_one_host_is_refused_and_nothing_runs(name: str) -> None:
+    found = drain.build(doc(errors=["preflight: no GPU"]), Path("e.json"), {"gpu-a": name})
+    for way in ("slurm", "kubernetes"):
+        [line] = scheduler.apply(found, way, run=_refuse)
+        assert line == f"{way}: refused: node name {name!r} is not one host name (RFC 1123: letters, digits, '-' " \
+            "and '.', no leading or trailing '-', no ',', '[', ']' or space): no command run"  # fmt: skip
+
+
+@pytest.mark.parametrize("name", ["gpu-001", "c7", "node-3.rack2.example.com", "GPU01", "a" * 63])
+def test_one_host_name_is_taken(name: str) -> None:
+    assert scheduler.name_problem(name) is None

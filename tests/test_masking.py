@@ -79,3 +79,53 @@ def test_reports_show_no_secret(tmp_path: Path) -> None:
         text = (tmp_path / name).read_text()
         assert "DB_PASS=***" in text, name
         assert not [value for value in SECRETS.values() if value in text], name
+
+
+@pytest.mark.parametrize(
+    ("text", "shown"),
+    [
+        ("https://u:PASS@db:5432/x", "https://u:***@db:5432/x"),
+        ("postgres://admin:s3cr%40t@db/x?sslmode=require", "postgres://admin:***@db/x?sslmode=require"),
+        ("run --token=abc123 --epochs 3", "run --token=*** --epochs 3"),
+        ("run --password abc123 -v", "run --password *** -v"),
+        ("--api-key --verbose", "--api-key --verbose"),  # an option next is no value
+        ("Authorization: Bearer eyJhbGciOi.xyz", "Authorization: Bearer ***"),
+        ("https://hub/api?token=hf_abc&x=1", "https://hub/api?token=***&x=1"),
+        ("DB_PASS=pw-2 NCCL_DEBUG=WARN", "DB_PASS=*** NCCL_DEBUG=WARN"),
+    ],
+)
+def test_a_secret_is_masked_by_its_shape_inside_any_value(text: str, shown: str) -> None:
+    assert masking.masked_text(text) == shown
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["https://example.com/a@b", "ssh://git@github.com/x", "NCCL_IB_HCA=mlx5_0", "tokens_per_s 1e-3", "--tier quick"],
+)
+def test_what_has_no_secret_s_shape_stays(text: str) -> None:
+    assert masking.masked_text(text) == text
+
+
+def test_an_allowed_variable_a_nested_mapping_and_the_command_line_are_masked_by_shape() -> None:
+    from acceptance.evidence.environment import allowed_env
+
+    url = "https://u:PASS@proxy:3128"
+    assert allowed_env({"NCCL_PROXY_URL": url, "NCCL_DEBUG": "WARN"}) == {
+        "NCCL_DEBUG": "WARN", "NCCL_PROXY_URL": "https://u:***@proxy:3128",
+    }  # fmt: skip
+    env = {"EXTRA": {"HF_TOKEN": "hf_1", "inner": {"api_key": "k2"}, "site": "x"}, "ARGS": "--token=t3", "D": url}
+    assert masking.masked_env(env) == {
+        "EXTRA": {"HF_TOKEN": "***", "inner": {"api_key": "***"}, "site": "x"},
+        "ARGS": "--token=***",
+        "D": "https://u:***@proxy:3128",
+    }
+    argv = ["pytest", "--cluster-set", "env.DATABASE_URL=https://u:PASS@db", "--cluster-set=env.X=--password pw"]
+    assert masking.masked_command(argv) == [
+        "pytest", "--cluster-set", "env.DATABASE_URL=https://u:***@db", "--cluster-set=env.X=--password ***",
+    ]  # fmt: skip
+    profile = {"resolved": {"env": {"DATABASE_URL": url}, "thresholds": {"training.ddp.tokens_per_s_per_gpu": {}}}}
+    shown = masking.masked_profile(profile)
+    assert shown["resolved"] == {
+        "env": {"DATABASE_URL": "https://u:***@proxy:3128"}, "thresholds": {"training.ddp.tokens_per_s_per_gpu": {}},
+    }  # fmt: skip
+    assert "PASS" not in json.dumps(masking.masked_record({"cluster": {"env": env, "note": url}}))

@@ -345,14 +345,32 @@ def test_a_short_allocation_is_refused(pytester: pytest.Pytester, monkeypatch: p
 
 
 def test_inert_without_a_profile(suite: pytest.Pytester) -> None:
-    suite.makepyfile(test_other="def test_other():\n    assert 1 + 1 == 2\n")
-    result = suite.runpytest(*PLUGIN_ARGS, "-rs", "-p", "no:cacheprovider")
-    outcomes = result.parseoutcomes()
-    assert outcomes["passed"] == 1 and outcomes["skipped"] >= 12 and set(outcomes) == {"passed", "skipped"}
+    """Another project's tests run as before, one that asks for the cluster skips saying how to pick a
+    profile; the acceptance suite itself is not selected."""
+    suite.makepyfile(
+        test_other="def test_other():\n    assert 1 + 1 == 2\n", test_needs="def test_needs(cluster):\n    pass\n"
+    )
+    result = suite.runpytest(*PLUGIN_ARGS, "-rs", "-p", "no:cacheprovider", "test_other.py", "test_needs.py")
+    result.assert_outcomes(passed=1, skipped=1)
     result.stdout.fnmatch_lines(["SKIPPED * no cluster profile selected: pass --cluster-profile NAME*"])
     result.stdout.no_fnmatch_line("cluster profile:*")
     result.stdout.no_fnmatch_line("*cluster acceptance: profile*")
     assert not (suite.path / "acceptance-results").exists()
+
+
+@pytest.mark.parametrize("args", [["tests_cluster/"], [], ["tests_cluster/test_health.py", "-k", "gpu"]])
+def test_the_suite_without_a_profile_is_a_usage_error_that_names_the_profiles(
+    suite: pytest.Pytester, args: list[str]
+) -> None:
+    """A pipeline that forgot the profile must not go green on a hundred skipped tests."""
+    result = suite.runpytest(*PLUGIN_ARGS, "-p", "no:cacheprovider", *args)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        ["*no cluster profile selected for the acceptance suite: pass --cluster-profile NAME*profiles: *local-cpu*"]
+    )
+    assert "Traceback" not in result.stderr.str() and not (suite.path / "acceptance-results").exists()
+    listed = suite.runpytest(*PLUGIN_ARGS, "-p", "no:cacheprovider", "--collect-only", "-q", *args)
+    assert listed.ret == pytest.ExitCode.OK  # listing the suite measures nothing
 
 
 def test_xdist_is_refused_with_a_profile(pytester: pytest.Pytester) -> None:

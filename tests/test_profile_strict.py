@@ -278,3 +278,17 @@ def test_bad_cluster_timeout_is_a_usage_error(suite: pytest.Pytester, value: str
     )
     assert "Traceback" not in result.stdout.str() + result.stderr.str()
     assert not (suite.path / "acceptance-results").exists()
+
+
+@pytest.mark.e2e
+def test_an_env_key_with_an_equals_sign_is_a_usage_error_naming_file_and_key(suite: pytest.Pytester) -> None:
+    """os.environ refuses the name with a traceback (an INTERNALERROR, exit 3) once the run has started."""
+    (suite.path / "bad.yaml").write_text(CPU + 'env:\n  "A=B": "1"\n')
+    result = suite.runpytest_subprocess(*PLUGIN_ARGS, "--cluster-profile", "bad.yaml", "tests_cluster/")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert [line.strip() for line in result.errlines if line.strip()] == [
+        "ERROR: invalid profile:",
+        "bad.yaml:4: env.A=B.[key]: not an environment variable's name: it must be non-empty, without '=' or NUL "
+        "(got 'A=B')",
+    ]
+    assert "Traceback" not in result.stdout.str() + result.stderr.str()

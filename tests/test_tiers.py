@@ -225,6 +225,45 @@ def test_cluster_drain_slurm_drains_a_failing_node_with_its_reason(
     assert drain["nodes"][0]["scheduler_name"] == "c7" and len(drain["applied"]) == 1
 
 
+def _stand_in_scontrol(suite: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> Path:
+    bin_dir, log = suite.path / "bin", suite.path / "scontrol.log"
+    bin_dir.mkdir()
+    (bin_dir / "scontrol").write_text(SCONTROL.format(log=log))
+    (bin_dir / "scontrol").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    monkeypatch.setenv("SLURMD_NODENAME", "c7")
+    return log
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize(
+    ("args", "category"),
+    [
+        # a GPU profile on this machine's CPU-only torch: the install's fault ("CPU-only build" at the preflight)
+        (["--cluster-profile", "h100-x1"], "software"),
+        # a time limit the operator gave that no probe can meet
+        (["--cluster-profile", "local-cpu", "--cluster-timeout", "1", "-m", "connectivity"], "environment"),
+    ],
+    ids=["cpu-only-torch", "timeout-1"],
+)
+def test_the_suite_s_own_environment_drains_no_node(
+    suite: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, args: list[str], category: str
+) -> None:
+    log = _stand_in_scontrol(suite, monkeypatch)
+    folder = suite.path / "ev"
+    result = suite.runpytest_subprocess(
+        *PLUGIN_ARGS, "-p", "no:cacheprovider", *args, "--cluster-evidence", str(folder),
+        "--cluster-tier", "quick", "--cluster-drain", "slurm", "tests_cluster/", timeout=RUN_TIMEOUT_S,
+    )  # fmt: skip
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    assert not log.exists(), log.read_text()  # scontrol never ran
+    drain = json.loads((folder / "drain.json").read_text())
+    assert drain["applied"] == [] and drain["nodes"]
+    assert {(n["severity"], n["node_fault"]) for n in drain["nodes"]} == {("review", False)}
+    assert {r["category"] for n in drain["nodes"] for r in n["reasons"]} >= {category}
+    result.stdout.fnmatch_lines(["drain: c7 (review): *"])
+
+
 def test_a_bad_drain_way_is_a_usage_error_before_anything_runs(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:

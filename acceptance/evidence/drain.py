@@ -26,8 +26,12 @@ from pathlib import Path
 from typing import Any, Literal, TypedDict
 
 from acceptance.atomic_file import write_atomic
+from acceptance.evidence.causes import Action, Category, action, category_of, node_fault
+from acceptance.evidence.model import EvidenceDoc
 from acceptance.evidence.store import dumps, now
-from acceptance.evidence.verdict import FAILED_CHECKS, FAILED_OUTCOMES
+from acceptance.evidence.verdict import verdict_of
+from acceptance.verdicts import FAILED_FIGURES as FAILED_CHECKS
+from acceptance.verdicts import FAILED_OUTCOMES
 
 DRAIN_SCHEMA = "cluster-acceptance/drain/1"
 FILE_NAME = "drain.json"
@@ -42,12 +46,22 @@ LOCAL_FIGURES = ("health.", "compute.", "soak.", "fabric.", "connectivity.p2p_")
 _OTHER_PREFLIGHT = re.compile(rf"^{PREFLIGHT}node \d+ \((?P<host>[^)]+)\) failed its preflight")
 
 
+class DrainReason(TypedDict):
+    text: str  # one line, shortened
+    category: Category  # whose fault (acceptance.evidence.causes)
+    action: Action
+
+
 class DrainNode(TypedDict):
     node: str  # the host name, as the evidence names it
     scheduler_name: str  # the name the scheduler knows it by (SLURMD_NODENAME, the Kubernetes node): else node
     gpus: list[str]  # the GPU indices the reasons name; empty: the node as a whole
-    severity: Severity
-    reason: str  # one line
+    severity: Severity  # drain exactly when node_fault
+    reason: str  # one line: every failure that lists the node, each shortened, its own faults first
+    node_fault: bool  # a failure of its own (hardware, fabric, configuration) blames it: a scheduler drains it
+    category: Category  # of its first reason: a fault of its own when node_fault
+    action: Action  # what to do: drain node, drain GPU, fix the install, fix a setting, review
+    reasons: list[DrainReason]  # every failure that lists it, in the order of ``reason``
 
 
 class DrainList(TypedDict):
@@ -60,9 +74,22 @@ class DrainList(TypedDict):
     applied: list[str]  # what --cluster-drain did, one line per command; empty when off
 
 
-def one_line(text: str) -> str:
+def one_line(text: str, chars: int = REASON_CHARS) -> str:
     line = " ".join(text.split())
-    return line if len(line) <= REASON_CHARS else line[: REASON_CHARS - 3] + "..."
+    return line if len(line) <= chars else line[: chars - 3] + "..."
+
+
+SHORTEST_CHARS = 40  # a failure shortened below this says nothing
+
+
+def every_reason(texts: Sequence[str]) -> str:
+    """One line naming every failure, each shortened to its share of ``REASON_CHARS`` (a scheduler's reason
+    holds one line; the drain list holds each in full): ``2 failures: a...; b``."""
+    if len(texts) <= 1:
+        return one_line(texts[0] if texts else "")
+    head = f"{len(texts)} failures: "
+    share = max(SHORTEST_CHARS, (REASON_CHARS - len(head)) // len(texts) - 2)
+    return one_line(head + "; ".join(one_line(t, share) for t in texts))
 
 
 @dataclass(frozen=True)
@@ -72,6 +99,7 @@ class Reason:
     text: str
     local: bool  # the node's own failure: its preflight, or a figure of LOCAL_FIGURES
     culprits: tuple[str, ...] = ()  # the hosts an isolation of the reason's test named culprit
+    category: Category = "hardware"  # whose fault: only the node's own (hardware, fabric, configuration) drain
 
 
 def _local(test: Mapping[str, Any], metric: object = None) -> bool:
@@ -101,7 +129,12 @@ def _reasons(data: Mapping[str, Any]) -> list[Reason]:
         for n in (data.get("cluster") or {}).get("nodes") or []
         if n.get("node_rank") is not None
     }
-    reasons = [Reason(e, local=True) for e in errors if e.startswith(PREFLIGHT)]
+    # the preflight's category of each of its lines (a CPU-only torch: software); none recorded: hardware
+    recorded = ((data.get("cluster") or {}).get("preflight") or {}).get("categories") or {}
+    preflight = {str(line).splitlines()[0]: raw for line, raw in recorded.items() if str(line).strip()}
+    reasons = [
+        Reason(e, True, (), category_of(preflight.get(e), "hardware")) for e in errors if e.startswith(PREFLIGHT)
+    ]
     for test in data.get("tests") or []:
         culprits = _isolated(test, by_rank)
         for check in test.get("checks") or []:
@@ -110,14 +143,22 @@ def _reasons(data: Mapping[str, Any]) -> list[Reason]:
                 value = check.get("value")
                 shown = f"{value:.4g}" if isinstance(value, float) else str(value)
                 text = f"{check.get('metric')} = {shown}, bound {check.get('bound')}{detail}"
-                reasons.append(Reason(text, _local(test, check.get("metric")), culprits))
+                local = _local(test, check.get("metric"))
+                reasons.append(Reason(text, local, culprits, "hardware" if local else "fabric"))
         failed = test.get("outcome") in FAILED_OUTCOMES
         if failed and not any(c.get("verdict") in FAILED_CHECKS for c in test.get("checks") or []):
             name = str(test.get("nodeid", "")).rpartition("::")[2]
             first = (str(test.get("message") or "").strip().splitlines() or [str(test.get("outcome"))])[0]
-            # its first line: a probe's message goes on with its log's tail
-            reasons.append(Reason(f"{name}: {first}", _local(test), culprits))
-    return reasons + [Reason(e, local=False) for e in errors if not e.startswith(PREFLIGHT)]
+            # its first line: a probe's message goes on with its log's tail; a category the run recorded
+            # (a time limit the operator gave) outranks the guess by its family
+            if first in preflight or first in errors:
+                continue  # the preflight's gate, failed with its line: that line is a reason already
+            local = _local(test)
+            category = category_of(test.get("category"), "hardware" if local else "fabric")
+            reasons.append(Reason(f"{name}: {first}", local, culprits, category))
+    # the run's own errors (its profile's unchecked thresholds, its evidence folder, the nodes' meeting)
+    # name no fault of a node
+    return reasons + [Reason(e, False, (), "suite") for e in errors if not e.startswith(PREFLIGHT)]
 
 
 def names(host: str, text: str) -> bool:
@@ -128,13 +169,15 @@ def names(host: str, text: str) -> bool:
 def _blame(reason: Reason, hosts: Sequence[str], host: str, single: bool) -> tuple[list[str], list[str]]:
     """The nodes a reason blames (drain) and those it merely mentions (review). Blamed: another node's
     preflight line names it; this node's own preflight line; the hosts of a local figure that names them;
-    an isolation's culprits; this node in a run of its own."""
+    an isolation's culprits; this node in a run of its own. A failure that is no fault of a node (the
+    suite's install, its settings, the run itself) blames none: the node it concerns is for review."""
     other = _OTHER_PREFLIGHT.match(reason.text)
-    if other:
-        return [other.group("host")], []  # another node's preflight, as the plan brought it (multinode.plan)
-    if reason.text.startswith(PREFLIGHT):
-        return [host], []
+    concerned = [other.group("host")] if other else [host] if reason.text.startswith(PREFLIGHT) else []
     named = [h for h in hosts if names(h, reason.text)]
+    if not node_fault(reason.category):
+        return [], list(dict.fromkeys(concerned + named + ([host] if single else [])))
+    if concerned:
+        return concerned, []  # a preflight line: another node's, as the plan brought it (multinode.plan)
     blamed = list(reason.culprits)
     if reason.local:
         blamed += named
@@ -152,32 +195,60 @@ def _gpus(reason: str, node: str, hosts: Sequence[str]) -> list[str]:
 
 
 @dataclass
+class _Listed:
+    node: str
+    reasons: list[tuple[str, Category, bool, set[str]]] = field(default_factory=list)  # text, category, drain, gpus
+
+
+@dataclass
 class _Listing:
-    """The drain list's nodes as the reasons add them: a node is listed once, its severity raised to drain
-    by a reason that blames it, its GPUs those of every reason that blames it (none: one of them blames the
-    node as a whole)."""
+    """The drain list's nodes as the reasons add them: a node is listed once with every reason that lists it,
+    drained when one blames it (its own fault), its GPUs those of every reason that blames it (none: one of
+    them blames the node as a whole)."""
 
     hosts: Sequence[str]
     names_of: Mapping[str, str]
     on_gpus: bool  # a CPU run's "GPU 1" is a rank
-    nodes: dict[str, DrainNode] = field(default_factory=dict)
-    whole: set[str] = field(default_factory=set)  # nodes a drain reason naming no GPU blames as a whole
+    nodes: dict[str, _Listed] = field(default_factory=dict)
 
-    def add(self, node: str, severity: Severity, reason: str) -> None:
+    def add(self, node: str, severity: Severity, reason: str, category: Category = "suite") -> None:
         gpus = set(_gpus(reason, node, self.hosts)) if self.on_gpus else set()
-        if severity == "drain" and not gpus:
-            self.whole.add(node)
-        listed = self.nodes.get(node)
-        if listed is None or (severity == "drain" and listed["severity"] == "review"):
-            self.nodes[node] = {
-                "node": node,
-                "scheduler_name": self.names_of.get(node, node),
-                "gpus": sorted(gpus, key=int),
-                "severity": severity,
-                "reason": one_line(reason),
-            }
-        elif severity == "drain":  # one more reason to drain it: its GPUs join the earlier reasons'
-            listed["gpus"] = [] if node in self.whole else sorted({*listed["gpus"], *gpus}, key=int)
+        listed = self.nodes.setdefault(node, _Listed(node))
+        if all(text != reason for text, *_ in listed.reasons):
+            listed.reasons.append((reason, category, severity == "drain", gpus))
+
+    def entries(self) -> list[DrainNode]:
+        return [self._entry(listed) for listed in self.nodes.values()]
+
+    def _entry(self, listed: _Listed) -> DrainNode:
+        drains = [r for r in listed.reasons if r[2]]
+        ordered = drains + [r for r in listed.reasons if not r[2]]  # its own faults first
+        if drains:
+            whole = any(not gpus for *_, gpus in drains)
+            gpus = set() if whole else set().union(*(g for *_, g in drains))
+        else:
+            gpus = ordered[0][3]
+        category = ordered[0][1]
+        return {
+            "node": listed.node,
+            "scheduler_name": self.names_of.get(listed.node, listed.node),
+            "gpus": sorted(gpus, key=int),
+            "severity": "drain" if drains else "review",
+            "reason": every_reason([text for text, *_ in ordered]),
+            "node_fault": bool(drains),
+            "category": category,
+            "action": action(category, bool(gpus)) if drains else _review(category),
+            "reasons": [
+                {"text": one_line(text), "category": c, "action": action(c, bool(g)) if d else _review(c)}
+                for text, c, d, g in ordered
+            ],
+        }
+
+
+def _review(category: Category) -> Action:
+    """The action of a reason that lists a node without blaming it: a fault of a node that is not this one's
+    (a slow path's healthy end) is for review; a fault of the suite says how to fix it."""
+    return "review" if node_fault(category) else action(category)
 
 
 def build(data: Mapping[str, Any], evidence: Path, scheduler_names: Mapping[str, str] | None = None) -> DrainList:
@@ -188,13 +259,16 @@ def build(data: Mapping[str, Any], evidence: Path, scheduler_names: Mapping[str,
     resolved = (data.get("profile") or {}).get("resolved") or {}
     on_gpus = (resolved.get("topology") or {}).get("device", "cuda") == "cuda"
     listing = _Listing(hosts, dict(scheduler_names or {}), on_gpus)
-    reasons = _reasons(data) if data.get("verdict") == "FAIL" else []
+    verdict = verdict_of(EvidenceDoc.model_validate(data))
+    reasons = _reasons(data) if verdict == "FAIL" else []
     for reason in reasons:
         blamed, mentioned = _blame(reason, hosts, host, single)
         for node in blamed:
-            listing.add(node, "drain", reason.text)
+            listing.add(node, "drain", reason.text, reason.category)
         for node in mentioned:
-            listing.add(node, "review", f"named, not blamed: {reason.text}")
+            # a fault of the suite concerns the node it ran on, and names it for review as it is
+            said = reason.text if not node_fault(reason.category) else f"named, not blamed: {reason.text}"
+            listing.add(node, "review", said, reason.category)
     # every node judges the same figures, so a cluster-wide failure is every node's FAIL: another node's
     # verdict alone drains nothing; its own drain list (beside its evidence) names what is its own
     for other in (data.get("cluster") or {}).get("node_verdicts") or []:
@@ -203,14 +277,15 @@ def build(data: Mapping[str, Any], evidence: Path, scheduler_names: Mapping[str,
             listing.add(str(other.get("host")), "review", why)
     if reasons and not listing.nodes:
         for node in hosts:
-            listing.add(node, "review", f"no node named: {reasons[0].text}")
+            for reason in reasons:
+                listing.add(node, "review", f"no node named: {reason.text}", reason.category)
     return {
         "schema": DRAIN_SCHEMA,
         "written": now(),
-        "verdict": str(data.get("verdict")),
+        "verdict": verdict,
         "evidence": str(evidence),
         "tier": (data.get("tier") or {}).get("name"),
-        "nodes": list(listing.nodes.values()),
+        "nodes": listing.entries(),
         "applied": [],
     }
 

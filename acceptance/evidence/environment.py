@@ -10,7 +10,7 @@ import platform
 from collections.abc import Mapping
 from importlib import metadata
 
-from acceptance.masking import is_secret
+from acceptance.masking import is_secret, masked_text
 
 # Only these variables reach the evidence: the environment also holds credentials.
 ENV_PREFIXES = ("NCCL_", "CUDA_", "TORCH_", "NVIDIA_", "UCX_", "FI_", "OMPI_MCA_", "DS_", "PYTORCH_")
@@ -38,7 +38,7 @@ def allowed_env(env: Mapping[str, str]) -> dict[str, str]:
         if is_secret(key):
             continue
         if key in ENV_NAMES or key.startswith(ENV_PREFIXES):
-            out[key] = value
+            out[key] = masked_text(value)  # an allowed name may hold a URL with its password
     return dict(sorted(out.items()))
 
 

@@ -12,6 +12,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
+from acceptance.evidence.causes import Category
 from acceptance.verdicts import FigureVerdict, Outcome, RunVerdict
 
 SCHEMA_ID = "cluster-acceptance/evidence/1"
@@ -47,6 +48,9 @@ class Case(Part):
     message: str | None = None
     longrepr: str | None = None
     node: str | None = Field(default=None, exclude_if=lambda v: v is None)  # a merge's: the node that ran it
+    # whose fault its failure is, where the run knows better than its figures (a time limit the operator
+    # gave: environment); None: judged by its figures (acceptance.evidence.drain)
+    category: Category | None = None
 
 
 class ProbeRecord(Part):

@@ -11,11 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from acceptance.evidence.model import EvidenceDoc
-from acceptance.verdicts import FAILED_FIGURES, FAILED_OUTCOMES, Facts, RunVerdict, decide
-
-# the drain list's names for the failing words (acceptance.evidence.drain reads them here)
-FAILED_CHECKS = FAILED_FIGURES
-__all__ = ["FAILED_CHECKS", "FAILED_OUTCOMES", "facts_of", "stored_facts", "verdict_of"]
+from acceptance.verdicts import Facts, RunVerdict, decide
 
 
 def facts_of(

@@ -35,6 +35,9 @@ class Plan:
     tests: list[str]
     versions: dict[str, str]
     preflight: str = ""  # why this node failed its preflight; "" when it passed (not part of the digest)
+    # whose fault that is (acceptance.evidence.causes: hardware, configuration, software); "" from a package
+    # that did not send it: the node's hardware, as before (not part of the digest)
+    preflight_category: str = ""
     # the name torchrun's rendezvous gives this node (socket.getfqdn(), read back from the host name's address);
     # "" from a package that did not send it (not part of the digest)
     rendezvous_name: str = ""
@@ -130,8 +133,13 @@ def disagreement(plans: list[Plan]) -> str | None:
 def failed_preflights(plans: list[Plan], mine: int) -> list[str]:
     """One line for each other node that failed its preflight: without it no probe can start anywhere, and
     a node that went on would wait at the next probe until its timeout."""
-    return [f"node {p.node_rank} ({p.host}) failed its preflight: {p.preflight}" for p in plans if p.preflight
-            and p.node_rank != mine]  # fmt: skip
+    return list(failed_preflight_categories(plans, mine))
+
+
+def failed_preflight_categories(plans: list[Plan], mine: int) -> dict[str, str]:
+    """``failed_preflights``' lines, each with whose fault it is (the category that node sent)."""
+    return {f"node {p.node_rank} ({p.host}) failed its preflight: {p.preflight}": p.preflight_category or "hardware"
+            for p in plans if p.preflight and p.node_rank != mine}  # fmt: skip
 
 
 def shared_host_names(plans: list[Plan]) -> str:

@@ -2,7 +2,8 @@
 
 The run's settings are resolved once here (``acceptance.plugin.settings``). Without ``--cluster-profile``
 (or ``CLUSTER_PROFILE``, or the ini key ``cluster_profile``) the plugin is inert: other projects' tests run
-as before, and tests that ask for the ``cluster`` fixture skip with a reason that says how to pick one.
+as before, and tests that ask for the ``cluster`` fixture skip with a reason that says how to pick one; a
+selection of the acceptance suite itself is a usage error (``acceptance.plugin.no_profile``).
 With a profile, ``pytest_configure`` registers a :class:`~acceptance.plugin.session.ClusterSession` with
 the plugin manager (the way pytest-xdist registers its DSession): it holds the run and implements the
 session's hooks, and its ``pytest_unconfigure`` restores what it changed.
@@ -16,6 +17,7 @@ import pytest
 
 from acceptance.plugin import options
 from acceptance.plugin.checker import NO_PROFILE, SESSION_NAME, Checker, current
+from acceptance.plugin.no_profile import refuse_the_suite
 from acceptance.plugin.opt_in import deselect_unasked
 from acceptance.plugin.session import ClusterSession
 from acceptance.plugin.settings import RunSettings
@@ -60,6 +62,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     session: ClusterSession | None = config.pluginmanager.get_plugin(SESSION_NAME)
     if session is not None:
         deselect_unasked(config, items, session.settings.tier.value)
+    else:  # the acceptance suite without a profile would skip every test and exit 0
+        refuse_the_suite(config, items)
 
 
 @pytest.fixture(scope="session")

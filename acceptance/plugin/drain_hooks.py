@@ -15,8 +15,14 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from acceptance.evidence import drain
+from acceptance.evidence.model import EvidenceDoc
+from acceptance.evidence.verdict import verdict_of
 from acceptance.run import drain as scheduler
+from acceptance.run.cluster_run import ClusterRun
+from acceptance.run.launcher import ProbeError
 
 NAME_VARIABLES = ("SLURMD_NODENAME", "NODE_NAME")
 
@@ -26,12 +32,21 @@ def scheduler_names(host: str, env: Mapping[str, str] = os.environ) -> dict[str,
     return {host: found} if found else {}
 
 
+def categorize(call: pytest.CallInfo[None], report: pytest.TestReport, run: ClusterRun) -> None:
+    """A test failed by a probe killed at a time limit the operator gave (``--cluster-timeout``) is the run's
+    setting, not the node's fault: its case says ``environment``, and the drain list does not drain for it.
+    A probe killed at the profile's own limit stays the node's (a hung GPU or link)."""
+    cause = call.excinfo.value.__context__ if call.excinfo is not None else None
+    if report.failed and isinstance(cause, ProbeError) and cause.timed_out and run.timeout_override is not None:
+        run.evidence.test(report.nodeid).category = "environment"
+
+
 def act_on(data: Mapping[str, Any], folder: Path, evidence: Path, way: str | None) -> drain.DrainList | None:
     """Write the drain list of a run that did not PASS (and apply it when ``way`` is slurm or kubernetes);
     None for a PASS. A list that cannot be written is reported in its ``applied`` lines' place: the
     terminal shows it, the evidence is already whole. One that cannot be built (or applied) is one line on
     stderr and None: the verdict and the exit status stay the run's, never a pytest INTERNALERROR."""
-    if data.get("verdict") == "PASS":
+    if verdict_of(EvidenceDoc.model_validate(data)) == "PASS":
         return None
     try:
         host = str(data["topology"].get("host") or socket.gethostname())

@@ -8,6 +8,7 @@ with it, instead of each failing on its own. The line is an error in the evidenc
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from typing import Any
 
 import pytest
@@ -39,6 +40,8 @@ def run_preflight(run: ClusterRun, items: list[pytest.Item], probes: bool) -> pr
             return None  # a CPU profile needs nothing this node could lack
         result = preflight.check(run.profile.model, child_env(run.profile.model.env), users=users)
     record: dict[str, Any] = {"ok": result.ok, "message": result.message, "gpus": result.gpus}
+    if not result.ok:  # whose fault: a CPU-only torch is the suite's install, and drains no node
+        record["categories"] = {f"{PREFIX}{result.message}": result.category}
     if result.foreign:  # each command line whole (masked): the message names the pid and executable only
         record["foreign"] = [dict(p) for p in result.foreign]
     run.evidence.cluster.preflight = record
@@ -50,10 +53,11 @@ def run_preflight(run: ClusterRun, items: list[pytest.Item], probes: bool) -> pr
 
 
 def fail_with_other_nodes(
-    result: preflight.PreflightResult | None, others: list[str], run: ClusterRun, items: list[pytest.Item]
+    result: preflight.PreflightResult | None, others: Mapping[str, str], run: ClusterRun, items: list[pytest.Item]
 ) -> preflight.PreflightResult | None:
     """Another node failed its preflight: no probe can start there, so none starts here either; this node's
-    tests are skipped and its gate fails with that node's line, instead of waiting at the first probe."""
+    tests are skipped and its gate fails with that node's line, instead of waiting at the first probe.
+    ``others``: each other node's line, with whose fault it is (its category)."""
     if not others:
         return result
     for line in others:
@@ -61,7 +65,10 @@ def fail_with_other_nodes(
     mine = [result.message] if result is not None and not result.ok else []
     gpus = result.gpus if result is not None else []
     shared = preflight.PreflightResult(False, "; ".join([*mine, *others]), gpus)
-    run.evidence.cluster.preflight = {"ok": False, "message": shared.message, "gpus": gpus}
+    categories = {f"{PREFIX}{line}": category for line, category in others.items()}
+    if result is not None and not result.ok:
+        categories[f"{PREFIX}{result.message}"] = result.category
+    run.evidence.cluster.preflight = {"ok": False, "message": shared.message, "gpus": gpus, "categories": categories}
     run.evidence.write()
     if not mine:  # a failed preflight of its own skipped them already, with its own line
         skip_without_gpus(shared, items)

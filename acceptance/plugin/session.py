@@ -24,8 +24,8 @@ from acceptance.evidence.junit import junit_xml, verdict_case
 from acceptance.evidence.store import EvidenceError, EvidenceWriteError, as_data, read_evidence
 from acceptance.evidence.verdict import facts_of
 from acceptance.multinode import meeting as meetings
-from acceptance.multinode.plan import Plan, failed_preflights, shared_host_names, versions
-from acceptance.plugin.drain_hooks import act_on
+from acceptance.multinode.plan import Plan, failed_preflight_categories, shared_host_names, versions
+from acceptance.plugin.drain_hooks import act_on, categorize
 from acceptance.plugin.outcomes import (
     RECORDED,
     is_recorded,
@@ -207,6 +207,7 @@ class ClusterSession:
             tests=self.selected,
             versions=versions(),
             preflight="" if self.preflight is None or self.preflight.ok else self.preflight.message,
+            preflight_category="" if self.preflight is None or self.preflight.ok else self.preflight.category,
         )
         try:
             agreement = meetings.meet(place, run.profile.model.timeouts.rendezvous, plan)
@@ -217,7 +218,7 @@ class ClusterSession:
         run.join(agreement.meeting, agreement.session, agreement.record)
         if shared := shared_host_names(agreement.plans):
             self.say(shared)
-        others = failed_preflights(agreement.plans, place.node_rank)
+        others = failed_preflight_categories(agreement.plans, place.node_rank)
         self.preflight = fail_with_other_nodes(self.preflight, others, run, items)
 
     def pytest_runtest_logstart(self, nodeid: str) -> None:
@@ -241,6 +242,8 @@ class ClusterSession:
         report = yield
         shorten_repeated_probe_error(item, call, report, self.run)
         recorded = self.run.evidence.has_test(report.nodeid) or "cluster" in report.keywords
+        if recorded:
+            categorize(call, report, self.run)
         if recorded and report.when == "call" and report.passed:
             checks = self.run.evidence.test(report.nodeid).checks
             if only_information(checks):

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Annotated
 
-from pydantic import Field, JsonValue, create_model
+from pydantic import AfterValidator, Field, JsonValue, create_model
 
 from acceptance.profile.registry import FAMILIES
 from acceptance.profile.tiers import DEFAULT_TIER, TierName
@@ -57,6 +57,17 @@ class Baseline(Strict):
     tolerances: dict[str, Tolerance] = {}  # per metric name, replacing the default
 
 
+# an environment variable's name as the process environment takes it: not empty, no '=' (it ends the name in
+# the environment block) and no NUL; os.environ refuses those with a traceback, after the run started
+def _env_name(name: str) -> str:
+    if not name or "=" in name or "\x00" in name:
+        raise ValueError("not an environment variable's name: it must be non-empty, without '=' or NUL")
+    return name
+
+
+EnvName = Annotated[str, AfterValidator(_env_name)]
+
+
 class ProfileBase(Strict):
     """The sections every profile has; the families' sections come from the registry (``ProfileModel``)."""
 
@@ -69,7 +80,7 @@ class ProfileBase(Strict):
     # (profile/loader.py): the standard tier's shorter checkpoint and training, the burn-in's full ones
     tiers: dict[TierName, dict[str, JsonValue]] = {}
     topology: Topology = Topology(device="cpu", backend="gloo", ranks_per_node=2)
-    env: dict[str, str] = {}
+    env: dict[EnvName, str] = {}
     timeouts: Timeouts = Timeouts()
     thresholds: dict[str, Threshold] = {}
     cost: Cost | None = None

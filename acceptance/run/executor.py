@@ -119,7 +119,8 @@ class Executor:
                     out_dir=where.out_dir,
                 )
             except launch.ProbeError as exc:
-                raise launch.ProbeError("\n".join([str(exc), *watch.stale_locks()]), exc.out_dir) from None
+                lines = "\n".join([str(exc), *watch.stale_locks()])
+                raise launch.ProbeError(lines, exc.out_dir, timed_out=exc.timed_out) from None
             except Exception as exc:  # an unreadable result: a failure of this probe, kept like any other
                 message = f"probe {name} failed in the launcher: {type(exc).__name__}: {exc}"
                 raise launch.ProbeError(message, where.out_dir) from None

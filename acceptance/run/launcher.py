@@ -35,11 +35,14 @@ CANCEL_GRACE_S = 10.0  # for a cancelled staged job's ranks to leave the gate (a
 
 class ProbeError(Exception):
     """A probe that crashed, hung or produced no result; the message says which rank and why.
-    ``out_dir``: the probe's folder (logs, heartbeats); ``shown_in``: the test that reported it in full."""
+    ``out_dir``: the probe's folder (logs, heartbeats); ``shown_in``: the test that reported it in full;
+    ``timed_out``: it was killed at its time limit (one the operator gave is the run's setting, not the node's
+    fault: ``acceptance.plugin.drain_hooks.categorize``)."""
 
-    def __init__(self, message: str, out_dir: Path | None = None) -> None:
+    def __init__(self, message: str, out_dir: Path | None = None, timed_out: bool = False) -> None:
         super().__init__(message)
         self.out_dir = out_dir
+        self.timed_out = timed_out
         self.shown_in: str | None = None
 
 
@@ -247,7 +250,7 @@ def conclude(
         outcome.result = json.loads(result_path.read_text())
         return outcome
     outcome.error = _diagnose(outcome, timeout_s, stalled, starting)
-    raise ProbeError(outcome.error, outcome.out_dir)
+    raise ProbeError(outcome.error, outcome.out_dir, timed_out=outcome.timed_out)
 
 
 def spawn(argv: list[str], env: Mapping[str, str], log: IO[bytes]) -> subprocess.Popen[bytes]:

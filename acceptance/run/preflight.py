@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import cast
 
+from acceptance.evidence.causes import Category
 from acceptance.families.gpu_users import GpuProcess, GpuUse, foreign, foreign_use
 from acceptance.families.health import NodeInventory, TorchView
 from acceptance.profile.model import ProfileModel
@@ -41,6 +42,9 @@ class PreflightResult:
     answers: NodeInventory = field(default_factory=lambda: NodeInventory())  # the raw answers, for the evidence
     # the processes of others on its GPUs, each command line whole (masked): for the evidence, never the message
     foreign: list[GpuProcess] = field(default_factory=list)
+    # whose fault a failure is: the node's (a GPU missing: hardware; another's process: configuration) or the
+    # suite's install (a CPU-only torch: software), which drains no node (acceptance.evidence.causes)
+    category: Category = "hardware"
 
 
 def detect(env: Mapping[str, str]) -> NodeInventory:
@@ -91,14 +95,14 @@ def check(
         return PreflightResult(True, "")
     answers = detect(env)
     gpus = inventory(answers)
-    problem = _problem(model, answers, gpus, env)
+    problem, category = _problem(model, answers, gpus, env)
     others: list[GpuProcess] = []
     if problem is None:
         seen = the_run_s(users if users is not None else answers.get("users") or [], gpus)
         ours = ours or descends_from(os.getpid())
         others = foreign(seen, ours)
-        problem = "; ".join(foreign_use(seen, ours)) or None
-    return PreflightResult(problem is None, problem or "", gpus, answers, others)
+        problem, category = "; ".join(foreign_use(seen, ours)) or None, "configuration"
+    return PreflightResult(problem is None, problem or "", gpus, answers, others, category)
 
 
 def the_run_s(users: list[GpuUse], gpus: list[SeenGpu]) -> list[GpuUse]:
@@ -146,24 +150,28 @@ def descends_from(root: int, proc: Path = PROC) -> Ours:
     return ours
 
 
-def _problem(model: ProfileModel, answers: NodeInventory, gpus: list[SeenGpu], env: Mapping[str, str]) -> str | None:
+def _problem(
+    model: ProfileModel, answers: NodeInventory, gpus: list[SeenGpu], env: Mapping[str, str]
+) -> tuple[str | None, Category]:
+    """What this node lacks, and whose fault that is: the suite's install (torch cannot be imported, is a
+    CPU-only build, has no NCCL) is ``software``, for review; GPUs missing are the node's ``hardware``."""
     topo, name = model.topology, model.name
     torch = answers.get("torch") or TorchView()
     if answers.get("error") or (torch.get("error") and not torch.get("version")):
         failure = answers.get("error") or torch["error"]
-        return f"profile {name} needs CUDA GPUs, but this node could not be inspected: {failure}"
+        return f"profile {name} needs CUDA GPUs, but this node could not be inspected: {failure}", "software"
     build = f"torch {torch.get('version')}"
     if not torch.get("cuda"):
         return (
             f"profile {name} runs on CUDA GPUs (topology.device: cuda), but this {build} is a CPU-only build: "
             "install a CUDA build of torch, or pick a CPU profile such as local-cpu"
-        )
+        ), "software"
     if topo.backend == "nccl" and not torch.get("nccl"):
-        return f"profile {name} uses NCCL (topology.backend: nccl), but this {build} has no NCCL"
+        return f"profile {name} uses NCCL (topology.backend: nccl), but this {build} has no NCCL", "software"
     need = max(topo.gpus_per_node, topo.nproc_per_node)
     usable = [g for g in gpus if g.get("cuda_index") is not None]
     if len(usable) >= need:
-        return None
+        return None, "hardware"
     why = f" ({torch['error']})" if torch.get("error") else ""
     hidden = f", CUDA_VISIBLE_DEVICES={env['CUDA_VISIBLE_DEVICES']}" if "CUDA_VISIBLE_DEVICES" in env else ""
     model_name = f" {topo.gpu_model}" if topo.gpu_model else ""
@@ -171,7 +179,7 @@ def _problem(model: ProfileModel, answers: NodeInventory, gpus: list[SeenGpu], e
     return (
         f"profile {name} expects {need}{model_name} GPU(s) on this node, {build} (CUDA {torch['cuda']}{hidden}) "
         f"finds {len(usable)}{why}: present {present}; missing {_missing(gpus, need - len(usable), answers)}"
-    )
+    ), "hardware"
 
 
 def _missing(gpus: list[SeenGpu], count: int, answers: NodeInventory) -> str:

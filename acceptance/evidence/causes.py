@@ -1,0 +1,36 @@
+"""What a failure is a fault of, and what to do about it: only the node's own faults drain it.
+
+A run fails for two kinds of reasons. The node's own faults: its hardware (a GPU missing or slow, a port
+down), its fabric (a link across nodes an isolation blamed on it), its configuration (another process on
+its GPUs). And faults of the suite's own environment: its install (a CPU-only torch under a GPU profile),
+its settings (the profile, the options, a time limit the operator gave), the run itself (its evidence
+folder, the nodes' meeting, an interrupt). Draining a node for the second kind takes healthy nodes out of
+service: one broken image or one missing variable would drain every node of a cluster. So every failure
+carries a category, and the category says the action; a scheduler acts only on ``drain`` ones.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, get_args
+
+Category = Literal["hardware", "fabric", "configuration", "software", "environment", "suite"]
+Action = Literal["drain node", "drain GPU", "fix the install", "fix a setting", "review"]
+NODE_FAULTS: frozenset[Category] = frozenset({"hardware", "fabric", "configuration"})
+_REVIEW: dict[Category, Action] = {"software": "fix the install", "environment": "fix a setting", "suite": "review"}
+
+
+def category_of(raw: object, default: Category) -> Category:
+    """A category as a document stored it; ``default`` for none (a document from before categories)."""
+    return next((c for c in get_args(Category) if c == raw), default)
+
+
+def node_fault(category: Category) -> bool:
+    """Whether a failure of ``category`` is the node's own: only those drain it."""
+    return category in NODE_FAULTS
+
+
+def action(category: Category, gpus: bool = False) -> Action:
+    """What to do about a failure of ``category``; ``gpus``: it names the node's GPUs, not the node."""
+    if node_fault(category):
+        return "drain GPU" if gpus else "drain node"
+    return _REVIEW[category]
