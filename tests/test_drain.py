@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from acceptance.evidence import drain
+from acceptance.families.gpu_users import FOREIGN_LOAD
 from acceptance.plugin import drain_hooks
 from acceptance.run import drain as scheduler
 from tests.harness import doc as evidence_doc
@@ -273,3 +274,33 @@ def test_a_name_that_is_not_one_host_is_refused_and_nothing_runs(name: str) -> N
 @pytest.mark.parametrize("name", ["gpu-001", "c7", "node-3.rack2.example.com", "GPU01", "a" * 63])
 def test_one_host_name_is_taken(name: str) -> None:
     assert scheduler.name_problem(name) is None
+
+
+def test_a_figure_slowed_by_another_job_s_process_drains_nothing() -> None:
+    """A GPU under the median because another job's process started on it while the figure was timed: the
+    failure names the process (``probes.gpu_sampler``), its category is foreign load, and the action is a
+    rerun: no node and no GPU is drained for it."""
+    check = {
+        "metric": "compute.matmul_tflops_below_median",
+        "value": 0.54,
+        "unit": "fraction",
+        "bound": "<= 0.1",
+        "threshold": {"max": 0.1},
+        "verdict": "fail",
+        "detail": f"gpu-a GPU 2: 54% under the median; {FOREIGN_LOAD}: pid 4242 `python` (3.20 GiB) from 1.2 s",
+    }
+    slowed = {
+        "nodeid": "test_compute.py::test_within_tolerance[matmul_tflops]",
+        "outcome": "failed",
+        "checks": [check],
+        "category": "foreign load",
+    }
+    found = drain.build(doc(tests=[slowed]), Path("e.json"))
+    [node] = found["nodes"]
+    assert (node["severity"], node["node_fault"], node["category"], node["action"]) == (
+        "review",
+        False,
+        "foreign load",
+        "rerun",
+    )
+    assert drain.to_drain(found) == []

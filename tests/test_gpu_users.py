@@ -11,6 +11,7 @@ from typing import Any
 import pynvml
 import pytest
 
+from acceptance.families import compute, gpu_users
 from acceptance.families.gpu_users import IDLE_USED_MAX_BYTES, GpuUse, foreign_use
 from acceptance.probes import inventory, nvml
 from acceptance.run import preflight
@@ -120,7 +121,7 @@ def test_the_run_s_own_processes_are_its_descendants(tmp_path: Path) -> None:
     write_proc(tmp_path, 11, 10, ["torchrun"])
     write_proc(tmp_path, 12, 11, ["python", "-m", "acceptance.probes.worker"])
     write_proc(tmp_path, 20, 1, ["python", "train.py", "--steps", "9"])
-    ours = preflight.descends_from(10, tmp_path)
+    ours = gpu_users.descends_from(10, tmp_path)
     assert [ours(p) for p in (10, 12, 20, 99)] == [True, True, False, False]
     assert inventory.command_of(20, tmp_path) == "python train.py --steps 9"
     assert inventory.command_of(99, tmp_path) is None
@@ -128,7 +129,7 @@ def test_the_run_s_own_processes_are_its_descendants(tmp_path: Path) -> None:
     assert inventory.command_of(21, tmp_path) == "python train.py --api-token *** HF_TOKEN=***"  # masked when read
     [named] = [inventory.with_commands(use(0, 20, command=None), tmp_path)]
     assert named["processes"][0]["command"] == "python train.py --steps 9"
-    assert preflight.descends_from(os.getpid())(os.getpid())
+    assert gpu_users.descends_from(os.getpid())(os.getpid())
 
 
 def test_on_a_shared_node_only_the_run_s_gpus_are_judged() -> None:
@@ -144,3 +145,51 @@ def test_on_a_shared_node_only_the_run_s_gpus_are_judged() -> None:
     unplaced["pci_bus_id"] = unplaced["uuid"] = None
     nowhere = {**answers, "users": [use(0), unplaced]}
     assert not preflight.check(one, {}, lambda env: nowhere, ours=lambda pid: False).ok  # type: ignore[arg-type,return-value]
+
+
+def _sampler(running: list[list[SimpleNamespace]], ours: set[int]) -> Any:
+    """The GPU sampler's process sampling, fed recorded NVML answers: one list of processes per call."""
+    from acceptance.probes.gpu_sampler import GpuSampler  # imports torch: the probes' side
+
+    answers = iter(running)
+    sampler = GpuSampler(torch_cpu())
+    sampler._handle, sampler._ours = object(), ours.__contains__
+    sampler._processes_query = lambda handle: next(answers)
+    return sampler
+
+
+def torch_cpu() -> Any:
+    import torch
+
+    return torch.device("cpu")
+
+
+def test_a_process_that_starts_on_the_gpu_while_timed_is_named_as_the_cause() -> None:
+    """NVML's running processes sampled through the timed loop: the run's own are left out, another's is
+    named with its pid, executable, memory and when it was first seen; the compute figure's cause line says
+    so before the clock events."""
+    mine = SimpleNamespace(pid=os.getpid(), usedGpuMemory=2**30)
+    other = SimpleNamespace(pid=4242, usedGpuMemory=3 * 2**30)
+    sampler = _sampler([[mine], [mine, other], [mine, other]], {os.getpid()})
+    for _ in range(3):
+        sampler._next_processes = 0.0
+        sampler._sample_processes()
+    [seen] = sampler.seen()
+    assert (seen["pid"], seen["used_memory_bytes"], seen["seen_share"]) == (4242, 3 * 2**30, 2 / 3)
+    text = gpu_users.seen_text([seen])
+    assert text.startswith(f"{gpu_users.FOREIGN_LOAD}: pid 4242 `") and "(3.00 GiB)" in text
+    row = {
+        "clocks": {
+            "matmul_tflops": {"clock_events": {"sw_power_cap": 1.0}, "clock_events_reason": None, "foreign": [seen]}
+        }
+    }
+    line = compute.clocks(row, "matmul_tflops")  # type: ignore[arg-type]
+    assert line.startswith(gpu_users.FOREIGN_LOAD) and line.endswith(
+        "clock events while timed: sw_power_cap (power cap) 100%"
+    )
+
+
+def test_no_process_of_another_leaves_the_clock_events_alone() -> None:
+    sampler = _sampler([[SimpleNamespace(pid=os.getpid(), usedGpuMemory=None)]], {os.getpid()})
+    sampler._sample_processes()
+    assert sampler.seen() == [] and gpu_users.seen_text([]) == ""

@@ -273,3 +273,37 @@ def test_every_health_metric_is_a_known_family(metric: str) -> None:
     from acceptance.profile.model import ProfileModel
 
     assert metric_problem(metric, ProfileModel(name="t")) is None
+
+
+def _allocated_node(host: str, gpus: list[dict[str, Any]], visible: list[str]) -> NodeHealth:
+    """A node's record as the health probe keeps it: NVML's answers for the run's GPUs (CUDA's ``visible``
+    UUIDs), the node's other GPUs outside the allocation."""
+    answers = answered(nvml.read_node(RecordedNvml(gpus)))
+    mine, outside = gpu_health.allocated(answers, visible)
+    return {"host": host, "node_rank": 0, "nvml": mine, "outside_allocation": outside}
+
+
+def test_a_job_given_two_of_four_gpus_is_judged_on_its_two() -> None:
+    """CUDA_VISIBLE_DEVICES=0,1 on a 4-GPU node (Slurm's GRES, the device plugin): the count is the job's, and
+    the other two GPUs, one of them with uncorrectable ECC errors, are recorded outside it, never judged."""
+    sick = with_change(3, GetTotalEccErrors={(1, 0): 5, (1, 1): 5})
+    gpus = [h100(0), h100(1), h100(2), sick]
+    visible = [str(h100(i)["nvmlDeviceGetUUID"]) for i in (0, 1)]
+    figs = figures([_allocated_node("gpu-node-0", gpus, visible)])
+    count = figs["health.gpu_count"]
+    assert count.value == 2 and passes(count)
+    assert "not this run's (outside its allocation, not judged): GPU 2" in count.detail
+    assert passes(figs["health.ecc_uncorrectable_volatile"])
+    # the same node judged whole (no allocation known) fails on both counts
+    whole = figures([node("gpu-node-0", gpus)])
+    assert not passes(whole["health.gpu_count"]) and not passes(whole["health.ecc_uncorrectable_volatile"])
+
+
+def test_a_gpu_of_the_allocation_is_judged_and_one_without_a_uuid_is_kept() -> None:
+    """The allocation keeps a GPU NVML cannot name: judged, never passed over."""
+    sick = with_change(1, GetTotalEccErrors={(1, 0): 5, (1, 1): 5})
+    nameless = with_change(2, GetUUID=NO_PERMISSION)
+    visible = [str(h100(i)["nvmlDeviceGetUUID"]) for i in (0, 1)]
+    record = _allocated_node("gpu-node-0", [h100(0), sick, nameless, h100(3)], visible)
+    assert [g["index"] for g in record.get("outside_allocation", [])] == [3]
+    assert not passes(figures([record])["health.ecc_uncorrectable_volatile"])

@@ -79,7 +79,8 @@ def test_the_clock_events_seen_while_timing_come_with_the_gpu() -> None:
     rows = [gpu(1, i, 784.0) for i in range(4)] + [gpu(1, 4, 611.0, clocks=capped)]
     worst = pergpu.shortfalls(rows, "matmul_tflops")[0]
     assert pergpu.describe(worst, "matmul_tflops").endswith(
-        "under the median 784 (clock events while timed: sw_power_cap 100%, hw_thermal 25%)"
+        "under the median 784 (clock events while timed: sw_power_cap (power cap) 100%, "
+        "hw_thermal (thermal slowdown (hardware)) 25%)"
     )
     assert pergpu.summary(rows, "matmul_tflops")["slowest_clocks"].startswith("clock events while timed")  # type: ignore[index]
     unsampled = {

@@ -4,7 +4,8 @@ A run fails for two kinds of reasons. The node's own faults: its hardware (a GPU
 down), its fabric (a link across nodes an isolation blamed on it), its configuration (another process on
 its GPUs). And faults of the suite's own environment: its install (a CPU-only torch under a GPU profile),
 its settings (the profile, the options, a time limit the operator gave), the run itself (its evidence
-folder, the nodes' meeting, an interrupt). Draining a node for the second kind takes healthy nodes out of
+folder, the nodes' meeting, an interrupt); and another job that started on the run's GPUs while it measured
+(foreign load: rerun when the GPU is the run's alone). Draining a node for the second kind takes healthy nodes out of
 service: one broken image or one missing variable would drain every node of a cluster. So every failure
 carries a category, and the category says the action; a scheduler acts only on ``drain`` ones.
 """
@@ -13,10 +14,16 @@ from __future__ import annotations
 
 from typing import Literal, get_args
 
-Category = Literal["hardware", "fabric", "configuration", "software", "environment", "suite"]
-Action = Literal["drain node", "drain GPU", "fix the install", "fix a setting", "review"]
+# foreign load: another job's process on the run's GPU while a figure was timed (the GPU is shared, not broken)
+Category = Literal["hardware", "fabric", "configuration", "software", "environment", "foreign load", "suite"]
+Action = Literal["drain node", "drain GPU", "fix the install", "fix a setting", "rerun", "review"]
 NODE_FAULTS: frozenset[Category] = frozenset({"hardware", "fabric", "configuration"})
-_REVIEW: dict[Category, Action] = {"software": "fix the install", "environment": "fix a setting", "suite": "review"}
+_REVIEW: dict[Category, Action] = {
+    "software": "fix the install",
+    "environment": "fix a setting",
+    "foreign load": "rerun",
+    "suite": "review",
+}
 
 
 def category_of(raw: object, default: Category) -> Category:

@@ -144,7 +144,10 @@ def _reasons(data: Mapping[str, Any]) -> list[Reason]:
                 shown = f"{value:.4g}" if isinstance(value, float) else str(value)
                 text = f"{check.get('metric')} = {shown}, bound {check.get('bound')}{detail}"
                 local = _local(test, check.get("metric"))
-                reasons.append(Reason(text, local, culprits, "hardware" if local else "fabric"))
+                # a category the run recorded (another job's process named as the figure's cause: foreign
+                # load) outranks the guess by its family
+                guess: Category = "hardware" if local else "fabric"
+                reasons.append(Reason(text, local, culprits, category_of(test.get("category"), guess)))
         failed = test.get("outcome") in FAILED_OUTCOMES
         if failed and not any(c.get("verdict") in FAILED_CHECKS for c in test.get("checks") or []):
             name = str(test.get("nodeid", "")).rpartition("::")[2]

@@ -40,8 +40,26 @@ def gpu_label(host: str, gpu: Mapping[str, object]) -> str:
     return f"{host} GPU {gpu.get('index')} ({short})"
 
 
+# what each clock-event reason means (nvml.h, "nvmlClocksEventReasons"): a power cap is a GEMM at the power
+# limit, as designed; a thermal or hardware slowdown, a power brake, is a fault of the GPU or its cooling
+CLOCK_EVENT_MEANINGS = {
+    "sw_power_cap": "power cap",
+    "hw_slowdown": "hardware slowdown",
+    "sync_boost": "held to another GPU's clocks (sync boost)",
+    "sw_thermal": "thermal slowdown (driver)",
+    "hw_thermal": "thermal slowdown (hardware)",
+    "hw_power_brake": "power brake (external signal)",
+}
+
+
 def clock_events_text(events: dict[str, float]) -> str:
-    """``sw_power_cap 100%, hw_thermal 12%`` (each reason's share of the samples), or ``none``."""
+    """``sw_power_cap (power cap) 100%, hw_thermal (thermal slowdown (hardware)) 12%``: each reason, what it
+    means and its share of the samples, longest first; or ``none``."""
     if not events:
         return "none"
-    return ", ".join(f"{name} {share:.0%}" for name, share in sorted(events.items(), key=lambda e: -e[1]))
+
+    def named(name: str) -> str:
+        meaning = CLOCK_EVENT_MEANINGS.get(name)
+        return f"{name} ({meaning})" if meaning else name
+
+    return ", ".join(f"{named(name)} {share:.0%}" for name, share in sorted(events.items(), key=lambda e: -e[1]))

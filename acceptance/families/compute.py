@@ -16,6 +16,7 @@ from pydantic import Field
 from typing_extensions import NotRequired
 
 from acceptance.families.answers import clock_events_text
+from acceptance.families.gpu_users import ForeignSeen, seen_text
 from acceptance.numbers import fmt, spread
 from acceptance.schema.bounds import Threshold, must_be_zero
 from acceptance.schema.dtypes import DTYPE_NAMES
@@ -113,6 +114,7 @@ class ClockEvents(TypedDict):
 
     clock_events: dict[str, float] | None
     clock_events_reason: str | None
+    foreign: NotRequired[list[ForeignSeen]]  # processes not of this run on the GPU meanwhile: the cause
 
 
 class Burnin(TypedDict):
@@ -204,9 +206,12 @@ def clocks(row: Row, figure: str) -> str:
     found = (row.get("clocks") or {}).get(figure)
     if not found:
         return ""
+    cause = seen_text(found.get("foreign") or [])
     if found.get("clock_events") is None:
-        return f"clock events not sampled: {found.get('clock_events_reason')}"
-    return f"clock events while timed: {clock_events_text(found['clock_events'])}"
+        events = f"clock events not sampled: {found.get('clock_events_reason')}"
+    else:
+        events = f"clock events while timed: {clock_events_text(found['clock_events'])}"
+    return f"{cause}; {events}" if cause else events
 
 
 def measured_rows(rows: Sequence[R], figure: str) -> list[R]:

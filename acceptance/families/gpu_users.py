@@ -11,6 +11,7 @@ memory in use on a GPU whose processes NVML cannot show (another container's, an
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import TypedDict
 
 # The most memory an idle GPU shows in use, as NVML's ``nvmlMemory_v2_t.used`` counts it (the driver's own
@@ -23,6 +24,16 @@ class GpuProcess(TypedDict):
     pid: int
     used_memory_bytes: int | None  # None: NVML does not say (nvmlProcessInfo_t.usedGpuMemory unavailable)
     command: str | None  # its command line from /proc; None: not visible from here (another pid namespace)
+
+
+class ForeignSeen(TypedDict):
+    """A process not of this run seen on a rank's GPU while a figure was timed (``probes.gpu_sampler``)."""
+
+    pid: int
+    command: str  # the executable's base name (``executable``): never the arguments
+    used_memory_bytes: int | None
+    first_seen_s: float  # after the timed loop started
+    seen_share: float  # of the process-list samples taken while timed
 
 
 class GpuUse(TypedDict):
@@ -48,6 +59,22 @@ def executable(command: str | None) -> str:
     whole command line, masked, stays in the evidence."""
     first = (command or "").split(" ", 1)[0]
     return first.rsplit("/", 1)[-1] or "command not visible from here"
+
+
+FOREIGN_LOAD = "another process on this GPU while timed"  # how a slowed figure names its cause
+
+
+def seen_text(seen: Sequence[ForeignSeen]) -> str:
+    """``another process on this GPU while timed: pid 4242 `python` (3.20 GiB) from 1.2 s, in 80% of the
+    samples`` (the cause a slowed figure names), or "" when none was seen."""
+    if not seen:
+        return ""
+    named = "; ".join(
+        f"pid {p['pid']} `{p['command']}` ({_gib(p['used_memory_bytes'])}) from {p['first_seen_s']:.1f} s, "
+        f"in {p['seen_share']:.0%} of the samples"
+        for p in seen
+    )
+    return f"{FOREIGN_LOAD}: {named}"
 
 
 def foreign(gpus: Sequence[GpuUse], ours: Callable[[int], bool]) -> list[GpuProcess]:
@@ -76,3 +103,36 @@ def foreign_use(gpus: Sequence[GpuUse], ours: Callable[[int], bool]) -> list[str
                 "(another container or pid namespace)"
             )
     return found
+
+
+Ours = Callable[[int], bool]
+PROC = Path("/proc")
+
+
+def parent_of(pid: int, proc: Path = PROC) -> int | None:
+    """The parent pid from /proc/PID/stat (proc(5): the 4th field, after the command in parentheses)."""
+    try:
+        stat = (proc / str(pid) / "stat").read_text()
+        return int(stat.rpartition(")")[2].split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+RUN_PID_ENV = "ACCEPTANCE_RUN_PID"  # the pytest that started the run (acceptance.run.launcher.child_env)
+
+
+def descends_from(root: int, proc: Path = PROC) -> Ours:
+    """Whether a pid is ``root`` or a process under it; a pid /proc does not show is not (another pid
+    namespace's: NVML answers with the host's pids)."""
+
+    def ours(pid: int) -> bool:
+        seen: set[int] = set()
+        current: int | None = pid
+        while current is not None and current > 1 and current not in seen:
+            if current == root:
+                return True
+            seen.add(current)
+            current = parent_of(current, proc)
+        return False
+
+    return ours

@@ -156,12 +156,23 @@ class NodeAnswers(TypedDict):
     gpus: list[GpuAnswers] | NotMeasured
 
 
+class OutsideGpu(TypedDict):
+    """A GPU of the node that is not the run's: recorded, never judged or drained."""
+
+    index: int
+    uuid: str | None
+    name: str | None
+    pci_bus_id: str | None
+
+
 class NodeHealth(TypedDict):
     """One node's record in the health probe's result."""
 
     host: str
     node_rank: int
     nvml: NodeAnswers | NotMeasured
+    # the node's GPUs that this job was not given (CUDA's view under the run's environment); absent: all are
+    outside_allocation: NotRequired[list[OutsideGpu]]
 
 
 class HealthResult(TypedDict):
@@ -272,10 +283,11 @@ class Figure:
     findings: list[str] = field(default_factory=list)  # one line per GPU or node that is off
     not_measured: list[str] = field(default_factory=list)  # one line per GPU or node NVML could not answer for
     skip: str | None = None  # why this gate does not apply to the profile
+    notes: list[str] = field(default_factory=list)  # what the figure leaves out, and why
 
     @property
     def detail(self) -> str:
-        return "\n".join([*self.findings, *(f"not measured: {line}" for line in self.not_measured)])
+        return "\n".join([*self.findings, *(f"not measured: {line}" for line in self.not_measured), *self.notes])
 
 
 def _field(key: str) -> Read:
@@ -355,6 +367,45 @@ def _per_node(nodes: Nodes, fig: Figure, key: str) -> Iterator[tuple[str, Any]]:
             fig.not_measured.append(f"{node['host']}: {answer[NOT_MEASURED]}")
 
 
+def allocated(answers: NodeAnswers, visible: Sequence[str] | None) -> tuple[NodeAnswers, list[OutsideGpu]]:
+    """NVML's answers for the run's own GPUs, and the node's others. NVML lists every GPU of the node whatever
+    the job was given; the job's are those CUDA shows under the run's environment (Slurm's GRES and
+    Kubernetes' device plugin set CUDA_VISIBLE_DEVICES or mount only the job's devices), by UUID. ``visible``
+    None: not known (no CUDA), every GPU is the run's. A GPU NVML cannot name (no UUID) is kept: judged,
+    never passed over."""
+    gpus = answers["gpus"]
+    if visible is None or unanswered(gpus):
+        return answers, []
+    mine = set(visible)
+    kept = [g for g in gpus if not isinstance(g.get("uuid"), str) or g.get("uuid") in mine]
+    outside: list[OutsideGpu] = [
+        {
+            "index": g["index"],
+            "uuid": _text_or_none(g.get("uuid")),
+            "name": _text_or_none(g.get("name")),
+            "pci_bus_id": _text_or_none(g.get("pci_bus_id")),
+        }
+        for g in gpus
+        if g not in kept
+    ]
+    return {**answers, "gpus": kept, "gpu_count": len(kept)}, outside
+
+
+def _text_or_none(value: object) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def outside_text(nodes: Nodes) -> str:
+    """The GPUs outside the run's allocation, one line per node ("" when there are none)."""
+    lines = [
+        f"{n['host']}: not this run's (outside its allocation, not judged): "
+        + ", ".join(f"GPU {g['index']} ({g['uuid'] or g['pci_bus_id'] or 'no UUID'})" for g in outside)
+        for n in nodes
+        if (outside := n.get("outside_allocation"))
+    ]
+    return "\n".join(lines)
+
+
 def _node_figures(nodes: Nodes, expect: Expect) -> list[Figure]:
     unavailable = Figure("health.nvml_unavailable", "nodes")
     unavailable.findings = [f"{n['host']}: {nvml['not_measured']}" for n in nodes if unanswered(nvml := n["nvml"])]
@@ -365,6 +416,7 @@ def _node_figures(nodes: Nodes, expect: Expect) -> list[Figure]:
         count.bound = Threshold(eq=want, source="topology.gpus_per_node")
     counts = list(_per_node(nodes, count, "gpu_count"))
     count.findings = [f"{host}: {n} GPUs, expected {want}" for host, n in counts if want and n != want]
+    count.notes = [line for line in outside_text(nodes).splitlines() if line]
     # the figure is the node furthest from the profile, so one number can fail the gate
     count.value = max((n for _, n in counts), key=lambda n: abs(n - want), default=None)
     return [unavailable, count, _driver(nodes, expect)]

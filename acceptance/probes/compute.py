@@ -119,6 +119,8 @@ def seconds_per_call(
     clocks: ClockEvents | None = None
     if ctx.is_cuda:
         clocks = {"clock_events": sampled["clock_events"], "clock_events_reason": sampled["clock_events_reason"]}
+        if "foreign" in sampled:
+            clocks["foreign"] = sampled["foreign"]
     return Timed(seconds, clocks)
 
 

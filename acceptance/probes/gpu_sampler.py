@@ -5,19 +5,28 @@ on the GPU (nvmlDeviceGetUtilizationRates, NVML API reference); a starved GPU sh
 throughput looks plausible. The clock-event reasons (nvmlDeviceGetCurrentClocksEventReasons) say why the
 clocks are below their maximum at that moment: a power cap explains a sustained matmul figure, a thermal or
 hardware slowdown is a fault. Each reason is reported as the share of samples in which it was set.
+
+Once a second it also reads the GPU's running compute processes (nvmlDeviceGetComputeRunningProcesses): a
+process that is not the run's own (not under the pytest that started it) is the cause of a slowed figure,
+named with its pid, executable and memory, and when it was first seen; the preflight sees only the processes
+there before the run.
 """
 
 from __future__ import annotations
 
+import os
 import threading
+import time
 from typing import Any
 
 import torch
 
+from acceptance.families.gpu_users import PROC, RUN_PID_ENV, ForeignSeen, Ours, descends_from, executable
 from acceptance.families.training.figures import GpuUtil
 from acceptance.probes.nvml import CLOCK_EVENT_QUERIES, clock_event_names
 
 PERIOD_S = 0.1
+PROCESS_PERIOD_S = 1.0  # the process list: a foreign job runs for seconds at least
 
 
 class GpuSampler:
@@ -34,6 +43,13 @@ class GpuSampler:
         self._handle: Any = None
         self._nvml: Any = None
         self._events_query: Any = None
+        self._processes_query: Any = None
+        self._ours: Ours = run_s_own()
+        self._started = 0.0
+        self._next_processes = 0.0
+        self.process_samples = 0
+        self.foreign: dict[int, ForeignSeen] = {}
+        self._foreign_counts: dict[int, int] = {}
         if device.type != "cuda":
             self.reason = self.events_reason = "no GPU: sampled with NVML on GPUs only"
             return
@@ -52,11 +68,13 @@ class GpuSampler:
         self._events_query = next((q for q in found if q is not None), None)
         if self._events_query is None:
             self.events_reason = "this pynvml has no clock-event query"
+        self._processes_query = getattr(pynvml, "nvmlDeviceGetComputeRunningProcesses", None)
 
     def start(self) -> None:
         if self._handle is None:
             return
         self._stop.clear()
+        self._started = self._next_processes = time.monotonic()
         self._thread = threading.Thread(target=self._loop, name="nvml-sampler", daemon=True)
         self._thread.start()
 
@@ -70,6 +88,7 @@ class GpuSampler:
         except Exception as exc:  # a GPU that fell off the bus mid-run: keep the reason, stop sampling
             self.reason = f"NVML sampling failed: {type(exc).__name__}: {exc}"
             return
+        self._sample_processes()
         if self._events_query is None:
             return
         try:
@@ -77,6 +96,39 @@ class GpuSampler:
         except Exception as exc:  # NVML "Not Supported" on this GPU: utilisation is still worth having
             self.events_reason = f"clock-event reasons: {type(exc).__name__}: {exc}"
             self._events_query = None
+
+    def _sample_processes(self) -> None:
+        now = time.monotonic()
+        if self._processes_query is None or now < self._next_processes:
+            return
+        self._next_processes = now + PROCESS_PERIOD_S
+        try:
+            running = self._processes_query(self._handle)
+        except Exception:  # NVML "Not Supported" (a vGPU, MIG): the figures stand without a cause
+            self._processes_query = None
+            return
+        self.process_samples += 1
+        for proc in running:
+            pid = int(proc.pid)
+            if self._ours(pid):
+                continue
+            self._foreign_counts[pid] = self._foreign_counts.get(pid, 0) + 1
+            memory = getattr(proc, "usedGpuMemory", None)
+            self.foreign.setdefault(
+                pid,
+                {
+                    "pid": pid,
+                    "command": executable(_command_of(pid)),
+                    "used_memory_bytes": int(memory) if isinstance(memory, int) else None,
+                    "first_seen_s": round(now - self._started, 1),
+                    "seen_share": 0.0,
+                },
+            )
+
+    def seen(self) -> list[ForeignSeen]:
+        """The processes not of this run seen on the GPU, with the share of process samples each was in."""
+        total = max(self.process_samples, 1)
+        return [{**p, "seen_share": self._foreign_counts[pid] / total} for pid, p in sorted(self.foreign.items())]
 
     def stop(self) -> GpuUtil:
         """``mean_pct`` (None with ``reason``), and ``clock_events``: reason -> share of samples it was set in."""
@@ -96,6 +148,24 @@ class GpuSampler:
             out["clock_events"] = {n: sum(n in s for s in self.events) / len(self.events) for n in names}
         else:
             out["clock_events_reason"] = self.events_reason or "no sample taken (timed loop too short)"
+        if self.foreign:
+            out["foreign"] = self.seen()
         if self.util:
             out["mean_pct"], out["reason"] = sum(self.util) / len(self.util), None
         return out
+
+
+def run_s_own() -> Ours:
+    """Whether a pid is the run's: under the pytest that started it (``RUN_PID_ENV``), or, where this rank is
+    not (a node of its own under srun, whose agent the remote slurmd started), under this rank's agent."""
+    given = os.environ.get(RUN_PID_ENV, "")
+    root = int(given) if given.isdigit() else os.getppid()
+    ours = descends_from(root)
+    return ours if ours(os.getpid()) else descends_from(os.getppid())
+
+
+def _command_of(pid: int) -> str | None:
+    try:
+        return (PROC / str(pid) / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+    except OSError:
+        return None

@@ -11,8 +11,8 @@ import threading
 
 import torch
 
-from acceptance.families.answers import NotMeasured
-from acceptance.families.health import HealthResult, NodeAnswers, NodeHealth
+from acceptance.families.answers import NotMeasured, unanswered
+from acceptance.families.health import HealthResult, NodeAnswers, NodeHealth, OutsideGpu, allocated
 from acceptance.probes import nvml
 from acceptance.probes.rank import Ctx, main
 
@@ -62,15 +62,28 @@ def read_under_load(ctx: Ctx, under_load: bool) -> tuple[NodeAnswers | NotMeasur
     return answers, load.copies
 
 
+def visible_uuids(ctx: Ctx) -> list[str] | None:
+    """The GPUs this job was given, as CUDA shows them under the run's environment (CUDA_VISIBLE_DEVICES,
+    the device cgroup, the container's devices): NVML's UUID spelling. None off the GPU."""
+    if not ctx.is_cuda:
+        return None
+    return [f"GPU-{torch.cuda.get_device_properties(i).uuid}" for i in range(torch.cuda.device_count())]
+
+
 def run(ctx: Ctx) -> HealthResult:
     cfg = ctx.spec["health"]
     ctx.phase("nvml")
     answers, copies = read_under_load(ctx, bool(cfg["pcie_under_load"]))
+    outside: list[OutsideGpu] = []
+    if answers is not None and not unanswered(answers):
+        answers, outside = allocated(answers, visible_uuids(ctx))
     ctx.phase("gather")
     mine = {"host": ctx.host, "node_rank": ctx.node_rank, "rank": ctx.rank, "load_copies": copies}
-    everyone = ctx.gather({**mine, "nvml": answers})
+    everyone = ctx.gather({**mine, "nvml": answers, "outside": outside})
     nodes: list[NodeHealth] = [
-        {"host": r["host"], "node_rank": r["node_rank"], "nvml": r["nvml"]} for r in everyone if r["nvml"] is not None
+        {"host": r["host"], "node_rank": r["node_rank"], "nvml": r["nvml"], "outside_allocation": r["outside"]}
+        for r in everyone
+        if r["nvml"] is not None
     ]
     return {
         "nodes": nodes,

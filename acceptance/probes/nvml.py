@@ -26,6 +26,7 @@ T = TypeVar("T")
 CLOCK_EVENT_BITS = {
     "sw_power_cap": 0x4,
     "hw_slowdown": 0x8,
+    "sync_boost": 0x10,
     "sw_thermal": 0x20,
     "hw_thermal": 0x40,
     "hw_power_brake": 0x80,

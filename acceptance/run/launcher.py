@@ -25,6 +25,7 @@ from typing import IO, Any
 import acceptance
 from acceptance.atomic_file import write_atomic
 from acceptance.families import staging
+from acceptance.families.gpu_users import RUN_PID_ENV
 from acceptance.families.heartbeat import RankState
 from acceptance.run import diagnose, reaper
 from acceptance.run.placement import Placement
@@ -137,6 +138,9 @@ def child_env(profile_env: Mapping[str, str], extra: Mapping[str, str] | None = 
     root = str(Path(acceptance.__file__).resolve().parent.parent)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
     env["PYTHONUNBUFFERED"] = "1"
+    # the run's own processes are this one's descendants: a process on a rank's GPU that is not is another's
+    # (acceptance.probes.gpu_sampler names it beside the figures it slowed)
+    env[RUN_PID_ENV] = str(os.getpid())
     # torchrun's grace for the peers of a failed rank (torch/distributed/launcher/api.py reads it; 30 s by
     # default): a stopped peer never takes it, and the verdict should not wait for it
     env.setdefault("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", reaper.SHUTDOWN_TIMEOUT_S)

@@ -19,11 +19,10 @@ import subprocess
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import cast
 
 from acceptance.evidence.causes import Category
-from acceptance.families.gpu_users import GpuProcess, GpuUse, foreign, foreign_use
+from acceptance.families.gpu_users import GpuProcess, GpuUse, Ours, descends_from, foreign, foreign_use
 from acceptance.families.health import NodeInventory, TorchView
 from acceptance.profile.model import ProfileModel
 
@@ -118,36 +117,6 @@ def the_run_s(users: list[GpuUse], gpus: list[SeenGpu]) -> list[GpuUse]:
         return (bus is None and uuid is None) or bus in buses or uuid in uuids
 
     return [use for use in users if run_s(use)]
-
-
-Ours = Callable[[int], bool]
-PROC = Path("/proc")
-
-
-def parent_of(pid: int, proc: Path = PROC) -> int | None:
-    """The parent pid from /proc/PID/stat (proc(5): the 4th field, after the command in parentheses)."""
-    try:
-        stat = (proc / str(pid) / "stat").read_text()
-        return int(stat.rpartition(")")[2].split()[1])
-    except (OSError, ValueError, IndexError):
-        return None
-
-
-def descends_from(root: int, proc: Path = PROC) -> Ours:
-    """Whether a pid is ``root`` or a process under it; a pid /proc does not show is not (another pid
-    namespace's: NVML answers with the host's pids)."""
-
-    def ours(pid: int) -> bool:
-        seen: set[int] = set()
-        current: int | None = pid
-        while current is not None and current > 1 and current not in seen:
-            if current == root:
-                return True
-            seen.add(current)
-            current = parent_of(current, proc)
-        return False
-
-    return ours
 
 
 def _problem(

@@ -12,6 +12,7 @@ from typing import TypedDict
 
 from typing_extensions import NotRequired
 
+from acceptance.families.gpu_users import ForeignSeen
 from acceptance.json_types import JSONObject
 from acceptance.numbers import spread
 
@@ -55,6 +56,7 @@ class GpuUtil(TypedDict):
     clock_events_reason: str | None
     mean_pct: float | None
     reason: str | None
+    foreign: NotRequired[list[ForeignSeen]]  # processes not of this run seen on the GPU meanwhile
 
 
 class HostLoadFigures(TypedDict):
