@@ -77,7 +77,7 @@ def _round(value: float) -> float | int:
     return round(value) if abs(value) >= 1000 else float(f"{value:.4g}")
 
 
-def chosen(data: EvidenceDoc, profile: Mapping[str, Any] | None, every: bool) -> list[view.Figure]:
+def chosen(data: EvidenceDoc, profile: Mapping[str, Any] | None, every: bool) -> list[view.ReportedFigure]:
     """The figures to bound: those ``profile`` bounds (else those the evidence gated; ``every``: all),
     leaving out correctness gates (their bound stays the profile's or the built-in one), figures that their
     bound alone judges (wall times, temperature) and figures with no better side."""
@@ -96,7 +96,7 @@ def chosen(data: EvidenceDoc, profile: Mapping[str, Any] | None, every: bool) ->
     return sorted(out, key=lambda f: f.metric)
 
 
-def margin(data: EvidenceDoc, figure: view.Figure, tolerance: float) -> tuple[float, str]:
+def margin(data: EvidenceDoc, figure: view.ReportedFigure, tolerance: float) -> tuple[float, str]:
     """How far from the measured figure its bound goes, on its scale (relative, or points), and why: the
     tolerance, or, where the figure's readings say a rerun moves further, its noise."""
     noise = noise_between(noise_of(as_data(data), canonical_metric(figure.metric)), None)
@@ -126,7 +126,7 @@ def refuse_unless_passed(data: EvidenceDoc, origin: str) -> None:
         )
 
 
-def _current_max(figure: view.Figure, data: EvidenceDoc) -> float | None:
+def _current_max(figure: view.ReportedFigure, data: EvidenceDoc) -> float | None:
     """The ``max`` the run judged a lower-is-better fraction by, whatever its verdict: the new bound is never
     looser than it (a figure that failed it must not become a bound that passes it)."""
     for test in data.tests:
@@ -136,7 +136,9 @@ def _current_max(figure: view.Figure, data: EvidenceDoc) -> float | None:
     return None
 
 
-def entry(figure: view.Figure, tolerance: float, origin: str, started: str, data: EvidenceDoc) -> dict[str, Any]:
+def entry(
+    figure: view.ReportedFigure, tolerance: float, origin: str, started: str, data: EvidenceDoc
+) -> dict[str, Any]:
     value = float(figure.value or 0.0)
     step, why = margin(data, figure, tolerance)
     source = f"rebaseline of {origin} ({started}): measured {fmt(figure.value)} {figure.unit} in {figure.test}{why}"
@@ -155,7 +157,7 @@ def entry(figure: view.Figure, tolerance: float, origin: str, started: str, data
 def document(
     data: EvidenceDoc,
     origin: str,
-    figures: list[view.Figure],
+    figures: list[view.ReportedFigure],
     tol: Tolerances,
     profile: Mapping[str, Any] | None = None,
 ) -> str:

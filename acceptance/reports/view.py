@@ -51,7 +51,11 @@ def _test_id(test: Case, data: EvidenceDoc) -> str:
 
 
 @dataclass(frozen=True)
-class Figure:
+class ReportedFigure:
+    """A figure as the evidence stored it (a check), as a report shows it: where its bound came from, the
+    test that checked it, the node (or every node) that measured it. A family's rules give
+    ``acceptance.schema.figure.Figure``; this is what became of one."""
+
     metric: str
     value: float | None
     unit: str
@@ -67,9 +71,9 @@ class Figure:
         return self.verdict != INFORMATION
 
 
-def _figure(check: Check, test: str, node: str) -> Figure:
+def _figure(check: Check, test: str, node: str) -> ReportedFigure:
     threshold = check.threshold or {}
-    return Figure(
+    return ReportedFigure(
         metric=check.metric,
         value=check.value,
         unit=check.unit,
@@ -82,15 +86,15 @@ def _figure(check: Check, test: str, node: str) -> Figure:
     )
 
 
-def figures(data: EvidenceDoc, failing_first: bool = True) -> list[Figure]:
+def figures(data: EvidenceDoc, failing_first: bool = True) -> list[ReportedFigure]:
     """Every checked figure once, failing first (else in the order checked); a figure the nodes of a
     merged file disagree on, once per node."""
-    groups: dict[tuple[str, str], list[Figure]] = {}
+    groups: dict[tuple[str, str], list[ReportedFigure]] = {}
     for test in data.tests:
         test_id, node = _test_id(test, data), node_of(test, data)
         for check in test.checks:
             groups.setdefault((test_id, check.metric), []).append(_figure(check, test_id, node))
-    out: list[Figure] = []
+    out: list[ReportedFigure] = []
     for found in groups.values():
         same = {(f.value, f.verdict, f.bound) for f in found}
         if len(same) == 1:
