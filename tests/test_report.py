@@ -7,7 +7,7 @@ import copy
 import json
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -94,7 +94,7 @@ def test_series_of_nodes_that_measured_differently_stay_apart() -> None:
     probe = next(p for p in merged.probes if p.name == "collectives" and (p.node or "").startswith("node1"))
     probe.result = copy.deepcopy(probe.result)
     assert probe.result is not None
-    probe.result["rows"][0]["busbw_gbps"] = 1.0
+    cast(list[dict[str, Any]], probe.result["rows"])[0]["busbw_gbps"] = 1.0
     assert [s.label for s in view.series(merged, "collectives")] == ["node0-vm", "node1-vm"]
 
 

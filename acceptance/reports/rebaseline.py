@@ -131,8 +131,9 @@ def _current_max(figure: view.ReportedFigure, data: EvidenceDoc) -> float | None
     looser than it (a figure that failed it must not become a bound that passes it)."""
     for test in data.tests:
         for check in test.checks:
-            if check.metric == figure.metric and check.threshold and check.threshold.get("max") is not None:
-                return float(check.threshold["max"])
+            found = check.threshold.get("max") if check.metric == figure.metric and check.threshold else None
+            if isinstance(found, (int, float)):
+                return float(found)
     return None
 
 
