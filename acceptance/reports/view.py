@@ -10,10 +10,12 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import cast
 
 from acceptance.evidence.model import Case, Check, EvidenceDoc, ProbeRecord
 from acceptance.evidence.verdict import verdict_of
+from acceptance.families.compute import GpuRow
+from acceptance.json_types import JSONObject, JSONValue
 from acceptance.verdicts import INFORMATION, FigureVerdict
 
 CHECK_ORDER: dict[FigureVerdict, int] = {"fail": 0, "baseline_fail": 0, "xfail": 1, "pass": 2, "info": 3}
@@ -126,7 +128,7 @@ class Series:
 
     key: str
     label: str
-    result: dict[str, Any]
+    result: JSONObject  # the probe's result as the evidence holds it (JSON): a section reads what it knows
     wall_s: float | None = None  # as the launcher measured it: start-up and rendezvous included
 
 
@@ -152,7 +154,7 @@ def series(data: EvidenceDoc, name: str) -> list[Series]:
     return out
 
 
-def measurements(data: EvidenceDoc, key: str) -> Iterator[tuple[str, Any]]:
+def measurements(data: EvidenceDoc, key: str) -> Iterator[tuple[str, JSONValue]]:
     """(node, value) of every test measurement named ``key``."""
     for test in data.tests:
         found = test.measurements.get(key)
@@ -160,13 +162,38 @@ def measurements(data: EvidenceDoc, key: str) -> Iterator[tuple[str, Any]]:
             yield node_of(test, data), found
 
 
-def resolved(data: EvidenceDoc) -> dict[str, Any]:
+def resolved(data: EvidenceDoc) -> JSONObject:
     return data.profile.resolved
 
 
+def section(data: EvidenceDoc, name: str) -> JSONObject:
+    """A section of the run's resolved profile (``training``, ``cost``); empty where it has none."""
+    return object_of(resolved(data).get(name))
+
+
+def object_of(value: JSONValue) -> JSONObject:
+    """A JSON object; empty where the value is not one (a section an older file lacks)."""
+    return value if isinstance(value, dict) else {}
+
+
+def objects(value: JSONValue) -> list[JSONObject]:
+    """The objects of a JSON list (a probe's rows); none where it is not a list."""
+    return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else []
+
+
+def gpu_rows(result: JSONObject) -> list[GpuRow]:
+    """The compute probe's rows, one per GPU (rank on the CPU), as its result in the evidence holds them:
+    older files may lack the newer keys, so a reader takes them with ``get``."""
+    return cast(list[GpuRow], objects(result.get("rows")))
+
+
+def number(value: JSONValue) -> float | None:
+    """A JSON number as a float; None for anything else (a missing figure, a not-measured answer)."""
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
 def usd_per_gpu_hour(data: EvidenceDoc) -> float | None:
-    cost = resolved(data).get("cost") or {}
-    price = cost.get("usd_per_gpu_hour")
+    price = section(data, "cost").get("usd_per_gpu_hour")
     return float(price) if isinstance(price, (int, float)) and price > 0 else None
 
 
@@ -177,8 +204,9 @@ def tokens_per_dollar(tokens_per_s_per_gpu: float | None, usd: float | None) -> 
     return tokens_per_s_per_gpu * 3600.0 / usd
 
 
-def thresholds(data: EvidenceDoc) -> dict[str, dict[str, Any]]:
-    return resolved(data).get("thresholds") or {}  # type: ignore[no-any-return]
+def thresholds(data: EvidenceDoc) -> JSONObject:
+    """The run's thresholds: metric -> its bound's fields, as the profile gave them."""
+    return section(data, "thresholds")
 
 
 def nodes_label(data: EvidenceDoc) -> str:
