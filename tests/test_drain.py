@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from acceptance.evidence import drain
+from acceptance.evidence.model import EvidenceDoc
 from acceptance.families.gpu_users import FOREIGN_LOAD
 from acceptance.plugin import drain_hooks
 from acceptance.run import drain as scheduler
@@ -31,6 +32,11 @@ def doc(nodes: int = 1, verdict: str = "FAIL", device: str = "cuda", **extra: An
     return evidence_doc(**fields).model_dump(mode="json")
 
 
+def build(data: dict[str, Any], evidence: Path, names: dict[str, str] | None = None) -> drain.DrainList:
+    """The drain list of a document written as plain data, read into its model as a file is."""
+    return drain.build(EvidenceDoc.model_validate(data), evidence, names)
+
+
 def failed_check(metric: str, value: float, detail: str) -> dict[str, Any]:
     check = {"metric": metric, "value": value, "unit": "GB/s", "bound": ">= 400", "threshold": {"min": 400}}
     check |= {"verdict": "fail", "detail": detail}
@@ -40,7 +46,7 @@ def failed_check(metric: str, value: float, detail: str) -> dict[str, Any]:
 def test_a_preflight_failure_drains_this_node_with_its_line() -> None:
     line = "preflight: GPU 1 (0000:19:00.0) is in use by another process: pid 4242 `python train.py`"
     data = doc(errors=[line], cluster={"nodes": [], "preflight": {"ok": False, "categories": {line: "configuration"}}})
-    found = drain.build(data, Path("ev/evidence.json"), {"gpu-a": "c1"})
+    found = build(data, Path("ev/evidence.json"), {"gpu-a": "c1"})
     assert found["nodes"] == [
         {
             "node": "gpu-a",
@@ -68,7 +74,7 @@ def test_the_suite_s_own_install_drains_no_node_and_says_what_to_fix() -> None:
     data = doc(
         errors=[CPU_ONLY], cluster={"nodes": [], "preflight": {"ok": False, "categories": {CPU_ONLY: "software"}}}
     )
-    found = drain.build(data, Path("e.json"), {"gpu-a": "c1"})
+    found = build(data, Path("e.json"), {"gpu-a": "c1"})
     [node] = found["nodes"]
     assert (node["severity"], node["node_fault"], node["category"], node["action"]) == (
         "review", False, "software", "fix the install",
@@ -82,21 +88,21 @@ def test_a_time_limit_the_operator_gave_and_the_run_s_own_errors_drain_no_node()
     killed = "probe health timed out after 1 s and was killed: ..."
     timed_out = {"nodeid": "test_health.py::test_x", "outcome": "failed", "message": killed, "category": "environment"}
     for data in (doc(tests=[timed_out]), doc(errors=["thresholds no selected test checked: compute.x"])):
-        found = drain.build(data, Path("e.json"))
+        found = build(data, Path("e.json"))
         [node] = found["nodes"]
         assert (node["node"], node["severity"], node["node_fault"]) == ("gpu-a", "review", False)
         assert drain.to_drain(found) == []
-    [node] = drain.build(doc(tests=[timed_out]), Path("e.json"))["nodes"]
+    [node] = build(doc(tests=[timed_out]), Path("e.json"))["nodes"]
     assert (node["category"], node["action"]) == ("environment", "fix a setting")
     crashed = {**timed_out, "message": "probe health failed: rank 0 exited 1", "category": None}
-    [node] = drain.build(doc(tests=[crashed]), Path("e.json"))["nodes"]
+    [node] = build(doc(tests=[crashed]), Path("e.json"))["nodes"]
     assert (node["severity"], node["category"], node["action"]) == ("drain", "hardware", "drain node")
 
 
 def test_another_node_s_install_fault_drains_no_node() -> None:
     line = "preflight: node 1 (gpu-b) failed its preflight: profile h100 ... is a CPU-only build: install ..."
     preflight = {"ok": False, "categories": {line: "software"}}
-    found = drain.build(doc(nodes=2, errors=[line], cluster={"nodes": [], "preflight": preflight}), Path("e.json"))
+    found = build(doc(nodes=2, errors=[line], cluster={"nodes": [], "preflight": preflight}), Path("e.json"))
     assert [(n["node"], n["severity"], n["action"]) for n in found["nodes"]] == [("gpu-b", "review", "fix the install")]
 
 
@@ -106,7 +112,7 @@ def test_the_reason_names_every_failure_shortened_the_node_s_own_faults_first() 
         tests=[failed_check("compute.matmul_tflops_min", 212.0, "slowest: gpu-a GPU 3 " + "x" * 300),
                failed_check("health.gpu_temp_c_max", 97.0, "gpu-a GPU 5")],
     )  # fmt: skip
-    [node] = drain.build(data, Path("e.json"))["nodes"]
+    [node] = build(data, Path("e.json"))["nodes"]
     assert node["reason"].startswith("3 failures: compute.matmul_tflops_min = 212, bound >= 400 (slowest")
     assert "; health.gpu_temp_c_max = 97, bound >= 400 (gpu-a GPU 5); thresholds no" in node["reason"]
     assert len(node["reason"]) <= drain.REASON_CHARS
@@ -119,20 +125,20 @@ def test_the_reason_names_every_failure_shortened_the_node_s_own_faults_first() 
 def test_another_node_s_preflight_drains_that_node_not_this_one() -> None:
     data = doc(nodes=2, errors=["preflight: node 1 (gpu-b) failed its preflight: GPU 0 (0000:18:00.0) missing"])
     data["cluster"]["nodes"] = []  # the run stopped before the connectivity probe listed the nodes
-    [node] = drain.build(data, Path("e.json"))["nodes"]
+    [node] = build(data, Path("e.json"))["nodes"]
     assert (node["node"], node["gpus"], node["severity"]) == ("gpu-b", ["0"], "drain")
 
 
 def test_a_figure_that_names_a_node_drains_that_node_only() -> None:
     data = doc(nodes=2, tests=[failed_check("compute.matmul_tflops_min", 212.123456, "slowest: gpu-b GPU 3")])
-    [node] = drain.build(data, Path("e.json"))["nodes"]
+    [node] = build(data, Path("e.json"))["nodes"]
     assert (node["node"], node["gpus"], node["severity"]) == ("gpu-b", ["3"], "drain")
     assert node["reason"] == "compute.matmul_tflops_min = 212.1, bound >= 400 (slowest: gpu-b GPU 3)"
 
 
 def test_a_cluster_wide_failure_is_for_review_and_drains_nothing() -> None:
     data = doc(nodes=2, tests=[failed_check("internode.all.all_reduce.busbw_gbps@1G", 12.0, "across 2 nodes")])
-    found = drain.build(data, Path("e.json"))
+    found = build(data, Path("e.json"))
     assert {n["node"] for n in found["nodes"]} == {"gpu-a", "gpu-b"}
     assert {n["severity"] for n in found["nodes"]} == {"review"}
     assert drain.to_drain(found) == []
@@ -146,19 +152,19 @@ def test_other_nodes_verdicts_are_for_review_and_a_cpu_run_names_no_gpu() -> Non
     ]
     data = doc(nodes=2, device="cpu", cluster={"nodes": [], "node_verdicts": verdicts})
     data["tests"] = [failed_check("connectivity.p2p_min_gbps", 0.001, "gpu-a GPU 1 -> gpu-a GPU 0")]
-    nodes = drain.build(data, Path("e.json"))["nodes"]
+    nodes = build(data, Path("e.json"))["nodes"]
     assert [(n["node"], n["gpus"], n["severity"]) for n in nodes] == [("gpu-a", [], "drain"), ("gpu-b", [], "review")]
     assert nodes[1]["reason"] == "node verdict FAIL: its drain list is beside /r/node1/evidence.json"
 
 
 def test_a_pass_lists_no_node_and_reasons_are_one_short_line() -> None:
-    assert drain.build(doc(verdict="PARTIAL"), Path("e.json"))["nodes"] == []
+    assert build(doc(verdict="PARTIAL"), Path("e.json"))["nodes"] == []
     long = drain.one_line("a\nb " + "x" * 500)
     assert "\n" not in long and len(long) == drain.REASON_CHARS and long.endswith("...")
 
 
 def test_the_list_is_written_once(tmp_path: Path) -> None:
-    found = drain.build(doc(errors=["preflight: no GPU"]), tmp_path / "evidence.json")
+    found = build(doc(errors=["preflight: no GPU"]), tmp_path / "evidence.json")
     path = drain.write(tmp_path, found)
     assert path.name == "drain.json"
     with pytest.raises(FileExistsError, match="already there"):
@@ -170,7 +176,7 @@ def _refuse(argv: Sequence[str]) -> subprocess.CompletedProcess[str]:
 
 
 def test_slurm_and_kubernetes_commands_are_argv_lists() -> None:
-    found = drain.build(doc(errors=["preflight: GPU 0 in use: pid 7 `x; rm -rf /`"]), Path("e.json"), {"gpu-a": "c1"})
+    found = build(doc(errors=["preflight: GPU 0 in use: pid 7 `x; rm -rf /`"]), Path("e.json"), {"gpu-a": "c1"})
     ran: list[list[str]] = []
 
     def run(argv: Sequence[str]) -> subprocess.CompletedProcess[str]:
@@ -190,7 +196,7 @@ def test_slurm_and_kubernetes_commands_are_argv_lists() -> None:
 
 
 def test_a_missing_scheduler_is_a_line_not_a_crash() -> None:
-    found = drain.build(doc(errors=["preflight: no GPU"]), Path("e.json"))
+    found = build(doc(errors=["preflight: no GPU"]), Path("e.json"))
 
     def missing(argv: Sequence[str]) -> subprocess.CompletedProcess[str]:
         raise FileNotFoundError(2, "No such file or directory", argv[0])
@@ -209,7 +215,7 @@ def test_only_the_isolation_s_culprit_is_drained_the_hosts_it_mentions_are_for_r
     )
     test = failed_check("internode.all.all_reduce.busbw_gbps@1G", 12.0, f"across 4 nodes\n{message}")
     test["measurements"] = {"isolation": {"message": message, "culprits": [3], "hosts": {"3": "gpu-d"}}}
-    nodes = {n["node"]: n for n in drain.build({**data, "tests": [test]}, Path("e.json"))["nodes"]}
+    nodes = {n["node"]: n for n in build({**data, "tests": [test]}, Path("e.json"))["nodes"]}
     assert {h: n["severity"] for h, n in nodes.items()} == {
         "gpu-a": "review", "gpu-b": "review", "gpu-c": "review", "gpu-d": "drain",
     }  # fmt: skip
@@ -225,7 +231,7 @@ def test_two_nodes_pair_and_a_collective_s_slowest_link_drain_no_one() -> None:
         "collectives.all_reduce.busbw_gbps@1G", 80.0, "culprit: slowest links this run measured: gpu-a GPU 3 -> gpu-b"
     )
     for test in (both, link):
-        found = drain.build(doc(nodes=2, tests=[test]), Path("e.json"))
+        found = build(doc(nodes=2, tests=[test]), Path("e.json"))
         assert {n["node"]: n["severity"] for n in found["nodes"]} == {"gpu-a": "review", "gpu-b": "review"}
         assert drain.to_drain(found) == []
 
@@ -233,7 +239,7 @@ def test_two_nodes_pair_and_a_collective_s_slowest_link_drain_no_one() -> None:
 def test_a_host_is_named_as_a_whole_word_only() -> None:
     data = doc(nodes=2, tests=[failed_check("compute.matmul_tflops_min", 212.0, "slowest: gpu-1-b GPU 3")])
     data["cluster"]["nodes"] = [{"host": "gpu-1"}, {"host": "gpu-1-b"}]
-    [node] = drain.build(data, Path("e.json"))["nodes"]
+    [node] = build(data, Path("e.json"))["nodes"]
     assert (node["node"], node["gpus"], node["severity"]) == ("gpu-1-b", ["3"], "drain")
     assert drain.names("gpu-1", "gpu-1 GPU 0") and not drain.names("gpu-1", "gpu-1.rack2 GPU 0")
 
@@ -241,11 +247,11 @@ def test_a_host_is_named_as_a_whole_word_only() -> None:
 def test_a_node_listed_already_gets_the_gpus_of_its_later_reasons() -> None:
     data = doc(tests=[failed_check("compute.matmul_tflops_min", 212.0, "slowest: gpu-a GPU 3"),
                       failed_check("health.gpu_temp_c_max", 97.0, "gpu-a GPU 5")])  # fmt: skip
-    [node] = drain.build(data, Path("e.json"))["nodes"]
+    [node] = build(data, Path("e.json"))["nodes"]
     assert (node["gpus"], node["severity"]) == (["3", "5"], "drain")
     assert node["reason"].startswith("2 failures: compute.matmul_tflops_min")  # every failure, not the first
     whole = doc(errors=["preflight: no GPU"], tests=[failed_check("compute.matmul_tflops_min", 1.0, "gpu-a GPU 3")])
-    [node] = drain.build(whole, Path("e.json"))["nodes"]
+    [node] = build(whole, Path("e.json"))["nodes"]
     assert node["gpus"] == []  # a reason that blames the node as a whole is not narrowed to one GPU
 
 
@@ -256,7 +262,7 @@ def test_a_drain_list_that_cannot_be_built_keeps_the_verdict(
         raise KeyError("topology")
 
     monkeypatch.setattr(drain, "build", broken)
-    assert drain_hooks.act_on(doc(), tmp_path, tmp_path / "evidence.json", "slurm") is None
+    assert drain_hooks.act_on(EvidenceDoc.model_validate(doc()), tmp_path, tmp_path / "evidence.json", "slurm") is None
     err = capsys.readouterr().err
     assert err == f"cluster-acceptance: no drain list for {tmp_path / 'evidence.json'}: KeyError: 'topology'\n"
     assert not (tmp_path / "drain.json").exists()
@@ -264,7 +270,7 @@ def test_a_drain_list_that_cannot_be_built_keeps_the_verdict(
 
 @pytest.mark.parametrize("name", ["--all", "gpu[001-100]", "a,b,c", "gpu 1", "-gpu", "gpu-", "", "a" * 254, "a..b"])
 def test_a_name_that_is_not_one_host_is_refused_and_nothing_runs(name: str) -> None:
-    found = drain.build(doc(errors=["preflight: no GPU"]), Path("e.json"), {"gpu-a": name})
+    found = build(doc(errors=["preflight: no GPU"]), Path("e.json"), {"gpu-a": name})
     for way in ("slurm", "kubernetes"):
         [line] = scheduler.apply(found, way, run=_refuse)
         assert line == f"{way}: refused: node name {name!r} is not one host name (RFC 1123: letters, digits, '-' " \
@@ -295,7 +301,7 @@ def test_a_figure_slowed_by_another_job_s_process_drains_nothing() -> None:
         "checks": [check],
         "category": "foreign load",
     }
-    found = drain.build(doc(tests=[slowed]), Path("e.json"))
+    found = build(doc(tests=[slowed]), Path("e.json"))
     [node] = found["nodes"]
     assert (node["severity"], node["node_fault"], node["category"], node["action"]) == (
         "review",

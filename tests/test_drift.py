@@ -18,6 +18,7 @@ from acceptance.families.answers import not_measured
 from acceptance.probes import nvml
 from acceptance.probes.drift import FAULT_ENV, parse_faults, read_hcas
 from acceptance.profile.loader import load
+from acceptance.schema.figure import Figure
 from tests.harness import PLUGIN_ARGS, evidence, free_port
 from tests.test_health_units import RecordedNvml, answered, h100
 from tests.test_multinode import run_nodes
@@ -70,7 +71,7 @@ def result(nodes: list[rules.NodeRecord], gpus: list[rules.GpuRecord] | None = N
     return {"nodes": nodes, "gpus": gpus or [], "no_gpus": None if gpus else "the ranks run on the CPU", "injected": []}
 
 
-def figures(found: rules.DriftResult, pins: rules.Pins | None = None) -> dict[str, rules.Figure]:
+def figures(found: rules.DriftResult, pins: rules.Pins | None = None) -> dict[str, Figure]:
     return {f.metric: f for f in rules.evaluate(found, pins or rules.Pins())}
 
 

@@ -16,11 +16,12 @@ import pytest
 
 from acceptance.families import health as gpu_health
 from acceptance.families.answers import NotMeasured
-from acceptance.families.health import Expect, Figure, NodeHealth
+from acceptance.families.health import Expect, NodeHealth
 from acceptance.probes import nvml
 from acceptance.profile.loader import evaluate
 from acceptance.profile.metrics import builtin_bound
 from acceptance.profile.model import ProfileModel
+from acceptance.schema.figure import Figure
 
 UNSUPPORTED = {"error": pynvml.NVML_ERROR_NOT_SUPPORTED}
 NO_PERMISSION = {"error": pynvml.NVML_ERROR_NO_PERMISSION}
@@ -132,7 +133,7 @@ def with_change(index: int, **answers: Any) -> dict[str, Any]:
 
 
 def passes(fig: Figure) -> bool:
-    assert fig.value is not None and fig.bound is not None, f"{fig.metric} was not judged: {fig}"
+    assert fig.skip is None and fig.bound is not None, f"{fig.metric} was not judged: {fig}"
     return evaluate(fig.bound, fig.value)[0]
 
 
@@ -151,7 +152,7 @@ def test_adapter_reads_a_healthy_gpu() -> None:
 
 def test_healthy_node_passes_every_gate() -> None:
     figs = figures([node("gpu-node-0", [h100(0), h100(1)])])
-    judged = [f for f in figs.values() if f.value is not None and f.bound is not None]
+    judged = [f for f in figs.values() if f.skip is None and f.bound is not None]
     assert {f.metric for f in judged} >= {
         "health.gpu_count",
         "health.gpu_model_mismatch",
@@ -189,13 +190,13 @@ def test_an_unsupported_query_is_not_measured_never_a_pass() -> None:
     no_nvlink = [with_change(i, GetNvLinkState=UNSUPPORTED) for i in range(2)]
     figs = figures([node("pcie-node", no_nvlink)])
     links = figs["health.nvlink_links_min"]
-    assert links.value is None
+    assert links.skip == "health.nvlink_links_min not measured: " + "; ".join(links.not_measured)
     assert links.not_measured == [
         "pcie-node GPU 0 (GPU-0f2a...): NVLink state: Not Supported",
         "pcie-node GPU 1 (GPU-1f2a...): NVLink state: Not Supported",
     ]
     pages = figs["health.retired_pages_pending"]
-    assert pages.value is None and len(pages.not_measured) == 2
+    assert pages.skip is not None and len(pages.not_measured) == 2
 
 
 def test_a_query_denied_on_one_gpu_is_reported_beside_the_others() -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, cast
 
+from acceptance.evidence.model import ProbeRecord
 from acceptance.run import isolation_rounds
 from acceptance.run.cluster_run import ClusterRun
 
@@ -16,8 +17,13 @@ class _Evidence:
     probes: list[dict[str, Any]]
 
     @property
-    def data(self) -> dict[str, Any]:
-        return {"probes": self.probes}
+    def doc(self) -> _Doc:
+        return _Doc([ProbeRecord.model_validate({"name": p["key"], **p}) for p in self.probes])
+
+
+@dataclass
+class _Doc:
+    probes: list[ProbeRecord]
 
 
 @dataclass

@@ -7,7 +7,7 @@ import copy
 import json
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -16,6 +16,7 @@ from acceptance.cli.reports import load
 from acceptance.evidence.model import EvidenceDoc
 from acceptance.evidence.store import read_evidence
 from acceptance.evidence.verdict import verdict_of
+from acceptance.families.collectives import CollectiveRow
 from acceptance.reports import html, measured, overview, pairs, plots, summary, training, view
 from acceptance.reports.blocks import Heading
 from acceptance.reports.table import Raw, render
@@ -83,8 +84,9 @@ def test_merged_series_are_one_line_sorted_by_size() -> None:
     merged, _ = load(TWO_NODES)
     (run,) = view.series(merged, "collectives")  # both nodes hold rank 0's gathered result: one series
     assert run.label == view.EVERY_NODE
-    rows = [(run.label, r) for r in run.result["rows"]]
-    for panel in measured._panels(merged, rows, lambda r: (f"collectives.{r['op']}.busbw_gbps@{r['size']}",)):
+    rows = [cast(CollectiveRow, r) for r in view.objects(run.result["rows"])]
+    points = [(run.label, measured._point(r, (f"collectives.{r['op']}.busbw_gbps@{r['size']}",))) for r in rows]
+    for panel in measured._panels(merged, points):
         (line,) = panel.lines
         assert list(line.x) == sorted(line.x) and len(set(line.x)) == len(line.x)  # no zigzag, no repeat
 
@@ -94,7 +96,7 @@ def test_series_of_nodes_that_measured_differently_stay_apart() -> None:
     probe = next(p for p in merged.probes if p.name == "collectives" and (p.node or "").startswith("node1"))
     probe.result = copy.deepcopy(probe.result)
     assert probe.result is not None
-    probe.result["rows"][0]["busbw_gbps"] = 1.0
+    cast(list[dict[str, Any]], probe.result["rows"])[0]["busbw_gbps"] = 1.0
     assert [s.label for s in view.series(merged, "collectives")] == ["node0-vm", "node1-vm"]
 
 

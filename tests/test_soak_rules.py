@@ -20,6 +20,7 @@ from acceptance.probes import soak as probe
 from acceptance.probes.memory_patterns import PATTERNS, MemoryPatterns
 from acceptance.probes.soak_watch import SoakWatch, read_counters
 from acceptance.profile.registry import FAMILIES
+from acceptance.schema.figure import Figure
 from acceptance.schema.rounding import U_FP8_ACCUMULATE, U_FP32
 from tests.harness import doc
 from tests.test_profile import BASE, error_of, write
@@ -139,7 +140,7 @@ def result(ranks: list[rules.RankSoak], **config: Any) -> rules.SoakResult:
     }
 
 
-def counts(found: rules.SoakResult) -> dict[str, rules.Figure]:
+def counts(found: rules.SoakResult) -> dict[str, Figure]:
     return {f.metric: f for f in rules.counts(found)}
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from acceptance.families import drift as drift_rules
-from acceptance.plugin.api import Checker, ClusterRun, probe_result
+from acceptance.plugin.api import Checker, ClusterRun, Figure, probe_result
 
 
 @pytest.fixture(scope="module")
@@ -15,21 +15,19 @@ def drift(cluster: ClusterRun) -> drift_rules.DriftResult:
 
 
 @pytest.fixture(scope="module")
-def figures(cluster: ClusterRun, drift: drift_rules.DriftResult) -> dict[str, drift_rules.Figure]:
+def figures(cluster: ClusterRun, drift: drift_rules.DriftResult) -> dict[str, Figure]:
     pins = drift_rules.Pins.from_profile(cluster.profile.model)
     return {f.metric: f for f in drift_rules.evaluate(drift, pins)}
 
 
-def _count(fig: drift_rules.Figure, check: Checker, unmeasured: str | None = None) -> None:
+def _count(fig: Figure, check: Checker, unmeasured: str | None = None) -> None:
     """A correctness count: 0 unless the profile bounds it otherwise; the lines name each node and field."""
     if fig.skip:
         pytest.skip(fig.skip)
     check(fig.metric, fig.value, fig.unit, fig.detail, unmeasured=unmeasured)
 
 
-def test_fields_measured(
-    drift: drift_rules.DriftResult, figures: dict[str, drift_rules.Figure], check: Checker
-) -> None:
+def test_fields_measured(drift: drift_rules.DriftResult, figures: dict[str, Figure], check: Checker) -> None:
     """Every node's and GPU's fields go into the evidence; how many fields some node could not read is
     recorded (no NVML, no InfiniBand adapter), never taken for agreement."""
     check.measurements("nodes", drift["nodes"])
@@ -40,17 +38,17 @@ def test_fields_measured(
     check(fig.metric, fig.value, fig.unit, fig.detail)
 
 
-def test_nodes_agree(figures: dict[str, drift_rules.Figure], check: Checker) -> None:
+def test_nodes_agree(figures: dict[str, Figure], check: Checker) -> None:
     """Kernel, OS, Python, torch, CUDA, NCCL, driver, NIC firmware and rates: what most nodes have, on every node."""
     _count(figures["drift.nodes_differing"], check)
 
 
-def test_gpus_agree(figures: dict[str, drift_rules.Figure], check: Checker) -> None:
+def test_gpus_agree(figures: dict[str, Figure], check: Checker) -> None:
     """Name, VBIOS, ECC, persistence and MIG modes, power limit, application clocks, PCIe maximum: alike."""
     _count(figures["drift.gpus_differing"], check)
 
 
-def test_golden(figures: dict[str, drift_rules.Figure], check: Checker) -> None:
+def test_golden(figures: dict[str, Figure], check: Checker) -> None:
     """Every node (GPU) holds the value the profile pins (``drift.golden``)."""
     fig = figures["drift.golden_mismatches"]
     # a pinned value nobody could read is not confirmed: never a pass

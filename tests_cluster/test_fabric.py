@@ -20,7 +20,7 @@ def test_ports(fabric: fabric_rules.FabricResult, check: Checker) -> None:
     check.measurements("after", fabric.after)
     check.measurements("numa", fabric_rules.affinity(fabric.after))
     figures = [fabric.figures[m] for m in ("fabric.ports", "fabric.ports_down")]
-    unmeasured = next((f.unmeasured for f in figures if f.unmeasured), None)  # the second reading failed
+    unmeasured = next((f.unmeasured_text for f in figures if f.unmeasured), None)  # the second reading failed
     check.all([(f.metric, f.value, f.unit, f.detail) for f in figures], unmeasured=unmeasured)
 
 
@@ -30,4 +30,4 @@ def test_error_counters_did_not_rise(fabric: fabric_rules.FabricResult, check: C
     fig = fabric.figures["fabric.counter_increases"]
     if fig.skip:
         pytest.skip(fig.skip)
-    check(fig.metric, fig.value, fig.unit, fig.detail, unmeasured=fig.unmeasured)
+    check(fig.metric, fig.value, fig.unit, fig.detail, unmeasured=fig.unmeasured_text)

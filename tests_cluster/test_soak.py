@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from acceptance.families import soak as soak_rules
-from acceptance.plugin.api import Checker, ClusterRun, probe_result, probe_wall_s
+from acceptance.plugin.api import Checker, ClusterRun, Figure, probe_result, probe_wall_s
 
 # every second of soak.duration_s soaked: a soak stopped part-way is no pass, whatever it measured until then
 
@@ -26,17 +26,16 @@ def soak(cluster: ClusterRun) -> soak_rules.SoakResult:
 
 
 @pytest.fixture(scope="module")
-def counts(soak: soak_rules.SoakResult) -> dict[str, soak_rules.Figure]:
+def counts(soak: soak_rules.SoakResult) -> dict[str, Figure]:
     return {f.metric: f for f in soak_rules.counts(soak)}
 
 
-def _count(fig: soak_rules.Figure, check: Checker) -> None:
+def _count(fig: Figure, check: Checker) -> None:
     """A correctness count: 0 unless the profile bounds it otherwise; the lines name each GPU. A GPU that
     could not measure it fails the test (the count over the others is no pass for it)."""
     if fig.skip:
         pytest.skip(fig.skip)
-    unmeasured = "\n".join(fig.unmeasured) or None
-    check(fig.metric, fig.value, fig.unit, fig.detail, unmeasured=unmeasured)
+    check(fig.metric, fig.value, fig.unit, fig.detail, unmeasured=fig.unmeasured_text)
 
 
 def test_every_rank_soaked(cluster: ClusterRun, soak: soak_rules.SoakResult, check: Checker) -> None:
@@ -48,21 +47,20 @@ def test_every_rank_soaked(cluster: ClusterRun, soak: soak_rules.SoakResult, che
     assert len(soak["ranks"]) == cluster.world_size, f"{len(soak['ranks'])} ranks reported, {cluster.world_size} ran"
     check("soak.wall_s", probe_wall_s(cluster, "soak"), "s", f"soak.duration_s {soak['config']['duration_s']:g} s")
     whole = soak_rules.completed(soak)
-    unmeasured = "\n".join(whole.unmeasured) or None
-    check(whole.metric, whole.value, whole.unit, whole.detail, unmeasured=unmeasured)
+    check(whole.metric, whole.value, whole.unit, whole.detail, unmeasured=whole.unmeasured_text)
 
 
 @pytest.mark.parametrize(
     "metric", ["soak.gemm_wrong_elements", "soak.gemm_disagreeing_gpus", "soak.gemm_reference_errors"]
 )
-def test_gemm_results(counts: dict[str, soak_rules.Figure], metric: str, check: Checker) -> None:
+def test_gemm_results(counts: dict[str, Figure], metric: str, check: Checker) -> None:
     """Each result equals the GPU's first, bit for bit; the first equals the other GPUs' of its model and
     an fp64 product within the arithmetic's bound."""
     _count(counts[metric], check)
 
 
 def test_memory_patterns(
-    cluster: ClusterRun, soak: soak_rules.SoakResult, counts: dict[str, soak_rules.Figure], check: Checker
+    cluster: ClusterRun, soak: soak_rules.SoakResult, counts: dict[str, Figure], check: Checker
 ) -> None:
     """Walking ones, seeded random and address-in-address over most of the free memory: every word read back,
     over at least ``soak.memory_coverage_min`` of the memory asked for on every rank."""
@@ -73,18 +71,18 @@ def test_memory_patterns(
     check(covered.metric, covered.value, covered.unit, covered.detail)
 
 
-def test_allreduce_under_load(counts: dict[str, soak_rules.Figure], check: Checker) -> None:
+def test_allreduce_under_load(counts: dict[str, Figure], check: Checker) -> None:
     """An all_reduce of exactly summable data beside the GEMMs, every element of every result checked."""
     _count(counts["soak.allreduce_wrong"], check)
 
 
 @pytest.mark.parametrize("metric", ["soak.ecc_new_errors", "soak.remapped_rows_new", "soak.xid_new"])
-def test_no_new_errors(counts: dict[str, soak_rules.Figure], metric: str, check: Checker) -> None:
+def test_no_new_errors(counts: dict[str, Figure], metric: str, check: Checker) -> None:
     """NVML's uncorrectable ECC errors and remapped rows before and after, its XID events during."""
     _count(counts[metric], check)
 
 
-def test_no_slowdown(counts: dict[str, soak_rules.Figure], check: Checker) -> None:
+def test_no_slowdown(counts: dict[str, Figure], check: Checker) -> None:
     """No thermal or hardware slowdown held a GPU's clocks back (``soak.slowdown_reasons``)."""
     _count(counts["soak.slowdown_gpus"], check)
 
@@ -96,8 +94,8 @@ def test_sustained_speed(cluster: ClusterRun, soak: soak_rules.SoakResult, dtype
     low, median, below, sag = soak_rules.speed_figures(soak, dtype)
     if low.skip:
         pytest.skip(low.skip)
-    unmeasured = "\n".join(low.unmeasured) or None  # a GPU that could not run the GEMM fails the test
-    check.all([(f.metric, f.value, f.unit, f.detail) for f in (low, median, sag)], unmeasured=unmeasured)
+    # a GPU that could not run the GEMM fails the test
+    check.all([(f.metric, f.value, f.unit, f.detail) for f in (low, median, sag)], unmeasured=low.unmeasured_text)
     check(below.metric, below.value, below.unit, below.detail)
 
 

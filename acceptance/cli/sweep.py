@@ -16,7 +16,7 @@ from typing import Any, TextIO, cast
 from acceptance.evidence.folder import default_folder
 from acceptance.evidence.verdict import facts_of
 from acceptance.families.collectives import CollectiveRow, SweepResult
-from acceptance.json_types import JSONObject
+from acceptance.json_types import JSONObject, JSONValue
 from acceptance.profile import loader as profiles
 from acceptance.run.cluster_run import ClusterRun
 from acceptance.run.launcher import ProbeError
@@ -126,7 +126,7 @@ def run(args: SweepArgs, out: TextIO) -> int:
 def _record(cluster: ClusterRun, result: SweepResult) -> bool:
     nodeid = "cluster-acceptance sweep"
     case = cluster.evidence.test(nodeid)
-    case.measurements["sweep"] = result
+    case.measurements["sweep"] = cast(JSONValue, result)  # a SweepResult is JSON
     for row in result["rows"]:
         op, size = row["op"], row["size"]
         cluster.check(nodeid, f"collectives.{op}.busbw_gbps@{size}", row["busbw_gbps"], "GB/s")

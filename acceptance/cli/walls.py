@@ -23,6 +23,7 @@ from pathlib import Path
 from acceptance.cli.usage import USAGE_ERROR, Parser
 from acceptance.evidence.model import EvidenceDoc
 from acceptance.evidence.store import EvidenceError, read_evidence
+from acceptance.json_types import JSONObject
 from acceptance.reports.table import render
 
 Row = tuple[str, float | None, str]
@@ -36,12 +37,17 @@ def rows(doc: EvidenceDoc) -> list[Row]:
         status = probe.status + (f" (staged {staged:.1f} s before)" if staged is not None else "")
         out.append((probe.key, probe.wall_s, status))
         result = probe.result or {}
-        parts = result.get("strategies") or result.get("parts") or {}
-        if isinstance(result.get("strategy"), str):  # evidence of a job per strategy: the job is the part
-            parts = {result["strategy"]: {"wall_s": probe.wall_s}}
+        found = result.get("strategies") or result.get("parts")
+        parts: JSONObject = found if isinstance(found, dict) else {}
+        if isinstance(strategy := result.get("strategy"), str):  # evidence of a job per strategy: the job is the part
+            parts = {strategy: {"wall_s": probe.wall_s}}
         where = " (baseline)" if probe.key.endswith("-baseline") else ""
         for name, part in parts.items():
-            out.append((f"- {name}{where}", part.get("wall_s"), "failed" if part.get("error") else "ok"))
+            wall = part.get("wall_s") if isinstance(part, dict) else None
+            failed = isinstance(part, dict) and part.get("error")
+            out.append(
+                (f"- {name}{where}", wall if isinstance(wall, (int, float)) else None, "failed" if failed else "ok")
+            )
     out.append(("suite", suite_s(doc), doc.verdict))
     return out
 

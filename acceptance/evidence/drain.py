@@ -19,17 +19,19 @@ The shape (``DrainList``) is documented in docs/evidence.md; ``schema`` says its
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, TypedDict
+from typing import Literal, TypedDict
 
 from acceptance.atomic_file import write_atomic
 from acceptance.evidence.causes import Action, Category, action, category_of, node_fault
-from acceptance.evidence.model import EvidenceDoc
+from acceptance.evidence.model import Case, Check, EvidenceDoc
 from acceptance.evidence.store import dumps, now
 from acceptance.evidence.verdict import verdict_of
+from acceptance.json_types import JSONObject, JSONValue
 from acceptance.verdicts import FAILED_FIGURES as FAILED_CHECKS
 from acceptance.verdicts import FAILED_OUTCOMES
 
@@ -102,62 +104,79 @@ class Reason:
     category: Category = "hardware"  # whose fault: only the node's own (hardware, fabric, configuration) drain
 
 
-def _local(test: Mapping[str, Any], metric: object = None) -> bool:
+def _local(test: Case, metric: str | None = None) -> bool:
     """Whether a check (``compute.matmul_tflops_min``), else its test's module (test_fabric.py), is one of
     ``LOCAL_FIGURES``."""
     if metric:
-        return str(metric).startswith(LOCAL_FIGURES)
-    module = str(test.get("nodeid", "")).partition("::")[0].rpartition("/")[2]
+        return metric.startswith(LOCAL_FIGURES)
+    module = test.nodeid.partition("::")[0].rpartition("/")[2]
     return f"{module.removeprefix('test_').removesuffix('.py')}.".startswith(LOCAL_FIGURES)
 
 
-def _isolated(test: Mapping[str, Any], by_rank: Mapping[int, str]) -> tuple[str, ...]:
+def _object(value: JSONValue) -> JSONObject:
+    return value if isinstance(value, dict) else {}
+
+
+def _rank(value: JSONValue) -> int | None:
+    """A node rank as JSON holds it: a number, or a key's text."""
+    if isinstance(value, int) or (isinstance(value, str) and value.isdigit()):
+        return int(value)
+    return None
+
+
+def _isolated(test: Case, by_rank: Mapping[int, str]) -> tuple[str, ...]:
     """The hosts of the culprits an isolation of this test named (``IsolationEvidence``: ``culprits`` are
     node ranks, ``hosts`` their hosts; an isolation recorded without it: the cluster's node ranks)."""
-    found = (test.get("measurements") or {}).get("isolation")
-    if not isinstance(found, Mapping):
+    found = test.measurements.get("isolation")
+    if not isinstance(found, dict):
         return ()
-    hosts = {**by_rank, **{int(n): str(h) for n, h in (found.get("hosts") or {}).items()}}
-    return tuple(hosts[int(n)] for n in found.get("culprits") or [] if int(n) in hosts)
+    named = {_rank(n): str(h) for n, h in _object(found.get("hosts")).items()}
+    hosts = {**by_rank, **{n: h for n, h in named.items() if n is not None}}
+    culprits = found.get("culprits")
+    return tuple(hosts[n] for n in map(_rank, culprits if isinstance(culprits, list) else []) if n in hosts)
 
 
-def _reasons(data: Mapping[str, Any]) -> list[Reason]:
+def _shown(check: Check) -> str:
+    """A failed figure in one line (a value that is not a number reads None, as in the evidence file)."""
+    value = check.value
+    shown = f"{value:.4g}" if isinstance(value, float) and math.isfinite(value) else str(_finite(value))
+    detail = f" ({check.detail})" if check.detail else ""
+    return f"{check.metric} = {shown}, bound {check.bound}{detail}"
+
+
+def _finite(value: float | None) -> float | None:
+    return None if isinstance(value, float) and not math.isfinite(value) else value
+
+
+def _reasons(doc: EvidenceDoc) -> list[Reason]:
     """Why the run failed, one reason each, in the order a person should read them: preflight first."""
-    errors = [str(e).splitlines()[0] for e in data.get("errors") or [] if str(e).strip()]
-    by_rank = {
-        int(n["node_rank"]): str(n.get("host"))
-        for n in (data.get("cluster") or {}).get("nodes") or []
-        if n.get("node_rank") is not None
-    }
+    errors = [e.splitlines()[0] for e in doc.errors if e.strip()]
+    by_rank = {n.node_rank: n.host for n in doc.cluster.nodes if n.node_rank is not None}
     # the preflight's category of each of its lines (a CPU-only torch: software); none recorded: hardware
-    recorded = ((data.get("cluster") or {}).get("preflight") or {}).get("categories") or {}
-    preflight = {str(line).splitlines()[0]: raw for line, raw in recorded.items() if str(line).strip()}
+    recorded = _object(_object(doc.cluster.preflight).get("categories"))
+    preflight = {line.splitlines()[0]: raw for line, raw in recorded.items() if line.strip()}
     reasons = [
         Reason(e, True, (), category_of(preflight.get(e), "hardware")) for e in errors if e.startswith(PREFLIGHT)
     ]
-    for test in data.get("tests") or []:
+    for test in doc.tests:
         culprits = _isolated(test, by_rank)
-        for check in test.get("checks") or []:
-            if check.get("verdict") in FAILED_CHECKS:
-                detail = f" ({check['detail']})" if check.get("detail") else ""
-                value = check.get("value")
-                shown = f"{value:.4g}" if isinstance(value, float) else str(value)
-                text = f"{check.get('metric')} = {shown}, bound {check.get('bound')}{detail}"
-                local = _local(test, check.get("metric"))
+        for check in test.checks:
+            if check.verdict in FAILED_CHECKS:
+                local = _local(test, check.metric)
                 # a category the run recorded (another job's process named as the figure's cause: foreign
                 # load) outranks the guess by its family
                 guess: Category = "hardware" if local else "fabric"
-                reasons.append(Reason(text, local, culprits, category_of(test.get("category"), guess)))
-        failed = test.get("outcome") in FAILED_OUTCOMES
-        if failed and not any(c.get("verdict") in FAILED_CHECKS for c in test.get("checks") or []):
-            name = str(test.get("nodeid", "")).rpartition("::")[2]
-            first = (str(test.get("message") or "").strip().splitlines() or [str(test.get("outcome"))])[0]
+                reasons.append(Reason(_shown(check), local, culprits, category_of(test.category, guess)))
+        failed = test.outcome in FAILED_OUTCOMES
+        if failed and not any(c.verdict in FAILED_CHECKS for c in test.checks):
+            name = test.nodeid.rpartition("::")[2]
+            first = ((test.message or "").strip().splitlines() or [test.outcome])[0]
             # its first line: a probe's message goes on with its log's tail; a category the run recorded
             # (a time limit the operator gave) outranks the guess by its family
             if first in preflight or first in errors:
                 continue  # the preflight's gate, failed with its line: that line is a reason already
             local = _local(test)
-            category = category_of(test.get("category"), "hardware" if local else "fabric")
+            category = category_of(test.category, "hardware" if local else "fabric")
             reasons.append(Reason(f"{name}: {first}", local, culprits, category))
     # the run's own errors (its profile's unchecked thresholds, its evidence folder, the nodes' meeting)
     # name no fault of a node
@@ -254,16 +273,15 @@ def _review(category: Category) -> Action:
     return "review" if node_fault(category) else action(category)
 
 
-def build(data: Mapping[str, Any], evidence: Path, scheduler_names: Mapping[str, str] | None = None) -> DrainList:
+def build(doc: EvidenceDoc, evidence: Path, scheduler_names: Mapping[str, str] | None = None) -> DrainList:
     """The drain list of one evidence document (a node's, or node 0's with the other nodes' verdicts)."""
-    host = str(data["topology"]["host"])
-    hosts = [str(n.get("host")) for n in (data.get("cluster") or {}).get("nodes") or []] or [host]
-    single = int(data["topology"].get("nodes", 1)) == 1
-    resolved = (data.get("profile") or {}).get("resolved") or {}
-    on_gpus = (resolved.get("topology") or {}).get("device", "cuda") == "cuda"
+    host = doc.topology.host
+    hosts = [n.host for n in doc.cluster.nodes] or [host]
+    single = doc.topology.nodes == 1
+    on_gpus = _object(doc.profile.resolved.get("topology")).get("device", "cuda") == "cuda"
     listing = _Listing(hosts, dict(scheduler_names or {}), on_gpus)
-    verdict = verdict_of(EvidenceDoc.model_validate(data))
-    reasons = _reasons(data) if verdict == "FAIL" else []
+    verdict = verdict_of(doc)
+    reasons = _reasons(doc) if verdict == "FAIL" else []
     for reason in reasons:
         blamed, mentioned = _blame(reason, hosts, host, single)
         for node in blamed:
@@ -274,7 +292,7 @@ def build(data: Mapping[str, Any], evidence: Path, scheduler_names: Mapping[str,
             listing.add(node, "review", said, reason.category)
     # every node judges the same figures, so a cluster-wide failure is every node's FAIL: another node's
     # verdict alone drains nothing; its own drain list (beside its evidence) names what is its own
-    for other in (data.get("cluster") or {}).get("node_verdicts") or []:
+    for other in doc.cluster.node_verdicts or []:
         if other.get("verdict") == "FAIL" and other.get("host") != host:
             why = f"node verdict FAIL: its drain list is beside {other.get('evidence')}"
             listing.add(str(other.get("host")), "review", why)
@@ -287,7 +305,7 @@ def build(data: Mapping[str, Any], evidence: Path, scheduler_names: Mapping[str,
         "written": now(),
         "verdict": verdict,
         "evidence": str(evidence),
-        "tier": (data.get("tier") or {}).get("name"),
+        "tier": doc.tier.name if doc.tier else None,
         "nodes": listing.entries(),
         "applied": [],
     }

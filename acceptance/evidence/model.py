@@ -1,18 +1,20 @@
 """The evidence document as a pydantic model; ``evidence.schema.json`` is generated from it.
 
-Free-form where the content belongs to a probe (``measurements``, a probe's ``result``, the resolved
-profile); strict everywhere a pipeline reads a field to decide. Evidence written by earlier versions
+Free-form (JSON: pydantic's ``JsonValue``, ``acceptance.json_types`` to the type checker) where the content
+belongs to a probe or a layer above (``measurements``, a probe's ``result``, the resolved profile, the plan,
+the preflight's record); strict everywhere a pipeline reads a field to decide. Evidence written by earlier versions
 (verdict PASS/FAIL only, no ``partial``) still validates: every field added since has a default.
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any, Literal
+from typing import Literal, cast
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
 from acceptance.evidence.causes import Category
+from acceptance.json_types import JSONObject
 from acceptance.verdicts import FigureVerdict, Outcome, RunVerdict
 
 SCHEMA_ID = "cluster-acceptance/evidence/1"
@@ -32,9 +34,9 @@ class Check(Part):
     unit: str
     bound: str
     verdict: FigureVerdict
-    threshold: dict[str, Any] | None
+    threshold: dict[str, JsonValue] | None  # the bound's fields as the profile gave them (schema.bounds.Threshold)
     detail: str | None = None
-    baseline: dict[str, Any] | None = None  # --cluster-baseline: the earlier figure, its limit, the tolerance
+    baseline: dict[str, JsonValue] | None = None  # --cluster-baseline: the earlier figure, its limit, the tolerance
 
 
 class Case(Part):
@@ -43,7 +45,7 @@ class Case(Part):
     nodeid: str
     outcome: Outcome = "running"
     duration_s: float = Field(default=0.0, ge=0)
-    measurements: dict[str, Any] = {}
+    measurements: dict[str, JsonValue] = {}
     checks: list[Check] = []
     message: str | None = None
     longrepr: str | None = None
@@ -60,7 +62,7 @@ class ProbeRecord(Part):
     wall_s: float | None = None
     out_dir: str | None = None
     argv: list[str] | None = None
-    result: dict[str, Any] | None = None
+    result: dict[str, JsonValue] | None = None
     error: str | None = None
     env: dict[str, str] | None = None
     # seconds its job had been started ahead of its turn (staged) when the node came free; wall_s is after
@@ -73,7 +75,7 @@ class ProfileRecord(Part):
     path: str
     sha256: str = Field(pattern="^[0-9a-f]{64}$")
     extends: list[str] = []
-    resolved: dict[str, Any]
+    resolved: dict[str, JsonValue]
 
 
 class TopologyRecord(Part):
@@ -89,18 +91,18 @@ class TopologyRecord(Part):
 class NodeRecord(Part):
     host: str
     node_rank: int | None = None
-    devices: list[dict[str, Any]] = []
+    devices: list[dict[str, JsonValue]] = []  # store.DEVICE_FIELDS of each rank on it
 
 
 class ClusterRecord(Part):
     nodes: list[NodeRecord] = []
     software: dict[str, str | None] = {}
     env: dict[str, str] = {}
-    plan: dict[str, Any] | None = None
-    node_verdicts: list[dict[str, Any]] | None = None
-    preflight: dict[str, Any] | None = None  # GPU profiles: what this node has against the profile
+    plan: dict[str, JsonValue] | None = None  # multinode.plan's record of what the nodes agreed on
+    node_verdicts: list[dict[str, JsonValue]] | None = None  # node 0's: each node's host, verdict, evidence
+    preflight: dict[str, JsonValue] | None = None  # GPU profiles: what this node has against the profile
     # the fabric family's first reading of this node's ports, before any probe (acceptance.probes.fabric)
-    fabric_before: dict[str, Any] | None = None
+    fabric_before: dict[str, JsonValue] | None = None
 
 
 class TierRecord(Part):
@@ -150,9 +152,9 @@ class EvidenceDoc(BaseModel):
     merged_from: list[MergedFrom] | None = None
 
 
-def json_schema() -> dict[str, Any]:
+def json_schema() -> JSONObject:
     """The JSON schema of the evidence, as shipped in ``evidence.schema.json``."""
-    schema = EvidenceDoc.model_json_schema(by_alias=True, mode="serialization")
+    schema = cast(JSONObject, EvidenceDoc.model_json_schema(by_alias=True, mode="serialization"))
     return {"$schema": "https://json-schema.org/draft/2020-12/schema", "$id": SCHEMA_ID, **schema}
 
 

@@ -17,7 +17,7 @@ import sys
 import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from pydantic import ValidationError
 
@@ -25,6 +25,7 @@ from acceptance.atomic_file import write_atomic
 from acceptance.evidence.environment import allowed_env, software
 from acceptance.evidence.model import Case, Check, ClusterRecord, EvidenceDoc, NodeRecord, ProbeRecord
 from acceptance.evidence.verdict import verdict_of
+from acceptance.json_types import JSONObject, JSONValue
 from acceptance.masking import masked_command, masked_profile
 from acceptance.verdicts import RunVerdict
 
@@ -81,8 +82,14 @@ def read_evidence(path: Path) -> EvidenceDoc:
     return doc
 
 
-def as_data(doc: EvidenceDoc) -> dict[str, Any]:
-    return finite(doc.model_dump(mode="json", by_alias=True, exclude_none=False))  # type: ignore[no-any-return]
+def as_data(doc: EvidenceDoc) -> JSONObject:
+    """The document as plain JSON, as written to its file (NaN and infinities as null)."""
+    return cast(JSONObject, finite(doc.model_dump(mode="json", by_alias=True, exclude_none=False)))
+
+
+def _objects(value: JSONValue) -> list[JSONObject]:
+    """The objects of a JSON list; none where it is not one."""
+    return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else []
 
 
 # a kill loses at most this much of the tests' outcomes, in a file that then says it is incomplete
@@ -95,8 +102,8 @@ class Evidence:
     def __init__(
         self,
         directory: Path,
-        profile: dict[str, Any],
-        topology: dict[str, Any],
+        profile: JSONObject,
+        topology: Mapping[str, object],
         env: Mapping[str, str],
         persist: bool = True,
     ) -> None:
@@ -121,11 +128,6 @@ class Evidence:
     @property
     def path(self) -> Path:
         return self.dir / "evidence.json"
-
-    @property
-    def data(self) -> dict[str, Any]:
-        """The document as plain data (a copy): for readers; writers go through the methods."""
-        return as_data(self.doc)
 
     @property
     def cluster(self) -> ClusterRecord:
@@ -153,15 +155,22 @@ class Evidence:
         self.doc.probes.append(record)
         return record
 
-    def record_nodes(self, result: Mapping[str, Any]) -> None:
-        """The nodes and their devices as the connectivity probe found them, and the software it reported."""
+    def record_nodes(self, result: JSONObject) -> None:
+        """The nodes and their devices as the connectivity probe found them (its ``ranks``, each a
+        ``families.connectivity.RankDevice``), and the software it reported."""
         nodes: dict[int, NodeRecord] = {}
-        for r in result.get("ranks", []):
-            node = nodes.setdefault(r["node_rank"], NodeRecord(host=r["host"], node_rank=r["node_rank"]))
+        for r in _objects(result.get("ranks")):
+            node_rank = r["node_rank"]
+            if not isinstance(node_rank, int):
+                raise EvidenceError(f"the connectivity probe's rank {r.get('rank')}: node_rank {node_rank!r}")
+            node = nodes.setdefault(node_rank, NodeRecord(host=str(r["host"]), node_rank=node_rank))
             node.devices.append({k: r[k] for k in DEVICE_FIELDS if k in r})
         cluster = self.doc.cluster
         cluster.nodes = list(nodes.values())
-        cluster.software = {**cluster.software, **{f"probe_{k}": v for k, v in (result.get("software") or {}).items()}}
+        found = result.get("software")
+        if isinstance(found, dict):
+            versions = {f"probe_{k}": v if v is None else str(v) for k, v in found.items()}
+            cluster.software = {**cluster.software, **versions}
 
     def error(self, message: str) -> None:
         if message not in self.doc.errors:

@@ -21,6 +21,7 @@ from typing import TypedDict
 
 from typing_extensions import NotRequired
 
+from acceptance.families.heartbeat import RankIdentity
 from acceptance.schema.bounds import must_be_zero
 from acceptance.schema.family import Family, Metric
 from acceptance.schema.fields import PositiveInt, Size, Strict
@@ -91,14 +92,11 @@ class Link(RoundTransfer):
     dst_uuid: NotRequired[str]
 
 
-class RankIdentity(TypedDict):
-    """A rank as the connectivity probe gathers it: its place, its host, and its GPU on CUDA."""
+class RankDevice(RankIdentity):
+    """A rank as the connectivity probe gathers it: where it is (``node_rank``: torchrun's, for this job), its
+    address, and its device (its GPU's name, UUID, memory and PCI address on CUDA)."""
 
-    rank: int
-    node_rank: int  # torchrun's, for this job
     node: int  # the node's own rank, the same in every job (``probes.links.stable_node``)
-    local_rank: int
-    host: str
     ip: str
     device: str
     init_s: float
@@ -125,7 +123,7 @@ class LinkFigures(TypedDict):
 class ConnectivityResult(LinkFigures):
     world_size: int
     expected_world_size: int
-    ranks: list[RankIdentity]
+    ranks: list[RankDevice]
     nodes: dict[str, list[int]]  # "node_rank:host" -> its ranks
     expected_ranks_per_node: int
     short_nodes: dict[str, int]

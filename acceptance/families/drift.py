@@ -20,6 +20,7 @@ from acceptance.families.answers import NotMeasured, not_measured, unanswered
 from acceptance.schema.bounds import must_be_zero
 from acceptance.schema.family import GPU_ONLY, Family, Metric
 from acceptance.schema.fields import Strict
+from acceptance.schema.figure import Figure
 
 # The fields the drift family compares. Node fields: one value per node (local rank 0 reads them); GPU
 # fields: one value per GPU (each rank reads its own). The probe (acceptance/probes/drift.py) reads them and
@@ -213,21 +214,6 @@ class Pins:
     def from_profile(cls, model: object) -> Pins:
         section = DRIFT.section_of(model)
         return cls(dict(section.golden), frozenset(section.ignore))
-
-
-@dataclass
-class Figure:
-    metric: str
-    unit: str
-    value: float = 0.0  # meaningful unless skip says why the figure does not apply
-    findings: list[str] = field(default_factory=list)  # one line per node (GPU) and field that is off
-    not_measured: list[str] = field(default_factory=list)  # one line per field some node (GPU) could not read
-    notes: list[str] = field(default_factory=list)  # what the figure leaves out, and why
-    skip: str | None = None  # why the figure does not apply
-
-    @property
-    def detail(self) -> str:
-        return "\n".join([*self.findings, *(f"not measured: {line}" for line in self.not_measured), *self.notes])
 
 
 @dataclass(frozen=True)

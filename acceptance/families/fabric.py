@@ -15,6 +15,7 @@ from typing import TypedDict
 from acceptance.schema.bounds import must_be_zero
 from acceptance.schema.family import Family, Metric
 from acceptance.schema.fields import AbsolutePath, Strict
+from acceptance.schema.figure import Figure
 
 # The error counters of an InfiniBand/RoCE port, as the kernel names them under
 # /sys/class/infiniband/<hca>/ports/<port>/counters/ (Documentation/ABI/stable/sysfs-class-infiniband, "port
@@ -104,16 +105,6 @@ class Increase:
         return f"{self.host} {self.hca} port {self.port}: {self.counter} {self.before} -> {self.after}"
 
 
-@dataclass(frozen=True)
-class Figure:
-    metric: str
-    value: float
-    unit: str
-    detail: str
-    skip: str | None = None
-    unmeasured: str | None = None  # what could not be compared, in words: the test fails with it (``check``)
-
-
 def increases(before: FabricReading, after: FabricReading, counters: Sequence[str]) -> list[Increase]:
     """Every watched counter that rose between the readings, per port; a port only the second reading has
     is not compared (it appeared), one only the first has is ``missing``."""
@@ -144,8 +135,8 @@ def missing(before: FabricReading, after: FabricReading) -> list[str]:
     ]
 
 
-def unmeasured(before: FabricReading | None, after: FabricReading) -> str | None:
-    """Why the counters' rise is not measured, in words; None when both readings are whole."""
+def unmeasured(before: FabricReading | None, after: FabricReading) -> list[str]:
+    """Why the counters' rise is not measured, one line each; none when both readings are whole."""
     host = after["host"]
     why: list[str] = []
     if before is None:
@@ -156,7 +147,7 @@ def unmeasured(before: FabricReading | None, after: FabricReading) -> str | None
         why.append(f"{host}: the second reading failed: {after['error']}")
     if before is not None and not why:
         why += missing(before, after)
-    return "\n".join(why) or None
+    return why
 
 
 def port_text(port: PortReading) -> str:
@@ -181,37 +172,39 @@ def evaluate(before: FabricReading | None, after: FabricReading, counters: Seque
     test skips only where both readings succeeded and neither lists a port."""
     host = after["host"]
     lost = unmeasured(before, after)
-    read_after = f"{host}: the second reading failed: {after['error']}" if after["error"] else None
-    if lost is None and before is not None and not before["ports"] and not after["ports"]:
+    read_after = [f"{host}: the second reading failed: {after['error']}"] if after["error"] else []
+    if not lost and before is not None and not before["ports"] and not after["ports"]:
         skip = f"{host} has no InfiniBand/RoCE port: no port under {after['root']}"
         return {
-            "fabric.ports": Figure("fabric.ports", 0, "ports", skip),
-            "fabric.counter_increases": Figure("fabric.counter_increases", 0, "counters", skip, skip=skip),
-            "fabric.ports_down": Figure("fabric.ports_down", 0, "ports", skip, skip=skip),
+            "fabric.ports": Figure("fabric.ports", "ports", 0, findings=[skip]),
+            "fabric.counter_increases": Figure("fabric.counter_increases", "counters", 0, findings=[skip], skip=skip),
+            "fabric.ports_down": Figure("fabric.ports_down", "ports", 0, findings=[skip], skip=skip),
         }
     rose = increases(before, after, counters) if before is not None else []
     down = [p for p in after["ports"] if p["state"] != ACTIVE]
     watched = f"{len(counters)} error counters on {len(after['ports'])} port(s)"
+    lost_text = "\n".join(lost)
+    listed = "; ".join(port_text(p) for p in after["ports"])
     return {
         "fabric.ports": Figure(
             "fabric.ports",
-            len(after["ports"]),
             "ports",
-            "; ".join(port_text(p) for p in after["ports"]) or read_after or f"no port under {after['root']}",
+            len(after["ports"]),
+            findings=[listed or "".join(read_after) or f"no port under {after['root']}"],
             unmeasured=read_after,
         ),
         "fabric.counter_increases": Figure(
             "fabric.counter_increases",
-            len(rose),
             "counters",
-            "; ".join(i.text() for i in rose) or (f"not measured: {lost}" if lost else watched),
+            len(rose),
+            findings=["; ".join(i.text() for i in rose) or (f"not measured: {lost_text}" if lost else watched)],
             unmeasured=lost,
         ),
         "fabric.ports_down": Figure(
             "fabric.ports_down",
-            len(down),
             "ports",
-            "; ".join(f"{host} {port_text(p)}" for p in down) or read_after or "every port ACTIVE",
+            len(down),
+            findings=["; ".join(f"{host} {port_text(p)}" for p in down) or "".join(read_after) or "every port ACTIVE"],
             unmeasured=read_after,
         ),
     }

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Annotated, Any, TypedDict
 
 from pydantic import AfterValidator, Field
@@ -20,6 +20,7 @@ from acceptance.families.gpu_users import GpuUse
 from acceptance.schema.bounds import Threshold, must_be_zero
 from acceptance.schema.family import GPU_ONLY, Family, Metric
 from acceptance.schema.fields import PositiveInt, Strict, ThrottleReason
+from acceptance.schema.figure import Figure
 from acceptance.schema.topology import topology_of
 
 
@@ -274,22 +275,6 @@ class Expect:
         )
 
 
-@dataclass
-class Figure:
-    metric: str
-    unit: str
-    value: float | None = None  # None: no GPU could answer
-    bound: Threshold | None = None  # the built-in bound; a profile threshold of the same name wins
-    findings: list[str] = field(default_factory=list)  # one line per GPU or node that is off
-    not_measured: list[str] = field(default_factory=list)  # one line per GPU or node NVML could not answer for
-    skip: str | None = None  # why this gate does not apply to the profile
-    notes: list[str] = field(default_factory=list)  # what the figure leaves out, and why
-
-    @property
-    def detail(self) -> str:
-        return "\n".join([*self.findings, *(f"not measured: {line}" for line in self.not_measured), *self.notes])
-
-
 def _field(key: str) -> Read:
     def read(gpu: Mapping[str, object]) -> Any:
         return gpu.get(key, {NOT_MEASURED: f"{key}: not in NVML's answers"})
@@ -328,6 +313,16 @@ def _answers(nodes: Nodes, fig: Figure, read: Read) -> Iterator[tuple[str, Any]]
 Judge = Callable[[Any], "str | None"]
 
 
+def _measured(fig: Figure, value: float | None) -> Figure:
+    """``fig`` with its ``value``; None (no GPU or node could answer) skips it with the reasons: an answer
+    NVML could not give is never a pass."""
+    if value is None:
+        fig.skip = fig.skip or f"{fig.metric} not measured: " + "; ".join(fig.not_measured)
+    else:
+        fig.value = value
+    return fig
+
+
 def _count_off(nodes: Nodes, fig: Figure, read: Read, judge: Judge) -> Figure:
     """Value = how many GPUs ``judge`` finds off (it says what is wrong, or returns None)."""
     measured = 0
@@ -336,19 +331,19 @@ def _count_off(nodes: Nodes, fig: Figure, read: Read, judge: Judge) -> Figure:
         wrong = judge(answer)
         if wrong:
             fig.findings.append(f"{label}: {wrong}")
-    fig.value = len(fig.findings) if measured else None
-    return fig
+    return _measured(fig, len(fig.findings) if measured else None)
 
 
 def _extreme(nodes: Nodes, fig: Figure, read: Read, lowest: bool) -> Figure:
     """Value = the lowest (or highest) answer over all GPUs; the GPUs past the bound are named."""
     values = [(float(answer), label) for label, answer in _answers(nodes, fig, read)]
-    if values:
-        fig.value = (min if lowest else max)(v for v, _ in values)
-        limit = None if fig.bound is None else fig.bound.min if lowest else fig.bound.max
-        if limit is not None:
-            off = [(v, label) for v, label in values if (v < limit if lowest else v > limit)]
-            fig.findings += [f"{label}: {v:g} {fig.unit}" for v, label in off]
+    if not values:
+        return _measured(fig, None)
+    fig.value = (min if lowest else max)(v for v, _ in values)
+    limit = None if fig.bound is None else fig.bound.min if lowest else fig.bound.max
+    if limit is not None:
+        off = [(v, label) for v, label in values if (v < limit if lowest else v > limit)]
+        fig.findings += [f"{label}: {v:g} {fig.unit}" for v, label in off]
     return fig
 
 
@@ -418,7 +413,7 @@ def _node_figures(nodes: Nodes, expect: Expect) -> list[Figure]:
     count.findings = [f"{host}: {n} GPUs, expected {want}" for host, n in counts if want and n != want]
     count.notes = [line for line in outside_text(nodes).splitlines() if line]
     # the figure is the node furthest from the profile, so one number can fail the gate
-    count.value = max((n for _, n in counts), key=lambda n: abs(n - want), default=None)
+    _measured(count, max((n for _, n in counts), key=lambda n: abs(n - want), default=None))
     return [unavailable, count, _driver(nodes, expect)]
 
 
@@ -433,8 +428,7 @@ def _driver(nodes: Nodes, expect: Expect) -> Figure:
         for host, version in found
         if _version(version) < _version(expect.min_driver)
     ]
-    fig.value = len(fig.findings) if found else None
-    return fig
+    return _measured(fig, len(fig.findings) if found else None)
 
 
 def _model_name(name: str) -> str:
@@ -506,8 +500,7 @@ def _sum_errors(nodes: Nodes, key: str) -> Figure:
     fig = Figure(f"health.{key}", "errors")
     counts = list(_answers(nodes, fig, _field(key)))
     fig.findings = [f"{label}: {n} uncorrectable ECC errors" for label, n in counts if n]
-    fig.value = sum(int(n) for _, n in counts) if counts else None
-    return fig
+    return _measured(fig, sum(int(n) for _, n in counts) if counts else None)
 
 
 def _gate(nodes: Nodes, metric: str, read: Read, judge: Judge) -> Figure:

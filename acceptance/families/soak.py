@@ -17,7 +17,7 @@ import math
 import statistics
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Annotated, Literal, TypedDict, cast
 
 from pydantic import Field, model_validator
@@ -27,6 +27,7 @@ from acceptance.numbers import fmt
 from acceptance.schema.bounds import Threshold, must_be_zero
 from acceptance.schema.family import GPU_ONLY, Family, Metric
 from acceptance.schema.fields import PositiveInt, Size, Strict, ThrottleReason
+from acceptance.schema.figure import Figure
 from acceptance.schema.rounding import U_FP8_ACCUMULATE, accumulation_gamma, largest_k
 
 SOAK_SLOWDOWNS: list[ThrottleReason] = ["hw_slowdown", "hw_thermal", "hw_power_brake", "sw_thermal"]
@@ -324,22 +325,6 @@ def _bad(bad: Bad | None) -> str:
 
 
 # ---- figures ---------------------------------------------------------------------------------------------
-
-
-@dataclass
-class Figure:
-    metric: str
-    unit: str
-    value: float = 0.0
-    findings: list[str] = field(default_factory=list)  # one line per GPU that is off
-    notes: list[str] = field(default_factory=list)
-    skip: str | None = None  # why the figure does not apply here
-    # the GPUs that could not measure it, and why: a count over the others must not pass without them
-    unmeasured: list[str] = field(default_factory=list)
-
-    @property
-    def detail(self) -> str:
-        return "\n".join([*self.findings, *self.notes])
 
 
 def _measured_gemms(r: RankSoak) -> list[GemmRecord]:

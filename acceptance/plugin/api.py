@@ -28,11 +28,13 @@ from acceptance.run.cluster_run import ClusterRun
 from acceptance.run.launcher import ProbeError
 from acceptance.run.training_jobs import baseline_run, strategy_runs
 from acceptance.schema.bounds import Threshold
+from acceptance.schema.figure import Figure
 
 __all__ = [
     "NO_PROFILE",
     "Checker",
     "ClusterRun",
+    "Figure",
     "Isolation",
     "ProbeError",
     "ProfileModel",

@@ -13,7 +13,6 @@ import socket
 import sys
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -47,16 +46,16 @@ def categorize(call: pytest.CallInfo[None], report: pytest.TestReport, run: Clus
         run.evidence.test(report.nodeid).category = "foreign load"
 
 
-def act_on(data: Mapping[str, Any], folder: Path, evidence: Path, way: str | None) -> drain.DrainList | None:
+def act_on(doc: EvidenceDoc, folder: Path, evidence: Path, way: str | None) -> drain.DrainList | None:
     """Write the drain list of a run that did not PASS (and apply it when ``way`` is slurm or kubernetes);
     None for a PASS. A list that cannot be written is reported in its ``applied`` lines' place: the
     terminal shows it, the evidence is already whole. One that cannot be built (or applied) is one line on
     stderr and None: the verdict and the exit status stay the run's, never a pytest INTERNALERROR."""
-    if verdict_of(EvidenceDoc.model_validate(data)) == "PASS":
+    if verdict_of(doc) == "PASS":
         return None
     try:
-        host = str(data["topology"].get("host") or socket.gethostname())
-        found = drain.build(data, evidence, scheduler_names(host))
+        host = doc.topology.host or socket.gethostname()
+        found = drain.build(doc, evidence, scheduler_names(host))
         if way in scheduler.COMMANDS:
             found["applied"] = scheduler.apply(found, way)
     except Exception as exc:  # a drain list that fails must leave the verdict and exit status as they are

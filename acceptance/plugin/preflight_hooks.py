@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
 from acceptance.families.fabric import FABRIC
+from acceptance.json_types import JSONObject, JSONValue
 from acceptance.profile.registry import WORKER_PROBES, family_of_module
 from acceptance.run import fabric_readings, preflight
 from acceptance.run.cluster_run import ClusterRun
@@ -28,7 +29,8 @@ def run_preflight(run: ClusterRun, items: list[pytest.Item], probes: bool) -> pr
     ends the worker, which it cannot use."""
     if probes and run.persist and any(item.path.stem == FABRIC.module for item in items):
         # the ports' first reading, before any probe moves data over them (the family's test takes the second)
-        run.evidence.cluster.fabric_before = dict(fabric_readings.read(FABRIC.section_of(run.profile.model).sysfs_root))
+        reading = fabric_readings.read(FABRIC.section_of(run.profile.model).sysfs_root)
+        run.evidence.cluster.fabric_before = cast(JSONObject, dict(reading))  # a FabricReading is JSON
     gpu = run.topology.device == "cuda"
     # the GPUs' users before the worker's ranks put anything on them (``preflight.detect_users``)
     users = preflight.detect_users(child_env(run.profile.model.env)) if gpu else None
@@ -68,7 +70,13 @@ def fail_with_other_nodes(
     categories = {f"{PREFIX}{line}": category for line, category in others.items()}
     if result is not None and not result.ok:
         categories[f"{PREFIX}{result.message}"] = result.category
-    run.evidence.cluster.preflight = {"ok": False, "message": shared.message, "gpus": gpus, "categories": categories}
+    seen = cast(list[JSONValue], gpus)  # each a SeenGpu: JSON
+    run.evidence.cluster.preflight = {
+        "ok": False,
+        "message": shared.message,
+        "gpus": seen,
+        "categories": {**categories},
+    }
     run.evidence.write()
     if not mine:  # a failed preflight of its own skipped them already, with its own line
         skip_without_gpus(shared, items)

@@ -307,7 +307,7 @@ class ClusterSession:
         except OSError as exc:
             evidence.error(f"JUnit {self.run.evidence_dir}: cannot write: {exc.strerror or exc}")
             session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
-        self.drain = act_on(evidence.data, self.run.evidence_dir, evidence.path, self.drain_way)
+        self.drain = act_on(evidence.doc, self.run.evidence_dir, evidence.path, self.drain_way)
 
     def _facts(self, interrupted: bool) -> Facts:
         """What the run knows; thresholds are enforced for the families whose module ran whole: every test

@@ -17,14 +17,14 @@ import torch
 import torch.distributed as dist
 
 from acceptance.families import connectivity
-from acceptance.families.connectivity import ConnectivityConfig, ConnectivityResult, Link, LinkFigures, RankIdentity
+from acceptance.families.connectivity import ConnectivityConfig, ConnectivityResult, Link, LinkFigures, RankDevice
 from acceptance.probes.links import measure_rounds, name_links, ranks_by_node, stable_node
 from acceptance.probes.rank import Ctx, main
 from acceptance.schema.sizes import format_size, parse_size
 
 
-def identity(ctx: Ctx) -> RankIdentity:
-    ident: RankIdentity = {
+def identity(ctx: Ctx) -> RankDevice:
+    ident: RankDevice = {
         "rank": ctx.rank,
         "node_rank": ctx.node_rank,
         "node": stable_node(ctx),  # the node's own rank, as isolation rounds name it
@@ -71,7 +71,7 @@ def barrier_latency_us(ctx: Ctx, iters: int) -> float:
     return (time.perf_counter() - t0) / iters * 1e6
 
 
-def every_link(ctx: Ctx, ranks: list[RankIdentity], cfg: ConnectivityConfig) -> LinkFigures:
+def every_link(ctx: Ctx, ranks: list[RankDevice], cfg: ConnectivityConfig) -> LinkFigures:
     """Inside nodes, then across them: the two never share a round, so each figure is the link's own."""
     nodes = list(ranks_by_node(ranks, key="node").values())
     nbytes = parse_size(cfg["p2p_size"])

@@ -16,7 +16,7 @@ import time
 import torch
 import torch.distributed as dist
 
-from acceptance.families.connectivity import Link, Pair, RankIdentity, RoundTransfer, Transfer
+from acceptance.families.connectivity import Link, Pair, RankDevice, RoundTransfer, Transfer
 from acceptance.families.internode.isolation import NODE_ENV
 from acceptance.probes.rank import Ctx
 
@@ -81,7 +81,7 @@ def _transfer(ctx: Ctx, directed: list[Pair], send: torch.Tensor, recv: torch.Te
 
 
 def name_links(
-    links: list[RoundTransfer], ranks: list[RankIdentity], node_of: dict[int, int] | None = None
+    links: list[RoundTransfer], ranks: list[RankDevice], node_of: dict[int, int] | None = None
 ) -> list[Link]:
     """Add where each end is (node, host, GPU index, UUID) from the gathered identities, keyed by rank."""
     by_rank = {r["rank"]: r for r in ranks}
@@ -111,7 +111,7 @@ def name_links(
     return sorted(named, key=lambda k: (k["round"], k["src"], k["dst"]))
 
 
-def ranks_by_node(ranks: list[RankIdentity], key: str = "node_rank") -> dict[int, list[int]]:
+def ranks_by_node(ranks: list[RankDevice], key: str = "node_rank") -> dict[int, list[int]]:
     """Node -> its global ranks in local-rank order."""
     nodes: dict[int, list[tuple[int, int]]] = {}
     for r in ranks:

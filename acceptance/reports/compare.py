@@ -17,6 +17,7 @@ from typing import Any
 from acceptance.evidence.model import EvidenceDoc
 from acceptance.evidence.store import as_data
 from acceptance.evidence.verdict import verdict_of
+from acceptance.json_types import JSONObject, JSONValue
 from acceptance.numbers import fmt
 from acceptance.profile.baseline import Change, change, figures, noise_between, noise_in, tolerance_for
 from acceptance.profile.judge import bound_moved, regressed
@@ -61,7 +62,7 @@ def rows(
     old: EvidenceDoc,
     new: EvidenceDoc,
     tolerance: float | None = None,
-    profile: Mapping[str, Any] | None = None,
+    profile: JSONObject | None = None,
 ) -> list[Row]:
     """Every figure of either run, regressions first, then by how much worse, then the rest. Tolerances come
     from ``tolerance``, else ``profile`` (a resolved profile), else the profile the new run recorded."""
@@ -107,11 +108,11 @@ def table(found: list[Row]) -> str:
     return render(head, body)
 
 
-def _flatten(value: Any, prefix: str = "") -> dict[str, Any]:
+def _flatten(value: JSONValue, prefix: str = "") -> dict[str, JSONValue]:
     """A resolved profile as dotted keys; a threshold's metric name stays whole: thresholds[metric].min."""
-    if not isinstance(value, Mapping):
+    if not isinstance(value, dict):
         return {prefix: value}
-    out: dict[str, Any] = {}
+    out: dict[str, JSONValue] = {}
     for key, inner in value.items():
         name = f"thresholds[{key}]" if prefix == "thresholds" else f"{prefix}.{key}" if prefix else str(key)
         out.update(_flatten(inner, name))
@@ -137,7 +138,7 @@ def _num(value: float | None) -> str:
     return "(not measured)" if value is None else fmt(value)
 
 
-def _show(value: Any) -> str:
+def _show(value: object) -> str:
     return "(absent)" if value is None else str(value)
 
 

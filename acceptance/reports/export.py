@@ -5,32 +5,31 @@ from __future__ import annotations
 
 import csv
 import io
-from collections.abc import Mapping
-from typing import Any
+from typing import cast
 
 from acceptance.evidence.model import EvidenceDoc
-from acceptance.families.compute import FIGURES, shortfalls
+from acceptance.families.compute import FIGURES, GpuRow, shortfalls
 from acceptance.reports import view
 
 COLUMNS = ("metric", "value", "unit", "bound", "verdict", "node", "gpu", "source", "test")
 
 
-def _gpu(row: Mapping[str, Any]) -> str:
+def _gpu(row: GpuRow) -> str:
     where = f"GPU {row['gpu']}" if row.get("gpu") is not None else f"rank {row.get('rank')}"
     return f"{where} {row['uuid']}" if row.get("uuid") else where
 
 
-def _culprits(data: EvidenceDoc) -> dict[str, Mapping[str, Any]]:
+def _culprits(data: EvidenceDoc) -> dict[str, GpuRow]:
     """compute.<figure>_min and _below_median -> the GPU row they name (the slowest, furthest under)."""
-    out: dict[str, Mapping[str, Any]] = {}
+    out: dict[str, GpuRow] = {}
     for run in view.series(data, "compute"):
-        rows = run.result.get("rows") or []
-        median_of = str((run.result.get("config") or {}).get("median_of", "cluster"))
+        rows = view.gpu_rows(run.result)
+        median_of = str(view.object_of(run.result.get("config")).get("median_of", "cluster"))
         for figure in FIGURES:
             found = shortfalls(rows, figure, median_of)
             if found:
-                out[f"compute.{figure}_min"] = min(found, key=lambda s: s.value).row
-                out[f"compute.{figure}_below_median"] = found[0].row
+                out[f"compute.{figure}_min"] = cast(GpuRow, min(found, key=lambda s: s.value).row)
+                out[f"compute.{figure}_below_median"] = cast(GpuRow, found[0].row)
     return out
 
 
@@ -43,10 +42,10 @@ def rows(data: EvidenceDoc) -> list[dict[str, str | float | None]]:
         out.append({"metric": f.metric, "value": f.value, "unit": f.unit, "bound": f.bound, "verdict": f.verdict,
                     "node": node, "gpu": _gpu(gpu) if gpu else "", "source": f.source, "test": f.test})  # fmt: skip
     for run in view.series(data, "compute"):
-        for r in run.result.get("rows") or []:
+        for r in view.gpu_rows(run.result):
             for figure, (_, unit) in FIGURES.items():
-                if isinstance(r.get(figure), (int, float)):
-                    out.append({"metric": f"compute.{figure}", "value": r[figure], "unit": unit, "bound": "",
+                if isinstance(value := r.get(figure), (int, float)):
+                    out.append({"metric": f"compute.{figure}", "value": value, "unit": unit, "bound": "",
                                 "verdict": "info", "node": r.get("host", ""), "gpu": _gpu(r), "source": "",
                                 "test": "per-GPU measurement"})  # fmt: skip
     return out

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from typing import Any
+from dataclasses import dataclass
+from typing import cast
 
 from pydantic import ValidationError
 
 from acceptance.evidence.model import EvidenceDoc
-from acceptance.families.compute import FIGURES, shortfalls
+from acceptance.families.collectives import CollectiveRow
+from acceptance.families.compute import FIGURES, GpuRow, shortfalls
+from acceptance.families.internode import InternodeRow, ScopeGroup
+from acceptance.json_types import JSONObject, JSONValue
 from acceptance.numbers import fmt
 from acceptance.reports import pairs, plots, view
 from acceptance.reports.blocks import Block, Heading, Image, Table, Text
@@ -33,28 +36,36 @@ def lower_bound(data: EvidenceDoc, metric: str) -> float | None:
         return None
 
 
-RowKey = Callable[[dict[str, Any]], tuple[str, ...]]  # a row's metric names (the spellings it may have)
+@dataclass(frozen=True)
+class Point:
+    """One op at one size of a busbw plot: a row of the collectives' or the internode probe's result."""
+
+    op: str
+    size: str
+    bytes: float
+    busbw_gbps: float | None
+    metrics: tuple[str, ...]  # the names its figure may have been checked under (the spellings it may have)
 
 
-def _panels(data: EvidenceDoc, rows: list[tuple[str, dict[str, Any]]], metric: RowKey) -> list[plots.Panel]:
+def _panels(data: EvidenceDoc, points: list[tuple[str, Point]]) -> list[plots.Panel]:
     """One panel per op; a line per series label, points sorted by size (one line per node, no zigzag)."""
     failing = {f.metric for f in view.figures(data) if figure_failed(f.verdict)}
     panels = []
-    for op in dict.fromkeys(r["op"] for _, r in rows):
-        lines: dict[str, list[dict[str, Any]]] = {}
-        for label, row in rows:
-            if row["op"] == op:
-                lines.setdefault(label, []).append(row)
+    for op in dict.fromkeys(p.op for _, p in points):
+        lines: dict[str, list[Point]] = {}
+        for label, point in points:
+            if point.op == op:
+                lines.setdefault(label, []).append(point)
         out, bounds, bad = [], {}, []
         for label, mine in lines.items():
-            mine.sort(key=_bytes)
-            out.append(plots.Line(label, [_bytes(r) for r in mine], [r.get("busbw_gbps") for r in mine]))
-            for r in mine:
-                floor = next((b for b in map(lambda m: lower_bound(data, m), metric(r)) if b is not None), None)
+            mine.sort(key=lambda p: p.bytes)
+            out.append(plots.Line(label, [p.bytes for p in mine], [p.busbw_gbps for p in mine]))
+            for p in mine:
+                floor = next((b for b in map(lambda m: lower_bound(data, m), p.metrics) if b is not None), None)
                 if floor is not None:
-                    bounds[_bytes(r)] = floor
-                if failing.intersection(metric(r)):
-                    bad.append((_bytes(r), float(r["busbw_gbps"])))
+                    bounds[p.bytes] = floor
+                if failing.intersection(p.metrics) and p.busbw_gbps is not None:
+                    bad.append((p.bytes, p.busbw_gbps))
         if len(out) == 1:  # one line needs no legend entry, even when several nodes measured it alike
             out = [plots.Line("", out[0].x, out[0].y)]
         panels.append(plots.Panel(op, out, bounds, bad))
@@ -66,26 +77,34 @@ def _distinct(label: str) -> str:
     return "" if label == view.EVERY_NODE else label
 
 
-def _spread(row: Mapping[str, Any]) -> str:
+def _spread(row: CollectiveRow) -> str:
     """The timed windows' busbw spread, (max - min) / median, in %; "-" in evidence from before the windows."""
     found = row.get("window_spread")
     return "-" if found is None else f"{100 * found:.1f}"
 
 
-def _bytes(row: Mapping[str, Any]) -> float:
-    return float(row.get("size_bytes") or parse_size(str(row["size"])))
+def _bytes(row: CollectiveRow | InternodeRow) -> float:
+    """The message size in bytes: as the row gives it (the collectives' rows), else from its spelling."""
+    found = row.get("size_bytes")
+    return float(found) if isinstance(found, (int, float)) and found else float(parse_size(str(row["size"])))
+
+
+def _rows(result: JSONObject) -> list[JSONObject]:
+    return view.objects(result.get("rows"))
 
 
 def collectives(data: EvidenceDoc) -> list[Block]:
     runs = view.series(data, "collectives")
-    rows = [(_distinct(s.label), r) for s in runs for r in s.result.get("rows") or []]
+    # the collectives probe's rows (evidence holds JSON; older files may lack the newer keys: read with get)
+    rows = [(_distinct(s.label), cast(CollectiveRow, r)) for s in runs for r in _rows(s.result)]
     if not rows:
         return []
     first = runs[0].result
     nccl = first.get("backend") == "nccl"
     backend = f"NCCL {first.get('nccl_version')}, algorithm {first.get('nccl_algo')}" if nccl else first.get("backend")
     about = f"{backend}, {first.get('dtype')}; busbw = algbw x nccl-tests' bus factor; GB = 1e9 B; sizes binary."
-    png = plots.busbw(_panels(data, rows, lambda r: (f"collectives.{r['op']}.busbw_gbps@{r['size']}",)), "busbw (GB/s)")
+    points = [(label, _point(r, (f"collectives.{r['op']}.busbw_gbps@{r['size']}",))) for label, r in rows]
+    png = plots.busbw(_panels(data, points), "busbw (GB/s)")
     ops = list(dict.fromkeys(r["op"] for _, r in rows))
     # nccl-tests' columns (size, count, type, op, time, algbw, busbw, #wrong), then how steady and how timed
     head = ["size (B)", "count", "type", "op", "time (us)", "algbw (GB/s)", "busbw (GB/s)", "#wrong", "spread (%)",
@@ -107,20 +126,26 @@ def collectives(data: EvidenceDoc) -> list[Block]:
     ]
 
 
+def _point(row: CollectiveRow | InternodeRow, metrics: tuple[str, ...]) -> Point:
+    return Point(row["op"], row["size"], _bytes(row), row.get("busbw_gbps"), metrics)
+
+
 def internode(data: EvidenceDoc) -> list[Block]:
     """Across nodes: each scope (all ranks, one GPU per node, ring) and each node's own group as a line."""
-    rows: list[tuple[str, dict[str, Any]]] = []
+    rows: list[tuple[str, InternodeRow]] = []
     for run in view.series(data, "internode"):
-        for r in run.result.get("rows") or []:
+        for r in cast(list[InternodeRow], _rows(run.result)):
             suffix = f" [{_distinct(run.label)}]" if _distinct(run.label) else ""
             groups = r.get("groups") or []
             if r.get("scope") == "intranode" and len(groups) > 1:
-                rows += [(f"node of ranks {_ranks(g)}{suffix}", {**r, **g}) for g in groups]
+                # each node's group as a row of its own: the row's op and size, the group's figures
+                rows += [(f"node of ranks {_ranks(g)}{suffix}", cast(InternodeRow, {**r, **g})) for g in groups]
             else:
                 rows.append((f"{r.get('scope', 'all')}{suffix}", r))
     blocks: list[Block] = []
     if rows:
-        png = plots.busbw(_panels(data, rows, _internode_metrics), "busbw (GB/s)")
+        png = plots.busbw(_panels(data, [(label, _point(r, _internode_metrics(r))) for label, r in rows]),
+                          "busbw (GB/s)")  # fmt: skip
         head = ["series", "op", "size", "ranks", "busbw (GB/s)", "time (us)", "#wrong"]
         table = [
             [label, r["op"], r["size"], r.get("ranks"), f"{r.get('busbw_gbps', 0):.2f}", f"{r.get('time_us', 0):.1f}",
@@ -133,17 +158,17 @@ def internode(data: EvidenceDoc) -> list[Block]:
     return [Heading("Links and across nodes"), *blocks] if blocks else []
 
 
-def _internode_metrics(row: dict[str, Any]) -> tuple[str, ...]:
+def _internode_metrics(row: InternodeRow) -> tuple[str, ...]:
     """Across-node figures are named under collectives.internode. or, in newer evidence, internode."""
     name = f"internode.{row.get('scope')}.{row['op']}.busbw_gbps@{row['size']}"
     return (name, f"collectives.{name}")
 
 
-def _ranks(group: Mapping[str, Any]) -> str:
+def _ranks(group: ScopeGroup) -> str:
     return ",".join(str(r) for r in group.get("ranks_of_group") or [])
 
 
-def _gpu(row: Mapping[str, Any]) -> str:
+def _gpu(row: GpuRow) -> str:
     """Host and GPU index, or rank on the CPU path: short enough for a bar label."""
     return f"{row['host']} GPU {row['gpu']}" if row.get("gpu") is not None else f"{row['host']} rank {row['rank']}"
 
@@ -151,9 +176,10 @@ def _gpu(row: Mapping[str, Any]) -> str:
 def per_gpu(data: EvidenceDoc) -> list[Block]:
     blocks: list[Block] = []
     for run in view.series(data, "compute"):
-        rows = run.result.get("rows") or []
-        config = run.result.get("config") or {}
-        tolerance, median_of = float(config.get("tolerance", 0.1)), str(config.get("median_of", "cluster"))
+        rows = cast(list[GpuRow], _rows(run.result))  # the compute probe's rows, as the evidence holds them
+        config = view.object_of(run.result.get("config"))
+        tolerance = view.number(config.get("tolerance", 0.1)) or 0.0
+        median_of = str(config.get("median_of", "cluster"))
         charts, notes = [], []
         for figure, (what, unit) in FIGURES.items():
             found = shortfalls(rows, figure, median_of)
@@ -161,11 +187,12 @@ def per_gpu(data: EvidenceDoc) -> list[Block]:
                 continue
             worst = found[0]
             floor = worst.median * (1 - tolerance)
-            charts.append(plots.Bars(what, unit, [(_gpu(r), float(r[figure])) for r in rows if figure in r],
-                                     worst.median, floor))  # fmt: skip
-            uuid = worst.row.get("uuid") or "no UUID (CPU)"
+            bars = [(_gpu(r), float(cast(float, r.get(figure)))) for r in rows if figure in r]
+            charts.append(plots.Bars(what, unit, bars, worst.median, floor))
+            slowest = cast(GpuRow, worst.row)
+            uuid = slowest.get("uuid") or "no UUID (CPU)"
             notes.append(
-                f"{what}: slowest {_gpu(worst.row)} ({uuid}) at {fmt(worst.value)} {unit}, "
+                f"{what}: slowest {_gpu(slowest)} ({uuid}) at {fmt(worst.value)} {unit}, "
                 f"{worst.fraction:.1%} under {worst.scope} {fmt(worst.median)} (tolerance {tolerance:.0%})"
             )
         shown = [f for f in FIGURES if any(isinstance(r.get(f), (int, float)) for r in rows)]
@@ -180,20 +207,20 @@ def per_gpu(data: EvidenceDoc) -> list[Block]:
     return [Heading("Per GPU"), *blocks] if blocks else []
 
 
-def _answer(value: Any) -> str:
+def _answer(value: JSONValue) -> str:
     """An NVML answer for a cell: a not-measured answer reads as its reason."""
-    if isinstance(value, Mapping) and "not_measured" in value:
+    if isinstance(value, dict) and "not_measured" in value:
         return "n/a"
     return "-" if value is None else str(value)
 
 
-def _pcie(pcie: Any) -> str:
-    if not isinstance(pcie, Mapping):
+def _pcie(pcie: JSONValue) -> str:
+    if not isinstance(pcie, dict):
         return _answer(pcie)
     return f"Gen{pcie.get('gen')} x{pcie.get('width')} (max Gen{pcie.get('max_gen')} x{pcie.get('max_width')})"
 
 
-def _inventory(host: str, nvml: Mapping[str, Any], gpu: Mapping[str, Any]) -> list[object]:
+def _inventory(host: str, nvml: JSONObject, gpu: JSONObject) -> list[object]:
     mode = gpu.get("ecc_mode")
     ecc = "on" if mode is True else "off" if mode is False else _answer(mode)
     errors = f"{_answer(gpu.get('ecc_uncorrectable_volatile'))} / {_answer(gpu.get('ecc_uncorrectable_aggregate'))}"
@@ -216,9 +243,10 @@ def health(data: EvidenceDoc) -> list[Block]:
     rows: dict[str, list[object]] = {}
     missing: list[str] = []
     for run in view.series(data, "health"):
-        for node in run.result.get("nodes") or []:
-            nvml = node.get("nvml") or {}
-            gpus: list[Any] = nvml["gpus"] if isinstance(nvml.get("gpus"), list) else []
+        # the health probe's NVML answers, each field an answer or why it is not one (JSON, read with get)
+        for node in view.objects(run.result.get("nodes")):
+            nvml = view.object_of(node.get("nvml"))
+            gpus = view.objects(nvml.get("gpus"))
             if not gpus:
                 missing.append(f"{node.get('host')}: {nvml.get('error') or nvml.get('not_measured') or 'no GPU'}")
             for gpu in gpus:

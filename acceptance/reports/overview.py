@@ -36,7 +36,7 @@ def verdict(data: EvidenceDoc, origin: str) -> Verdict:
     return Verdict(verdict_of(data), view.verdict_note(data), facts)
 
 
-def _agree(data: EvidenceDoc, found: list[view.Figure]) -> tuple[bool, list[Block]]:
+def _agree(data: EvidenceDoc, found: list[view.ReportedFigure]) -> tuple[bool, list[Block]]:
     """Whether a node column is needed, and a note where the nodes of a merged file agree on every figure."""
     nodes = any(f.node not in ("", view.EVERY_NODE) for f in found)
     if view.merged(data) and found and not nodes:
@@ -58,7 +58,7 @@ def gated(data: EvidenceDoc) -> list[Block]:
     exact = [f for f in found if f.bound.startswith("==") and f.verdict == "pass"]
     measured_ = [f for f in found if f not in exact]
 
-    def rows(figures: list[view.Figure]) -> list[list[object]]:
+    def rows(figures: list[view.ReportedFigure]) -> list[list[object]]:
         return [[f.verdict.upper(), f.metric, f.value, f.unit, f.bound, f.source,
                  *([reference(f.metric)] if shown else []), *([f.node] if nodes else [])]
                 for f in figures]  # fmt: skip

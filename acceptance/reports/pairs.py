@@ -9,11 +9,11 @@ a bare list of such pairs, and ``{"labels": [...], "matrix": [[...], ...]}`` (or
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
 
 from acceptance.evidence.model import EvidenceDoc
+from acceptance.json_types import JSONObject, JSONValue
 
 _ENDS = (("a", "b"), ("src", "dst"), ("node_a", "node_b"), ("from", "to"), ("i", "j"), ("left", "right"))
 _VALUES = ("busbw_gbps", "gbps", "bandwidth_gbps", "algbw_gbps", "value", "time_us", "latency_us")
@@ -40,12 +40,12 @@ class Matrix:
         return self.unit
 
 
-def _end(pair: Mapping[str, Any], key: str) -> str:
+def _end(pair: JSONObject, key: str) -> str:
     host = pair.get(f"{key}_host")
     return f"{host}:{pair[key]}" if host is not None else str(pair[key])
 
 
-def _value(pair: Mapping[str, Any], ends: tuple[str, str]) -> tuple[str, float] | None:
+def _value(pair: JSONObject, ends: tuple[str, str]) -> tuple[str, float] | None:
     numbers = {k: v for k, v in pair.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
     for key in _VALUES:
         if key in numbers:
@@ -56,11 +56,11 @@ def _value(pair: Mapping[str, Any], ends: tuple[str, str]) -> tuple[str, float] 
     return None
 
 
-def from_pairs(title: str, pairs: list[Any]) -> Matrix | None:
+def from_pairs(title: str, pairs: list[JSONValue]) -> Matrix | None:
     cells: dict[tuple[str, str], float] = {}
     unit, ends_seen = "", ("", "")
     for pair in pairs:
-        if not isinstance(pair, Mapping):
+        if not isinstance(pair, dict):
             return None
         ends = next((e for e in _ENDS if e[0] in pair and e[1] in pair), None)
         found = _value(pair, ends) if ends else None
@@ -80,31 +80,32 @@ def _order(label: str) -> tuple[str, int, str]:
     return (head, int(tail), "") if tail.isdigit() else (label, -1, label)
 
 
-def from_grid(title: str, found: Mapping[str, Any]) -> Matrix | None:
-    labels = next((found[k] for k in _LABELS if isinstance(found.get(k), list)), None)
-    grid = next((found[k] for k in _CELLS if isinstance(found.get(k), list)), None)
+def from_grid(title: str, found: JSONObject) -> Matrix | None:
+    labels = next((v for k in _LABELS if isinstance(v := found.get(k), list)), None)
+    grid = next((v for k in _CELLS if isinstance(v := found.get(k), list)), None)
     if labels is None or grid is None or len(grid) != len(labels):
         return None
-    if not all(isinstance(row, list) and len(row) == len(labels) for row in grid):
+    rows = [row for row in grid if isinstance(row, list) and len(row) == len(labels)]
+    if len(rows) != len(grid):
         return None
-    cells = [[_number(v) for v in row] for row in grid]
+    cells = [[_number(v) for v in row] for row in rows]
     return Matrix(title, [str(x) for x in labels], cells, str(found.get("unit") or ""))
 
 
-def _number(value: Any) -> float | None:
+def _number(value: JSONValue) -> float | None:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
-def _candidates(title: str, value: Any, depth: int) -> Iterator[Matrix]:
-    if isinstance(value, list) and value and all(isinstance(v, Mapping) for v in value):
+def _candidates(title: str, value: JSONValue, depth: int) -> Iterator[Matrix]:
+    if isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
         found = from_pairs(title, value)
         if found is not None:
             yield found
             return
-    if not isinstance(value, Mapping) or depth > 2:
+    if not isinstance(value, dict) or depth > 2:
         return
-    if isinstance(value.get("pairs"), list):
-        found = from_pairs(title, value["pairs"])
+    if isinstance(listed := value.get("pairs"), list):
+        found = from_pairs(title, listed)
         if found is not None:
             yield found
             return

@@ -17,13 +17,12 @@ from __future__ import annotations
 import fnmatch
 import json
 import math
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from acceptance.evidence.model import EvidenceDoc
 from acceptance.evidence.store import as_data
 from acceptance.evidence.verdict import verdict_of
+from acceptance.json_types import JSONObject, JSONValue
 from acceptance.numbers import fmt
 from acceptance.profile.baseline import SIGNIFICANCE, noise_between, tolerance_for
 from acceptance.profile.metrics import better, canonical_metric, kind, scale
@@ -42,7 +41,7 @@ class Tolerances:
     default: float | None  # None: the run's own profile says (``of``)
     per_metric: list[tuple[str, float]]  # (metric name or glob, tolerance), the last match wins
 
-    def of(self, metric: str, profile: Mapping[str, Any] | None = None) -> float:
+    def of(self, metric: str, profile: JSONObject | None = None) -> float:
         """The option's tolerance for ``metric``; without one, the larger of 10% and the profile's baseline
         tolerance (``profile``: the run's resolved profile): how much two healthy runs of the cluster differ."""
         found = [tol for pattern, tol in self.per_metric if fnmatch.fnmatchcase(metric, pattern)]
@@ -77,11 +76,11 @@ def _round(value: float) -> float | int:
     return round(value) if abs(value) >= 1000 else float(f"{value:.4g}")
 
 
-def chosen(data: EvidenceDoc, profile: Mapping[str, Any] | None, every: bool) -> list[view.Figure]:
+def chosen(data: EvidenceDoc, profile: JSONObject | None, every: bool) -> list[view.ReportedFigure]:
     """The figures to bound: those ``profile`` bounds (else those the evidence gated; ``every``: all),
     leaving out correctness gates (their bound stays the profile's or the built-in one), figures that their
     bound alone judges (wall times, temperature) and figures with no better side."""
-    wanted = None if profile is None else set(profile.get("thresholds") or {})
+    wanted = None if profile is None else set(view.object_of(profile.get("thresholds")))
     out = []
     for figure in view.figures(data):
         if figure.value is None or better(figure.metric) == "none" or figure.node not in ("", view.EVERY_NODE):
@@ -96,7 +95,7 @@ def chosen(data: EvidenceDoc, profile: Mapping[str, Any] | None, every: bool) ->
     return sorted(out, key=lambda f: f.metric)
 
 
-def margin(data: EvidenceDoc, figure: view.Figure, tolerance: float) -> tuple[float, str]:
+def margin(data: EvidenceDoc, figure: view.ReportedFigure, tolerance: float) -> tuple[float, str]:
     """How far from the measured figure its bound goes, on its scale (relative, or points), and why: the
     tolerance, or, where the figure's readings say a rerun moves further, its noise."""
     noise = noise_between(noise_of(as_data(data), canonical_metric(figure.metric)), None)
@@ -126,17 +125,21 @@ def refuse_unless_passed(data: EvidenceDoc, origin: str) -> None:
         )
 
 
-def _current_max(figure: view.Figure, data: EvidenceDoc) -> float | None:
+def _current_max(figure: view.ReportedFigure, data: EvidenceDoc) -> float | None:
     """The ``max`` the run judged a lower-is-better fraction by, whatever its verdict: the new bound is never
     looser than it (a figure that failed it must not become a bound that passes it)."""
     for test in data.tests:
         for check in test.checks:
-            if check.metric == figure.metric and check.threshold and check.threshold.get("max") is not None:
-                return float(check.threshold["max"])
+            found = check.threshold.get("max") if check.metric == figure.metric and check.threshold else None
+            if isinstance(found, (int, float)):
+                return float(found)
     return None
 
 
-def entry(figure: view.Figure, tolerance: float, origin: str, started: str, data: EvidenceDoc) -> dict[str, Any]:
+def entry(
+    figure: view.ReportedFigure, tolerance: float, origin: str, started: str, data: EvidenceDoc
+) -> dict[str, JSONValue]:
+    """The threshold's fields for ``figure``, its source last."""
     value = float(figure.value or 0.0)
     step, why = margin(data, figure, tolerance)
     source = f"rebaseline of {origin} ({started}): measured {fmt(figure.value)} {figure.unit} in {figure.test}{why}"
@@ -155,9 +158,9 @@ def entry(figure: view.Figure, tolerance: float, origin: str, started: str, data
 def document(
     data: EvidenceDoc,
     origin: str,
-    figures: list[view.Figure],
+    figures: list[view.ReportedFigure],
     tol: Tolerances,
-    profile: Mapping[str, Any] | None = None,
+    profile: JSONObject | None = None,
 ) -> str:
     """YAML: a commented ``thresholds:`` block, one entry per line, to put in a profile. With ``profile``
     (the one the block goes into, or that it extends), each entry nulls the fields of that profile's entry
@@ -172,7 +175,7 @@ def document(
     resolved = view.resolved(data)
     for figure in figures:
         fields = entry(figure, tol.of(figure.metric, resolved), origin, started, data)
-        old = ((profile or {}).get("thresholds") or {}).get(figure.metric) or {}
+        old = view.object_of(view.object_of((profile or {}).get("thresholds")).get(figure.metric))
         fields.update({key: None for key, value in old.items() if value is not None and key not in fields})
         inner = ", ".join(f"{k}: {json.dumps(v)}" for k, v in fields.items())
         lines.append(f"  {figure.metric}: {{{inner}}}")

@@ -23,18 +23,17 @@ _IB_RATE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*Gb/sec\s*\(\s*\d+X\s+(?:EDR|HDR|ND
 
 def setup_of(data: EvidenceDoc, refs: ReferenceTable) -> Setup | None:
     """The run's setup as the table keys it; None for a CPU run (no row describes one)."""
-    resolved = view.resolved(data)
-    topo = resolved.get("topology") or {}
+    topo = view.section(data, "topology")
     if topo.get("device") != "cuda":
         return None
     ran = data.topology
-    gpu = refs.gpu_of(topo.get("gpu_model")) or refs.gpu_of(_device_name(data))
-    env = resolved.get("env") or {}
-    nvls_env = env.get("NCCL_NVLS_ENABLE")
+    model = topo.get("gpu_model")
+    gpu = refs.gpu_of(model if isinstance(model, str) else None) or refs.gpu_of(_device_name(data))
+    nvls_env = view.section(data, "env").get("NCCL_NVLS_ENABLE")
     return Setup(
         gpu=gpu,
-        nodes=int(ran.nodes or topo.get("nodes") or 1),
-        gpus_per_node=int(topo.get("gpus_per_node") or ran.ranks_per_node or 0),
+        nodes=int(ran.nodes or view.number(topo.get("nodes")) or 1),
+        gpus_per_node=int(view.number(topo.get("gpus_per_node")) or ran.ranks_per_node or 0),
         nvls=None if nvls_env is None else str(nvls_env).strip() != "0",
         nics=tuple(dict.fromkeys(_nic_kinds(data, refs))),
     )

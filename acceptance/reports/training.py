@@ -2,42 +2,45 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 from acceptance.evidence.model import EvidenceDoc
 from acceptance.families.training import canary
+from acceptance.json_types import JSONObject, JSONValue
 from acceptance.numbers import fmt
 from acceptance.reports import plots, view
 from acceptance.reports.blocks import Block, Heading, Table, Text
 from acceptance.reports.measured import image, lower_bound
+from acceptance.reports.view import number, object_of
 
-Run = tuple[str, Mapping[str, Any], float | None]  # label, the training probe's result, wall time (s)
+# label, a strategy's figures in the training probe's result (JSON: older files lack newer keys), wall time (s)
+Run = tuple[str, JSONObject, float | None]
 
 
-def _spread(result: Mapping[str, Any]) -> str:
+def _spread(result: JSONObject) -> str:
     """The spread of tokens/s: the timed windows' quartiles and range, or (evidence written before the
     windows) the per-step median and p10 - p90."""
-    q1, q3, low, high = (result.get(f"tokens_per_s_per_gpu_{k}") for k in ("q1", "q3", "min", "max"))
+    q1, q3, low, high = (number(result.get(f"tokens_per_s_per_gpu_{k}")) for k in ("q1", "q3", "min", "max"))
     if q1 is not None and q3 is not None:
         return f"{fmt(q1)} - {fmt(q3)} ({fmt(low)} - {fmt(high)})"
-    median, p10, p90 = (result.get(k) for k in ("tokens_per_s_per_gpu_median", "tokens_per_s_per_gpu_p10",
+    median, p10, p90 = (number(result.get(k)) for k in ("tokens_per_s_per_gpu_median", "tokens_per_s_per_gpu_p10",
                                                "tokens_per_s_per_gpu_p90"))  # fmt: skip
     if median is None:
         return "-"
     return f"{fmt(median)} ({fmt(p10)} - {fmt(p90)})" if p10 is not None and p90 is not None else fmt(median)
 
 
-def _skipped(result: Mapping[str, Any]) -> str:
+def _skipped(result: JSONObject) -> str:
     """Optimizer steps DeepSpeed skipped on an fp16 overflow during the timed steps, of the timed steps."""
-    scaling = result.get("loss_scaling")
+    scaling = object_of(result.get("loss_scaling"))
     if not scaling:
         return "-"
-    count = scaling["after"]["skipped_steps"] - scaling["before_timed_steps"]["skipped_steps"]
-    return f"{count}/{(result.get('setup') or {}).get('steps', '?')}"
+    after, before = (object_of(scaling.get(k)).get("skipped_steps") for k in ("after", "before_timed_steps"))
+    count = int(number(after) or 0) - int(number(before) or 0)
+    return f"{count}/{object_of(result.get('setup')).get('steps', '?')}"
 
 
-def _percent(value: Any) -> str:
+def _percent(value: JSONValue) -> str:
     return f"{value:.1%}" if isinstance(value, (int, float)) else "-"
 
 
@@ -54,9 +57,9 @@ def table(runs: Sequence[Run], usd_per_gpu_hour: float | None) -> tuple[list[str
     rows: list[list[object]] = []
     for label, r, wall in runs:
         tps = r.get("tokens_per_s_per_gpu")
-        step, std = r.get("step_time_s"), r.get("step_time_std_s")
+        step, std = number(r.get("step_time_s")), number(r.get("step_time_std_s"))
         row: list[object] = [label, r.get("precision", "-"), r.get("world_size", "-"), tps, _spread(r)]
-        row += [view.tokens_per_dollar(tps, usd_per_gpu_hour)] if usd_per_gpu_hour else []
+        row += [view.tokens_per_dollar(number(tps), usd_per_gpu_hour)] if usd_per_gpu_hour else []
         row += [
             _percent(r.get("mfu")),
             f"{r['peak_mem_gib']:.1f}" if isinstance(r.get("peak_mem_gib"), (int, float)) else "-",
@@ -70,12 +73,12 @@ def table(runs: Sequence[Run], usd_per_gpu_hour: float | None) -> tuple[list[str
     return head, rows
 
 
-def _strategies(result: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]]:
+def _strategies(result: JSONObject) -> list[tuple[str, JSONObject]]:
     """A training job's strategies: under ``strategies`` (``parts`` in a failed job's partial result), or
     the job itself in evidence written with a job per strategy."""
     found = result.get("strategies") or result.get("parts")
-    if isinstance(found, Mapping):
-        return [(str(name), r) for name, r in found.items() if isinstance(r, Mapping) and not r.get("error")]
+    if isinstance(found, dict):
+        return [(str(name), r) for name, r in found.items() if isinstance(r, dict) and not r.get("error")]
     return [(str(result.get("strategy") or "?"), result)]
 
 
@@ -94,8 +97,14 @@ def runs(data: EvidenceDoc) -> list[Run]:
             text = (
                 name + (" (scaling baseline)" if key.endswith("-baseline") else "") + (f" [{label}]" if label else "")
             )
-            out.append((text, r, r.get("wall_s", wall) if "strategies" in result or "parts" in result else wall))
+            part = number(r.get("wall_s")) if "wall_s" in r else wall  # a strategy's part of its job's wall
+            out.append((text, r, part if "strategies" in result or "parts" in result else wall))
     return out
+
+
+def _numbers(values: JSONValue) -> list[float]:
+    """A curve as the evidence holds it (a JSON list of numbers)."""
+    return [float(v) for v in values if isinstance(v, (int, float))] if isinstance(values, list) else []
 
 
 def _line(label: str, values: list[float], scale: float = 1.0) -> plots.Line:
@@ -106,32 +115,31 @@ def _canary(data: EvidenceDoc) -> plots.Chart | None:
     """Each strategy's loss against the reference strategy's, step by step, under the canary's bound."""
     curves: dict[str, list[float]] = {}
     for _, found in view.measurements(data, "curves"):
-        if isinstance(found, Mapping):
-            curves.update({str(k): list(v) for k, v in found.items() if isinstance(v, list)})
+        if isinstance(found, dict):
+            curves.update({str(k): _numbers(v) for k, v in found.items() if isinstance(v, list)})
     if len(curves) < 2:
         return None
     reference, *others = curves
-    training = view.resolved(data).get("training") or {}
-    rtol = float(training.get("canary_rtol", 0.02))
+    rtol = number(view.section(data, "training").get("canary_rtol", 0.02))
+    rtol = 0.02 if rtol is None else rtol
     lines = []
     for name in others:
         steps = min(len(curves[reference]), len(curves[name]))
-        found = canary(curves[reference], curves[name], steps, rtol)
-        lines.append(_line(name, found["rel_diff"]))
+        lines.append(_line(name, canary(curves[reference], curves[name], steps, rtol)["rel_diff"]))
     title = f"canary: relative loss difference to {reference}"
     return plots.Chart(title, "|loss - reference| / reference", lines, rtol)
 
 
 def _scaling(data: EvidenceDoc, done: list[Run]) -> list[Block]:
     baseline = [r for r in done if "(scaling baseline)" in r[0]]
-    strategy = (view.resolved(data).get("training") or {}).get("scaling_strategy", "ddp")
+    strategy = str(view.section(data, "training").get("scaling_strategy", "ddp"))
     full = [r for r in done if r[0].split(" ")[0] == strategy and "(scaling baseline)" not in r[0]]
     if not baseline or not full:
         return []
     figure = next((f for f in view.figures(data) if f.metric == "training.scaling_efficiency"), None)
     base, whole = baseline[0][1], full[0][1]
     labels = [f"baseline: {base.get('world_size')} rank(s)", f"full: {whole.get('world_size')} rank(s)"]
-    values = [float(base.get("tokens_per_s_per_gpu") or 0), float(whole.get("tokens_per_s_per_gpu") or 0)]
+    values = [number(base.get("tokens_per_s_per_gpu")) or 0.0, number(whole.get("tokens_per_s_per_gpu")) or 0.0]
     bound = lower_bound(data, "training.scaling_efficiency")
     png = plots.scaling(labels, values, figure.value if figure else None, bound)
     return image("scaling", png, f"{strategy} per-GPU throughput, baseline and full world")
@@ -145,13 +153,14 @@ def section(data: EvidenceDoc) -> list[Block]:
     head, rows = table(done, usd)
     blocks: list[Block] = [Heading("Training"), Table(head, rows)]
     if usd:
-        source = (view.resolved(data).get("cost") or {}).get("source")
+        source = view.section(data, "cost").get("source")
         blocks.append(Text(f"tokens/$ at {usd:g} USD per GPU-hour" + (f" ({source})" if source else ""), note=True))
     main = [(label, r) for label, r, _ in done if "(scaling baseline)" not in label]
     charts = [
-        plots.Chart("loss", "loss (nats)", [_line(label, r["losses"]) for label, r in main if r.get("losses")]),
+        plots.Chart("loss", "loss (nats)",
+                    [_line(label, _numbers(r["losses"])) for label, r in main if r.get("losses")]),
         plots.Chart("step time (timed steps)", "ms",
-                    [_line(label, r["step_times_s"], 1e3) for label, r in main if r.get("step_times_s")]),
+                    [_line(label, _numbers(r["step_times_s"]), 1e3) for label, r in main if r.get("step_times_s")]),
     ]  # fmt: skip
     found = _canary(data)
     charts += [found] if found else []

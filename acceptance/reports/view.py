@@ -10,10 +10,12 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import cast
 
 from acceptance.evidence.model import Case, Check, EvidenceDoc, ProbeRecord
 from acceptance.evidence.verdict import verdict_of
+from acceptance.families.compute import GpuRow
+from acceptance.json_types import JSONObject, JSONValue
 from acceptance.verdicts import INFORMATION, FigureVerdict
 
 CHECK_ORDER: dict[FigureVerdict, int] = {"fail": 0, "baseline_fail": 0, "xfail": 1, "pass": 2, "info": 3}
@@ -51,7 +53,11 @@ def _test_id(test: Case, data: EvidenceDoc) -> str:
 
 
 @dataclass(frozen=True)
-class Figure:
+class ReportedFigure:
+    """A figure as the evidence stored it (a check), as a report shows it: where its bound came from, the
+    test that checked it, the node (or every node) that measured it. A family's rules give
+    ``acceptance.schema.figure.Figure``; this is what became of one."""
+
     metric: str
     value: float | None
     unit: str
@@ -67,9 +73,9 @@ class Figure:
         return self.verdict != INFORMATION
 
 
-def _figure(check: Check, test: str, node: str) -> Figure:
+def _figure(check: Check, test: str, node: str) -> ReportedFigure:
     threshold = check.threshold or {}
-    return Figure(
+    return ReportedFigure(
         metric=check.metric,
         value=check.value,
         unit=check.unit,
@@ -82,15 +88,15 @@ def _figure(check: Check, test: str, node: str) -> Figure:
     )
 
 
-def figures(data: EvidenceDoc, failing_first: bool = True) -> list[Figure]:
+def figures(data: EvidenceDoc, failing_first: bool = True) -> list[ReportedFigure]:
     """Every checked figure once, failing first (else in the order checked); a figure the nodes of a
     merged file disagree on, once per node."""
-    groups: dict[tuple[str, str], list[Figure]] = {}
+    groups: dict[tuple[str, str], list[ReportedFigure]] = {}
     for test in data.tests:
         test_id, node = _test_id(test, data), node_of(test, data)
         for check in test.checks:
             groups.setdefault((test_id, check.metric), []).append(_figure(check, test_id, node))
-    out: list[Figure] = []
+    out: list[ReportedFigure] = []
     for found in groups.values():
         same = {(f.value, f.verdict, f.bound) for f in found}
         if len(same) == 1:
@@ -122,7 +128,7 @@ class Series:
 
     key: str
     label: str
-    result: dict[str, Any]
+    result: JSONObject  # the probe's result as the evidence holds it (JSON): a section reads what it knows
     wall_s: float | None = None  # as the launcher measured it: start-up and rendezvous included
 
 
@@ -148,7 +154,7 @@ def series(data: EvidenceDoc, name: str) -> list[Series]:
     return out
 
 
-def measurements(data: EvidenceDoc, key: str) -> Iterator[tuple[str, Any]]:
+def measurements(data: EvidenceDoc, key: str) -> Iterator[tuple[str, JSONValue]]:
     """(node, value) of every test measurement named ``key``."""
     for test in data.tests:
         found = test.measurements.get(key)
@@ -156,13 +162,38 @@ def measurements(data: EvidenceDoc, key: str) -> Iterator[tuple[str, Any]]:
             yield node_of(test, data), found
 
 
-def resolved(data: EvidenceDoc) -> dict[str, Any]:
+def resolved(data: EvidenceDoc) -> JSONObject:
     return data.profile.resolved
 
 
+def section(data: EvidenceDoc, name: str) -> JSONObject:
+    """A section of the run's resolved profile (``training``, ``cost``); empty where it has none."""
+    return object_of(resolved(data).get(name))
+
+
+def object_of(value: JSONValue) -> JSONObject:
+    """A JSON object; empty where the value is not one (a section an older file lacks)."""
+    return value if isinstance(value, dict) else {}
+
+
+def objects(value: JSONValue) -> list[JSONObject]:
+    """The objects of a JSON list (a probe's rows); none where it is not a list."""
+    return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else []
+
+
+def gpu_rows(result: JSONObject) -> list[GpuRow]:
+    """The compute probe's rows, one per GPU (rank on the CPU), as its result in the evidence holds them:
+    older files may lack the newer keys, so a reader takes them with ``get``."""
+    return cast(list[GpuRow], objects(result.get("rows")))
+
+
+def number(value: JSONValue) -> float | None:
+    """A JSON number as a float; None for anything else (a missing figure, a not-measured answer)."""
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
 def usd_per_gpu_hour(data: EvidenceDoc) -> float | None:
-    cost = resolved(data).get("cost") or {}
-    price = cost.get("usd_per_gpu_hour")
+    price = section(data, "cost").get("usd_per_gpu_hour")
     return float(price) if isinstance(price, (int, float)) and price > 0 else None
 
 
@@ -173,8 +204,9 @@ def tokens_per_dollar(tokens_per_s_per_gpu: float | None, usd: float | None) -> 
     return tokens_per_s_per_gpu * 3600.0 / usd
 
 
-def thresholds(data: EvidenceDoc) -> dict[str, dict[str, Any]]:
-    return resolved(data).get("thresholds") or {}  # type: ignore[no-any-return]
+def thresholds(data: EvidenceDoc) -> JSONObject:
+    """The run's thresholds: metric -> its bound's fields, as the profile gave them."""
+    return section(data, "thresholds")
 
 
 def nodes_label(data: EvidenceDoc) -> str:

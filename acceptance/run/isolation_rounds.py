@@ -43,15 +43,15 @@ def isolate(run: ClusterRun) -> Isolation:
 
 def earlier(run: ClusterRun) -> Isolation | None:
     """The isolation an earlier figure of this session started, replayed from its cached rounds; None if none ran."""
-    started = any(p.get("key") == "isolation-1" for p in run.evidence.data["probes"])
+    started = any(p.key == "isolation-1" for p in run.evidence.doc.probes)
     return isolate(run) if started else None
 
 
 def _record(run: ClusterRun, key: str) -> Mapping[str, Any] | None:
     """The result of this run's probe ``key``, where it ran and succeeded."""
-    for p in run.evidence.data["probes"]:
-        if p.get("key") == key and p.get("status") == "ok" and isinstance(p.get("result"), Mapping):
-            return cast(Mapping[str, Any], p["result"])
+    for p in run.evidence.doc.probes:
+        if p.key == key and p.status == "ok" and p.result is not None:
+            return p.result
     return None
 
 
