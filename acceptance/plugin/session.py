@@ -21,7 +21,7 @@ from acceptance.atomic_file import write_atomic
 from acceptance.evidence.drain import DrainList
 from acceptance.evidence.folder import EvidenceFolderError, default_folder
 from acceptance.evidence.junit import junit_xml, verdict_case
-from acceptance.evidence.store import EvidenceError, EvidenceWriteError, as_data, read_evidence
+from acceptance.evidence.store import EvidenceError, EvidenceWriteError, read_evidence
 from acceptance.evidence.verdict import facts_of
 from acceptance.json_types import JSONObject
 from acceptance.multinode import meeting as meetings
@@ -120,7 +120,7 @@ class ClusterSession:
             # the placement first, before the evidence folder exists: a bad one leaves nothing behind
             placement = _placement(settings)
             old_path = settings.baseline.value
-            old = baseline.figures(as_data(read_evidence(old_path))) if old_path else None
+            old = baseline.figures(read_evidence(old_path)) if old_path else None
             folder = _folder(settings.evidence.value, profile.name, placement.nodes, placement.node_rank, profile)
             label = f"--cluster-baseline {old_path}"
             run = ClusterRun(

@@ -22,7 +22,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from acceptance.evidence.model import EvidenceDoc
-from acceptance.evidence.store import as_data
 from acceptance.evidence.verdict import verdict_of
 from acceptance.numbers import fmt
 from acceptance.profile.baseline import SIGNIFICANCE, noise_between, tolerance_for
@@ -99,7 +98,7 @@ def chosen(data: EvidenceDoc, profile: Mapping[str, Any] | None, every: bool) ->
 def margin(data: EvidenceDoc, figure: view.Figure, tolerance: float) -> tuple[float, str]:
     """How far from the measured figure its bound goes, on its scale (relative, or points), and why: the
     tolerance, or, where the figure's readings say a rerun moves further, its noise."""
-    noise = noise_between(noise_of(as_data(data), canonical_metric(figure.metric)), None)
+    noise = noise_between(noise_of(data, canonical_metric(figure.metric)), None)
     if noise is None:
         return tolerance, ""
     if scale(figure.metric) == "points":
