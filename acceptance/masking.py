@@ -17,7 +17,10 @@ from __future__ import annotations
 import copy
 import re
 from collections.abc import Mapping
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
+
+if TYPE_CHECKING:  # a leaf: the alias for the checker only, nothing of the package at run time
+    from acceptance.json_types import JSONObject
 
 V = TypeVar("V")
 
@@ -89,13 +92,15 @@ def masked_env(env: Mapping[str, V]) -> dict[str, V | str]:
     return {name: MASK if is_secret(str(name)) else masked_value(value) for name, value in env.items()}
 
 
-def masked_profile(profile: dict[str, Any]) -> dict[str, Any]:
+def masked_profile(profile: JSONObject) -> JSONObject:
     """The profile as recorded: a copy (the run still needs the real values) whose secret ``env`` values are
     masked, and every string masked by shape. The names stay, so a reader still sees that the variable was set."""
-    out = _masked_strings(copy.deepcopy(profile))
-    env = (out.get("resolved") or {}).get("env")
-    if isinstance(env, dict):
-        out["resolved"]["env"] = masked_env(env)
+    out: JSONObject = _masked_strings(copy.deepcopy(profile))
+    resolved = out.get("resolved")
+    env = resolved.get("env") if isinstance(resolved, dict) else None
+    if isinstance(resolved, dict) and isinstance(env, dict):
+        shown = masked_env(env)
+        resolved["env"] = shown
     return out
 
 

@@ -13,26 +13,23 @@ import subprocess
 import sys
 import uuid
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from acceptance.cli.main import main
 from acceptance.evidence.store import read_evidence
 from acceptance.profile import loader as profiles
-from acceptance.profile.baseline import change, figures, judge
+from acceptance.profile.baseline import StoredFigure, change, figures, judge
 from acceptance.profile.readings import Noise
 from acceptance.reports import compare
 from tests.harness import EVIDENCE, ROOT, schema
 
 BASELINE = {
-    "compute.matmul_tflops_min": {"metric": "compute.matmul_tflops_min", "value": 100.0, "unit": "TFLOP/s",
-                                  "bound": ">= 50", "verdict": "pass"},
-    "connectivity.rendezvous_s": {"metric": "connectivity.rendezvous_s", "value": 1.0, "unit": "s", "bound": "",
-                                  "verdict": "info"},
-    "training.ddp.loss_first": {"metric": "training.ddp.loss_first", "value": 10.0, "unit": "nats",
-                                "bound": "<= 11", "verdict": "pass"},
+    "compute.matmul_tflops_min": StoredFigure(value=100.0, unit="TFLOP/s", bound=">= 50", verdict="pass"),
+    "connectivity.rendezvous_s": StoredFigure(value=1.0, unit="s", bound="", verdict="info"),
+    "training.ddp.loss_first": StoredFigure(value=10.0, unit="nats", bound="<= 11", verdict="pass"),
 }  # fmt: skip
 
 
@@ -57,7 +54,7 @@ def test_judge_applies_only_where_it_can() -> None:
 
 
 def test_a_fraction_of_the_median_is_judged_in_points() -> None:
-    shortfall = {"compute.copy_gbps_below_median": {"value": 0.0002, "unit": "fraction", "bound": "<= 0.05"}}
+    shortfall = {"compute.copy_gbps_below_median": StoredFigure(value=0.0002, unit="fraction", bound="<= 0.05")}
     # from 0.02% to 0.8% under the median: forty times the figure, but 0.8 points, inside 5 points
     noise = judge(shortfall, "compute.copy_gbps_below_median", 0.008, gated=True, tolerance=0.05)
     assert noise is not None and noise.ok
@@ -73,7 +70,7 @@ def test_the_baseline_s_noise_widens_its_limit() -> None:
     """During the run the figure's own readings are not at hand: the baseline's noise stands for both runs
     (sqrt 2 x its standard error), and a change must exceed 3 of those and the tolerance."""
     noisy = {
-        "compute.matmul_tflops_min": {**BASELINE["compute.matmul_tflops_min"], "noise": Noise(0.1, 5, "5 windows")}
+        "compute.matmul_tflops_min": replace(BASELINE["compute.matmul_tflops_min"], noise=Noise(0.1, 5, "5 windows"))
     }
     within = judge(noisy, "compute.matmul_tflops_min", 80.0, gated=True, tolerance=0.05)  # ln 1.25 < 3 x 0.141
     assert within is not None and within.ok
@@ -87,26 +84,25 @@ def test_the_baseline_s_noise_widens_its_limit() -> None:
 
 def test_figures_carry_the_noise_of_their_readings() -> None:
     """Each figure of a stored run with the standard error its readings give (``readings``), or None."""
-    data = json.loads((EVIDENCE / "local-cpu-a" / "evidence.json").read_text())
-    found = figures(data)
-    windows = found["collectives.all_reduce.busbw_gbps@8M"]["noise"]
+    found = figures(read_evidence(EVIDENCE / "local-cpu-a"))
+    windows = found["collectives.all_reduce.busbw_gbps@8M"].noise
     assert isinstance(windows, Noise) and windows.readings == 5 and "timed windows" in windows.source
-    tokens = found["training.ddp.tokens_per_s_per_gpu"]["noise"]
+    tokens = found["training.ddp.tokens_per_s_per_gpu"].noise
     assert isinstance(tokens, Noise) and tokens.readings == 3
-    shortfall, slowest = (found[f"compute.matmul_tflops_{s}"]["noise"] for s in ("below_median", "min"))
+    shortfall, slowest = (found[f"compute.matmul_tflops_{s}"].noise for s in ("below_median", "min"))
     assert isinstance(shortfall, Noise) and isinstance(slowest, Noise)
     assert slowest.standard_error < shortfall.standard_error  # the slowest GPU's and the median's, in points
-    assert found["connectivity.barrier_latency_us"]["noise"] is None  # one figure: no readings kept
-    assert found["training.ddp.loss_ratio"]["noise"] is None
-    older = figures(json.loads((EVIDENCE / "h200-x2-onejob" / "evidence.json").read_text()))
-    quartiles = older["training.zero3.tokens_per_s_per_gpu"]["noise"]
+    assert found["connectivity.barrier_latency_us"].noise is None  # one figure: no readings kept
+    assert found["training.ddp.loss_ratio"].noise is None
+    older = figures(read_evidence(EVIDENCE / "h200-x2-onejob"))
+    quartiles = older["training.zero3.tokens_per_s_per_gpu"].noise
     assert isinstance(quartiles, Noise) and quartiles.source.startswith("the quartiles of")
 
 
 def test_wall_time_and_temperature_are_left_to_their_bounds() -> None:
-    old: dict[str, dict[str, Any]] = {
-        "training.zero3.wall_s": {"value": 17.0, "bound": "<= 60"},
-        "health.temperature_c_max": {"value": 35.0},
+    old = {
+        "training.zero3.wall_s": StoredFigure(value=17.0, bound="<= 60"),
+        "health.temperature_c_max": StoredFigure(value=35.0),
     }
     assert judge(old, "training.zero3.wall_s", 24.0, gated=True, tolerance=0.05) is None
     assert judge(old, "health.temperature_c_max", 38.0, gated=True, tolerance=0.05) is None
@@ -143,9 +139,8 @@ def test_compare_takes_the_tolerances_of_the_profile_it_is_given(capsys: pytest.
 
 
 def test_figures_of_an_evidence_file_by_canonical_name() -> None:
-    data = json.loads((EVIDENCE / "h200-x2" / "evidence.json").read_text())
-    found = figures(data)
-    assert found["collectives.all_reduce.busbw_gbps@1G"]["value"] == pytest.approx(332.534, abs=1e-3)
+    found = figures(read_evidence(EVIDENCE / "h200-x2"))
+    assert found["collectives.all_reduce.busbw_gbps@1G"].value == pytest.approx(332.534, abs=1e-3)
 
 
 def test_profile_baseline_and_cost_keys(tmp_path: Path) -> None:
@@ -224,7 +219,7 @@ def test_a_slower_network_fails_the_baseline_gate(tmp_path: Path, slow_loopback:
 
     base = _suite(tmp_path, "handover")
     assert base.returncode == 0, base.stdout[-3000:] + base.stderr[-3000:]
-    before = figures(json.loads((tmp_path / "handover" / "evidence.json").read_text()))
+    before = figures(read_evidence(tmp_path / "handover"))
     metric = "collectives.all_reduce.busbw_gbps@1M"
     # a wide tolerance: only a real slow-down, not the noise of a shared machine, may fail it
     slow = _suite(tmp_path, "rerun", "--cluster-baseline", str(tmp_path / "handover" / "evidence.json"),
@@ -232,10 +227,11 @@ def test_a_slower_network_fails_the_baseline_gate(tmp_path: Path, slow_loopback:
     assert slow.returncode == 1, slow.stdout[-3000:] + slow.stderr[-3000:]
     after = json.loads((tmp_path / "rerun" / "evidence.json").read_text())
     jsonschema.validate(after, schema())
-    check = figures(after)[metric]
-    assert check["value"] < before[metric]["value"] * 0.5  # the link really got slower
+    check = next(c for t in after["tests"] for c in t["checks"] if c["metric"] == metric)
+    was = before[metric].value
+    assert was is not None and check["value"] < was * 0.5  # the link really got slower
     assert check["verdict"] == "baseline_fail" and check["bound"].startswith(">= 0.0005 and >= ")
-    assert check["baseline"]["value"] == before[metric]["value"] and check["baseline"]["tolerance"] == 0.5
+    assert check["baseline"]["value"] == was and check["baseline"]["tolerance"] == 0.5
     assert after["verdict"] == "FAIL"
     assert f"{metric} = " in slow.stdout and "worse than the baseline; needed >= " in slow.stdout
     assert f"[--cluster-baseline {tmp_path / 'handover' / 'evidence.json'}]" in slow.stdout

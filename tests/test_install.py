@@ -90,7 +90,7 @@ def test_show_get_prints_one_value(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["show", "local-cpu", "--get", "topology.gpus_per_node"]) == 0
     assert main(["show", "local-cpu", "--get", "collectives.iters", "--set", "collectives.iters=3"]) == 0
     assert main(["show", "local-cpu", "--get", "collectives.sizes"]) == 0
-    sizes = json.dumps(profiles.load("local-cpu").resolved["collectives"]["sizes"])
+    sizes = json.dumps(profiles.load("local-cpu").model.model_dump(mode="json")["collectives"]["sizes"])
     assert capsys.readouterr().out == f"0\n3\n{sizes}\n"
 
 

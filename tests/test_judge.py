@@ -11,11 +11,13 @@ from __future__ import annotations
 import ast
 import hashlib
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from acceptance.profile.baseline import StoredFigure
 from acceptance.profile.judge import Judge, bound_moved, regressed
 from acceptance.profile.loader import Profile
 from acceptance.profile.metrics import shape_of
@@ -62,9 +64,9 @@ def _local(**thresholds: object) -> Profile:
     return _profile("p", {"thresholds": thresholds})
 
 
-BASELINE: dict[str, dict[str, object]] = {
-    "compute.matmul_tflops_min": {"metric": "compute.matmul_tflops_min", "value": 100.0, "bound": ">= 50"},
-    "training.ddp.loss_ratio": {"metric": "training.ddp.loss_ratio", "value": 0.5, "bound": "<= 0.99"},
+BASELINE: dict[str, StoredFigure] = {
+    "compute.matmul_tflops_min": StoredFigure(value=100.0, bound=">= 50"),
+    "training.ddp.loss_ratio": StoredFigure(value=0.5, bound="<= 0.99"),
 }
 
 
@@ -142,48 +144,48 @@ def test_one_function_decides_a_figure_s_verdict() -> None:
 def test_compare_regresses_by_the_judge_s_rules() -> None:
     """Two stored runs: a gated figure that turned FAIL regressed; a performance figure worse beyond the
     tolerance regressed; a correctness figure that held its gate did not, however its value moved."""
-    old = {"value": 100.0, "bound": ">= 50", "verdict": "pass"}
-    assert regressed("compute.matmul_tflops_min", old, {**old, "value": 90.0}, 0.05)
-    assert not regressed("compute.matmul_tflops_min", old, {**old, "value": 97.0}, 0.05)
-    assert regressed("compute.matmul_tflops_min", old, {**old, "value": 40.0, "verdict": "fail"}, 0.5)
-    worse = {**old, "verdict": "baseline_fail"}  # worse than its baseline then, out of its bound now
-    assert regressed("compute.matmul_tflops_min", worse, {**old, "value": 98.5, "verdict": "fail"}, 0.05)
-    loss = {"value": 0.5, "bound": "<= 0.99", "verdict": "pass"}
-    assert not regressed("training.ddp.loss_ratio", loss, {**loss, "value": 0.9}, 0.05)
-    info = {"value": 100.0, "bound": "", "verdict": "info"}
-    assert not regressed("compute.copy_gbps_min", info, {**info, "value": 10.0}, 0.05)
+    old = StoredFigure(value=100.0, bound=">= 50", verdict="pass")
+    assert regressed("compute.matmul_tflops_min", old, replace(old, value=90.0), 0.05)
+    assert not regressed("compute.matmul_tflops_min", old, replace(old, value=97.0), 0.05)
+    assert regressed("compute.matmul_tflops_min", old, replace(old, value=40.0, verdict="fail"), 0.5)
+    worse = replace(old, verdict="baseline_fail")  # worse than its baseline then, out of its bound now
+    assert regressed("compute.matmul_tflops_min", worse, replace(old, value=98.5, verdict="fail"), 0.05)
+    loss = StoredFigure(value=0.5, bound="<= 0.99", verdict="pass")
+    assert not regressed("training.ddp.loss_ratio", loss, replace(loss, value=0.9), 0.05)
+    info = StoredFigure(value=100.0, bound="", verdict="info")
+    assert not regressed("compute.copy_gbps_min", info, replace(info, value=10.0), 0.05)
 
 
 def test_a_moved_bound_is_not_a_regression_of_the_figure() -> None:
     """A figure that fails a bound the old run did not have regressed only if its value did."""
     metric = "compute.matmul_tflops_min"
-    old = {"value": 100.0, "bound": ">= 50", "verdict": "pass", "threshold": {"min": 50.0, "source": "then"}}
-    new = {"value": 104.0, "bound": ">= 110", "verdict": "fail", "threshold": {"min": 110.0, "source": "now"}}
+    old = StoredFigure(value=100.0, bound=">= 50", verdict="pass", threshold={"min": 50.0, "source": "then"})
+    new = StoredFigure(value=104.0, bound=">= 110", verdict="fail", threshold={"min": 110.0, "source": "now"})
     assert bound_moved(old, new) and not regressed(metric, old, new, 0.05)
-    assert regressed(metric, old, {**new, "value": 60.0}, 0.05)  # the value fell beyond its tolerance too
-    resourced = {**old, "threshold": {"min": 50.0, "source": "another words"}}
+    assert regressed(metric, old, replace(new, value=60.0), 0.05)  # the value fell beyond its tolerance too
+    resourced = replace(old, threshold={"min": 50.0, "source": "another words"})
     assert not bound_moved(old, resourced)  # the same bound, sourced anew
-    assert regressed(metric, old, {**resourced, "value": 40.0, "verdict": "fail"}, 0.5)
+    assert regressed(metric, old, replace(resourced, value=40.0, verdict="fail"), 0.5)
 
 
 def test_a_correctness_figure_that_went_bad_regressed_though_its_bound_moved() -> None:
     """A correctness count out of its bound and worse, or out of the bound the old run met, regressed even
     where the bound moved; a tightened bound that the same value now fails is the bound's change."""
     metric = "soak.gemm_wrong_elements"
-    old = {"value": 0, "bound": "<= 5", "verdict": "pass", "threshold": {"max": 5}}
-    new = {"value": 4000, "bound": "<= 0", "verdict": "fail", "threshold": {"max": 0}}
+    old = StoredFigure(value=0, bound="<= 5", verdict="pass", threshold={"max": 5})
+    new = StoredFigure(value=4000, bound="<= 0", verdict="fail", threshold={"max": 0})
     assert bound_moved(old, new) and regressed(metric, old, new, 0.05)
-    loosened = {"value": 3, "bound": "<= 5", "verdict": "pass", "threshold": {"max": 5}}
-    assert regressed(metric, {**old, "bound": "<= 0", "threshold": {"max": 0}}, loosened, 0.05)  # out of the old
-    same = {**old, "value": 3}
-    assert not regressed(metric, same, {**new, "value": 3}, 0.05)  # 3 as before: only the bound tightened
-    assert not regressed(metric, old, {**old, "value": 2}, 0.05)  # within the same gate: no regression
+    loosened = StoredFigure(value=3, bound="<= 5", verdict="pass", threshold={"max": 5})
+    assert regressed(metric, replace(old, bound="<= 0", threshold={"max": 0}), loosened, 0.05)  # out of the old
+    same = replace(old, value=3)
+    assert not regressed(metric, same, replace(new, value=3), 0.05)  # 3 as before: only the bound tightened
+    assert not regressed(metric, old, replace(old, value=2), 0.05)  # within the same gate: no regression
 
 
 def test_a_change_within_the_noise_is_no_regression() -> None:
     metric = "compute.matmul_tflops_min"
-    old = {"value": 100.0, "bound": ">= 50", "verdict": "pass"}
-    worse = {**old, "value": 80.0}  # 20% worse: beyond 5%
+    old = StoredFigure(value=100.0, bound=">= 50", verdict="pass")
+    worse = replace(old, value=80.0)  # 20% worse: beyond 5%
     assert regressed(metric, old, worse, 0.05)  # no readings: the tolerance alone
     assert not regressed(metric, old, worse, 0.05, noise=0.1)  # ln 1.25 = 0.22 < 3 x 0.1
     assert regressed(metric, old, worse, 0.05, noise=0.05)

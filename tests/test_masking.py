@@ -13,6 +13,7 @@ import pytest
 
 from acceptance import masking
 from acceptance.cli.main import main
+from acceptance.json_types import JSONObject
 from acceptance.probes.collectives import nccl_settings
 from tests.harness import EVIDENCE
 
@@ -123,7 +124,9 @@ def test_an_allowed_variable_a_nested_mapping_and_the_command_line_are_masked_by
     assert masking.masked_command(argv) == [
         "pytest", "--cluster-set", "env.DATABASE_URL=https://u:***@db", "--cluster-set=env.X=--password ***",
     ]  # fmt: skip
-    profile = {"resolved": {"env": {"DATABASE_URL": url}, "thresholds": {"training.ddp.tokens_per_s_per_gpu": {}}}}
+    profile: JSONObject = {
+        "resolved": {"env": {"DATABASE_URL": url}, "thresholds": {"training.ddp.tokens_per_s_per_gpu": {}}}
+    }
     shown = masking.masked_profile(profile)
     assert shown["resolved"] == {
         "env": {"DATABASE_URL": "https://u:***@proxy:3128"}, "thresholds": {"training.ddp.tokens_per_s_per_gpu": {}},

@@ -224,7 +224,7 @@ def test_sha256_reveals_no_secret(here: Path) -> None:
     profile = load("p")
     guess = load("p", ["env.HF_TOKEN=hf_guess"])
     assert profile.sha256 == guess.sha256  # a guess of the token cannot be confirmed against the digest
-    assert profile.resolved["env"]["HF_TOKEN"] == "hf_real"  # the run itself still gets the real value
+    assert profile.model.env["HF_TOKEN"] == "hf_real"  # the run itself still gets the real value
     masked = {**profile.resolved, "env": {"HF_TOKEN": "***", "NCCL_DEBUG": "WARN"}}
     assert profile.sha256 == hashlib.sha256(json.dumps(masked, sort_keys=True).encode()).hexdigest()
     assert load("p", ["env.NCCL_DEBUG=INFO"]).sha256 != profile.sha256  # other values still count

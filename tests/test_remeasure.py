@@ -11,6 +11,7 @@ import pytest
 
 from acceptance.families import compute as pergpu
 from acceptance.plugin import remeasure
+from acceptance.profile.baseline import StoredFigure
 from acceptance.profile.judge import BaselineFigures, Judge
 from acceptance.profile.loader import Profile, load
 from tests.harness import PLUGIN_ARGS
@@ -169,9 +170,9 @@ def test_rows_are_matched_by_gpu_uuid_not_rank(tmp_path: Path) -> None:
     ]
 
 
-def baseline_of(metric: str, value: float) -> dict[str, dict[str, Any]]:
+def baseline_of(metric: str, value: float) -> dict[str, StoredFigure]:
     """--cluster-baseline's figures (``baseline.figures`` of an earlier run's evidence) holding one check."""
-    return {metric: {"metric": metric, "value": value, "unit": "GB/s", "bound": ">= 44", "verdict": "pass"}}
+    return {metric: StoredFigure(value=value, unit="GB/s", bound=">= 44", verdict="pass")}
 
 
 def test_a_figure_worse_than_the_baseline_is_measured_again_though_its_bound_holds(tmp_path: Path) -> None:

@@ -13,12 +13,13 @@ import argparse
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import cast
 
 from acceptance.cli.usage import USAGE_ERROR, Parser
 from acceptance.evidence.folder import default_folder
 from acceptance.evidence.verdict import facts_of
 from acceptance.families import training as plan
+from acceptance.json_types import JSONObject
 from acceptance.profile import loader as profiles
 from acceptance.profile.tiers import TIER_NAMES
 from acceptance.reports import training as report
@@ -51,27 +52,38 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def baseline(
-    cluster: ClusterRun, strategy: str, base: plan.Baseline, runs: dict[str, dict[str, Any]]
-) -> tuple[str, dict[str, Any] | str, float]:
+# a run's label, its figures or what it failed of, and its wall time in seconds
+Outcome = tuple[str, plan.StrategyResult | str, float]
+
+
+def baseline(cluster: ClusterRun, strategy: str, base: plan.Baseline, runs: dict[str, plan.StrategyResult]) -> Outcome:
     label = f"{strategy} (baseline)"
     try:
         result = baseline_run(cluster, base, strategy, runs)
     except launch.ProbeError as exc:
         return label, str(exc), 0.0
-    return label, result, float(result["wall_s"])
+    return label, result, _seconds(result["wall_s"])
 
 
-def measure(cluster: ClusterRun, base: plan.Baseline | str | None) -> list[tuple[str, dict[str, Any] | str, float]]:
+def _seconds(value: object) -> float:
+    return float(value) if isinstance(value, (int, float)) else 0.0
+
+
+def measure(cluster: ClusterRun, base: plan.Baseline | str | None) -> list[Outcome]:
     """Every strategy in one job, and the baseline when asked for (in the same job where it can share it):
     (label, figures or error, wall s)."""
     training = cluster.profile.model.training
     found = strategy_runs(cluster, list(training.strategies), base)
     parts = {s: r for s, r in found.items() if s != plan.BASELINE_PART}
-    runs = [(s, r.get("error") or r, float(r.get("wall_s") or 0.0)) for s, r in parts.items()]
+    runs: list[Outcome] = [(s, _error(r) or r, _seconds(r.get("wall_s"))) for s, r in parts.items()]
     if isinstance(base, plan.Baseline):
         runs.append(baseline(cluster, training.scaling_strategy, base, found))
     return runs
+
+
+def _error(result: plan.StrategyResult) -> str | None:
+    error = result.get("error")
+    return str(error) if error else None
 
 
 def load(args: argparse.Namespace) -> profiles.Profile:
@@ -101,7 +113,8 @@ def main(argv: list[str] | None = None) -> int:
     training = prof.model.training
     base = plan.baseline(training, topo.nproc_per_node, placement.nodes)
     runs = measure(cluster, base if args.scaling_baseline else None)
-    done = [(label, result, wall) for label, result, wall in runs if isinstance(result, dict)]
+    # a strategy's result (its TypedDict) is the JSON object its probe wrote, as the report reads it
+    done = [(label, cast(JSONObject, result), wall) for label, result, wall in runs if isinstance(result, dict)]
     usd = prof.model.cost.usd_per_gpu_hour if prof.model.cost else None
     print(f"profile {prof.name}, model {training.model}, seq {training.seq_len}, micro-batch {training.micro_batch}")
     print(render(*report.table(done, usd)))
@@ -119,7 +132,8 @@ def main(argv: list[str] | None = None) -> int:
         cluster.evidence.error(error)
     for label, result in found.items():  # recorded as information: a benchmark checks no bound
         metric = f"training.{label.replace(' (baseline)', '_baseline')}.tokens_per_s_per_gpu"
-        cluster.check("cluster-acceptance bench_train", metric, result["tokens_per_s_per_gpu"], "tokens/s")
+        tokens = cast(float, result["tokens_per_s_per_gpu"])  # the probe writes it as a number
+        cluster.check("cluster-acceptance bench_train", metric, tokens, "tokens/s")
     cluster.evidence.finish(decide(facts_of(cluster.evidence.doc)), complete=True)
     print(f"evidence: {cluster.evidence.write()}")
     cluster.close()

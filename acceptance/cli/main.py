@@ -21,6 +21,7 @@ from acceptance.evidence.folder import EvidenceFolderError
 from acceptance.evidence.junit import junit_xml
 from acceptance.evidence.merge import merge
 from acceptance.evidence.store import EvidenceError, as_data, read_evidence
+from acceptance.json_types import JSONObject, JSONValue
 from acceptance.profile import loader as profiles
 from acceptance.profile.arguments import positive_seconds
 from acceptance.profile.tiers import TIER_NAMES
@@ -162,17 +163,18 @@ def cmd_show(args: argparse.Namespace) -> int:
     return 0
 
 
-def _lookup(resolved: dict[str, Any], path: str) -> Any:
-    value: Any = resolved
+def _lookup(resolved: JSONObject, path: str) -> JSONValue:
+    value: JSONValue = resolved
     parts, i = path.split("."), 0
     while i < len(parts):
+        section = value if isinstance(value, dict) else {}
         # the longest key that matches: a metric name holds dots (thresholds.compute.copy_gbps_min.min)
-        j = next((j for j in range(len(parts), i, -1) if isinstance(value, dict) and ".".join(parts[i:j]) in value), 0)
+        j = next((j for j in range(len(parts), i, -1) if ".".join(parts[i:j]) in section), 0)
         if not j:
-            known = ", ".join(value) if isinstance(value, dict) else "none (not a section)"
+            known = ", ".join(section) if isinstance(value, dict) else "none (not a section)"
             where = ".".join(parts[:i]) or "the profile"
             raise CliError(f"--get {path}: {where} has no key {parts[i]!r}; its keys: {known}")
-        value, i = value[".".join(parts[i:j])], j
+        value, i = section[".".join(parts[i:j])], j
     return json.dumps(value) if isinstance(value, (dict, list)) else value
 
 

@@ -11,7 +11,7 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TextIO, cast
+from typing import TextIO, cast
 
 from acceptance.evidence.folder import default_folder
 from acceptance.evidence.verdict import facts_of
@@ -78,14 +78,14 @@ def load_profile(args: SweepArgs) -> profiles.Profile:
     import torch  # only here: the other commands should not pay for importing torch
 
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    topology: dict[str, Any] = (
+    topology: JSONObject = (
         {"device": "cuda", "backend": "nccl", "gpus_per_node": gpus}
         if gpus
         else {"device": "cpu", "backend": "gloo", "ranks_per_node": 2}
     )
     # one thread per CPU rank: two ranks each using every core would measure contention, not the collective
-    env = {} if gpus else {"OMP_NUM_THREADS": "1"}
-    raw = {"name": "sweep", "description": "this machine, as found", "topology": topology, "env": env}
+    env: JSONObject = {} if gpus else {"OMP_NUM_THREADS": "1"}
+    raw: JSONObject = {"name": "sweep", "description": "this machine, as found", "topology": topology, "env": env}
     # nccl-tests' default type is float (-d float)
     return profiles.from_mapping(raw, Path("<sweep>"), overrides(args, "float32"))
 

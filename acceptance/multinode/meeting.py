@@ -13,6 +13,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from acceptance.json_types import JSONObject
 from acceptance.multinode.plan import Plan, disagreement
 
 STORE_PORT_OFFSET = 1
@@ -139,7 +140,7 @@ class Agreement:
 
     meeting: Meeting
     session: str
-    record: dict[str, Any]
+    record: JSONObject
     plans: list[Plan]
 
 
@@ -154,7 +155,7 @@ def meet(placement: Placement, timeout_s: float, plan: Plan) -> Agreement:
         session, plans = meeting.agree(plan)
     except RuntimeError as exc:
         raise PlanError(f"lost the nodes' store at {meeting.where} while comparing plans: {exc}") from None
-    record = {"digest": plan.digest, "session": session, "store": meeting.where, "tests": len(plan.tests)}
+    record: JSONObject = {"digest": plan.digest, "session": session, "store": meeting.where, "tests": len(plan.tests)}
     return Agreement(meeting, session, record, plans)
 
 
@@ -162,11 +163,11 @@ def meet(placement: Placement, timeout_s: float, plan: Plan) -> Agreement:
 class NodeVerdicts:
     """Node 0's view of every node's verdict at the end; other nodes get an empty one."""
 
-    nodes: list[dict[str, Any]]
+    nodes: list[JSONObject]  # as each node sent it (json): another node may run another version
     problems: list[str]
 
 
-def exchange_verdicts(meeting: Meeting, mine: dict[str, Any]) -> NodeVerdicts:
+def exchange_verdicts(meeting: Meeting, mine: JSONObject) -> NodeVerdicts:
     """Every node tells node 0 its verdict; node 0 waits for all and returns them with what is wrong."""
     try:
         meeting.publish("verdict", json.dumps(mine))

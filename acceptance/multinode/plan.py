@@ -17,9 +17,9 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import asdict, dataclass, fields
-from typing import Any
 
 import acceptance
+from acceptance.json_types import JSONObject, JSONValue
 
 SHOWN = 5  # differing tests or keys listed in a message; the rest are counted
 
@@ -31,7 +31,7 @@ class Plan:
     nodes: int
     head: str
     profile_sha256: str
-    profile: dict[str, Any]
+    profile: JSONObject
     tests: list[str]
     versions: dict[str, str]
     preflight: str = ""  # why this node failed its preflight; "" when it passed (not part of the digest)
@@ -83,16 +83,16 @@ def differences(reference: Plan, other: Plan) -> list[str]:
     return found
 
 
-def _flat(data: Any, prefix: str = "") -> dict[str, Any]:
+def _flat(data: JSONValue, prefix: str = "") -> JSONObject:
     if not isinstance(data, dict) or not data:  # an empty section is a value of its own
         return {prefix: data}
-    out: dict[str, Any] = {}
+    out: JSONObject = {}
     for key, value in data.items():
         out.update(_flat(value, f"{prefix}.{key}" if prefix else str(key)))
     return out
 
 
-def _changed_keys(reference: dict[str, Any], other: dict[str, Any]) -> str:
+def _changed_keys(reference: JSONObject, other: JSONObject) -> str:
     changed = [
         f"{k}: {other.get(k, '(absent)')!r} vs {reference.get(k, '(absent)')!r}"
         for k in sorted(set(reference) | set(other))

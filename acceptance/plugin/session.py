@@ -21,8 +21,9 @@ from acceptance.atomic_file import write_atomic
 from acceptance.evidence.drain import DrainList
 from acceptance.evidence.folder import EvidenceFolderError, default_folder
 from acceptance.evidence.junit import junit_xml, verdict_case
-from acceptance.evidence.store import EvidenceError, EvidenceWriteError, as_data, read_evidence
+from acceptance.evidence.store import EvidenceError, EvidenceWriteError, read_evidence
 from acceptance.evidence.verdict import facts_of
+from acceptance.json_types import JSONObject
 from acceptance.multinode import meeting as meetings
 from acceptance.multinode.plan import Plan, failed_preflight_categories, shared_host_names, versions
 from acceptance.plugin.drain_hooks import act_on, categorize
@@ -119,7 +120,7 @@ class ClusterSession:
             # the placement first, before the evidence folder exists: a bad one leaves nothing behind
             placement = _placement(settings)
             old_path = settings.baseline.value
-            old = baseline.figures(as_data(read_evidence(old_path))) if old_path else None
+            old = baseline.figures(read_evidence(old_path)) if old_path else None
             folder = _folder(settings.evidence.value, profile.name, placement.nodes, placement.node_rank, profile)
             label = f"--cluster-baseline {old_path}"
             run = ClusterRun(
@@ -336,7 +337,7 @@ class ClusterSession:
         meeting, evidence = self.run.meeting, self.run.evidence
         if meeting is None:
             return verdict
-        mine = {
+        mine: JSONObject = {
             "node_rank": meeting.rank,
             "host": evidence.doc.topology.host,
             "verdict": verdict,
@@ -348,7 +349,7 @@ class ClusterSession:
             evidence.error(problem)
         if meeting.rank == 0:
             evidence.cluster.node_verdicts = heard.nodes
-        node_verdicts = [n["verdict"] for n in heard.nodes]
+        node_verdicts = [str(n["verdict"]) for n in heard.nodes]
         return decide(facts_of(evidence.doc, facts.interrupted, facts.subset, node_verdicts))
 
     def pytest_terminal_summary(self, terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:

@@ -17,11 +17,11 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from acceptance.numbers import fmt
 from acceptance.profile.metrics import Better, Scale, better, canonical_metric, scale
-from acceptance.profile.readings import Noise, noise_of
+from acceptance.profile.readings import Noise, at, noise_of
+from acceptance.schema.stored import StoredCheck, StoredRun
 
 DEFAULT_TOLERANCE = 0.05
 # A change counts when it exceeds this many standard errors of the difference: one-sided, 3 sigma is a
@@ -153,17 +153,18 @@ class Change:
         return f"{side} {fmt(self.old + sign * slack)} (baseline {fmt(self.old)} {within})"
 
 
-def tolerance_for(profile: Mapping[str, Any] | None, metric: str, override: float | None = None) -> float:
+def tolerance_for(profile: Mapping[str, object] | None, metric: str, override: float | None = None) -> float:
     """``override``, else the profile's ``baseline.tolerances[metric]``, else its ``baseline.tolerance``, else 5%.
     ``profile`` is a resolved profile as the evidence records it (older evidence has no ``baseline``)."""
     if override is not None:
         return override
-    section = (profile or {}).get("baseline") or {}
-    per_metric = section.get("tolerances") or {}
-    found = per_metric.get(canonical_metric(metric), per_metric.get(metric))
+    section = at(profile, "baseline")
+    found = at(section, "tolerances", canonical_metric(metric))
     if found is None:
-        found = section.get("tolerance", DEFAULT_TOLERANCE)
-    return float(found)
+        found = at(section, "tolerances", metric)
+    if found is None:
+        found = at(section, "tolerance")
+    return float(found) if isinstance(found, (int, float)) else DEFAULT_TOLERANCE
 
 
 def change(metric: str, old: float | None, new: float | None, tolerance: float, noise: float | None = None) -> Change:
@@ -179,28 +180,44 @@ def noise_between(old: Noise | None, new: Noise | None) -> float | None:
     return math.sqrt(sum(e**2 for e in errors) * (2 / len(errors)))
 
 
-def noise_in(check: Mapping[str, Any] | None) -> Noise | None:
-    """The noise :func:`figures` found for a stored check, if any."""
-    found = (check or {}).get("noise")
-    return found if isinstance(found, Noise) else None
+def noise_in(figure: StoredFigure | None) -> Noise | None:
+    """The noise :func:`figures` found for a stored figure, if any."""
+    return figure.noise if figure is not None else None
 
 
-def _number(value: Any) -> float | None:
+def _number(value: object) -> float | None:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
     return None if isinstance(value, float) and not math.isfinite(value) else value
 
 
-def checks(evidence: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
-    for test in evidence.get("tests") or []:
-        yield from test.get("checks") or []
+@dataclass(frozen=True)
+class StoredFigure:
+    """A figure of an earlier run as the regression rule reads it: its check's value, unit, bound in words,
+    verdict and threshold, and the noise of its recorded readings (None where none were kept)."""
+
+    value: int | float | None = None
+    unit: str = ""
+    bound: str = ""
+    verdict: str = ""
+    threshold: Mapping[str, object] | None = None
+    noise: Noise | None = None
+
+    @classmethod
+    def of(cls, check: StoredCheck, noise: Noise | None = None) -> StoredFigure:
+        return cls(check.value, check.unit, check.bound, check.verdict, check.threshold, noise)
 
 
-def figures(evidence: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+def checks(evidence: StoredRun) -> Iterator[StoredCheck]:
+    for test in evidence.tests:
+        yield from test.checks
+
+
+def figures(evidence: StoredRun) -> dict[str, StoredFigure]:
     """metric -> its check (the last one where a merged file repeats it per node), with the figure's noise
-    from its recorded readings under ``noise`` (a ``readings.Noise``, or None)."""
-    found = {canonical_metric(c["metric"]): c for c in checks(evidence)}
-    return {metric: {**check, "noise": noise_of(evidence, metric)} for metric, check in found.items()}
+    from its recorded readings (``readings.noise_of``)."""
+    found = {canonical_metric(c.metric): c for c in checks(evidence)}
+    return {metric: StoredFigure.of(check, noise_of(evidence, metric)) for metric, check in found.items()}
 
 
 @dataclass(frozen=True)
@@ -214,7 +231,7 @@ class Judgement:
 
 
 def judge(
-    baseline: Mapping[str, Mapping[str, Any]],
+    baseline: Mapping[str, StoredFigure],
     metric: str,
     value: float | None,
     gated: bool,
@@ -231,13 +248,13 @@ def judge(
     old = baseline.get(canonical_metric(metric))
     if old is None or better(metric) == "none" or scale(metric) == "bound":
         return None
-    bound = old.get("bound") or None
+    bound = old.bound or None
     if not gated and not bound:
         return None
-    noise = noise_between(noise_in(old), None) if noise is None else noise
-    found = change(metric, old.get("value"), value, tolerance, noise)
+    noise = noise_between(old.noise, None) if noise is None else noise
+    found = change(metric, old.value, value, tolerance, noise)
     if not found.beyond:
         return Judgement(True, found, "", bound)
     worse = "not a number" if found.new is None else f"{found.worse_shown} worse than the baseline"
-    message = f"{metric} = {fmt(found.new)} {old.get('unit', '')}, {worse}; needed {found.limit}"
+    message = f"{metric} = {fmt(found.new)} {old.unit}, {worse}; needed {found.limit}"
     return Judgement(False, found, message, bound)

@@ -12,10 +12,10 @@ On a node without GPUs: a child of ``local-cpu`` (its floors, sourced there), fo
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import yaml
 
+from acceptance.json_types import JSONObject
 from acceptance.numbers import fmt
 from acceptance.profile.node_facts import NodeFacts
 from acceptance.profile.references import Reference, ReferenceTable
@@ -72,7 +72,7 @@ def gpu_profile(facts: NodeFacts, name: str, nodes: int, table: ReferenceTable) 
     setup = facts.setup(table, nodes)
     label = table.gpus[setup.gpu].label if setup.gpu else (facts.gpu_model or "GPU")
     bounds = bounds_for(facts, nodes, table)
-    data: dict[str, Any] = {
+    data: JSONObject = {
         "name": name,
         "description": f"{nodes} node(s) x {facts.gpu_count}x {label}",
         "topology": {
@@ -84,7 +84,7 @@ def gpu_profile(facts: NodeFacts, name: str, nodes: int, table: ReferenceTable) 
         },
         "env": {"NCCL_NVLS_ENABLE": "1" if setup.nvls else "0"},
     }
-    health: dict[str, Any] = {}
+    health: JSONObject = {}
     if facts.driver:
         health["min_driver"] = facts.driver
     if facts.nvlink_links and min(facts.nvlink_links) > 0:
@@ -106,7 +106,7 @@ def gpu_profile(facts: NodeFacts, name: str, nodes: int, table: ReferenceTable) 
 
 
 def cpu_profile(facts: NodeFacts, name: str, nodes: int, table: ReferenceTable) -> InitialProfile:
-    data: dict[str, Any] = {
+    data: JSONObject = {
         "name": name,
         "description": f"{nodes} node(s) of this CPU machine ({facts.cpus} CPUs), two ranks each over gloo",
         "extends": CPU_PARENT,
@@ -150,5 +150,5 @@ def _bounds_comment(bounds: list[Bound], unknown_gpu: bool, facts: NodeFacts) ->
     return "\n".join(lines) + "\n"
 
 
-def _dump(data: dict[str, Any]) -> str:
+def _dump(data: JSONObject) -> str:
     return str(yaml.safe_dump(data, sort_keys=False, default_flow_style=False, width=120, allow_unicode=True))

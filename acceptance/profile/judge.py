@@ -19,10 +19,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from acceptance.numbers import fmt
 from acceptance.profile import baseline as baselines
+from acceptance.profile.baseline import StoredFigure
 from acceptance.profile.loader import OVERRIDE, Profile
 from acceptance.profile.metrics import Kind, better, builtin_bound, canonical_metric, kind
 from acceptance.schema.bounds import Threshold, evaluate
@@ -30,7 +30,7 @@ from acceptance.verdicts import FAILED_FIGURES as FAILED
 from acceptance.verdicts import FigureVerdict
 
 # the earlier run's checks by metric (``baseline.figures`` of its evidence)
-BaselineFigures = Mapping[str, Mapping[str, Any]]
+BaselineFigures = Mapping[str, StoredFigure]
 
 
 @dataclass(frozen=True)
@@ -126,7 +126,7 @@ class Judge:
         return baselines.judge(self.baseline, metric, value, True, tolerance)
 
 
-def bound_moved(old: Mapping[str, Any] | None, new: Mapping[str, Any] | None) -> bool:
+def bound_moved(old: StoredFigure | None, new: StoredFigure | None) -> bool:
     """Whether two stored checks of a figure were judged against different bounds (the profile changed):
     their thresholds, where they are sourced aside; a figure gated in one run only moved its bound too."""
     if old is None or new is None:
@@ -134,15 +134,15 @@ def bound_moved(old: Mapping[str, Any] | None, new: Mapping[str, Any] | None) ->
     return _bound_of(old) != _bound_of(new)
 
 
-def _bound_of(check: Mapping[str, Any]) -> dict[str, Any]:
-    threshold = check.get("threshold") or {}
+def _bound_of(check: StoredFigure) -> dict[str, object]:
+    threshold = check.threshold or {}
     return {key: value for key, value in threshold.items() if key != "source" and value is not None}
 
 
 def regressed(
     metric: str,
-    old: Mapping[str, Any] | None,
-    new: Mapping[str, Any] | None,
+    old: StoredFigure | None,
+    new: StoredFigure | None,
     tolerance: float,
     noise: float | None = None,
 ) -> bool:
@@ -154,9 +154,9 @@ def regressed(
     did not regress for that: only its value can. A correctness figure (whose bound is a sanity gate, not
     a baseline) regressed where it is out of either run's bound and got worse, or is out of the bound the
     old run met, whatever bound it has now (``_correctness_regressed``)."""
-    if new is None or not ((old or {}).get("bound") or new.get("bound")):
+    if new is None or not ((old is not None and old.bound) or new.bound):
         return False
-    turned_fail = new.get("verdict") == "fail" and (old or {}).get("verdict") != "fail"
+    turned_fail = new.verdict == "fail" and (old is None or old.verdict != "fail")
     if turned_fail and not bound_moved(old, new):  # out of the same bound now
         return True
     if old is None:
@@ -164,28 +164,28 @@ def regressed(
     if kind(metric) == "correctness":
         return _correctness_regressed(metric, old, new)
     if noise is None:
-        noise = baselines.noise_between(baselines.noise_in(old), baselines.noise_in(new))
-    judged = baselines.judge({canonical_metric(metric): old}, metric, new.get("value"), True, tolerance, noise)
+        noise = baselines.noise_between(old.noise, new.noise)
+    judged = baselines.judge({canonical_metric(metric): old}, metric, new.value, True, tolerance, noise)
     return judged is not None and not judged.ok
 
 
-def _out_of(check: Mapping[str, Any], value: float) -> bool:
+def _out_of(check: StoredFigure, value: float) -> bool:
     """Whether ``value`` fails the bound ``check`` was judged by (False where it kept none)."""
     bound = _bound_of(check)
     return bool(bound) and not evaluate(Threshold.model_validate(bound), value)[0]
 
 
-def _correctness_regressed(metric: str, old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
+def _correctness_regressed(metric: str, old: StoredFigure, new: StoredFigure) -> bool:
     """A correctness figure judged against a bound that moved: out of the bound the old run met (a loosened
     gate hides nothing), or out of either bound and worse than the old value (``soak.gemm_wrong_elements``
     0 -> 4000 against a bound gone from 5 to 0). Only a tightened bound that the same value now fails is the
     bound's change, not the figure's; a value that moved within both bounds is no regression."""
-    value, was = new.get("value"), old.get("value")
+    value, was = new.value, old.value
     if not isinstance(value, (int, float)):
         return False
-    if old.get("verdict") != "fail" and _out_of(old, float(value)):
+    if old.verdict != "fail" and _out_of(old, float(value)):
         return True
-    failing = new.get("verdict") == "fail" or _out_of(old, float(value))
+    failing = new.verdict == "fail" or _out_of(old, float(value))
     if not failing or not isinstance(was, (int, float)):
         return False
     side = better(metric)

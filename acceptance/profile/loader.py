@@ -13,6 +13,7 @@ from typing import Annotated, Any, Union, get_args, get_origin
 
 from pydantic import ValidationError
 
+from acceptance.json_types import JSONObject, JSONValue
 from acceptance.masking import masked_profile
 from acceptance.profile.metrics import bound_problem, canonical_metric, metric_problem
 from acceptance.profile.model import ProfileModel
@@ -32,7 +33,7 @@ MAX_PROBLEMS = 20  # listed in one error; a generated profile can hold thousands
 class Profile:
     model: ProfileModel
     path: Path
-    resolved: dict[str, Any]
+    resolved: JSONObject
     sha256: str
     chain: tuple[Path, ...]
 
@@ -106,7 +107,7 @@ def load(name_or_path: str, overrides: list[str] | None = None, tier: str | None
 NOT_PER_TIER = ("name", "extends", "tier", "tiers")
 
 
-def _running_tier(raw: dict[str, Any], overrides: list[str] | None, tier: str | None, lines: LineMap) -> str:
+def _running_tier(raw: JSONObject, overrides: list[str] | None, tier: str | None, lines: LineMap) -> str:
     """The tier whose settings apply: the option's, else the ``tier:`` the profile has once the
     ``--cluster-set`` options are applied (what ``model.tier`` will say, so the settings and the selection
     agree; the options are read as ``_build`` reads them)."""
@@ -119,20 +120,21 @@ def _running_tier(raw: dict[str, Any], overrides: list[str] | None, tier: str | 
     return found if isinstance(found, str) else DEFAULT_TIER  # not a name: the model's validation says so
 
 
-def _declared_tiers(raw: dict[str, Any]) -> list[str]:
+def _declared_tiers(raw: JSONObject) -> list[str]:
     tiers = raw.get("tiers")
     return [t for t in tiers if isinstance(t, str) and t in TIER_NAMES] if isinstance(tiers, dict) else []
 
 
-def _tier_settings(raw: dict[str, Any], tier: str, lines: LineMap, path: Path) -> dict[str, Any]:
+def _tier_settings(raw: JSONObject, tier: str, lines: LineMap, path: Path) -> JSONObject:
     """The tier's settings (``tiers: {standard: {storage.checkpoint_size: 4G}}``) applied as overrides.
 
     A tier is one selection of families at one moment, and each moment has its time (DCGM's run levels run
     the same plugins for longer at higher levels): the handover's standard tier may write a smaller
     checkpoint or time fewer steps than the burn-in, from the same profile."""
-    if tier not in _declared_tiers(raw):
+    tiers = raw.get("tiers")
+    if tier not in _declared_tiers(raw) or not isinstance(tiers, dict):
         return raw
-    settings = raw["tiers"][tier]
+    settings = tiers[tier]
     if not isinstance(settings, dict):
         return raw  # not a mapping: the model's validation names it
     for key, value in settings.items():
@@ -148,12 +150,12 @@ def _tier_settings(raw: dict[str, Any], tier: str, lines: LineMap, path: Path) -
     return raw
 
 
-def from_mapping(raw: dict[str, Any], origin: Path, overrides: list[str] | None = None) -> Profile:
+def from_mapping(raw: JSONObject, origin: Path, overrides: list[str] | None = None) -> Profile:
     """A profile made in memory (the sweep command without ``--profile``); ``origin`` stands for its file."""
     return _build(raw, (origin,), {}, overrides)
 
 
-def _build(raw: dict[str, Any], chain: tuple[Path, ...], lines: LineMap, overrides: list[str] | None) -> Profile:
+def _build(raw: JSONObject, chain: tuple[Path, ...], lines: LineMap, overrides: list[str] | None) -> Profile:
     path, lines = chain[0], dict(lines)
     for item in overrides or []:
         raw = _override(raw, item, lines)
@@ -167,7 +169,7 @@ def _build(raw: dict[str, Any], chain: tuple[Path, ...], lines: LineMap, overrid
     return Profile(model=model, path=path.resolve(), resolved=resolved, sha256=_digest(resolved), chain=chain)
 
 
-def _digest(resolved: dict[str, Any]) -> str:
+def _digest(resolved: JSONObject) -> str:
     """The sha256 of the profile as the evidence records it, secret values masked: a digest of the real
     value would let anyone holding the evidence confirm a guess of it offline. So two nodes whose profiles
     differ only in a secret's value agree on the plan (multinode/plan.py compares this digest); intended:
@@ -176,7 +178,7 @@ def _digest(resolved: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(shown, sort_keys=True).encode()).hexdigest()
 
 
-def _resolve(path: Path, seen: tuple[Path, ...]) -> tuple[dict[str, Any], tuple[Path, ...], LineMap]:
+def _resolve(path: Path, seen: tuple[Path, ...]) -> tuple[JSONObject, tuple[Path, ...], LineMap]:
     real = path.resolve()
     if real in seen:
         cycle = " -> ".join(str(p) for p in [*seen, real])
@@ -195,7 +197,7 @@ def _resolve(path: Path, seen: tuple[Path, ...]) -> tuple[dict[str, Any], tuple[
     return _merge(parent, data, origin=f"profile {path.name}"), chain, {**parent_lines, **lines}
 
 
-def _override(raw: dict[str, Any], item: str, lines: LineMap) -> dict[str, Any]:
+def _override(raw: JSONObject, item: str, lines: LineMap) -> JSONObject:
     """``training.micro_batch=8`` -> raw["training"]["micro_batch"] = 8; the value is read as YAML."""
     key, sep, text = item.partition("=")
     parts = _key_path(key.strip())
@@ -206,29 +208,29 @@ def _override(raw: dict[str, Any], item: str, lines: LineMap) -> dict[str, Any]:
             f"--cluster-set {item!r}: empty value (expected KEY.PATH=VALUE; KEY.PATH=null removes a key)"
         )
     if parts[0] == "env" and len(parts) == 2:
-        value: Any = text.strip()  # environment values are strings, verbatim: NCCL_IB_DISABLE=1 means "1"
+        value: JSONValue = text.strip()  # environment values are strings, verbatim: NCCL_IB_DISABLE=1 means "1"
     else:
         value = _override_value(text, item, tuple(parts))
     return _set(raw, tuple(parts), value, f"{OVERRIDE} {item}", lines)
 
 
-def _set(raw: dict[str, Any], parts: tuple[str, ...], value: Any, label: str, lines: LineMap) -> dict[str, Any]:
+def _set(raw: JSONObject, parts: tuple[str, ...], value: JSONValue, label: str, lines: LineMap) -> JSONObject:
     """``raw`` with the key at ``parts`` set to ``value``; errors under it name ``label``."""
     _mark_replaced(raw, lines, parts, label)
     _mark_override(lines, parts, value, label)
-    patch: dict[str, Any] = {parts[-1]: value}
+    patch: JSONObject = {parts[-1]: value}
     for part in reversed(parts[:-1]):
         patch = {part: patch}
     return _merge(raw, patch, origin=label)
 
 
-def _override_value(text: str, item: str, at: tuple[str, ...]) -> Any:
+def _override_value(text: str, item: str, at: tuple[str, ...]) -> JSONValue:
     """Read like a profile file (duplicate keys, ``1e6``, non-finite numbers); errors name the option."""
     label = f"--cluster-set {item!r}"
     return parse(text, lambda mark: label if mark is None else f"{label} (value column {mark.column + 1})", at)[0]
 
 
-def _mark_override(lines: LineMap, at: tuple[str, ...], value: Any, label: str) -> None:
+def _mark_override(lines: LineMap, at: tuple[str, ...], value: JSONValue, label: str) -> None:
     """Errors under an overridden key name the option, not the file line the option replaced."""
     if not isinstance(value, dict):
         for loc in [loc for loc in lines if loc[: len(at)] == at]:
@@ -241,10 +243,10 @@ def _mark_override(lines: LineMap, at: tuple[str, ...], value: Any, label: str) 
             _mark_override(lines, (*at, str(key)), sub, label)
 
 
-def _mark_replaced(raw: dict[str, Any], lines: LineMap, at: tuple[str, ...], label: str) -> None:
+def _mark_replaced(raw: JSONObject, lines: LineMap, at: tuple[str, ...], label: str) -> None:
     """An override through a key that is not a mapping (``training.steps.x=3`` where steps is a number)
     replaces that key's value whole: from there on, the key is the option's, not the file line's."""
-    node: Any = raw
+    node: JSONValue = raw
     for cut in range(1, len(at)):
         node = node.get(at[cut - 1]) if isinstance(node, dict) else None
         if not isinstance(node, dict):
@@ -276,7 +278,7 @@ def _key_path(key: str) -> list[str]:
     return [parts[0], ".".join(parts[1:])]
 
 
-def _merge(base: dict[str, Any], over: dict[str, Any], origin: str | None = None) -> dict[str, Any]:
+def _merge(base: JSONObject, over: JSONObject, origin: str | None = None) -> JSONObject:
     """Deep merge: mappings merge key by key, anything else (lists too) is replaced; ``null`` deletes.
     ``origin`` names where ``over`` comes from (a child profile, a ``--cluster-set`` option): a threshold
     whose bound it sets without a ``source`` of its own is sourced there, never to the parent's words."""
@@ -289,8 +291,8 @@ def _merge(base: dict[str, Any], over: dict[str, Any], origin: str | None = None
         elif key == "thresholds" and isinstance(value, dict):
             earlier = out.get(key)
             out[key] = _merge_thresholds(earlier if isinstance(earlier, dict) else {}, value, origin)
-        elif isinstance(value, dict) and isinstance(out.get(key), dict):
-            out[key] = _merge(out[key], value, origin)
+        elif isinstance(value, dict) and isinstance(earlier := out.get(key), dict):
+            out[key] = _merge(earlier, value, origin)
         else:
             out[key] = value
     return out
@@ -299,18 +301,22 @@ def _merge(base: dict[str, Any], over: dict[str, Any], origin: str | None = None
 BOUND_KEYS = frozenset({"min", "max", "eq", "ref", "tol", "lower", "upper"})
 
 
-def _merge_thresholds(base: dict[str, Any], over: dict[str, Any], origin: str | None) -> dict[str, Any]:
+def _merge_thresholds(base: JSONObject, over: JSONObject, origin: str | None) -> JSONObject:
     out = dict(base)
     for metric, bound in over.items():
         if bound is None:
             out.pop(metric, None)
             continue
-        if not isinstance(bound, dict) or not isinstance(out.get(metric), dict):
-            # a new threshold (sourced where it was written, unless it says), or a malformed one the model names
-            sourced = isinstance(bound, dict) and "source" not in bound and origin is not None
+        earlier = out.get(metric)
+        if not isinstance(bound, dict):
+            out[metric] = bound  # malformed: the model names it
+            continue
+        if not isinstance(earlier, dict):
+            # a new threshold: sourced where it was written, unless it says
+            sourced = "source" not in bound and origin is not None
             out[metric] = {**bound, "source": origin} if sourced else bound
             continue
-        merged = _merge(out[metric], bound)
+        merged = _merge(earlier, bound)
         if BOUND_KEYS & set(bound) and "source" not in bound:
             merged.pop("source", None)  # the parent's reason does not hold for another bound
             if origin is not None:

@@ -14,6 +14,8 @@ from typing import Any
 
 import yaml
 
+from acceptance.json_types import JSONObject
+
 LineMap = dict[tuple[str, ...], str]  # key path -> where it was set: FILE:LINE or --cluster-set ...
 Place = Callable[[yaml.Mark | None], str]  # a position in the text in words: FILE:LINE, or the option
 
@@ -43,7 +45,7 @@ StrictLoader.add_implicit_resolver(
 )
 
 
-def read(path: Path) -> tuple[dict[str, Any], LineMap]:
+def read(path: Path) -> tuple[JSONObject, LineMap]:
     """A profile file as a mapping, and the line each key was set on."""
     try:
         with path.open("rb") as handle:

@@ -12,14 +12,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from acceptance.evidence.model import EvidenceDoc
-from acceptance.evidence.store import as_data
 from acceptance.evidence.verdict import verdict_of
 from acceptance.json_types import JSONObject, JSONValue
 from acceptance.numbers import fmt
-from acceptance.profile.baseline import Change, change, figures, noise_between, noise_in, tolerance_for
+from acceptance.profile.baseline import Change, StoredFigure, change, figures, noise_between, noise_in, tolerance_for
 from acceptance.profile.judge import bound_moved, regressed
 from acceptance.reports import view
 from acceptance.reports.table import render
@@ -32,21 +30,21 @@ ARROWS = {"higher": "higher", "lower": "lower", "none": "-"}
 class Row:
     change: Change
     unit: str
-    old: Mapping[str, Any] | None  # the check in the old run, None where it was not measured
-    new: Mapping[str, Any] | None
+    old: StoredFigure | None  # the check in the old run, None where it was not measured
+    new: StoredFigure | None
 
     @property
     def gated(self) -> bool:
-        return any(c and c.get("bound") for c in (self.old, self.new))
+        return any(c and c.bound for c in (self.old, self.new))
 
     @property
     def verdicts(self) -> str:
-        before, after = (str(c.get("verdict", "")).upper() if c else "-" for c in (self.old, self.new))
+        before, after = (c.verdict.upper() if c else "-" for c in (self.old, self.new))
         return f"{before} -> {after}" if before != after else after
 
     @property
     def turned_fail(self) -> bool:
-        return self.new is not None and turned_fail((self.old or {}).get("verdict"), self.new.get("verdict"))
+        return self.new is not None and turned_fail(self.old.verdict if self.old else None, self.new.verdict)
 
     @property
     def regression(self) -> bool:
@@ -66,15 +64,15 @@ def rows(
 ) -> list[Row]:
     """Every figure of either run, regressions first, then by how much worse, then the rest. Tolerances come
     from ``tolerance``, else ``profile`` (a resolved profile), else the profile the new run recorded."""
-    before, after = figures(as_data(old)), figures(as_data(new))
+    before, after = figures(old), figures(new)
     profile = view.resolved(new) if profile is None else profile
     out = []
     for metric in dict.fromkeys([*before, *after]):
         a, b = before.get(metric), after.get(metric)
         tol = tolerance_for(profile, metric, tolerance)
         noise = noise_between(noise_in(a), noise_in(b))
-        found = change(metric, (a or {}).get("value"), (b or {}).get("value"), tol, noise)
-        out.append(Row(found, str((b or a or {}).get("unit", "")), a, b))
+        found = change(metric, a.value if a else None, b.value if b else None, tol, noise)
+        out.append(Row(found, (b or a or StoredFigure()).unit, a, b))
     return sorted(out, key=_order)
 
 
@@ -102,7 +100,7 @@ def table(found: list[Row]) -> str:
     body = [
         [r.change.metric, ARROWS[r.change.better], r.change.old, r.change.new, r.unit,
          r.change.shown, r.change.tolerance_shown, r.change.noise_shown, r.verdicts,
-         (r.new or r.old or {}).get("bound") or "-", _flag(r)]
+         (r.new or r.old or StoredFigure()).bound or "-", _flag(r)]
         for r in found
     ]  # fmt: skip
     return render(head, body)
@@ -156,7 +154,7 @@ def summary(old: EvidenceDoc, new: EvidenceDoc, found: list[Row], names: tuple[s
     )
     for r in bad:
         worse = "" if r.change.worse_by == 0 else f", {r.change.worse_shown} worse"
-        bound = (r.new or {}).get("bound") or "-"
+        bound = (r.new or StoredFigure()).bound or "-"
         why = f"verdict {r.verdicts} against {bound}" if r.turned_fail else "beyond tolerance"
         why += f" and noise ({r.change.noise_shown})" if not r.turned_fail and r.change.noise is not None else ""
         lines.append(
@@ -167,7 +165,7 @@ def summary(old: EvidenceDoc, new: EvidenceDoc, found: list[Row], names: tuple[s
     if moved:
         lines.append(f"bound moved (the profile changed, not the figure): {len(moved)}")
     for r in moved:
-        bound, earlier = (r.new or {}).get("bound") or "-", (r.old or {}).get("bound") or "none"
+        bound, earlier = (r.new or StoredFigure()).bound or "-", (r.old or StoredFigure()).bound or "none"
         lines.append(
             f"  {r.change.metric}: {_num(r.change.old)} -> {_num(r.change.new)} {r.unit} ({r.change.shown}, "
             f"{ARROWS[r.change.better]} is better): verdict {r.verdicts} against {bound} "

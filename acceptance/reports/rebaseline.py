@@ -20,7 +20,6 @@ import math
 from dataclasses import dataclass
 
 from acceptance.evidence.model import EvidenceDoc
-from acceptance.evidence.store import as_data
 from acceptance.evidence.verdict import verdict_of
 from acceptance.json_types import JSONObject, JSONValue
 from acceptance.numbers import fmt
@@ -98,7 +97,7 @@ def chosen(data: EvidenceDoc, profile: JSONObject | None, every: bool) -> list[v
 def margin(data: EvidenceDoc, figure: view.ReportedFigure, tolerance: float) -> tuple[float, str]:
     """How far from the measured figure its bound goes, on its scale (relative, or points), and why: the
     tolerance, or, where the figure's readings say a rerun moves further, its noise."""
-    noise = noise_between(noise_of(as_data(data), canonical_metric(figure.metric)), None)
+    noise = noise_between(noise_of(data, canonical_metric(figure.metric)), None)
     if noise is None:
         return tolerance, ""
     if scale(figure.metric) == "points":

@@ -11,13 +11,14 @@ from __future__ import annotations
 from typing import Any, cast
 
 from acceptance.families import training as plan
+from acceptance.json_types import JSONObject
 from acceptance.run.cluster_run import ClusterRun
 from acceptance.run.launcher import ProbeError
 
 
 def strategy_runs(
     cluster: ClusterRun, strategies: list[str], base: plan.Baseline | str | None = None
-) -> dict[str, dict[str, Any]]:
+) -> dict[str, plan.StrategyResult]:
     """Each strategy's result (its figures, or ``{"error": ...}``), with ``job``: the probe key it ran in;
     with ``base``, also the baseline's under ``plan.BASELINE_PART`` where it shares the job (see
     ``plan.with_baseline``; else ``baseline_run`` runs it apart).
@@ -27,7 +28,7 @@ def strategy_runs(
     results = _unusable(cluster, strategies)
     usable = [s for s in strategies if s not in results]
 
-    def launch(pending: list[str], key: str) -> tuple[dict[str, dict[str, Any]], str | None]:
+    def launch(pending: list[str], key: str) -> tuple[dict[str, plan.StrategyResult], str | None]:
         spec = _spec(cluster, pending, base)
         cluster.stage(plan.PROBE, spec, key, parts=len(pending))  # unless it was, ahead of its turn (stage_first)
         try:
@@ -55,9 +56,9 @@ def stage_first(cluster: ClusterRun, strategies: list[str], base: plan.Baseline 
     return cluster.stage(plan.PROBE, _spec(cluster, groups[0], base), plan.job_key(0), parts=len(groups[0]))
 
 
-def _unusable(cluster: ClusterRun, parts: list[str]) -> dict[str, dict[str, Any]]:
+def _unusable(cluster: ClusterRun, parts: list[str]) -> dict[str, plan.StrategyResult]:
     """The error of each strategy whose DeepSpeed JSON is unreadable: it fails alone, not its job."""
-    failed: dict[str, dict[str, Any]] = {}
+    failed: dict[str, plan.StrategyResult] = {}
     for strategy in parts:
         try:
             if strategy != plan.BASELINE_PART:
@@ -67,15 +68,15 @@ def _unusable(cluster: ClusterRun, parts: list[str]) -> dict[str, dict[str, Any]
     return failed
 
 
-def _spec(cluster: ClusterRun, parts: list[str], base: plan.Baseline | str | None) -> dict[str, Any]:
+def _spec(cluster: ClusterRun, parts: list[str], base: plan.Baseline | str | None) -> JSONObject:
     topo, place = cluster.topology, cluster.placement
     shape = (cluster.world_size, topo.nproc_per_node, place.nodes)
     return plan.spec(cluster.profile, parts, *shape, base if isinstance(base, plan.Baseline) else None)
 
 
 def baseline_run(
-    cluster: ClusterRun, base: plan.Baseline, strategy: str, runs: dict[str, dict[str, Any]] | None = None
-) -> dict[str, Any]:
+    cluster: ClusterRun, base: plan.Baseline, strategy: str, runs: dict[str, plan.StrategyResult] | None = None
+) -> dict[str, Any]:  # Any: the suite's test reads its figures as numbers
     """The scaling baseline: this node's figures from the strategies' job (``runs``, from ``strategy_runs``)
     where it ran there, else ``strategy`` alone on the smaller world; raises ProbeError when it fails."""
     shared = (runs or {}).get(plan.BASELINE_PART)

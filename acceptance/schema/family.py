@@ -19,8 +19,9 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Generic, Literal, Protocol, TypeVar
+from typing import Generic, Literal, Protocol, TypeVar
 
+from acceptance.json_types import JSONObject
 from acceptance.schema.bounds import Threshold
 from acceptance.schema.fields import Strict
 
@@ -144,4 +145,4 @@ class LoadedProfile(Protocol):
     def path(self) -> Path: ...
 
     @property
-    def resolved(self) -> dict[str, Any]: ...
+    def resolved(self) -> JSONObject: ...

@@ -205,11 +205,11 @@ def spec(
     ranks_per_node: int,
     nodes: int,
     base: Baseline | None = None,
-) -> dict[str, Any]:
+) -> JSONObject:
     """The probe's spec for one job of ``parts`` (strategies, and ``BASELINE_PART`` run on ``base``); raises
     TrainingPlanError for a strategy whose DeepSpeed JSON is unusable."""
     strategies = [p for p in parts if p != BASELINE_PART]
-    found = {
+    found: JSONObject = {
         PROBE: profile.resolved[PROBE],
         "strategies": list(parts),
         "deepspeed_user": {s: user_config(profile, s) for s in strategies},
@@ -227,7 +227,7 @@ def spec(
 
 # (strategies, job key) -> (the job's per-strategy results, or what the job died of with the results it
 # finished before that): the caller launches the job, this module decides what to run and who failed
-Launch = Callable[[list[str], str], tuple[dict[str, dict[str, Any]], str | None]]
+Launch = Callable[[list[str], str], tuple[dict[str, StrategyResult], str | None]]
 
 
 # A ZeRO-3 run is the one that has left something behind: DeepSpeed 0.19 kept its engine alive through a
@@ -250,14 +250,14 @@ def job_groups(training: Training, strategies: list[str]) -> list[list[str]]:
     return [ordered] if ordered else []
 
 
-def run_jobs(groups: list[list[str]], launch: Launch) -> dict[str, dict[str, Any]]:
+def run_jobs(groups: list[list[str]], launch: Launch) -> dict[str, StrategyResult]:
     """Every strategy's result (its figures, or ``{"error": ...}``), one job per group of strategies and
     as few more as the failures need.
 
     A job that dies is blamed on the first strategy it had not finished (the one it was in); the strategies
     after that one run in the next job. At most one job per strategy, whatever fails.
     """
-    results: dict[str, dict[str, Any]] = {}
+    results: dict[str, StrategyResult] = {}
     attempt = 0
     for group in groups:
         pending = list(group)
@@ -307,18 +307,26 @@ def with_baseline(training: Training, strategies: list[str], base: Baseline | st
     return [*strategies[:at], BASELINE_PART, *strategies[at:]]
 
 
-def node_baseline(part: dict[str, Any], node_rank: int) -> dict[str, Any]:
+def node_baseline(part: StrategyResult, node_rank: int) -> StrategyResult:
     """This node's baseline figures out of the job's baseline part (each node measured its own), or the
     part's error."""
     if part.get("error"):
         return part
-    found = (part.get("by_node") or {}).get(str(node_rank))
-    return found if found is not None else {"error": f"the baseline part has no figures for node {node_rank}"}
+    by_node = part.get("by_node") or {}
+    found = by_node.get(str(node_rank)) if isinstance(by_node, dict) else None
+    return found if isinstance(found, dict) else {"error": f"the baseline part has no figures for node {node_rank}"}
 
 
-def scaling_efficiency(full: Mapping[str, Any], base: Mapping[str, Any]) -> float:
+def scaling_efficiency(full: Mapping[str, object], base: Mapping[str, object]) -> float:
     """Per-GPU throughput at the full world over per-GPU throughput on the baseline (weak scaling)."""
-    return float(full["tokens_per_s_per_gpu"]) / float(base["tokens_per_s_per_gpu"])
+    return _number(full["tokens_per_s_per_gpu"]) / _number(base["tokens_per_s_per_gpu"])
+
+
+def _number(value: object) -> float:
+    """A figure of a run's JSON as a float; anything else raises, as ``float`` of it did."""
+    if isinstance(value, (int, float, str)):
+        return float(value)
+    raise TypeError(f"not a number: {value!r}")
 
 
 def canary(reference: list[float], other: list[float], steps: int, rtol: float) -> Canary:
