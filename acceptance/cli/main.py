@@ -20,6 +20,7 @@ from acceptance.cli.usage import USAGE_ERROR, Parser
 from acceptance.evidence.folder import EvidenceFolderError
 from acceptance.evidence.junit import junit_xml
 from acceptance.evidence.merge import merge
+from acceptance.evidence.merge import notes as merge_notes
 from acceptance.evidence.store import EvidenceError, as_data, read_evidence
 from acceptance.profile import loader as profiles
 from acceptance.profile.arguments import positive_seconds
@@ -186,8 +187,20 @@ def cmd_junit(args: argparse.Namespace) -> int:
     return 0
 
 
+def _refuse_overwriting_an_input(inputs: list[Path], outputs: list[Path | None]) -> None:
+    """An output that is one of the inputs would replace a node's only evidence with the merge."""
+    read = {(p / "evidence.json" if p.is_dir() else p).resolve() for p in inputs}
+    for output in outputs:
+        if output is not None and output.resolve() in read:
+            raise CliError(f"{output} is one of its inputs; write the merge to another file")
+
+
 def cmd_merge(args: argparse.Namespace) -> int:
-    merged = merge([read_evidence(path) for path in args.evidence])
+    _refuse_overwriting_an_input(args.evidence, [args.output, args.junit])
+    documents = [read_evidence(path) for path in args.evidence]
+    merged = merge(documents)
+    for note in merge_notes(documents):
+        print(f"merged {note}")
     write_atomic(args.output, json.dumps(as_data(merged), indent=1, default=str))
     print(f"wrote {args.output}: {merged.verdict}")
     if args.junit:

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from acceptance.atomic_file import write_atomic
-from acceptance.evidence.merge import merge
+from acceptance.evidence.merge import merge, notes
 from acceptance.evidence.model import EvidenceDoc
 from acceptance.evidence.store import read_evidence as read
 from acceptance.evidence.verdict import verdict_of
@@ -69,7 +69,9 @@ def load(path: Path) -> tuple[EvidenceDoc, str]:
         parts = sorted(path.glob("*/evidence.json"))
         if not parts:
             raise ValueError(f"{path}: no evidence.json in this folder or in its subfolders")
-        return merge([read(p) for p in parts]), f"{path} (merged: {', '.join(p.parent.name for p in parts)})"
+        documents = [read(p) for p in parts]
+        said = "; ".join([", ".join(p.parent.name for p in parts), *notes(documents)])
+        return merge(documents), f"{path} (merged: {said})"
     file = path / "evidence.json" if path.is_dir() else path
     return read(file), str(file)
 
