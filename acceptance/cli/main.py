@@ -72,9 +72,12 @@ def parser() -> argparse.ArgumentParser:
     run = sub.add_parser(
         "run",
         help="the acceptance suite as installed (no checkout needed); other arguments go to pytest",
-        usage="%(prog)s [--profile NAME] [--evidence DIR] [PYTEST-ARGS...]",
+        usage="%(prog)s [--profile NAME] [--tier TIER] [--evidence DIR] [PYTEST-ARGS...]",
     )
     run.add_argument("--profile", default=os.environ.get("CLUSTER_PROFILE"), help="default: $CLUSTER_PROFILE")
+    # as --profile and --evidence: run's own spelling of the suite's option (--cluster-tier), which pytest
+    # would otherwise be given as an argument it does not know
+    run.add_argument("--tier", choices=TIER_NAMES, help="quick, standard or burn-in (default: the profile's)")
     run.add_argument("--evidence", help="evidence folder (default: a new folder under ./acceptance-results/)")
     run.set_defaults(func=cmd_run)
     sub.add_parser("list", help="the profiles that --cluster-profile NAME finds").set_defaults(func=cmd_list)
@@ -112,7 +115,7 @@ def add_sweep(sub: Any) -> None:
         "Sizes are binary (1M = 2^20 bytes), bandwidths decimal (GB/s = 1e9 bytes/s).",
     )
     sw.add_argument("-b", "--minbytes", default="1M", help="smallest message size (default: 1M)")
-    sw.add_argument("-e", "--maxbytes", default="1G", help="largest message size (default: 1G)")
+    sw.add_argument("-e", "--maxbytes", help="largest message size (default: 1G; 16M on the CPU)")
     sw.add_argument("-f", "--stepfactor", type=int, default=2, help="size multiplier between steps (default: 2)")
     sw.add_argument(
         "--ops",
@@ -149,7 +152,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     if not args.profile:
         raise CliError("name the profile: --profile NAME (or set CLUSTER_PROFILE); see `cluster-acceptance list`")
-    return int(pytest.main(container.suite_args(container.suite_dir(), args.profile, args.evidence, args.pytest_args)))
+    extra = (["--cluster-tier", args.tier] if args.tier else []) + args.pytest_args
+    return int(pytest.main(container.suite_args(container.suite_dir(), args.profile, args.evidence, extra)))
 
 
 def cmd_show(args: argparse.Namespace) -> int:
