@@ -23,7 +23,7 @@ from acceptance.profile.metrics import better, kind, scale
 from acceptance.profile.readings import log_noise
 from acceptance.reports import compare
 from acceptance.schema.bounds import Threshold, evaluate, limits
-from tests.harness import EVIDENCE, ROOT
+from tests.harness import EVIDENCE
 
 
 def load(name: str) -> dict[str, Any]:
@@ -288,10 +288,10 @@ def test_rebaseline_writes_bounds_that_the_evidence_meets(tmp_path: Path, capsys
     assert bounds["training.zero3.tokens_per_s_per_gpu"]["lower"] == -0.15
     assert bounds["collectives.all_reduce.time_us@1M"]["upper"] == 0.1  # lower is better: a bound above
     assert not any(key.startswith("collectives.all_reduce.wrong") for key in bounds)  # exact gates stay built in
-    # the bounds load as a profile and the run they came from meets every one of them
-    profile = tmp_path / "rebased.yaml"
-    profile.write_text(f"name: rebased\nextends: {ROOT / 'thresholds' / 'h200-x2.yaml'}\n{text}")
-    model = profiles.load(str(profile)).model
+    # the output is a profile extending the one it bounds, and the run it came from meets every bound
+    assert "\nname: h200-x2-rebaselined\nextends: h200-x2\nthresholds:\n" in text
+    assert "# a profile: save it as thresholds/h200-x2-rebaselined.yaml" in text
+    model = profiles.load(str(out)).model
     measured = {c["metric"]: c["value"] for t in load("h200-x2")["tests"] for c in t["checks"]}
     for metric in bounds:
         assert evaluate(model.thresholds[metric], measured[metric])[0], metric
@@ -310,9 +310,8 @@ def _rebased(tmp_path: Path, run: str, *options: str) -> tuple[dict[str, Any], p
     out = tmp_path / "bounds.yaml"
     assert main(["rebaseline", str(EVIDENCE / run), "-o", str(out), *options]) == 0
     text = out.read_text()
-    profile = tmp_path / "rebased.yaml"
-    profile.write_text(f"name: rebased\nextends: local-cpu\n{text}")
-    return yaml.safe_load(text)["thresholds"], profiles.load(str(profile))
+    assert yaml.safe_load(text)["extends"] == "local-cpu"  # the profile the run measured with
+    return yaml.safe_load(text)["thresholds"], profiles.load(str(out))
 
 
 def _failures(profile: profiles.Profile, run: str) -> list[str]:
@@ -364,6 +363,36 @@ def test_rebaseline_passes_its_own_run_and_the_rerun(tmp_path: Path) -> None:
     assert _failures(rebased, HEALTHY[0]) == []
     assert _failures(rebased, HEALTHY[1]) == []
     assert any(f.startswith(f"{ALL_REDUCE} = ") for f in _failures(rebased, SLOW))  # and the slow link fails
+
+
+@pytest.mark.parametrize("value", [-0.0, 0.0, 1e-320, 1e308, -1e308, -5.0])
+def test_rebaseline_refuses_a_bound_that_always_holds(
+    tmp_path: Path, value: float, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A figure of 0, a subnormal one or one near a float's end would give a bound that any figure meets
+    (``min: 0``, ``max: 1.1e308``): it is left out, said in the output and on stderr."""
+    data = load(HEALTHY[0])
+    for test in data["tests"]:
+        for check in test.get("checks") or []:
+            if check["metric"] == ALL_REDUCE:
+                check["value"] = value
+    (tmp_path / "evidence.json").write_text(json.dumps(data))
+    out = tmp_path / "bounds.yaml"
+    assert main(["rebaseline", str(tmp_path), "-o", str(out)]) == 0
+    text = out.read_text()
+    assert ALL_REDUCE not in yaml.safe_load(text)["thresholds"]
+    assert f"# left out: {ALL_REDUCE} =" in text and "would always hold" in capsys.readouterr().err
+    rebased = profiles.load(str(out))
+    assert rebased.threshold(ALL_REDUCE) == profiles.load("local-cpu").threshold(ALL_REDUCE)  # as it was
+
+
+def test_rebaseline_of_nothing_but_such_figures_is_a_usage_error(tmp_path: Path) -> None:
+    data = load(HEALTHY[0])
+    for test in data["tests"]:
+        for check in test.get("checks") or []:
+            check["value"] = 1e308 if check["value"] is not None else None
+    (tmp_path / "evidence.json").write_text(json.dumps(data))
+    assert main(["rebaseline", str(tmp_path), "--all"]) == 4
 
 
 @pytest.mark.parametrize("option", ["ten", "1.5", "training.*=x"])

@@ -52,8 +52,9 @@ def add(sub: Any) -> None:
     refs.set_defaults(func=cmd_references)
 
 
-def cmd_init(args: argparse.Namespace, facts: NodeFacts | None = None, out: TextIO = sys.stdout) -> int:
+def cmd_init(args: argparse.Namespace, facts: NodeFacts | None = None, out: TextIO | None = None) -> int:
     """``facts``: the node as described (tests); by default, as the survey probe reads it."""
+    out = out if out is not None else sys.stdout  # the stream of the call, not the one at import
     name = _checked_name(args.name)
     path: Path = args.output or profiles.LOCAL_DIR / f"{name}.yaml"
     if path.exists() and not args.force:
@@ -68,7 +69,7 @@ def cmd_init(args: argparse.Namespace, facts: NodeFacts | None = None, out: Text
     except OSError as exc:  # a folder that cannot be made, a read-only or full file system: one line, exit 4
         raise InitError(f"cannot write {path}: {exc.strerror or exc}") from None
     profiles.load(str(path))  # the file must load as the suite will read it; a failure here is a bug
-    _report(out, facts, written, path, refs)
+    _report(out, facts, written, path, refs, args.nodes)
     return 0
 
 
@@ -95,7 +96,9 @@ def _checked_name(name: str) -> str:
         raise InitError(f"--name: {exc.errors(include_url=False)[0]['msg']}") from None
 
 
-def _report(out: TextIO, facts: NodeFacts, written: InitialProfile, path: Path, refs: ReferenceTable) -> None:
+def _report(
+    out: TextIO, facts: NodeFacts, written: InitialProfile, path: Path, refs: ReferenceTable, nodes: int
+) -> None:
     print(f"found: {facts.summary(refs)}", file=out)
     for note in facts.notes:
         print(f"  {note}", file=out)
@@ -106,8 +109,14 @@ def _report(out: TextIO, facts: NodeFacts, written: InitialProfile, path: Path, 
         print("  no reference fits these GPUs: every figure is recorded, none is gated", file=out)
     where = "" if path.parent.resolve() == profiles.LOCAL_DIR.resolve() else f" (run from {path.parent.parent})"
     target = written.name if not where else str(path)
-    print(f"next: pytest --cluster-profile {target} tests_cluster/   (or: cluster-acceptance run --profile {target})",
-          file=out)  # fmt: skip
+    every = f"pytest --cluster-profile {target} tests_cluster/   (or: cluster-acceptance run --profile {target})"
+    if nodes == 1:
+        print(f"next: {every}", file=out)
+        return
+    # the next command runs on this one node, where a profile of several nodes would wait for the others
+    print(f"next, on this node alone (the profile says {nodes} nodes): cluster-acceptance run --profile {target} "
+          "-- --cluster-set topology.nodes=1", file=out)  # fmt: skip
+    print(f"then on every node: {every}", file=out)
 
 
 def cmd_references(args: argparse.Namespace) -> int:

@@ -20,6 +20,7 @@ from acceptance.cli.usage import USAGE_ERROR, Parser
 from acceptance.evidence.folder import EvidenceFolderError
 from acceptance.evidence.junit import junit_xml
 from acceptance.evidence.merge import merge
+from acceptance.evidence.merge import notes as merge_notes
 from acceptance.evidence.store import EvidenceError, as_data, read_evidence
 from acceptance.json_types import JSONObject, JSONValue
 from acceptance.profile import loader as profiles
@@ -72,9 +73,12 @@ def parser() -> argparse.ArgumentParser:
     run = sub.add_parser(
         "run",
         help="the acceptance suite as installed (no checkout needed); other arguments go to pytest",
-        usage="%(prog)s [--profile NAME] [--evidence DIR] [PYTEST-ARGS...]",
+        usage="%(prog)s [--profile NAME] [--tier TIER] [--evidence DIR] [PYTEST-ARGS...]",
     )
     run.add_argument("--profile", default=os.environ.get("CLUSTER_PROFILE"), help="default: $CLUSTER_PROFILE")
+    # as --profile and --evidence: run's own spelling of the suite's option (--cluster-tier), which pytest
+    # would otherwise be given as an argument it does not know
+    run.add_argument("--tier", choices=TIER_NAMES, help="quick, standard or burn-in (default: the profile's)")
     run.add_argument("--evidence", help="evidence folder (default: a new folder under ./acceptance-results/)")
     run.set_defaults(func=cmd_run)
     sub.add_parser("list", help="the profiles that --cluster-profile NAME finds").set_defaults(func=cmd_list)
@@ -112,7 +116,7 @@ def add_sweep(sub: Any) -> None:
         "Sizes are binary (1M = 2^20 bytes), bandwidths decimal (GB/s = 1e9 bytes/s).",
     )
     sw.add_argument("-b", "--minbytes", default="1M", help="smallest message size (default: 1M)")
-    sw.add_argument("-e", "--maxbytes", default="1G", help="largest message size (default: 1G)")
+    sw.add_argument("-e", "--maxbytes", help="largest message size (default: 1G; 16M on the CPU)")
     sw.add_argument("-f", "--stepfactor", type=int, default=2, help="size multiplier between steps (default: 2)")
     sw.add_argument(
         "--ops",
@@ -149,7 +153,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     if not args.profile:
         raise CliError("name the profile: --profile NAME (or set CLUSTER_PROFILE); see `cluster-acceptance list`")
-    return int(pytest.main(container.suite_args(container.suite_dir(), args.profile, args.evidence, args.pytest_args)))
+    extra = (["--cluster-tier", args.tier] if args.tier else []) + args.pytest_args
+    return int(pytest.main(container.suite_args(container.suite_dir(), args.profile, args.evidence, extra)))
 
 
 def cmd_show(args: argparse.Namespace) -> int:
@@ -188,8 +193,20 @@ def cmd_junit(args: argparse.Namespace) -> int:
     return 0
 
 
+def _refuse_overwriting_an_input(inputs: list[Path], outputs: list[Path | None]) -> None:
+    """An output that is one of the inputs would replace a node's only evidence with the merge."""
+    read = {(p / "evidence.json" if p.is_dir() else p).resolve() for p in inputs}
+    for output in outputs:
+        if output is not None and output.resolve() in read:
+            raise CliError(f"{output} is one of its inputs; write the merge to another file")
+
+
 def cmd_merge(args: argparse.Namespace) -> int:
-    merged = merge([read_evidence(path) for path in args.evidence])
+    _refuse_overwriting_an_input(args.evidence, [args.output, args.junit])
+    documents = [read_evidence(path) for path in args.evidence]
+    merged = merge(documents)
+    for note in merge_notes(documents):
+        print(f"merged {note}")
     write_atomic(args.output, json.dumps(as_data(merged), indent=1, default=str))
     print(f"wrote {args.output}: {merged.verdict}")
     if args.junit:

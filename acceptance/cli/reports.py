@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from acceptance.atomic_file import write_atomic
-from acceptance.evidence.merge import merge
+from acceptance.evidence.merge import merge, notes
 from acceptance.evidence.model import EvidenceDoc
 from acceptance.evidence.store import read_evidence as read
 from acceptance.evidence.verdict import verdict_of
@@ -69,7 +69,9 @@ def load(path: Path) -> tuple[EvidenceDoc, str]:
         parts = sorted(path.glob("*/evidence.json"))
         if not parts:
             raise ValueError(f"{path}: no evidence.json in this folder or in its subfolders")
-        return merge([read(p) for p in parts]), f"{path} (merged: {', '.join(p.parent.name for p in parts)})"
+        documents = [read(p) for p in parts]
+        said = "; ".join([", ".join(p.parent.name for p in parts), *notes(documents)])
+        return merge(documents), f"{path} (merged: {said})"
     file = path / "evidence.json" if path.is_dir() else path
     return read(file), str(file)
 
@@ -116,10 +118,23 @@ def cmd_rebaseline(args: argparse.Namespace) -> int:
     profile = profiles.load(args.profile).resolved if args.profile else None
     tol = rebaseline.tolerances(args.tolerance)
     figures = rebaseline.chosen(data, profile, args.all)
-    if not figures:
+    refused = rebaseline.left_out(figures)
+    for line in refused:
+        print(f"cluster-acceptance rebaseline: left out {line}", file=sys.stderr)
+    if len(refused) == len(figures):
         raise ValueError(f"{origin}: no measured figure to bound (try --all, or another --profile)")
-    _write(args.output, rebaseline.document(data, origin, figures, tol, profile))
+    _write(args.output, rebaseline.document(data, origin, figures, tol, profile, _extended(args.profile, data)))
     return 0
+
+
+def _extended(given: str | None, data: EvidenceDoc) -> str:
+    """What the rebaselined profile extends: the profile given, else the run's; by name where this machine
+    knows the name, else by its absolute path, so the file loads from wherever it is saved."""
+    known = profiles.available()
+    if given is None:
+        name = data.profile.name
+        return name if name in known else data.profile.path or name
+    return given if given in known else str(profiles.find(given).resolve())
 
 
 def cmd_export(args: argparse.Namespace) -> int:

@@ -25,11 +25,15 @@ from acceptance.schema.dtypes import DTYPES
 from acceptance.schema.sizes import format_size, parse_size
 from acceptance.verdicts import decide, figure_failed
 
+# the largest size of a sweep without -e: nccl-tests' 1G on a GPU; on the CPU, gloo takes seconds a call
+# from 64M up, and a sweep to 1G ran out of its time at 512M as if it hung
+GPU_MAX_BYTES, CPU_MAX_BYTES = "1G", "16M"
+
 
 @dataclass(frozen=True)
 class SweepArgs:
     begin: str
-    end: str
+    end: str | None  # None: GPU_MAX_BYTES, or CPU_MAX_BYTES on the CPU
     factor: int
     ops: list[str]
     dtype: str | None
@@ -55,13 +59,14 @@ def series(begin: str, end: str, factor: int) -> list[str]:
     return sizes
 
 
-def overrides(args: SweepArgs, default_dtype: str) -> list[str]:
+def overrides(args: SweepArgs, default_dtype: str, device: str) -> list[str]:
     """The sweep's options as ``--cluster-set`` overrides, so they are validated like a profile file.
     The profile's thresholds are dropped: they name the profile's sizes, and a sweep only measures."""
+    end = args.end or (CPU_MAX_BYTES if device == "cpu" else GPU_MAX_BYTES)
     sets = {
         "thresholds": None,
         "collectives.ops": args.ops,
-        "collectives.sizes": series(args.begin, args.end, args.factor),
+        "collectives.sizes": series(args.begin, end, args.factor),
         "collectives.dtype": args.dtype or default_dtype,
         "collectives.warmup_iters": args.warmup,
         "collectives.iters": args.iters,
@@ -74,7 +79,8 @@ def load_profile(args: SweepArgs) -> profiles.Profile:
     """The named profile (topology, env, timeouts), else this machine: every GPU through NCCL, or 2 CPU ranks."""
     if args.profile:
         base = profiles.load(args.profile)
-        return profiles.load(args.profile, overrides(args, base.model.collectives.dtype))
+        model = base.model
+        return profiles.load(args.profile, overrides(args, model.collectives.dtype, model.topology.device))
     import torch  # only here: the other commands should not pay for importing torch
 
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
@@ -87,7 +93,7 @@ def load_profile(args: SweepArgs) -> profiles.Profile:
     env: JSONObject = {} if gpus else {"OMP_NUM_THREADS": "1"}
     raw: JSONObject = {"name": "sweep", "description": "this machine, as found", "topology": topology, "env": env}
     # nccl-tests' default type is float (-d float)
-    return profiles.from_mapping(raw, Path("<sweep>"), overrides(args, "float32"))
+    return profiles.from_mapping(raw, Path("<sweep>"), overrides(args, "float32", "cuda" if gpus else "cpu"))
 
 
 def run(args: SweepArgs, out: TextIO) -> int:

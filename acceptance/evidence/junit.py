@@ -12,7 +12,9 @@ its case, named like in ``--junitxml``: ``METRIC`` (the value), ``METRIC.unit``,
 
 from __future__ import annotations
 
+import re
 import xml.etree.ElementTree as ET
+from collections.abc import Mapping
 from typing import Any
 
 from acceptance.evidence.model import Case, EvidenceDoc
@@ -26,6 +28,20 @@ NOT_RUN = "not run: the run was interrupted before this test"
 # the case that carries a FAIL or an INCOMPLETE no test shows, here and in pytest's own --junitxml
 VERDICT_CASE = "cluster-acceptance::verdict"
 ERROR_OUTCOMES: tuple[Outcome, ...] = ("error", "interrupted", "running")
+# what XML 1.0 cannot hold, even as a character reference: C0 controls but tab and newlines (an ESC of a
+# terminal colour in a storage path), lone surrogates, U+FFFE/U+FFFF; Expat rejects a document holding one
+_NOT_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+
+
+def xml_safe(value: Any) -> Any:
+    """``value`` with every character XML cannot hold written as its escape (ESC as ``\\x1b``), recursively."""
+    if isinstance(value, str):
+        return _NOT_XML.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), value)
+    if isinstance(value, Mapping):
+        return {xml_safe(key): xml_safe(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [xml_safe(item) for item in value]
+    return value
 
 
 def _shown(value: Any) -> str:
@@ -43,10 +59,12 @@ def figure_properties(metric: str, value: Any, unit: str, bound: str, verdict: s
 
 
 def junit_xml(doc: EvidenceDoc, suite_name: str | None = None) -> str:
-    """JUnit XML for an evidence document; its verdict is decided again from what it holds (``verdict_of``)."""
+    """JUnit XML for an evidence document; its verdict is decided again from what it holds (``verdict_of``).
+    Whatever text the document holds, the XML is well-formed (``xml_safe``)."""
     from junit_xml import TestSuite
 
-    doc = EvidenceDoc.model_validate(finite(as_data(doc)))  # a NaN duration or value must not reach the XML
+    # a NaN duration or value, an ESC in a message must not reach the XML: a CI's parser would fail on it
+    doc = EvidenceDoc.model_validate(xml_safe(finite(as_data(doc))))
     verdict = verdict_of(doc)  # a killed run's stored FAIL reads INCOMPLETE here as in the report
     props = {
         "profile": doc.profile.name,

@@ -13,6 +13,7 @@ from __future__ import annotations
 import datetime
 import json
 import math
+import os
 import sys
 import time
 from collections.abc import Iterator, Mapping
@@ -62,14 +63,61 @@ def now() -> str:
     return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
 
 
+# The largest evidence file read (CLUSTER_EVIDENCE_MAX_MB overrides): a suite of 260 tests on one node
+# writes about 0.3 MB, so this holds the merge of some hundreds of nodes; reading takes about twice the
+# file's size in memory, and a file far larger is not evidence this suite wrote
+MAX_EVIDENCE_BYTES = 256 * 2**20
+MAX_ENV = "CLUSTER_EVIDENCE_MAX_MB"
+
+
+def _cap(path: Path) -> int:
+    given = os.environ.get(MAX_ENV, "").strip()
+    if not given:
+        return MAX_EVIDENCE_BYTES
+    try:
+        return int(float(given) * 2**20)
+    except ValueError:
+        raise EvidenceError(f"{path}: {MAX_ENV}={given!r} is not a number of MB") from None
+
+
+def _lone_surrogate(value: Any) -> str | None:
+    """The first string holding half of a UTF-16 pair (JSON's ``"\\ud800"``): no file can hold it as text."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return value
+        return None
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for key, item in items:
+        found = _lone_surrogate(key) or _lone_surrogate(item)
+        if found is not None:
+            return found
+    return None
+
+
 def read_evidence(path: Path) -> EvidenceDoc:
     """An evidence file (or a folder holding ``evidence.json``), validated into its model, its verdict
-    decided again from what it holds (``verdict_of``): a stated PASS is never taken on trust."""
+    decided again from what it holds (``verdict_of``): a stated PASS is never taken on trust. A file over
+    the size cap, or holding text that is not Unicode, is refused naming the file."""
     path = path / "evidence.json" if path.is_dir() else path
     try:
+        size, cap = path.stat().st_size, _cap(path)
+        if size > cap:
+            raise EvidenceError(
+                f"{path}: {size / 2**20:.1f} MB, larger than the {cap / 2**20:g} MB an evidence file may be "
+                f"({MAX_ENV} sets the cap)"
+            )
         raw = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise EvidenceError(f"{path}: cannot read evidence: {exc}") from None
+    try:
+        bad = _lone_surrogate(raw)
+    except RecursionError:
+        raise EvidenceError(f"{path}: cannot read evidence: nested too deep") from None
+    if bad is not None:
+        shown = bad.encode("utf-8", "backslashreplace").decode("ascii", "backslashreplace")
+        raise EvidenceError(f"{path}: not valid Unicode: a lone surrogate in {shown[:80]!r}")
     try:
         doc = EvidenceDoc.model_validate(raw)
     except ValidationError as exc:

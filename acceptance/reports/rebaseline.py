@@ -94,6 +94,26 @@ def chosen(data: EvidenceDoc, profile: JSONObject | None, every: bool) -> list[v
     return sorted(out, key=lambda f: f.metric)
 
 
+# a figure outside this range is no measurement of this suite (a busbw of 1e-320, a time of 1e308): a bound
+# relative to it holds for any figure (>= 0, <= 1.1e308), or has no float to be written in
+SMALLEST, LARGEST = 1e-9, 1e15
+
+
+def always_holds(figure: view.ReportedFigure) -> str | None:
+    """Why a bound from ``figure`` would hold whatever the cluster measures next, or None: a relative bound
+    needs a positive figure of a measurement's magnitude; a fraction of the median (points) one from -1 to 1."""
+    value = figure.value
+    if value is None or not math.isfinite(value):
+        return "not a number"
+    if scale(figure.metric) == "points":
+        return None if -1 <= value <= 1 else "a fraction of the median outside -1 .. 1"
+    if value <= 0:
+        return "a bound relative to a figure of 0 or less"
+    if not SMALLEST <= value <= LARGEST:
+        return f"a bound relative to a figure outside {SMALLEST:g} .. {LARGEST:g}"
+    return None
+
+
 def margin(data: EvidenceDoc, figure: view.ReportedFigure, tolerance: float) -> tuple[float, str]:
     """How far from the measured figure its bound goes, on its scale (relative, or points), and why: the
     tolerance, or, where the figure's readings say a rerun moves further, its noise."""
@@ -154,24 +174,45 @@ def entry(
     return {"ref": _round(value), side: -step if side == "lower" else step, "source": source}
 
 
+def left_out(figures: list[view.ReportedFigure]) -> list[str]:
+    """One line per figure a bound from which would always hold (``always_holds``): not bounded anew."""
+    out = []
+    for figure in figures:
+        why = always_holds(figure)
+        if why is not None:
+            out.append(f"{figure.metric} = {fmt(figure.value)} {figure.unit}: {why} would always hold")
+    return out
+
+
 def document(
     data: EvidenceDoc,
     origin: str,
     figures: list[view.ReportedFigure],
     tol: Tolerances,
     profile: JSONObject | None = None,
+    extends: str | None = None,
 ) -> str:
-    """YAML: a commented ``thresholds:`` block, one entry per line, to put in a profile. With ``profile``
-    (the one the block goes into, or that it extends), each entry nulls the fields of that profile's entry
-    it replaces: ``extends`` merges an entry field by field, and ``null`` deletes."""
+    """YAML: a profile ``<name>-rebaselined`` extending ``extends`` (the profile given, else the run's), its
+    ``thresholds:`` one entry per line. Each entry nulls the fields of the extended profile's entry it
+    replaces (``profile``, else the run's resolved profile): ``extends`` merges an entry field by field, and
+    ``null`` deletes. A figure whose bound would always hold is left out, in a comment."""
     started = data.started or "unknown date"
     measured = data.profile
+    resolved = view.resolved(data)
+    base = extends or measured.name
+    name = f"{base.rsplit('/', 1)[-1].removesuffix('.yaml')}-rebaselined"
     lines = [
         f"# bounds from {origin}: profile {measured.name} (sha256 {measured.sha256[:12]}),",
         f"# run started {started}, verdict {verdict_of(data)}; ref = measured, lower/upper relative to ref",
+        f"# a profile: save it as thresholds/{name}.yaml (or anywhere) and run --cluster-profile {name}",
+        "# (or the file's path); it extends the profile it bounds, replacing the entries below whole",
+        *(f"# left out: {line}" for line in left_out(figures)),
+        f"name: {name}",
+        f"extends: {base}",
         "thresholds:",
     ]
-    resolved = view.resolved(data)
+    profile = profile if profile is not None else resolved
+    figures = [f for f in figures if always_holds(f) is None]
     for figure in figures:
         fields = entry(figure, tol.of(figure.metric, resolved), origin, started, data)
         old = view.object_of(view.object_of((profile or {}).get("thresholds")).get(figure.metric))
