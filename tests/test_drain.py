@@ -52,6 +52,7 @@ def test_a_preflight_failure_drains_this_node_with_its_line() -> None:
             "node": "gpu-a",
             "scheduler_name": "c1",
             "gpus": ["1"],
+            "gpu_uuids": [],
             "severity": "drain",
             "reason": line,
             "node_fault": True,
@@ -310,3 +311,25 @@ def test_a_figure_slowed_by_another_job_s_process_drains_nothing() -> None:
         "rerun",
     )
     assert drain.to_drain(found) == []
+
+
+def test_a_drained_gpu_is_named_by_its_uuid_as_well() -> None:
+    """On a node shared between jobs the job's GPU 0 is the node's GPU 2: drain.json names each GPU by its
+    UUID beside the job's index, from the devices the run recorded."""
+    devices = [
+        {"rank": r, "local_rank": r, "device": f"cuda:{r}", "uuid": f"GPU-{r}c1df6ab-8018-4381-a5ab-c3739ddfcf57"}
+        for r in range(2)
+    ]
+    check = {
+        "metric": "compute.h2d_gbps_min",
+        "value": 37.3,
+        "unit": "GB/s",
+        "bound": ">= 44",
+        "threshold": {"min": 44},
+        "verdict": "fail",
+        "detail": "slowest: gpu-a GPU 1 (GPU-1c1d...)",
+    }
+    slow = {"nodeid": "test_compute.py::test_slowest[h2d_gbps]", "outcome": "failed", "checks": [check]}
+    data = doc(tests=[slow], cluster={"nodes": [{"host": "gpu-a", "node_rank": 0, "devices": devices}]})
+    [node] = build(data, Path("e.json"))["nodes"]
+    assert (node["gpus"], node["gpu_uuids"]) == (["1"], ["GPU-1c1df6ab-8018-4381-a5ab-c3739ddfcf57"])

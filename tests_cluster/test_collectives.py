@@ -11,6 +11,7 @@ from acceptance.plugin.api import (
     ProfileModel,
     collective_culprit,
     fmt,
+    foreign_text,
     parametrize_from_profile,
     probe_result,
     require_ranks,
@@ -64,6 +65,8 @@ def test_busbw(
     )
     if cluster.judge.fails(metric, row["busbw_gbps"]):
         detail += f"\n{collective_culprit(cluster)}"
+        cause = foreign_text(sweep.get("foreign"))
+        detail += f"\n{cause}" if cause else ""
     check.measurements("row", row)
     check(metric, row["busbw_gbps"], "GB/s", detail)
 

@@ -19,6 +19,7 @@ from acceptance.plugin.api import (
     baseline_run,
     clock_events_text,
     fmt,
+    foreign_text,
     parametrize_from_profile,
     probe_wall_s,
     training_runs,
@@ -63,12 +64,17 @@ def _spread(run: dict[str, Any]) -> str:
 
 
 def _clocks(run: dict[str, Any]) -> str:
+    """The clock events of the timed steps per rank, after another job's process seen on a rank's GPU (the
+    cause of a slow run, when there was one)."""
+    cause = foreign_text(run.get("foreign"))
     found = run.get("clock_events") or {}
     if not found:
-        return f"clock events: {run.get('clock_events_reason') or 'none seen during the timed steps'}"
-    return "clock events during the timed steps: " + "; ".join(
-        f"rank {rank} {clock_events_text(events)}" for rank, events in found.items()
-    )
+        events = f"clock events: {run.get('clock_events_reason') or 'none seen during the timed steps'}"
+    else:
+        events = "clock events during the timed steps: " + "; ".join(
+            f"rank {rank} {clock_events_text(events)}" for rank, events in found.items()
+        )
+    return f"{cause}\n{events}" if cause else events
 
 
 def _summary(run: dict[str, Any]) -> str:
@@ -173,6 +179,8 @@ def test_scaling_efficiency(cluster: ClusterRun, runs: dict[str, dict[str, Any]]
         f"spread (max - min) / median {fmt(full['tokens_per_s_per_gpu_spread'])} and "
         f"{fmt(small['tokens_per_s_per_gpu_spread'])})"
     )
+    cause = foreign_text(full.get("foreign")) or foreign_text(small.get("foreign"))
+    detail += f"\n{cause}" if cause else ""
     check("training.scaling_efficiency", training_rules.scaling_efficiency(full, small), "fraction", detail)
 
 

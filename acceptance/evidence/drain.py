@@ -57,7 +57,10 @@ class DrainReason(TypedDict):
 class DrainNode(TypedDict):
     node: str  # the host name, as the evidence names it
     scheduler_name: str  # the name the scheduler knows it by (SLURMD_NODENAME, the Kubernetes node): else node
-    gpus: list[str]  # the GPU indices the reasons name; empty: the node as a whole
+    gpus: list[str]  # the GPU indices the reasons name (CUDA's, within the job); empty: the node as a whole
+    # the same GPUs by UUID, where the run recorded the node's devices: on a node shared between jobs the job's
+    # GPU 0 is another physical GPU than the node's GPU 0, and the UUID is the one name both agree on
+    gpu_uuids: list[str]
     severity: Severity  # drain exactly when node_fault
     reason: str  # one line: every failure that lists the node, each shortened, its own faults first
     node_fault: bool  # a failure of its own (hardware, fabric, configuration) blames it: a scheduler drains it
@@ -231,6 +234,7 @@ class _Listing:
     hosts: Sequence[str]
     names_of: Mapping[str, str]
     on_gpus: bool  # a CPU run's "GPU 1" is a rank
+    uuids: Mapping[str, Mapping[str, str]] = field(default_factory=dict)  # host -> CUDA index -> UUID
     nodes: dict[str, _Listed] = field(default_factory=dict)
 
     def add(self, node: str, severity: Severity, reason: str, category: Category = "suite") -> None:
@@ -255,6 +259,7 @@ class _Listing:
             "node": listed.node,
             "scheduler_name": self.names_of.get(listed.node, listed.node),
             "gpus": sorted(gpus, key=int),
+            "gpu_uuids": [u for g in sorted(gpus, key=int) if (u := self.uuids.get(listed.node, {}).get(g))],
             "severity": "drain" if drains else "review",
             "reason": every_reason([text for text, *_ in ordered]),
             "node_fault": bool(drains),
@@ -273,13 +278,25 @@ def _review(category: Category) -> Action:
     return "review" if node_fault(category) else action(category)
 
 
+def _uuids(doc: EvidenceDoc) -> dict[str, dict[str, str]]:
+    """Per host, each CUDA index's GPU UUID, from the devices the run recorded (the connectivity probe's)."""
+    found: dict[str, dict[str, str]] = {}
+    for node in doc.cluster.nodes:
+        for device in node.devices:
+            record = _object(device)
+            index, uuid = str(record.get("device", "")).removeprefix("cuda:"), record.get("uuid")
+            if index.isdigit() and isinstance(uuid, str):
+                found.setdefault(node.host, {})[index] = uuid
+    return found
+
+
 def build(doc: EvidenceDoc, evidence: Path, scheduler_names: Mapping[str, str] | None = None) -> DrainList:
     """The drain list of one evidence document (a node's, or node 0's with the other nodes' verdicts)."""
     host = doc.topology.host
     hosts = [n.host for n in doc.cluster.nodes] or [host]
     single = doc.topology.nodes == 1
     on_gpus = _object(doc.profile.resolved.get("topology")).get("device", "cuda") == "cuda"
-    listing = _Listing(hosts, dict(scheduler_names or {}), on_gpus)
+    listing = _Listing(hosts, dict(scheduler_names or {}), on_gpus, _uuids(doc))
     verdict = verdict_of(doc)
     reasons = _reasons(doc) if verdict == "FAIL" else []
     for reason in reasons:

@@ -10,6 +10,7 @@ from typing import Annotated, Literal, TypedDict
 from pydantic import Field
 from typing_extensions import NotRequired
 
+from acceptance.families.gpu_users import ForeignSeen
 from acceptance.numbers import spread
 from acceptance.schema.bounds import must_be_zero
 from acceptance.schema.collectives import COLLECTIVE_OPS, OPS
@@ -142,6 +143,8 @@ class SweepResult(TypedDict):
     nccl_version: str | None
     nccl_algo: str
     nccl_env: dict[str, str]
+    # per rank, processes not of this run seen on its GPU during the sweep: the cause of a slow collective
+    foreign: NotRequired[dict[str, list[ForeignSeen]]]
 
 
 def figures(op: str, nbytes: int, seconds: Sequence[Sequence[float]], ranks: int) -> Figures:

@@ -16,6 +16,7 @@ import pytest
 from acceptance.families import fabric
 from acceptance.families.answers import clock_events_text
 from acceptance.families.fabric import FABRIC
+from acceptance.families.gpu_users import ForeignSeen, seen_text
 from acceptance.families.internode.isolation import Isolation
 from acceptance.json_types import JSONObject
 from acceptance.numbers import fmt
@@ -47,6 +48,7 @@ __all__ = [
     "earlier_readings",
     "fabric_figures",
     "fmt",
+    "foreign_text",
     "internode_spec",
     "isolate_if_failing",
     "isolation_env",
@@ -143,3 +145,9 @@ def internode_spec(run: ClusterRun, scopes: list[str]) -> dict[str, object]:
     }
     spec["scopes"] = scopes
     return spec
+
+
+def foreign_text(foreign: dict[str, list[ForeignSeen]] | None) -> str:
+    """Per rank, the processes not of this run seen on its GPU while a figure was measured (the cause a slowed
+    figure names, ``acceptance.probes.gpu_sampler``), one line each; "" when none was seen."""
+    return "\n".join(f"rank {rank}: {seen_text(seen)}" for rank, seen in (foreign or {}).items() if seen)

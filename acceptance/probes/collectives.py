@@ -22,9 +22,14 @@ import torch.distributed as dist
 from acceptance.families.collectives import CollectiveRow, CollectivesConfig, Measured, SweepResult, figures
 from acceptance.masking import masked_env
 from acceptance.probes import windows
+from acceptance.probes.gpu_sampler import GpuSampler
 from acceptance.probes.ops import Op
 from acceptance.probes.rank import Ctx, main, write_json
 from acceptance.schema.sizes import format_size, parse_size
+
+# the GPU's processes once a second (gpu_sampler.PROCESS_PERIOD_S); utilisation no more often: the sweep's
+# small sizes are timed on the host's clock where CUDA graphs are off, beside this thread
+SWEEP_SAMPLE_S = 1.0
 
 
 def time_eager(op: Op, ctx: Ctx, warmup: int, iters: int) -> list[float]:
@@ -128,6 +133,9 @@ def nccl_settings(environ: Mapping[str, str]) -> dict[str, str]:
 def run(ctx: Ctx) -> SweepResult:
     cfg = ctx.spec["collectives"]
     rows: list[CollectiveRow] = []
+    # another job's process that starts on a rank's GPU meanwhile slows every collective: named as the cause
+    sampler = GpuSampler(ctx.device, period_s=SWEEP_SAMPLE_S)
+    sampler.start()
     for op in cfg["ops"]:
         for size in cfg["sizes"]:
             # each size's row once every rank has timed it (a gather between sizes, outside any timed
@@ -136,7 +144,9 @@ def run(ctx: Ctx) -> SweepResult:
             rows += reduce_rows(ctx, [measure(ctx, op, parse_size(size), cfg)])
             if ctx.rank == 0:
                 write_json(ctx.out / "partial.json", {"rows": rows}, durable=False)
-    return {
+    sampler.stop()
+    seen = ctx.gather(sampler.seen())
+    result: SweepResult = {
         "world_size": ctx.world_size,
         "dtype": cfg["dtype"],
         "backend": ctx.backend,
@@ -145,6 +155,10 @@ def run(ctx: Ctx) -> SweepResult:
         "nccl_algo": os.environ.get("NCCL_ALGO", "auto (chosen by NCCL per size)"),
         "nccl_env": nccl_settings(os.environ),
     }
+    foreign = {str(rank): found for rank, found in enumerate(seen) if found}
+    if foreign:
+        result["foreign"] = foreign
+    return result
 
 
 if __name__ == "__main__":

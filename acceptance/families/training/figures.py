@@ -164,6 +164,8 @@ class TrainingFigures(Throughput):
     gpu_util_reason: str | None
     clock_events: dict[str, dict[str, float]]
     clock_events_reason: str | None
+    # per rank, processes not of this run seen on its GPU during the timed steps: the cause of a slow run
+    foreign: NotRequired[dict[str, list[ForeignSeen]]]
     losses: list[float]
     loss_first: float
     loss_last: float
@@ -270,6 +272,7 @@ def figures(raw: RawRun, t: TrainingConfig, world_size: int) -> TrainingFigures:
         "gpu_util_per_rank_pct": utils,
         "gpu_util_reason": next((r["util"]["reason"] for r in ranks if r["util"]["reason"]), None),
         "clock_events": clock_events(ranks),
+        "foreign": {str(r["rank"]): r["util"]["foreign"] for r in ranks if r["util"].get("foreign")},
         "clock_events_reason": next((r["util"].get("clock_events_reason") for r in ranks), None),
         "losses": losses,
         "loss_first": losses[0],
