@@ -12,9 +12,10 @@ import pytest
 
 from acceptance.cli import init as init_cli
 from acceptance.cli.main import main
-from acceptance.families.answers import not_measured
+from acceptance.families.answers import NotMeasured, not_measured
 from acceptance.families.health import GpuAnswers, NodeAnswers
 from acceptance.probes.node_survey import Sources, detect
+from acceptance.probes.nvml import GpuLinksAnswer, NvLinkAnswer
 from acceptance.profile import loader
 from acceptance.profile.node_facts import NodeFacts
 from acceptance.profile.references import Setup, load, table
@@ -25,9 +26,38 @@ H100 = "NVIDIA H100 80GB HBM3"
 H200 = "NVIDIA H200"
 
 
-def nvml_node(name: str, count: int, links: int) -> NodeAnswers:
-    gpus: list[GpuAnswers] = [{"index": i, "name": name, "nvlink_active": links} for i in range(count)]
+def bus_id(index: int) -> str:
+    return f"00000000:{0x18 + index:02X}:00.0"
+
+
+def nvml_node(name: str, count: int, links: int, pcie: tuple[int, int] | None = (5, 16)) -> NodeAnswers:
+    """``count`` GPUs with ``links`` NVLinks up each, idle (their PCIe link down to Gen1) on a ``pcie`` slot
+    (None: NVML did not answer for the PCIe link)."""
+    gpus: list[GpuAnswers] = [
+        {"index": i, "name": name, "nvlink_active": links, "pci_bus_id": bus_id(i)} for i in range(count)
+    ]
+    for gpu in gpus:
+        if pcie is not None:
+            gpu["pcie"] = {"gen": 1, "width": pcie[1], "max_gen": pcie[0], "max_width": pcie[1]}
     return {"driver_version": "580.159.04", "cuda_driver_version": "13.0", "gpu_count": count, "gpus": gpus}
+
+
+def nvlinks(count: int, links: int, version: int = 6, reach: str = "switch", down: int = 0) -> list[GpuLinksAnswer]:
+    """NVML's answer for ``count`` GPUs of ``links`` NVLinks each (the last ``down`` of them down), of NVML
+    version ``version`` (6: NVLink 4.0). ``reach``: "switch" (every link to an NVSwitch), "mesh" (the links
+    dealt out to the peers in turn) or "unknown" (NVML does not say what a link reaches)."""
+
+    def link(gpu: int, k: int) -> NvLinkAnswer:
+        peers = [p for p in range(count) if p != gpu]
+        up = k < links - down
+        far: str | NotMeasured = "switch" if reach == "switch" else "gpu"
+        mesh = reach == "mesh" and peers
+        remote: str | NotMeasured = bus_id(peers[k % len(peers)]) if mesh else "00000000:05:00.0"
+        if reach == "unknown":
+            far = remote = not_measured("NVLink remote device type: Not Supported")
+        return {"link": k, "up": up, "version": version, "remote_type": far, "remote_bus_id": remote}
+
+    return [{"index": g, "bus_id": bus_id(g), "links": [link(g, k) for k in range(links)]} for g in range(count)]
 
 
 def sysfs(root: Path, nvswitch: bool, ports: list[tuple[str, str, str]]) -> Path:
@@ -50,11 +80,16 @@ def sysfs(root: Path, nvswitch: bool, ports: list[tuple[str, str, str]]) -> Path
 NDR = ("400 Gb/sec (4X NDR)", "InfiniBand", "4: ACTIVE")
 
 
+NO_NVLINK = not_measured("NVLink state: Not Supported")
+
+
 def sources(tmp_path: Path, node: NodeAnswers | None, nvswitch: bool = False,
-            ports: tuple[tuple[str, str, str], ...] = (), env: dict[str, str] | None = None) -> Sources:  # fmt: skip
+            ports: tuple[tuple[str, str, str], ...] = (), env: dict[str, str] | None = None,
+            links: list[GpuLinksAnswer] | NotMeasured = NO_NVLINK) -> Sources:  # fmt: skip
     answer = node if node is not None else not_measured("NVML init: NVML Shared Library Not Found")
     return Sources(
         nvml=lambda: answer,
+        nvlinks=lambda: links,
         torch_names=lambda: [],
         sysfs=sysfs(tmp_path / "sys", nvswitch, list(ports)),
         env=env or {},
@@ -77,7 +112,7 @@ def bound(profile: loader.Profile, metric: str) -> tuple[float | None, str]:
 
 
 def test_an_8x_h100_node_on_nvswitch_with_ndr_gets_the_nvls_references(tmp_path: Path) -> None:
-    src = sources(tmp_path, nvml_node(H100, 8, 18), nvswitch=True, ports=(NDR,) * 8)
+    src = sources(tmp_path, nvml_node(H100, 8, 18), nvswitch=True, ports=(NDR,) * 8, links=nvlinks(8, 18))
     facts = detect(src)
     assert (facts.gpu_count, facts.gpu_model, facts.nvswitch) == (8, H100, True)
     assert facts.nvls(table()) and facts.nic_kinds(table()) == ("ib-ndr",)
@@ -89,14 +124,16 @@ def test_an_8x_h100_node_on_nvswitch_with_ndr_gets_the_nvls_references(tmp_path:
     low, source = bound(profile, "collectives.all_reduce.busbw_gbps@4G")
     assert low == 384.0 and "80% of normal for 8x H100 SXM with NVLS: ~480 GB/s" in source
     assert "nccl-tests issue #212" in source
-    assert profile.threshold("collectives.all_reduce.busbw_gbps@1G") is None  # the public figure is at 4G+
+    # the public figure is at 4G and up: below it, the floor of the links (a row, where one fits, is tighter)
+    low, source = bound(profile, "collectives.all_reduce.busbw_gbps@1G")
+    assert low == 135.0 and source.startswith("hardware floor: NVLink4 18 links x 25 GB/s = 450 GB/s")
     assert bound(profile, "compute.matmul_tflops_min")[0] == pytest.approx(494.7)
     assert bound(profile, "compute.copy_gbps_min")[0] == pytest.approx(1909.5)
     assert "H100 datasheet" in bound(profile, "compute.h2d_gbps_min")[1]
     assert profile.model.training.peak_tflops == {"bf16": 989.4, "fp16": 989.4}
     assert profile.threshold("internode.rail_min_gbps") is None  # one node: no rail to measure
     assert "found: 8x NVIDIA H100 80GB HBM3, 18 NVLink links each, NVSwitch, NVLS on" in printed
-    assert "collectives.all_reduce.busbw_gbps@4G >= 384: normal for 8x H100 SXM with NVLS" in printed
+    assert "collectives.all_reduce.busbw_gbps@4G >= 384: 80% of normal for 8x H100 SXM with NVLS" in printed
 
 
 def test_nvls_turned_off_in_the_environment_takes_the_ring_reference(tmp_path: Path) -> None:
@@ -132,13 +169,28 @@ def test_two_nodes_bound_every_rail_by_the_nic_found(tmp_path: Path) -> None:
     assert profile.threshold("collectives.all_reduce.busbw_gbps@4G") is None
 
 
-def test_a_gpu_the_table_does_not_know_gets_a_profile_without_bounds(tmp_path: Path) -> None:
-    src = sources(tmp_path, nvml_node("NVIDIA L40S", 4, 0))
+def test_a_pcie_node_of_a_gpu_the_table_does_not_know_is_bounded_by_its_pcie_links(tmp_path: Path) -> None:
+    src = sources(tmp_path, nvml_node("NVIDIA L40S", 4, 0, pcie=(4, 16)))
     profile, printed = run_init(tmp_path, src)
-    assert profile.model.topology.gpus_per_node == 4 and profile.model.thresholds == {}
-    assert profile.model.health.nvlink_links is None  # no link up: nothing to gate
-    assert "no reference fits these GPUs" in printed
+    assert profile.model.topology.gpus_per_node == 4
+    assert profile.model.health.nvlink_links is None  # no NVLink: nothing to gate
+    assert profile.model.training.model == "gpt2-124m"  # no measured workload for it: the default one
+    # PCIe Gen4 x16: 16 x 1.969 = 31.5 GB/s per direction
+    assert bound(profile, "connectivity.p2p_min_gbps")[0] == pytest.approx(7.9)  # x 0.25
+    low, source = bound(profile, "collectives.sendrecv.busbw_gbps@256M")
+    assert low == pytest.approx(6.3) and source.startswith("hardware floor: PCIe Gen4 x16: 16 x 1.969 GB/s")
+    assert profile.threshold("collectives.all_reduce.busbw_gbps@1M") is None  # launch-bound: no floor
+    assert bound(profile, "compute.d2h_gbps_min")[0] == pytest.approx(12.6)  # x 0.4
+    assert bound(profile, "training.scaling_efficiency")[0] == 0.9  # any GPU: the field's bar
+    assert profile.threshold("compute.matmul_tflops_min") is None  # no public peak known for it
     assert "not in the reference table" in (tmp_path / "new-cluster.yaml").read_text()
+    assert "connectivity.p2p_min_gbps >= 7.9: hardware floor, PCIe Gen4 x16" in printed
+
+
+def test_one_unknown_gpu_nvml_told_no_link_of_gets_no_bound(tmp_path: Path) -> None:
+    profile, printed = run_init(tmp_path, sources(tmp_path, nvml_node("NVIDIA L40S", 1, 0, pcie=None)))
+    assert profile.model.thresholds == {} and profile.model.training.scaling_baseline == "none"
+    assert "no reference fits these GPUs and NVML told no link" in printed
 
 
 def test_a_node_without_gpus_gets_a_child_of_local_cpu_with_its_sourced_floors(tmp_path: Path) -> None:
@@ -247,15 +299,16 @@ def test_facts_summary_names_a_mixed_node() -> None:
 
 
 @pytest.mark.parametrize(
-    ("fixture", "node"),
-    [("h200-x2", nvml_node(H200, 2, 18)), ("h100-x1", nvml_node(H100, 1, 18))],
+    ("fixture", "count", "model", "written"),
+    [("h200-x2", 2, H200, 30), ("h100-x1", 1, H100, 10)],
 )
 def test_the_bounds_init_writes_hold_for_the_recorded_runs_of_that_machine(
-    fixture: str, node: NodeAnswers, tmp_path: Path
+    fixture: str, count: int, model: str, written: int, tmp_path: Path
 ) -> None:
     """The GPU machines' recorded reference runs (docs/measurements.md) meet every bound init writes for
-    a node of their kind: no bound from the table fails a healthy machine of it."""
-    profile, _ = run_init(tmp_path, sources(tmp_path, node))
+    a node of their kind, reference rows and hardware floors alike: none fails a healthy machine of it."""
+    src = sources(tmp_path, nvml_node(model, count, 18), links=nvlinks(count, 18, reach="mesh"))
+    profile, _ = run_init(tmp_path, src)
     data = json.loads((ROOT / "tests" / "data" / "evidence" / fixture / "evidence.json").read_text())
     measured = {c["metric"]: c["value"] for t in data["tests"] for c in t.get("checks") or []}
     judged = 0
@@ -264,5 +317,7 @@ def test_the_bounds_init_writes_hold_for_the_recorded_runs_of_that_machine(
             ok, words = loader.evaluate(threshold, measured[metric])
             assert ok, f"{fixture}: {metric} = {measured[metric]}, init's bound {words}"
             judged += 1
-    # every bound was measured there: 3 collectives at 4G (two GPUs) and 4 per-GPU figures; one GPU: 4
-    assert judged == len(profile.model.thresholds) == (7 if fixture == "h200-x2" else 4)
+    # every bound was measured there. Two GPUs: 3 collectives' rows at 4G and the NVLink floor of the other
+    # 15 (6 operations at 256M, 1G, 4G), p2p, 4 per-GPU figures, 4 strategies' tokens/s, 2 MFU, the scaling
+    # efficiency; one GPU: the per-GPU and training figures
+    assert judged == len(profile.model.thresholds) == written

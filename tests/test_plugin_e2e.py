@@ -248,7 +248,7 @@ def test_check_verdicts_table_and_junit(pytester: pytest.Pytester) -> None:
             "connectivity.barrier_latency_us * 10 * us * <= 100 * PASS",
             "connectivity.p2p_wrong * 0 * elements * == 0 * PASS",
             "connectivity.hosts * 1 * hosts * - * INFO",
-            "verdict: FAIL; evidence: *",
+            "verdict: FAIL; * families judged; evidence: *",
         ]
     )
     data = assert_valid(pytester.path / "ev")

@@ -76,9 +76,9 @@ def test_quick_deselects_the_other_families_and_its_whole_is_a_verdict(pytester:
     result.stdout.fnmatch_lines(
         [
             "cluster tier: quick (*); deselected 1 test(s), not in the quick tier (--cluster-tier): training 1",
-            "connectivity  PASS         1 figure(s) gated *",
+            "connectivity  PASS          1 figure(s) gated *  bounds: 1 profile",
             "tier quick: * s of its 15 s budget",
-            "verdict: PASS; evidence: *",
+            "verdict: PASS; * families judged; evidence: *",
         ]
     )
     # the training bound belongs to another tier: neither an error nor a line of thresholds left unchecked
@@ -140,7 +140,7 @@ def test_a_failing_run_writes_its_drain_list_and_says_what_next(pytester: pytest
             "drain: * (drain): connectivity.barrier_latency_us = 500, bound <= 100*",
             "drain list: ev/drain.json",
             "what next: the probes' logs are under ev/probes; `cluster-acceptance report ev`*",
-            "verdict: FAIL; evidence: *",
+            "verdict: FAIL; * families judged; evidence: *",
         ]
     )
 

@@ -3,7 +3,8 @@
 
 ``init`` finds the GPUs (model, count, NVLink links), an NVSwitch and NVLS, the network adapters and the
 CPUs of the node it runs on (``acceptance.probes.node_survey``), and writes ``thresholds/NAME.yaml`` (found
-by ``--cluster-profile NAME`` from this folder), each bound sourced to its reference row. An existing file
+by ``--cluster-profile NAME`` from this folder), each bound sourced to its reference row or to the floor its
+links give (``acceptance.profile.floors``). An existing file
 is never replaced without ``--force``: a profile is edited by hand after it is written.
 """
 
@@ -104,9 +105,9 @@ def _report(
         print(f"  {note}", file=out)
     print(f"wrote {path}: profile {written.name} ({written.device})", file=out)
     for bound in written.bounds:
-        print(f"  {bound.metric} >= {fmt(bound.minimum)}: {bound.reference.words()}", file=out)
+        print(f"  {bound.metric} >= {fmt(bound.minimum)}: {bound.words}", file=out)
     if written.device == "cuda" and not written.bounds:
-        print("  no reference fits these GPUs: every figure is recorded, none is gated", file=out)
+        print("  no reference fits these GPUs and NVML told no link: every figure is recorded, none is gated", file=out)
     where = "" if path.parent.resolve() == profiles.LOCAL_DIR.resolve() else f" (run from {path.parent.parent})"
     target = written.name if not where else str(path)
     every = f"pytest --cluster-profile {target} tests_cluster/   (or: cluster-acceptance run --profile {target})"
@@ -145,9 +146,10 @@ def _setup_words(refs: ReferenceTable, row: Reference) -> str:
 
 def _row(refs: ReferenceTable, row: Reference) -> list[object]:
     gpu = refs.gpus[row.gpu].label if row.gpu else "any"
-    kind = {"typical": "~", "peak": "peak ", "line_rate": "line rate "}[row.kind]
-    bound = f">= {fmt(round(row.floor.fraction * row.value, 1))} ({row.floor.fraction:.0%})"
-    return [row.figure, gpu, _setup_words(refs, row), f"{kind}{fmt(row.value)} {row.unit}", bound, row.source]
+    kind = {"typical": "~", "peak": "peak ", "line_rate": "line rate ", "bar": "bar "}[row.kind]
+    bound = f">= {fmt(round(row.floor.fraction * row.value, 1 if row.value > 10 else 3))} ({row.floor.fraction:.0%})"
+    value = f"{kind}{fmt(row.value)} {row.unit}".rstrip()
+    return [row.figure, gpu, _setup_words(refs, row), value, bound, row.source]
 
 
 def markdown(refs: ReferenceTable) -> str:

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Collection
 from pathlib import Path
 
 import acceptance
 from acceptance.evidence.drain import DrainList
-from acceptance.evidence.model import Case, EvidenceDoc
+from acceptance.evidence.model import Case, Check, EvidenceDoc
 from acceptance.multinode.meeting import STORE_PORT_OFFSET
 from acceptance.profile.registry import FAMILIES
 from acceptance.reports import summary
@@ -37,27 +38,72 @@ def header_lines(run: ClusterRun, meets: bool) -> list[str]:
     return lines
 
 
-def _family_state(tests: list[Case]) -> tuple[str, int, float]:
-    """A family's word (FAIL, PASS, recorded, skipped), its gated figures and its tests' wall: the word is
-    the run's decision applied to the family's own tests."""
-    verdicts = [c.verdict for t in tests for c in t.checks]
-    word = family_word([t.outcome for t in tests], verdicts)
+NOT_JUDGED = "not judged"  # a family whose figures were all information: nothing held it to a bound
+# where a gated figure's bound came from, in the order the family line names them
+ORIGINS = ("profile", "reference row", "hardware floor", "built-in")
+HARDWARE_FLOOR = "hardware floor"  # how init's floors begin their source (acceptance.profile.floors)
+REFERENCE_ROW = "reference:"  # how init's bounds from a reference row begin theirs (Reference.bound_source)
+
+
+def bound_origin(check: Check, profile_thresholds: Collection[str]) -> str:
+    """Where a gated figure's bound came from: the profile (init's hardware floors and reference rows named
+    apart, by the source init wrote), else the run or the metric's built-in bound."""
+    if check.metric not in profile_thresholds:
+        return "built-in"
+    source = str((check.threshold or {}).get("source") or "")
+    if source.startswith(HARDWARE_FLOOR):
+        return "hardware floor"
+    return "reference row" if source.startswith(REFERENCE_ROW) else "profile"
+
+
+def _profile_thresholds(data: EvidenceDoc) -> set[str]:
+    thresholds = data.profile.resolved.get("thresholds")
+    return set(thresholds) if isinstance(thresholds, dict) else set()
+
+
+def _family_state(tests: list[Case], profile_thresholds: Collection[str]) -> tuple[str, int, float, str]:
+    """A family's word (FAIL, PASS, not judged, skipped), its gated figures, its tests' wall and where the
+    gated figures' bounds came from: the word is the run's decision applied to the family's own tests."""
+    checks = [c for t in tests for c in t.checks]
+    word = family_word([t.outcome for t in tests], [c.verdict for c in checks])
+    gated = [c for c in checks if c.verdict != INFORMATION]
+    if not gated and word in ("recorded", "passed"):
+        word = NOT_JUDGED
     wall = sum(t.duration_s for t in tests)
-    return word, sum(1 for v in verdicts if v != INFORMATION), wall
+    origins = Counter(bound_origin(c, profile_thresholds) for c in gated)
+    against = sum(1 for c in gated if c.baseline is not None)
+    parts = [f"{origins[o]} {o}" for o in ORIGINS if origins[o]] + ([f"{against} baseline"] if against else [])
+    return word, len(gated), wall, ", ".join(parts)
 
 
 def family_lines(data: EvidenceDoc) -> list[tuple[str, str | None]]:
-    """One line per family that ran, in the run's order: its word, its gated figures, its wall; the verdict
-    of 120 rows in as many lines as families."""
+    """One line per family that ran, in the run's order: its word, its gated figures, its wall and where
+    their bounds came from; the verdict of 120 rows in as many lines as families."""
     out: list[tuple[str, str | None]] = []
+    profile_thresholds = _profile_thresholds(data)
     for family in FAMILIES:
         mine = [t for t in data.tests if Path(t.nodeid.split("::")[0]).stem == family.module]
         if not mine:
             continue
-        word, gated, wall = _family_state(mine)
+        word, gated, wall, origins = _family_state(mine, profile_thresholds)
         colour = "red" if word == "FAIL" else "green" if word == "PASS" else None
-        out.append((f"{family.name:<13} {word:<9} {gated:>4} figure(s) gated  {wall:7.1f} s", colour))
+        line = f"{family.name:<13} {word:<10} {gated:>4} figure(s) gated  {wall:7.1f} s"
+        out.append((line + (f"  bounds: {origins}" if origins else ""), colour))
     return out
+
+
+def judged_words(data: EvidenceDoc) -> str:
+    """How many of the tier's families (else of those that ran) held at least one figure to a bound."""
+    ran = {Path(t.nodeid.split("::")[0]).stem for t in data.tests}
+    names = data.tier.families + data.tier.added if data.tier is not None else []
+    families = [f for f in FAMILIES if f.name in names] if names else [f for f in FAMILIES if f.module in ran]
+    judged = [
+        f.name
+        for f in families
+        if any(c.verdict != INFORMATION for t in data.tests if Path(t.nodeid.split("::")[0]).stem == f.module
+               for c in t.checks)
+    ]  # fmt: skip
+    return f"{len(judged)} of {len(families)} families judged"
 
 
 def skip_lines(data: EvidenceDoc) -> list[str]:
@@ -128,5 +174,6 @@ def summary_lines(data: EvidenceDoc, path: str, drain: DrainList | None = None) 
     out += [(e.splitlines()[0], "red") for e in data.errors]
     out += [(line, "red") for line in next_lines(data, path, drain)]
     verdict = data.verdict
-    out.append((f"verdict: {VERDICT_WORDS[verdict]}; evidence: {path}", "green" if verdict == "PASS" else "red"))
+    line = f"verdict: {VERDICT_WORDS[verdict]}; {judged_words(data)}; evidence: {path}"
+    out.append((line, "green" if verdict == "PASS" else "red"))
     return out

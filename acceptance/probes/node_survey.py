@@ -1,5 +1,6 @@
 """Reading this node for ``cluster-acceptance init``: the GPUs (model and count, NVLink links), an NVSwitch,
-NVLS, the network ports, the CPUs (``acceptance.profile.node_facts.NodeFacts``).
+NVLS, the network ports, the CPUs, and per GPU the links its floors come from: each NVLink's state, version and
+far end, the PCIe link's generation and width (current and maximum) (``acceptance.profile.node_facts.NodeFacts``).
 
 ``cluster-acceptance init`` runs it as a process of its own (``python -m acceptance.probes.node_survey``
 prints the facts as JSON), as the suite runs every probe: NVML and torch are read in a probe, never in the
@@ -17,10 +18,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from acceptance.families.answers import NotMeasured, unanswered
-from acceptance.families.health import NodeAnswers
+from acceptance.families.health import GpuAnswers, NodeAnswers
 from acceptance.probes import nvml
 from acceptance.probes.inventory import NVIDIA_VENDOR
-from acceptance.profile.node_facts import NodeFacts, Port, facts_json
+from acceptance.probes.nvml import GpuLinksAnswer, NvLinkAnswer
+from acceptance.profile.node_facts import GpuLinks, NodeFacts, NvLink, Port, facts_json
 
 # PCI class of an NVSwitch: "bridge, other" (0x0680); GPUs are display controllers (0x03xx)
 NVSWITCH_CLASS = "0x0680"
@@ -29,6 +31,10 @@ ACTIVE = "ACTIVE"  # an InfiniBand port's state ("4: ACTIVE"); a port that is do
 
 def _nvml_answers() -> NodeAnswers | NotMeasured:
     return nvml.read_node()
+
+
+def _nvml_links() -> list[GpuLinksAnswer] | NotMeasured:
+    return nvml.read_nvlinks()
 
 
 def _torch_names() -> list[str]:
@@ -45,6 +51,7 @@ def _torch_names() -> list[str]:
 @dataclass(frozen=True)
 class Sources:
     nvml: Callable[[], NodeAnswers | NotMeasured] = _nvml_answers
+    nvlinks: Callable[[], list[GpuLinksAnswer] | NotMeasured] = _nvml_links
     torch_names: Callable[[], list[str]] = _torch_names
     sysfs: Path = Path("/sys")
     env: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
@@ -54,7 +61,7 @@ class Sources:
 def detect(sources: Sources | None = None) -> NodeFacts:
     src = sources or Sources()
     notes: list[str] = []
-    names, links, driver = _gpus(src, notes)
+    names, links, driver, gpus = _gpus(src, notes)
     return NodeFacts(
         gpu_names=tuple(names),
         nvlink_links=tuple(links),
@@ -64,17 +71,18 @@ def detect(sources: Sources | None = None) -> NodeFacts:
         cpus=src.cpus() or 1,
         driver=driver,
         notes=tuple(notes),
+        links=gpus,
     )
 
 
-def _gpus(src: Sources, notes: list[str]) -> tuple[list[str], list[int], str | None]:
+def _gpus(src: Sources, notes: list[str]) -> tuple[list[str], list[int], str | None, tuple[GpuLinks, ...]]:
     answers = src.nvml()
     if unanswered(answers):
         notes.append(f"NVML: {answers['not_measured']}")
         names = src.torch_names()
         if names:
             notes.append(f"GPUs as torch sees them: {len(names)}")
-        return names, [], None
+        return names, [], None, ()
     gpus = [] if unanswered(answers["gpus"]) else answers["gpus"]
     names, links = [], []
     for gpu in gpus:
@@ -84,7 +92,47 @@ def _gpus(src: Sources, notes: list[str]) -> tuple[list[str], list[int], str | N
         if isinstance(active, int):
             links.append(active)
     driver = answers["driver_version"]
-    return names, links if len(links) == len(names) else [], driver if isinstance(driver, str) else None
+    facts = _gpu_links(gpus, src.nvlinks(), notes)
+    return names, links if len(links) == len(names) else [], driver if isinstance(driver, str) else None, facts
+
+
+def _gpu_links(
+    gpus: list[GpuAnswers], nvlinks: list[GpuLinksAnswer] | NotMeasured, notes: list[str]
+) -> tuple[GpuLinks, ...]:
+    """Each GPU's PCIe link (from the health answers) and NVLinks (``nvml.read_nvlinks``), by NVML index."""
+    if unanswered(nvlinks):
+        notes.append(f"NVLinks: {nvlinks['not_measured']}")
+        nvlinks = []
+    by_index = {g["index"]: g for g in nvlinks}
+    out = []
+    for gpu in gpus:
+        pcie: Mapping[str, object] = gpu.get("pcie") or {}
+        bus = gpu.get("pci_bus_id")
+        found = by_index.get(gpu["index"])
+        links = found["links"] if found is not None else []
+        out.append(
+            GpuLinks(
+                index=gpu["index"],
+                bus_id=bus if isinstance(bus, str) else None,
+                nvlinks=tuple(_nvlink(k) for k in links) if not unanswered(links) else (),
+                pcie_gen=_int(pcie.get("gen")),
+                pcie_width=_int(pcie.get("width")),
+                pcie_max_gen=_int(pcie.get("max_gen")),
+                pcie_max_width=_int(pcie.get("max_width")),
+            )
+        )
+    return tuple(out)
+
+
+def _nvlink(link: NvLinkAnswer) -> NvLink:
+    version, kind, bus = link["version"], link["remote_type"], link["remote_bus_id"]
+    remote = "switch" if kind == "switch" else bus if isinstance(bus, str) else None
+    known = version if isinstance(version, int) else None
+    return NvLink(link=link["link"], up=link["up"], version=known, remote=remote)
+
+
+def _int(answer: object) -> int | None:
+    return answer if isinstance(answer, int) and not isinstance(answer, bool) else None
 
 
 def _nvswitch(pci: Path) -> bool:

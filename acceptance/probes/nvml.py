@@ -10,7 +10,7 @@ The library is a parameter so that a recorded NVML (the unit tests') goes throug
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, TypedDict, TypeVar
 
 from acceptance.families.answers import NOT_MEASURED as NOT_MEASURED
 from acceptance.families.answers import NotMeasured, not_measured
@@ -294,3 +294,78 @@ def _gpu_use(ask: _Asker, lib: Any, index: int) -> GpuUse:
 def _bytes(value: Any) -> int | None:
     # pynvml turns NVML_VALUE_NOT_AVAILABLE into None (no permission, or a MIG-enabled GPU)
     return int(value) if isinstance(value, int) else None
+
+
+class NvLinkAnswer(TypedDict):
+    """One NVLink of a GPU as NVML answers it (``read_nvlinks``)."""
+
+    link: int
+    up: bool  # nvmlDeviceGetNvLinkState: NVML_FEATURE_ENABLED
+    # nvmlDeviceGetNvLinkVersion: an nvmlNvlinkVersion_t (nvml.h), not the NVLink number: 6 is NVLink 4.0
+    version: int | NotMeasured
+    # nvmlDeviceGetNvLinkRemoteDeviceType: "gpu", "switch" (an NVSwitch), "npu" or "unknown"
+    remote_type: str | NotMeasured
+    remote_bus_id: str | NotMeasured  # nvmlDeviceGetNvLinkRemotePciInfo: the PCI bus id at the other end
+
+
+class GpuLinksAnswer(TypedDict):
+    index: int
+    bus_id: str | NotMeasured
+    links: list[NvLinkAnswer] | NotMeasured  # not measured: NVML knows no NVLink on this GPU (a PCIe card)
+
+
+# nvmlNvLinkDeviceType_t (nvml.h): what a link reaches
+REMOTE_TYPES = {0x00: "gpu", 0x01: "npu", 0x02: "switch"}
+
+
+def read_nvlinks(lib: Any = None) -> list[GpuLinksAnswer] | NotMeasured:
+    """Every GPU's NVLinks: per link its state, version and what is at the other end (``init``'s floors)."""
+    return _session(lib, _all_links)
+
+
+def _all_links(lib: Any) -> list[GpuLinksAnswer] | NotMeasured:
+    ask = _Asker(lib)
+    count = ask("GPU count", lib.nvmlDeviceGetCount)
+    if not is_measured(count):
+        return count  # type: ignore[no-any-return]
+    out: list[GpuLinksAnswer] = []
+    for index in range(count):
+        handle = ask("device handle", lib.nvmlDeviceGetHandleByIndex, index)
+        if not is_measured(handle):
+            out.append({"index": index, "bus_id": handle, "links": handle})
+            continue
+        bus = ask("PCI info", lib.nvmlDeviceGetPciInfo, handle, then=lambda p: _text(p.busId))
+        out.append({"index": index, "bus_id": bus, "links": _links(ask, lib, handle)})
+    return out
+
+
+def _links(ask: _Asker, lib: Any, handle: Any) -> list[NvLinkAnswer] | NotMeasured:
+    """Each link NVML knows; it answers links past the GPU's last one with an error, so the list stops there."""
+    links: list[NvLinkAnswer] = []
+    for link in range(lib.NVML_NVLINK_MAX_LINKS):
+        try:
+            state = lib.nvmlDeviceGetNvLinkState(handle, link)
+        except lib.NVMLError as exc:
+            if link == 0:
+                return not_measured(f"NVLink state: {exc}")
+            break
+        links.append(_link(ask, lib, handle, link, state == lib.NVML_FEATURE_ENABLED))
+    return links
+
+
+def _link(ask: _Asker, lib: Any, handle: Any, link: int, up: bool) -> NvLinkAnswer:
+    kind = ask(
+        "NVLink remote device type", lib.nvmlDeviceGetNvLinkRemoteDeviceType, handle, link,
+        then=lambda t: REMOTE_TYPES.get(int(t), "unknown"),
+    )  # fmt: skip
+    down = not_measured("NVLink remote PCI info: the link is down")
+    remote = ask(
+        "NVLink remote PCI info", lib.nvmlDeviceGetNvLinkRemotePciInfo, handle, link, then=lambda p: _text(p.busId)
+    )
+    return {
+        "link": link,
+        "up": up,
+        "version": ask("NVLink version", lib.nvmlDeviceGetNvLinkVersion, handle, link, then=int),
+        "remote_type": kind,
+        "remote_bus_id": remote if up else down,
+    }

@@ -1,10 +1,14 @@
 """A cluster's first profile, from what one of its nodes is (``node_facts``) and the reference table.
 
 On GPUs: the topology found, NVLS pinned as found (``NCCL_NVLS_ENABLE``: the references differ with it on
-and off), the NVLink link count as the health gate, a collectives sweep up to 4 GiB (the size the public
-busbw figures are measured at), the datasheet's peak for MFU, and one bound per reference row that fits
-the node: the row's floor times its value, sourced to the row. A figure no row describes is recorded as
-information until a run on the cluster sets it (``cluster-acceptance rebaseline``).
+and off), the NVLink link count as the health gate, a collectives sweep of every operation up to 4 GiB (the
+size the public busbw figures are measured at), the datasheet's peak for MFU, the training workload the
+references were measured with where the table has them for this GPU, and a bound for every figure a floor or
+a reference describes: one per reference row that fits the node (the row's floor times its value, sourced to
+the row), then the floors of the node's own links (``acceptance.profile.floors``) for the figures no row
+describes, so that a GPU the table does not know is still judged on its fabric and host links. A figure
+neither describes is recorded as information until a run on the cluster sets it (``cluster-acceptance
+rebaseline``).
 
 On a node without GPUs: a child of ``local-cpu`` (its floors, sourced there), for this machine's nodes.
 """
@@ -17,22 +21,41 @@ import yaml
 
 from acceptance.json_types import JSONObject
 from acceptance.numbers import fmt
+from acceptance.profile.floors import P2P_SIZE, HardwareFloor, hardware_floors
 from acceptance.profile.node_facts import NodeFacts
 from acceptance.profile.references import Reference, ReferenceTable
 from acceptance.schema.sizes import parse_size
 
 CPU_PARENT = "local-cpu"
-GPU_OPS = ("all_reduce", "all_gather", "reduce_scatter")
+GPU_OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "sendrecv")
 GPU_SIZES = ("1M", "256M", "1G", "4G")
 # the per-GPU figures gated on the slowest GPU of the run (compute's ``_min``)
 PER_GPU_STATISTIC = "_min"
+# The GPU workload the training references were measured with (docs/measurements.md, the Training tables):
+# a Llama-style 1.1 B model at sequence 2048 in bf16, each decoder layer compiled. 16,384 tokens per GPU and
+# step: micro-batch 8 on a 141 GB H200, 4 x 2 accumulated steps on an 80 GB GPU (as h200-x2 and h100-x1).
+GPU_WORKLOAD: JSONObject = {"model": "llama-1b", "seq_len": 2048, "precision": "bf16", "compile": "blocks"}
+GPU_STRATEGIES = ["ddp", "fsdp", "zero1", "zero2", "zero3"]
+MICRO_BATCH = {"h200": (8, 1)}  # the table's GPU key -> (micro-batch, gradient accumulation)
+DEFAULT_MICRO_BATCH = (4, 2)
 
 
 @dataclass(frozen=True)
 class Bound:
     metric: str
     minimum: float
-    reference: Reference
+    source: str  # as the profile records it
+    words: str  # as init prints it
+    reference: Reference | None = None  # the row it was written from; None: a hardware floor
+
+    @classmethod
+    def of_row(cls, metric: str, row: Reference) -> Bound:
+        return cls(metric, round(row.floor.fraction * row.value, 1 if row.value > 10 else 3), row.bound_source(),
+                   f"{row.floor.fraction:.0%} of {row.words()}", row)  # fmt: skip
+
+    @classmethod
+    def of_floor(cls, floor: HardwareFloor) -> Bound:
+        return cls(floor.metric, floor.minimum, floor.source, floor.words())
 
 
 @dataclass(frozen=True)
@@ -44,17 +67,27 @@ class InitialProfile:
 
 
 def bounds_for(facts: NodeFacts, nodes: int, table: ReferenceTable) -> list[Bound]:
-    """One bound per reference row that fits the node and names a figure this profile measures."""
+    """One bound per reference row that fits the node and names a figure this profile measures, then the
+    node's hardware floors for the figures no row bounds (a row is measured on such machines: it wins)."""
     setup = facts.setup(table, nodes)
     world = nodes * facts.gpu_count
+    trains = _trains_reference_workload(table, setup.gpu)
     out: list[Bound] = []
     for row in table.rows_for(setup):
-        for metric in _metrics(row, world, nodes):
-            out.append(Bound(metric, round(row.floor.fraction * row.value, 1), row))
+        out += [Bound.of_row(metric, row) for metric in _metrics(row, world, nodes, trains)]
+    bounded = {b.metric for b in out}
+    ops = GPU_OPS if world >= 2 else ()
+    floors = hardware_floors(facts, nodes, ops, GPU_SIZES)
+    out += [Bound.of_floor(f) for f in floors if f.metric not in bounded]
     return out
 
 
-def _metrics(row: Reference, world: int, nodes: int) -> list[str]:
+def _trains_reference_workload(table: ReferenceTable, gpu: str | None) -> bool:
+    """Whether the table has training rows for this GPU: then init writes the workload they were measured on."""
+    return gpu is not None and any(r.gpu == gpu and r.figure.startswith("training.") for r in table.references)
+
+
+def _metrics(row: Reference, world: int, nodes: int, trains: bool) -> list[str]:
     family = row.figure.split(".", 1)[0]
     if family == "collectives":
         op = row.figure.split(".")[1]
@@ -65,7 +98,28 @@ def _metrics(row: Reference, world: int, nodes: int) -> list[str]:
         return [f"{row.figure}{PER_GPU_STATISTIC}"]
     if family == "internode":
         return [row.figure] if nodes >= 2 else []
-    return []
+    return _training_metrics(row, world, trains) if family == "training" else []
+
+
+def _training_metrics(row: Reference, world: int, trains: bool) -> list[str]:
+    if row.figure == "training.scaling_efficiency":
+        return [row.figure] if world >= 2 else []  # one GPU is its own baseline
+    return [row.figure] if trains and row.figure.split(".")[1] in GPU_STRATEGIES else []
+
+
+def _training(table: ReferenceTable, gpu: str | None, bounds: list[Bound], world: int) -> JSONObject:
+    section: JSONObject = {}
+    if _trains_reference_workload(table, gpu):
+        micro, accum = MICRO_BATCH.get(gpu or "", DEFAULT_MICRO_BATCH)
+        section.update(GPU_WORKLOAD)
+        section.update({"micro_batch": micro, "grad_accum": accum, "strategies": list(GPU_STRATEGIES)})
+    if world < 2:
+        section["scaling_baseline"] = "none"  # one GPU: the full world is the baseline
+    peak = next((b.reference for b in bounds if b.metric == "compute.matmul_tflops_min"), None)
+    if peak is not None:
+        section["peak_tflops"] = {"bf16": peak.value, "fp16": peak.value}
+        section["peak_tflops_source"] = peak.source
+    return section
 
 
 def gpu_profile(facts: NodeFacts, name: str, nodes: int, table: ReferenceTable) -> InitialProfile:
@@ -87,20 +141,21 @@ def gpu_profile(facts: NodeFacts, name: str, nodes: int, table: ReferenceTable) 
     health: JSONObject = {}
     if facts.driver:
         health["min_driver"] = facts.driver
-    if facts.nvlink_links and min(facts.nvlink_links) > 0:
-        health["nvlink_links"] = min(facts.nvlink_links)
+    links = _nvlink_gate(facts)
+    if links:
+        health["nvlink_links"] = links
     if health:
         data["health"] = health
-    if nodes * facts.gpu_count >= 2:
+    world = nodes * facts.gpu_count
+    if world >= 2:
+        # the p2p floor is set for transfers bound by their links, not by their launch (acceptance.profile.floors)
+        data["connectivity"] = {"p2p_size": P2P_SIZE}
         data["collectives"] = {"ops": list(GPU_OPS), "sizes": list(GPU_SIZES), "dtype": "bfloat16"}
-    peak = next((b.reference for b in bounds if b.metric == "compute.matmul_tflops_min"), None)
-    if peak is not None:
-        data["training"] = {
-            "peak_tflops": {"bf16": peak.value, "fp16": peak.value},
-            "peak_tflops_source": peak.source,
-        }
+    training = _training(table, setup.gpu, bounds, world)
+    if training:
+        data["training"] = training
     if bounds:
-        data["thresholds"] = {b.metric: {"min": b.minimum, "source": b.reference.bound_source()} for b in bounds}
+        data["thresholds"] = {b.metric: {"min": b.minimum, "source": b.source} for b in bounds}
     head = _header(facts, table, nodes) + _bounds_comment(bounds, setup.gpu is None, facts)
     return InitialProfile(name, head + _dump(data), tuple(bounds), "cuda")
 
@@ -120,6 +175,17 @@ def cpu_profile(facts: NodeFacts, name: str, nodes: int, table: ReferenceTable) 
     return InitialProfile(name, head + _dump(data), (), "cpu")
 
 
+def _nvlink_gate(facts: NodeFacts) -> int | None:
+    """The links each GPU must have up: every link NVML knows on the GPU with the fewest (a link down at init
+    fails the first run, naming the GPU), else the fewest found up."""
+    known = [len(g.nvlinks) for g in facts.links]
+    if known and len(known) == facts.gpu_count and min(known) > 0:
+        return min(known)
+    if facts.nvlink_links and min(facts.nvlink_links) > 0:
+        return min(facts.nvlink_links)
+    return None
+
+
 def profile_for(facts: NodeFacts, name: str, nodes: int, table: ReferenceTable) -> InitialProfile:
     return gpu_profile(facts, name, nodes, table) if facts.gpu_count else cpu_profile(facts, name, nodes, table)
 
@@ -135,18 +201,19 @@ def _header(facts: NodeFacts, table: ReferenceTable, nodes: int) -> str:
 
 
 def _bounds_comment(bounds: list[Bound], unknown_gpu: bool, facts: NodeFacts) -> str:
+    lines = []
     if unknown_gpu:
-        return (
-            f"# {facts.gpu_model or 'These GPUs'}: not in the reference table "
-            "(cluster-acceptance references): no bound is written; every figure is recorded. After a healthy run,\n"
-            "# `cluster-acceptance rebaseline EVIDENCE --profile NAME` writes bounds from it.\n"
+        lines.append(
+            f"# {facts.gpu_model or 'These GPUs'}: not in the reference table (cluster-acceptance references): "
+            "the bounds come from the node's own links."
         )
-    lines = ["# Bounds from the reference table (each row's public source is the bound's source):"]
-    lines += [
-        f"#   {b.metric} >= {fmt(b.minimum)} ({b.reference.floor.fraction:.0%} of {fmt(b.reference.value)})"
-        for b in bounds
-    ]
-    lines.append("# Figures without a row are recorded as information until a run sets them (rebaseline).")
+    if bounds:
+        lines.append("# Bounds from the reference table and from the node's links (each bound's source says which):")
+        lines += [f"#   {b.metric} >= {fmt(b.minimum)}: {b.words}" for b in bounds]
+    lines.append(
+        "# Figures neither describes are recorded as information until a run sets them: after a healthy run,\n"
+        "# `cluster-acceptance rebaseline EVIDENCE --profile NAME` writes bounds from it."
+    )
     return "\n".join(lines) + "\n"
 
 

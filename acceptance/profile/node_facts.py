@@ -1,5 +1,7 @@
 """What ``cluster-acceptance init`` found on a node, as data: the GPUs (model and count, NVLink links), an
-NVSwitch, NVLS, the network ports, the CPUs; and the node as the reference table keys a setup.
+NVSwitch, NVLS, the network ports, the CPUs; and the node as the reference table keys a setup. Per GPU, the
+links its floors are derived from (``acceptance.profile.floors``): each NVLink (up or down, its NVML version,
+what is at its other end) and the PCIe link (generation and width, current and maximum).
 
 ``acceptance.probes.node_survey`` reads them from the node (NVML, sysfs, the environment).
 """
@@ -24,6 +26,34 @@ class Port:
 
 
 @dataclass(frozen=True)
+class NvLink:
+    """One NVLink of a GPU, as NVML answers it."""
+
+    link: int
+    up: bool
+    version: int | None  # NVML's nvmlNvlinkVersion_t (6: NVLink 4.0); None where NVML did not answer
+    # what the link reaches: "switch" (an NVSwitch), the PCI bus id of the GPU at its other end, or None
+    remote: str | None = None
+
+
+@dataclass(frozen=True)
+class GpuLinks:
+    """A GPU's links to its peers and to the host."""
+
+    index: int
+    bus_id: str | None = None
+    nvlinks: tuple[NvLink, ...] = ()
+    pcie_gen: int | None = None  # current: an idle GPU may read Gen1 (it saves power)
+    pcie_width: int | None = None
+    pcie_max_gen: int | None = None  # what the GPU and its slot can reach
+    pcie_max_width: int | None = None
+
+    @property
+    def nvlinks_up(self) -> tuple[NvLink, ...]:
+        return tuple(link for link in self.nvlinks if link.up)
+
+
+@dataclass(frozen=True)
 class NodeFacts:
     gpu_names: tuple[str, ...]  # one per GPU, as NVML (or torch) names it
     nvlink_links: tuple[int, ...]  # active NVLink links per GPU, where NVML told
@@ -33,6 +63,7 @@ class NodeFacts:
     cpus: int
     driver: str | None = None
     notes: tuple[str, ...] = ()  # what could not be read, and why
+    links: tuple[GpuLinks, ...] = ()  # per GPU, where NVML answered
 
     @property
     def gpu_count(self) -> int:

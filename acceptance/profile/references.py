@@ -69,8 +69,9 @@ class Reference(Strict):
     min_size: Size | None = None  # the row holds for messages of this size and up
     value: Annotated[float, Field(gt=0)]
     unit: str
-    # typical: what healthy machines measure; peak: a datasheet's maximum; line_rate: a link's signalling rate
-    kind: Literal["typical", "peak", "line_rate"] = "typical"
+    # typical: what healthy machines measure; peak: a datasheet's maximum; line_rate: a link's signalling rate;
+    # bar: an acceptance bar used in the field
+    kind: Literal["typical", "peak", "line_rate", "bar"] = "typical"
     basis: str  # the setup in words: "8x H100 SXM with NVLS"
     source: str  # where the figure is published
     floor: Floor
@@ -81,13 +82,15 @@ class Reference(Strict):
 
     def words(self) -> str:
         """The row as the report shows it beside a figure."""
-        lead = {"typical": "normal for", "peak": "peak of", "line_rate": "line rate of"}[self.kind]
+        lead = {"typical": "normal for", "peak": "peak of", "line_rate": "line rate of", "bar": "the bar of"}[self.kind]
         about = "~" if self.kind == "typical" else ""
-        return f"{lead} {self.basis}: {about}{fmt(self.value)} {self.unit} ({self.source})"
+        unit = f" {self.unit}" if self.unit else ""
+        return f"{lead} {self.basis}: {about}{fmt(self.value)}{unit} ({self.source})"
 
     def bound_source(self) -> str:
-        """The words a bound written from this row carries as its source."""
-        return f"{self.floor.fraction:.0%} of {self.words()}; {self.floor.why}"
+        """The words a bound written from this row carries as its source (``reference:`` first: the run's
+        summary counts the figures it bounds as bounded by a reference row)."""
+        return f"reference: {self.floor.fraction:.0%} of {self.words()}; {self.floor.why}"
 
 
 class ReferenceTable(Strict):
