@@ -13,7 +13,7 @@ from typing import Any, cast
 
 import pytest
 
-from acceptance.families import fabric
+from acceptance.families import fabric, transport
 from acceptance.families.answers import clock_events_text
 from acceptance.families.fabric import FABRIC
 from acceptance.families.internode.isolation import Isolation
@@ -56,6 +56,7 @@ __all__ = [
     "require_ranks",
     "tolerance_below_median",
     "training_runs",
+    "transport_figure",
 ]
 
 
@@ -143,3 +144,19 @@ def internode_spec(run: ClusterRun, scopes: list[str]) -> dict[str, object]:
     }
     spec["scopes"] = scopes
     return spec
+
+
+def transport_figure(check: Checker, metric: str, found: transport.TransportRecord | None) -> None:
+    """``metric`` (``<family>.transport_mismatches``): the rank pairs inside a node that NVLink joins and
+    whose traffic NCCL sent another way, each named with the setting that forced it; the pair-by-transport
+    map goes into the evidence. Skipped, saying why, where nothing can be asserted: no NCCL (gloo), NCCL's
+    log not ours, NVLink not known or joining no pair."""
+    if found is None:
+        pytest.skip("the probe's result records no transport (a result from before it was recorded)")
+    check.measurements("transport", transport.pair_map(found["pairs"]))
+    pairs = transport.inside_nodes(found["pairs"])
+    reason = transport.unjudged(pairs, found)
+    if reason is not None:
+        pytest.skip(reason)
+    bad = transport.mismatches(pairs)
+    check(metric, len(bad), "pairs", transport.summary(pairs, found["settings"]))
