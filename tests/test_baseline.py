@@ -133,7 +133,7 @@ def test_compare_takes_the_tolerances_of_the_profile_it_is_given(capsys: pytest.
     assert "connectivity.barrier_latency_us: 49.47 -> 71.16 us" in capsys.readouterr().out
     assert main(["compare", *pair, "--profile", "h200-x2"]) == 0
     assert (
-        "regressions (gated figures worse beyond tolerance and noise, or turned FAIL by the same bound): 0"
+        "regressions (figures, gated or not, worse beyond tolerance and noise, or turned FAIL by the same bound): 0"
         in capsys.readouterr().out
     )
 

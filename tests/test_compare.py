@@ -40,6 +40,11 @@ def write(tmp_path: Path, name: str, data: dict[str, Any]) -> str:
     return str(tmp_path / name)
 
 
+NO_REGRESSION = (
+    "regressions (figures, gated or not, worse beyond tolerance and noise, or turned FAIL by the same bound): 0"
+)
+
+
 def set_value(data: dict[str, Any], metric: str, factor: float) -> float:
     check = next(c for t in data["tests"] for c in t["checks"] if c["metric"] == metric)
     check["value"] *= factor
@@ -95,7 +100,7 @@ def test_h100_rerun_reports_the_moved_bound_not_a_regression(capsys: pytest.Capt
     out = capsys.readouterr().out
     head = out.split("\n\n")[0]
     assert "old: " in head and ": PASS, profile h100-x1" in head and ": FAIL, profile h100-x1" in head
-    assert "regressions (gated figures worse beyond tolerance and noise, or turned FAIL by the same bound): 0" in head
+    assert NO_REGRESSION in head
     assert "bound moved (the profile changed, not the figure): 1" in head
     zero3 = next(line for line in head.splitlines() if "training.zero3.tokens_per_s_per_gpu" in line)
     assert "22,383 -> 23,571 tokens/s (+5.3%" in zero3
@@ -125,9 +130,7 @@ def test_the_same_bound_failed_is_a_regression(tmp_path: Path, capsys: pytest.Ca
 
 def test_a_run_against_itself_has_no_regression(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["compare", str(EVIDENCE / "h200-x2"), str(EVIDENCE / "h200-x2")]) == 0
-    assert "regressions (gated figures worse beyond tolerance and noise, or turned FAIL by the same bound): 0" in (
-        capsys.readouterr().out
-    )
+    assert NO_REGRESSION in (capsys.readouterr().out)
 
 
 @pytest.mark.parametrize(
@@ -137,7 +140,7 @@ def test_a_run_against_itself_has_no_regression(capsys: pytest.CaptureFixture[st
         ("compute.matmul_tflops_min", 0.97, False),  # gated, 3% worse: within 5%
         ("compute.matmul_tflops_min", 1.50, False),  # better
         ("collectives.all_reduce.time_us@1M", 1.10, True),  # gated, lower is better, 10% slower
-        ("compute.h2d_gbps_median", 0.50, False),  # information: compared, never a regression
+        ("compute.h2d_gbps_median", 0.50, False),  # information measured once: no noise known, never counted
     ],
 )
 def test_regression_is_a_gated_figure_worse_beyond_tolerance(
@@ -159,11 +162,74 @@ SLOW = "local-cpu-slow-loopback"
 ALL_REDUCE = "collectives.all_reduce.busbw_gbps@8M"
 
 
-def test_two_healthy_local_cpu_runs_compare_clean(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["compare", *(str(EVIDENCE / run) for run in HEALTHY)]) == 0
+def test_two_healthy_local_cpu_runs_compare_clean_on_their_gated_figures(capsys: pytest.CaptureFixture[str]) -> None:
+    """``--gated-only``: what the profile bounds held between the two runs."""
+    assert main(["compare", *(str(EVIDENCE / run) for run in HEALTHY), "--gated-only"]) == 0
     out = capsys.readouterr().out
     assert "regressions (gated figures worse beyond tolerance and noise, or turned FAIL by the same bound): 0" in out
     assert "REGRESSION" not in out
+    assert "worse (not gated)" in out  # the 64K figures below, listed, not counted
+
+
+def test_an_ungated_figure_worse_beyond_its_noise_is_a_regression(capsys: pytest.CaptureFixture[str]) -> None:
+    """The same two runs, every figure counted: the shared machine's 64K all_to_all and all_gather, which
+    the profile does not bound, fell 94% with steady windows in each run, beyond their noise (exit 1);
+    the figures measured once (a rendezvous, no readings, no noise) are compared, never counted."""
+    assert main(["compare", *(str(EVIDENCE / run) for run in HEALTHY)]) == 1
+    head = capsys.readouterr().out.split("\n\n")[0]
+    assert "regressions (figures, gated or not, worse beyond tolerance and noise, or turned FAIL" in head
+    named = [line.split(":")[0].strip() for line in head.splitlines() if line.startswith("  collectives.")]
+    assert sorted(named) == sorted(
+        f"collectives.{op}.{figure}@64K" for op in ("all_to_all", "all_gather") for figure in ("time_us", "busbw_gbps")
+    )
+    assert "(not gated: no bound in either run)" in head
+    assert "connectivity.rendezvous_s" not in head
+
+
+def _nvlink_off(data: dict[str, Any], factor: float) -> None:
+    """Every collectives figure of ``data`` as a node that lost NVLink reads it: busbw x ``factor``, time /
+    ``factor``, each timed window's busbw too."""
+    for probe in data["probes"]:
+        for row in probe["result"].get("rows", []) if probe["name"] == "collectives" else []:
+            row["busbw_windows_gbps"] = [w * factor for w in row["busbw_windows_gbps"]]
+    for test in data["tests"]:
+        for check in test["checks"]:
+            if ".busbw_gbps@" in check["metric"]:
+                check["value"] *= factor
+            elif ".time_us@" in check["metric"]:
+                check["value"] /= factor
+
+
+def _unbound(data: dict[str, Any]) -> None:
+    """The collectives' bounds removed (``init`` on a node no reference row fits), and five steady timed
+    windows recorded per row (this run predates them) so that each figure has its noise."""
+    for probe in data["probes"]:
+        for row in probe["result"].get("rows", []) if probe["name"] == "collectives" else []:
+            row["busbw_windows_gbps"] = [row["busbw_gbps"] * w for w in STEADY]
+    for test in data["tests"]:
+        for check in test["checks"]:
+            if check["metric"].startswith("collectives.") and ".wrong@" not in check["metric"]:
+                check.update(bound="", threshold=None, verdict="info")
+
+
+def test_the_collectives_of_a_node_without_nvlink_regress_though_nothing_bounds_them(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A healthy run and the same node with NVLink unused (busbw -93%), under a profile that bounds no
+    collective: compare exits 1 naming the collectives; ``--gated-only`` keeps the old reading (exit 0)."""
+    old, new = load("h200-x2"), load("h200-x2")
+    _unbound(old)
+    _unbound(new)
+    _nvlink_off(new, 0.07)
+    args = ["compare", write(tmp_path, "old", old), write(tmp_path, "new", new)]
+    assert main(args) == 1
+    head = capsys.readouterr().out.split("\n\n")[0]
+    named = {line.split(":")[0].strip() for line in head.splitlines() if line.startswith("  collectives.")}
+    assert "collectives.all_reduce.busbw_gbps@1G" in named
+    assert all(".busbw_gbps@" in m or ".time_us@" in m for m in named)
+    assert main([*args, "--gated-only"]) == 0
+    out = capsys.readouterr().out
+    assert "regressions (gated figures worse" in out and "worse (not gated)" in out
 
 
 def test_a_slowed_loopback_is_a_regression(capsys: pytest.CaptureFixture[str]) -> None:

@@ -153,7 +153,19 @@ def test_compare_regresses_by_the_judge_s_rules() -> None:
     loss = StoredFigure(value=0.5, bound="<= 0.99", verdict="pass")
     assert not regressed("training.ddp.loss_ratio", loss, replace(loss, value=0.9), 0.05)
     info = StoredFigure(value=100.0, bound="", verdict="info")
-    assert not regressed("compute.copy_gbps_min", info, replace(info, value=10.0), 0.05)
+    assert not regressed("compute.copy_gbps_min", info, replace(info, value=10.0), 0.05)  # noise not known
+
+
+def test_an_ungated_figure_regresses_beyond_its_noise_unless_gated_only() -> None:
+    """A figure no bound gates, measured with its noise, regressed when worse beyond tolerance and noise;
+    ``gated_only`` restores the gated figures alone; an ungated correctness record never regresses."""
+    info = StoredFigure(value=100.0, bound="", verdict="info")
+    metric = "collectives.all_reduce.busbw_gbps@1G"
+    assert regressed(metric, info, replace(info, value=7.0), 0.05, noise=0.01)
+    assert not regressed(metric, info, replace(info, value=7.0), 0.05, noise=0.01, gated_only=True)
+    assert not regressed(metric, info, replace(info, value=98.0), 0.05, noise=0.01)  # within tolerance
+    assert not regressed(metric, info, replace(info, value=90.0), 0.05, noise=0.2)  # within noise
+    assert not regressed("connectivity.world_size", info, replace(info, value=1.0), 0.05, noise=0.01)
 
 
 def test_a_moved_bound_is_not_a_regression_of_the_figure() -> None:

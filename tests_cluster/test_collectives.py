@@ -15,6 +15,7 @@ from acceptance.plugin.api import (
     parametrize_from_profile,
     probe_result,
     require_ranks,
+    transport_figure,
 )
 
 
@@ -90,3 +91,8 @@ def test_latency(sweep: collectives_rules.SweepResult, coll_case: tuple[str, str
 def test_data_correct(sweep: collectives_rules.SweepResult, coll_case: tuple[str, str], check: Checker) -> None:
     op, size = coll_case
     check(f"collectives.{op}.wrong@{size}", _row(sweep, coll_case)["wrong"], "elements")
+
+
+def test_transport_matches_the_hardware(sweep: collectives_rules.SweepResult, check: Checker) -> None:
+    """The collectives' traffic between GPUs that NVLink joins went over NVLink (NCCL's P2P)."""
+    transport_figure(check, "collectives.transport_mismatches", sweep.get("transport"))

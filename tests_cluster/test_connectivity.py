@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from acceptance.families import connectivity as connectivity_rules
-from acceptance.plugin.api import Checker, ClusterRun, Threshold, isolation_env, probe_result
+from acceptance.plugin.api import Checker, ClusterRun, Threshold, isolation_env, probe_result, transport_figure
 
 
 @pytest.fixture(scope="module")
@@ -71,6 +71,14 @@ def test_p2p_slowest_link(cluster: ClusterRun, conn: connectivity_rules.Connecti
     if slowest is None:  # ranks that share a node and measured no link between them: never a pass
         pytest.fail(f"connectivity.p2p_min_gbps: no link inside a node was measured ({len(measured)} links)")
     check("connectivity.p2p_min_gbps", slowest["gbps"], "GB/s", detail)
+
+
+def test_transport_matches_the_hardware(
+    cluster: ClusterRun, conn: connectivity_rules.ConnectivityResult, check: Checker
+) -> None:
+    """Every GPU pair that NVLink joins carried its traffic over NVLink (NCCL's P2P), not SHM or the network."""
+    require_node_peers(cluster)
+    transport_figure(check, "connectivity.transport_mismatches", conn.get("transport"))
 
 
 def test_barrier_latency(conn: connectivity_rules.ConnectivityResult, check: Checker) -> None:

@@ -38,8 +38,14 @@ def add(sub: Any) -> None:
         "--fail-on-regression",
         action=argparse.BooleanOptionalAction,
         default=True,
-        help="exit 1 when a gated figure got worse beyond its tolerance and its noise, or turned FAIL against "
+        help="exit 1 when a figure got worse beyond its tolerance and its noise, or turned FAIL against "
         "the same bound (default: on)",
+    )
+    cmp.add_argument(
+        "--gated-only",
+        action="store_true",
+        help="count as regressions only the figures a bound gated in either run (default: every figure worse "
+        "beyond its tolerance and noise, gated or not)",
     )
     cmp.set_defaults(func=cmd_compare)
     reb = sub.add_parser(
@@ -103,7 +109,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     (old, old_name), (new, new_name) = load(args.old), load(args.new)
     names = (old_name, new_name)
     profile = profiles.load(args.profile).resolved if args.profile else None
-    found = compare.rows(old, new, args.tolerance, profile)
+    found = compare.rows(old, new, args.tolerance, profile, args.gated_only)
     out = [*compare.summary(old, new, found, names)]
     diffs = compare.differences(old, new)
     out += ["differences:", *(f"  {d}" for d in diffs)] if diffs else ["differences: none in profile, software, env"]

@@ -11,11 +11,12 @@ from pydantic import Field
 from typing_extensions import NotRequired
 
 from acceptance.families.gpu_users import ForeignSeen
+from acceptance.families.transport import TransportRecord
 from acceptance.numbers import spread
 from acceptance.schema.bounds import must_be_zero
 from acceptance.schema.collectives import COLLECTIVE_OPS, OPS
 from acceptance.schema.dtypes import DTYPE_NAMES
-from acceptance.schema.family import Family, Metric
+from acceptance.schema.family import GPU_ONLY, Family, Metric
 from acceptance.schema.fields import PositiveInt, Size, Strict
 
 
@@ -55,6 +56,14 @@ COLLECTIVES = Family(
             "lower",
             kind="correctness",
             domains=_SWEEP,
+            builtin=must_be_zero,
+        ),
+        Metric[Collectives](
+            r"(transport_mismatches)",
+            "collectives.<figure>",
+            "lower",
+            kind="correctness",
+            devices=GPU_ONLY,
             builtin=must_be_zero,
         ),
     ),
@@ -145,6 +154,7 @@ class SweepResult(TypedDict):
     nccl_env: dict[str, str]
     # per rank, processes not of this run seen on its GPU during the sweep: the cause of a slow collective
     foreign: NotRequired[dict[str, list[ForeignSeen]]]
+    transport: NotRequired[TransportRecord]  # NotRequired: evidence from before it was recorded
 
 
 def figures(op: str, nbytes: int, seconds: Sequence[Sequence[float]], ranks: int) -> Figures:

@@ -22,8 +22,9 @@ from typing import TypedDict
 from typing_extensions import NotRequired
 
 from acceptance.families.heartbeat import RankIdentity
+from acceptance.families.transport import TransportRecord
 from acceptance.schema.bounds import must_be_zero
-from acceptance.schema.family import Family, Metric
+from acceptance.schema.family import GPU_ONLY, Family, Metric
 from acceptance.schema.fields import PositiveInt, Size, Strict
 
 
@@ -42,6 +43,10 @@ CONNECTIVITY = Family(
         Metric[Connectivity](
             r"(duplicate_uuids|missing_ranks|allreduce_wrong|p2p_wrong)", "connectivity.<figure>", "lower",
             kind="correctness", builtin=must_be_zero,
+        ),
+        Metric[Connectivity](
+            r"(transport_mismatches)", "connectivity.<figure>", "lower", kind="correctness", devices=GPU_ONLY,
+            builtin=must_be_zero,
         ),
         Metric[Connectivity](r"(rendezvous_s|barrier_latency_us)", "connectivity.<figure>", "lower"),
         Metric[Connectivity](r"(world_size)", "connectivity.<figure>", "none", kind="correctness"),
@@ -130,6 +135,7 @@ class ConnectivityResult(LinkFigures):
     missing_ranks: list[int]
     duplicate_uuids: list[str]
     allreduce_wrong: int
+    transport: NotRequired[TransportRecord]  # NotRequired: evidence from before it was recorded
     p2p_size: str
     barrier_latency_us: float
     rendezvous_s: float

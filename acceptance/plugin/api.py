@@ -13,7 +13,7 @@ from typing import Any, cast
 
 import pytest
 
-from acceptance.families import fabric
+from acceptance.families import fabric, transport
 from acceptance.families.answers import clock_events_text
 from acceptance.families.fabric import FABRIC
 from acceptance.families.gpu_users import ForeignSeen, seen_text
@@ -58,6 +58,7 @@ __all__ = [
     "require_ranks",
     "tolerance_below_median",
     "training_runs",
+    "transport_figure",
 ]
 
 
@@ -151,3 +152,19 @@ def foreign_text(foreign: dict[str, list[ForeignSeen]] | None) -> str:
     """Per rank, the processes not of this run seen on its GPU while a figure was measured (the cause a slowed
     figure names, ``acceptance.probes.gpu_sampler``), one line each; "" when none was seen."""
     return "\n".join(f"rank {rank}: {seen_text(seen)}" for rank, seen in (foreign or {}).items() if seen)
+
+
+def transport_figure(check: Checker, metric: str, found: transport.TransportRecord | None) -> None:
+    """``metric`` (``<family>.transport_mismatches``): the rank pairs inside a node that NVLink joins and
+    whose traffic NCCL sent another way, each named with the setting that forced it; the pair-by-transport
+    map goes into the evidence. Skipped, saying why, where nothing can be asserted: no NCCL (gloo), NCCL's
+    log not ours, NVLink not known or joining no pair."""
+    if found is None:
+        pytest.skip("the probe's result records no transport (a result from before it was recorded)")
+    check.measurements("transport", transport.pair_map(found["pairs"]))
+    pairs = transport.inside_nodes(found["pairs"])
+    reason = transport.unjudged(pairs, found)
+    if reason is not None:
+        pytest.skip(reason)
+    bad = transport.mismatches(pairs)
+    check(metric, len(bad), "pairs", transport.summary(pairs, found["settings"]))

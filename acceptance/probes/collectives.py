@@ -7,7 +7,8 @@ figure is the collective's time rather than Python's launch cost; on the CPU (gl
 host clock times a plain loop. The timed calls are cut into up to five windows (``probes.windows``; on
 GPUs a timing event captured between two windows in the graph): a rank's time per call is its median
 window's, then averaged across ranks (nccl-tests' default ``-a 1``); the slowest rank's time is kept too,
-and every window's busbw beside the figure.
+and every window's busbw beside the figure. The transport NCCL chose between each two ranks comes from
+its own report (``probes.nccl_log``).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import torch.distributed as dist
 
 from acceptance.families.collectives import CollectiveRow, CollectivesConfig, Measured, SweepResult, figures
 from acceptance.masking import masked_env
-from acceptance.probes import windows
+from acceptance.probes import nccl_log, windows
 from acceptance.probes.gpu_sampler import GpuSampler
 from acceptance.probes.ops import Op
 from acceptance.probes.rank import Ctx, main, write_json
@@ -127,7 +128,8 @@ def nccl_version() -> str | None:
 def nccl_settings(environ: Mapping[str, str]) -> dict[str, str]:
     """The NCCL variables the run had, for the evidence and the probe's result: a pkey or a password among
     them masked (``masking``), as every record of the environment is."""
-    return masked_env({k: v for k, v in sorted(environ.items()) if k.startswith("NCCL_")})
+    ours = nccl_log.set_here()  # the debug report the probe asked for is no setting of the run's
+    return masked_env({k: v for k, v in sorted(environ.items()) if k.startswith("NCCL_") and k not in ours})
 
 
 def run(ctx: Ctx) -> SweepResult:
@@ -154,6 +156,9 @@ def run(ctx: Ctx) -> SweepResult:
         "nccl_version": nccl_version() if ctx.backend == "nccl" else None,
         "nccl_algo": os.environ.get("NCCL_ALGO", "auto (chosen by NCCL per size)"),
         "nccl_env": nccl_settings(os.environ),
+        # every connection NCCL made in this process so far, the sweep's included (a worker's earlier probes
+        # may have connected the world's ring first: the same GPUs, the same transport)
+        "transport": nccl_log.record(ctx),
     }
     foreign = {str(rank): found for rank, found in enumerate(seen) if found}
     if foreign:

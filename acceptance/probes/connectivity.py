@@ -4,7 +4,8 @@ All-gathers each rank's identity (host, node rank, local rank, device name, GPU 
 shape of the world, runs a small all-reduce whose result is checked, measures every link in concurrent
 rounds (``acceptance.families.connectivity``: every GPU pair inside each node, then every rail across nodes,
 each in both directions, every element checked), so a slow link is named, not averaged away, and
-barrier latency.
+barrier latency. The transport NCCL chose for each pair is read from its own report
+(``probes.nccl_log``) and set beside what NVML says joins the GPUs.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import torch.distributed as dist
 
 from acceptance.families import connectivity
 from acceptance.families.connectivity import ConnectivityConfig, ConnectivityResult, Link, LinkFigures, RankDevice
+from acceptance.probes import nccl_log
 from acceptance.probes.links import measure_rounds, name_links, ranks_by_node, stable_node
 from acceptance.probes.rank import Ctx, main
 from acceptance.schema.sizes import format_size, parse_size
@@ -101,6 +103,7 @@ def run(ctx: Ctx) -> ConnectivityResult:
     ranks = ctx.gather(identity(ctx))
     wrong = sum(ctx.gather(small_allreduce(ctx)))
     measured = every_link(ctx, ranks, cfg)
+    used = nccl_log.record(ctx)  # what NCCL connected so far: the all-reduce's ring and every link
     latency = barrier_latency_us(ctx, cfg["barrier_iters"])
     by_rank = {r["rank"]: r for r in ranks}
     nodes: dict[str, list[int]] = {}
@@ -118,6 +121,7 @@ def run(ctx: Ctx) -> ConnectivityResult:
         "duplicate_uuids": sorted(u for u, c in uuids.items() if c > 1),
         "allreduce_wrong": wrong,
         **measured,
+        "transport": used,
         "p2p_size": format_size(parse_size(cfg["p2p_size"])),
         "barrier_latency_us": sum(ctx.gather(latency)) / ctx.world_size,
         "rendezvous_s": max(r["init_s"] for r in ranks),

@@ -10,7 +10,7 @@ The library is a parameter so that a recorded NVML (the unit tests') goes throug
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, TypedDict, TypeVar
+from typing import Any, TypedDict, TypeVar, cast
 
 from acceptance.families.answers import NOT_MEASURED as NOT_MEASURED
 from acceptance.families.answers import NotMeasured, not_measured
@@ -90,6 +90,29 @@ def _node(lib: Any) -> NodeAnswers:
         "gpu_count": count,
         "gpus": gpus,
     }
+
+
+def read_nvlink_pairs(lib: Any = None) -> dict[str, bool] | NotMeasured:
+    """For every two GPUs of this node (``"a-b"``, NVML indices, the lower first): whether NVLink joins them
+    (``nvmlDeviceGetP2PStatus`` with the NVLink capability), which decides the transport NCCL should take."""
+    return _session(lib, _nvlink_pairs)
+
+
+def _nvlink_pairs(lib: Any) -> dict[str, bool] | NotMeasured:
+    ask = _Asker(lib)
+    count = ask("GPU count", lib.nvmlDeviceGetCount)
+    if not is_measured(count):
+        return cast(NotMeasured, count)
+    handles = [lib.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
+    found: dict[str, bool] = {}
+    for a in range(count):
+        for b in range(a + 1, count):
+            nvlink = lib.NVML_P2P_CAPS_INDEX_NVLINK
+            status = ask("P2P status", lib.nvmlDeviceGetP2PStatus, handles[a], handles[b], nvlink)
+            if not is_measured(status):
+                return cast(NotMeasured, status)
+            found[f"{a}-{b}"] = status == lib.NVML_P2P_STATUS_OK
+    return found
 
 
 def read_settings(uuid: str | None, lib: Any = None) -> SettingsAnswers | NotMeasured:

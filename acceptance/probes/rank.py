@@ -50,6 +50,7 @@ from acceptance.families.storage import StorageConfig
 from acceptance.families.training import BaselineSpec
 from acceptance.families.training.figures import TrainingConfig
 from acceptance.json_types import JSONObject
+from acceptance.probes.nccl_log import enable as enable_nccl_log
 from acceptance.schema.dtypes import DTYPE_NAMES
 
 # the profile's type names as torch types, for every probe (the names are torch's attribute names)
@@ -166,6 +167,9 @@ class Ctx:
     # the process group a part of the probe runs on where it is smaller than the world (a training job's
     # scaling baseline); ``rank`` and ``world_size`` are then this rank's place in it. None: the world.
     within: Any = None
+    # this rank's NCCL debug report, where the transports it chose are read (``probes.nccl_log``); None: not
+    # NCCL, or the user's own NCCL_DEBUG_FILE
+    nccl_log: Path | None = None
 
     @property
     def is_cuda(self) -> bool:
@@ -257,6 +261,8 @@ def connect(spec: ProbeSpec, out: Path, beat: Heartbeat) -> Ctx:
     backend = spec["backend"]
     device = torch.device("cuda", local_rank) if spec["device"] == "cuda" else torch.device("cpu")
     timeout = datetime.timedelta(seconds=float(spec.get("pg_timeout_s", 600)))
+    # NCCL reads its debug settings at its first message: before the process group, or never
+    nccl_log = enable_nccl_log(out.parent / "nccl") if backend == "nccl" else None
     t0 = time.perf_counter()
     if device.type == "cuda":
         torch.cuda.set_device(device)
@@ -278,6 +284,7 @@ def connect(spec: ProbeSpec, out: Path, beat: Heartbeat) -> Ctx:
         spec=spec,
         out=out,
         beat=beat,
+        nccl_log=nccl_log,
     )
 
 

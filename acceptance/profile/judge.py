@@ -145,17 +145,24 @@ def regressed(
     new: StoredFigure | None,
     tolerance: float,
     noise: float | None = None,
+    gated_only: bool = False,
 ) -> bool:
     """Whether a stored check ``new`` regressed from ``old`` (``compare`` of two runs), by the judge's rules:
     a figure gated in either run whose verdict turned to a failure against the same bound, or a performance
     figure worse than the old run's beyond ``tolerance`` and beyond the noise (the rule ``Judge`` applies to
-    ``--cluster-baseline``). ``noise``: the standard error of the difference, by default from both checks'
+    ``--cluster-baseline``), gated or not: a profile that bounds nothing of a family (``init`` on a node no
+    reference row fits) must not hide that the family's figures fell. A figure bounded in neither run counts
+    only where its noise is known (``noise``, or both checks' readings); ``gated_only``: only figures
+    bounded in either run count. ``noise``: the standard error of the difference, by default from both checks'
     readings (``baseline.figures``). A figure that failed a bound the old run did not have (``bound_moved``)
     did not regress for that: only its value can. A correctness figure (whose bound is a sanity gate, not
     a baseline) regressed where it is out of either run's bound and got worse, or is out of the bound the
-    old run met, whatever bound it has now (``_correctness_regressed``)."""
-    if new is None or not ((old is not None and old.bound) or new.bound):
+    old run met, whatever bound it has now (``_correctness_regressed``); one bounded in neither run is a
+    record, not a gate, and never regressed."""
+    if new is None:
         return False
+    if not ((old is not None and old.bound) or new.bound):
+        return not gated_only and _ungated_regressed(metric, old, new, tolerance, noise)
     turned_fail = new.verdict == "fail" and (old is None or old.verdict != "fail")
     if turned_fail and not bound_moved(old, new):  # out of the same bound now
         return True
@@ -163,6 +170,23 @@ def regressed(
         return False
     if kind(metric) == "correctness":
         return _correctness_regressed(metric, old, new)
+    return _worse(metric, old, new, tolerance, noise)
+
+
+def _ungated_regressed(
+    metric: str, old: StoredFigure | None, new: StoredFigure, tolerance: float, noise: float | None
+) -> bool:
+    """A performance figure no bound chose, worse beyond tolerance and noise: judged only where the runs
+    measured its noise (its readings), for a single reading of a rendezvous or of a step's spread moves by
+    more than any tolerance between two healthy runs."""
+    if old is None or kind(metric) != "performance":
+        return False
+    noise = baselines.noise_between(old.noise, new.noise) if noise is None else noise
+    return noise is not None and _worse(metric, old, new, tolerance, noise)
+
+
+def _worse(metric: str, old: StoredFigure, new: StoredFigure, tolerance: float, noise: float | None) -> bool:
+    """``new`` worse than ``old`` beyond ``tolerance`` and beyond the noise (``noise``, else both checks')."""
     if noise is None:
         noise = baselines.noise_between(old.noise, new.noise)
     judged = baselines.judge({canonical_metric(metric): old}, metric, new.value, True, tolerance, noise)

@@ -1,11 +1,13 @@
 """Two runs side by side: per figure which way is better, the change, whether it is beyond the tolerance
 and the noise, verdict changes, and what differs in the profile and the software; worst first.
 
-A gated figure (bounded in either run) whose verdict turned to FAIL against the same bound, or a gated
-performance figure that got worse beyond its tolerance and beyond its noise (``judge.regressed``: the rule
-of ``--cluster-baseline``), is a regression: ``cluster-acceptance compare`` exits 1 on one
-(``--no-fail-on-regression``: 0). A figure that fails a bound the old run did not have is shown as
-"bound moved": the profile changed, not the cluster.
+A gated figure (bounded in either run) whose verdict turned to FAIL against the same bound, or a performance
+figure that got worse beyond its tolerance and beyond its noise (``judge.regressed``: the rule of
+``--cluster-baseline``), gated or not, is a regression: ``cluster-acceptance compare`` exits 1 on one
+(``--no-fail-on-regression``: 0). A profile that bounds nothing of a family (``init`` on a node no reference
+row fits) would otherwise let a fabric that lost NVLink compare clean; ``--gated-only`` counts the figures
+the profile bounds alone. A figure that fails a bound the old run did not have is shown as "bound moved":
+the profile changed, not the cluster.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ class Row:
     unit: str
     old: StoredFigure | None  # the check in the old run, None where it was not measured
     new: StoredFigure | None
+    gated_only: bool = False  # only a figure bounded in either run can regress (``--gated-only``)
 
     @property
     def gated(self) -> bool:
@@ -48,7 +51,9 @@ class Row:
 
     @property
     def regression(self) -> bool:
-        return regressed(self.change.metric, self.old, self.new, self.change.tolerance, self.change.noise)
+        return regressed(
+            self.change.metric, self.old, self.new, self.change.tolerance, self.change.noise, self.gated_only
+        )
 
     @property
     def bound_moved(self) -> bool:
@@ -61,9 +66,11 @@ def rows(
     new: EvidenceDoc,
     tolerance: float | None = None,
     profile: JSONObject | None = None,
+    gated_only: bool = False,
 ) -> list[Row]:
     """Every figure of either run, regressions first, then by how much worse, then the rest. Tolerances come
-    from ``tolerance``, else ``profile`` (a resolved profile), else the profile the new run recorded."""
+    from ``tolerance``, else ``profile`` (a resolved profile), else the profile the new run recorded.
+    ``gated_only``: a figure bounded in neither run is compared, never a regression."""
     before, after = figures(old), figures(new)
     profile = view.resolved(new) if profile is None else profile
     out = []
@@ -72,7 +79,7 @@ def rows(
         tol = tolerance_for(profile, metric, tolerance)
         noise = noise_between(noise_in(a), noise_in(b))
         found = change(metric, a.value if a else None, b.value if b else None, tol, noise)
-        out.append(Row(found, (b or a or StoredFigure()).unit, a, b))
+        out.append(Row(found, (b or a or StoredFigure()).unit, a, b, gated_only))
     return sorted(out, key=_order)
 
 
@@ -84,7 +91,7 @@ def _order(row: Row) -> tuple[int, float, float]:
 
 def _flag(row: Row) -> str:
     if row.regression:
-        return "REGRESSION"
+        return "REGRESSION" if row.gated else "REGRESSION (not gated)"
     if row.bound_moved:
         return "bound moved"
     if row.change.beyond:
@@ -149,14 +156,16 @@ def summary(old: EvidenceDoc, new: EvidenceDoc, found: list[Row], names: tuple[s
             f"sha256 {data.profile.sha256[:12]}, started {data.started}"
         )
     bad = [r for r in found if r.regression]
+    counted = "gated figures" if any(r.gated_only for r in found) else "figures, gated or not,"
     lines.append(
-        f"regressions (gated figures worse beyond tolerance and noise, or turned FAIL by the same bound): {len(bad)}"
+        f"regressions ({counted} worse beyond tolerance and noise, or turned FAIL by the same bound): {len(bad)}"
     )
     for r in bad:
         worse = "" if r.change.worse_by == 0 else f", {r.change.worse_shown} worse"
         bound = (r.new or StoredFigure()).bound or "-"
         why = f"verdict {r.verdicts} against {bound}" if r.turned_fail else "beyond tolerance"
         why += f" and noise ({r.change.noise_shown})" if not r.turned_fail and r.change.noise is not None else ""
+        why += "" if r.gated else " (not gated: no bound in either run)"
         lines.append(
             f"  {r.change.metric}: {_num(r.change.old)} -> {_num(r.change.new)} {r.unit} "
             f"({r.change.shown}{worse}, {ARROWS[r.change.better]} is better): {why}"

@@ -1,0 +1,82 @@
+"""NCCL's own report of the transports it chose, per rank, and the record a network probe keeps of it.
+
+``enable`` runs in each rank before its process group exists (``rank.connect``): NCCL reads its debug
+settings once, at its first message. It asks for ``NCCL_DEBUG=INFO`` with ``NCCL_DEBUG_SUBSYS=INIT,P2P,NET``
+into one file per rank (``NCCL_DEBUG_FILE=<dir>/nccl-%h.%p.log``: NCCL puts the host and the pid in), so
+the lines never reach the probe's log; NCCL's warnings go to that file too. A user's own
+``NCCL_DEBUG_FILE`` is left alone, and then nothing is recorded (the reason says so).
+
+``record`` (every rank of a probe calls it) reads this rank's file, gathers every rank's lines and each
+node's NVML answer, and returns the rules' record (``acceptance.families.transport``) on every rank.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, TypedDict
+
+from acceptance.families import transport
+from acceptance.families.answers import unanswered
+from acceptance.probes import nvml
+
+if TYPE_CHECKING:  # rank.connect calls enable(): the context's module imports this one
+    from acceptance.probes.rank import Ctx
+
+FILE = "nccl-%h.%p.log"
+SET_HERE_ENV = "ACCEPTANCE_NCCL_DEBUG_SET"  # the names enable() set, so that no record shows them as the user's
+
+
+def enable(folder: Path) -> Path | None:
+    """NCCL's debug report into ``folder`` for this process, unless the user chose its file; returns the
+    folder, or None where the user's ``NCCL_DEBUG_FILE`` stands."""
+    if os.environ.get("NCCL_DEBUG_FILE"):
+        return None
+    folder.mkdir(parents=True, exist_ok=True)
+    chosen = {**transport.DEBUG_SETTINGS, "NCCL_DEBUG_FILE": str(folder / FILE)}
+    if os.environ.get("NCCL_DEBUG", "").upper() == "TRACE":  # more than INFO already
+        del chosen["NCCL_DEBUG"]
+    os.environ.update(chosen)
+    os.environ[SET_HERE_ENV] = ",".join(chosen)
+    return folder
+
+
+def set_here() -> set[str]:
+    """The NCCL variables ``enable`` set in this process (not the user's)."""
+    return {*os.environ.get(SET_HERE_ENV, "").split(","), SET_HERE_ENV} - {""}
+
+
+def own_log(folder: Path) -> str:
+    """This process's NCCL log (NCCL names it by the host as it shortens it, and by the pid)."""
+    found = sorted(folder.glob(f"nccl-*.{os.getpid()}.log"))
+    return found[0].read_text(errors="replace") if found else ""
+
+
+class _Gathered(TypedDict):
+    log: transport.RankLog
+    nvlink: dict[str, bool] | str | None  # local rank 0's NVML answer, or why there is none
+
+
+def record(ctx: Ctx) -> transport.TransportRecord:
+    """Every rank's connections so far and each node's NVLink pairs, on every rank (a collective call)."""
+    if ctx.backend != "nccl":
+        return transport.not_recorded(f"backend {ctx.backend}: no NCCL, no transport to read", os.environ)
+    if ctx.nccl_log is None:
+        return transport.not_recorded(
+            f"NCCL_DEBUG_FILE={os.environ.get('NCCL_DEBUG_FILE')} set by the environment: its log is the user's",
+            os.environ,
+        )
+    ctx.phase("transport")
+    dev, connections = transport.parse(own_log(ctx.nccl_log))
+    log: transport.RankLog = {
+        "rank": ctx.rank, "host": ctx.host, "local_rank": ctx.local_rank, "dev": dev, "connections": connections
+    }  # fmt: skip
+    mine: _Gathered = {"log": log, "nvlink": _nvlink() if ctx.local_rank == 0 else None}
+    every: list[_Gathered] = ctx.gather(mine)
+    answers = {g["log"]["host"]: g["nvlink"] for g in every if g["nvlink"] is not None}
+    return transport.record([g["log"] for g in every], answers, os.environ)
+
+
+def _nvlink() -> dict[str, bool] | str:
+    answer = nvml.read_nvlink_pairs()
+    return answer["not_measured"] if unanswered(answer) else answer

@@ -1,0 +1,237 @@
+"""The transport NCCL used, from recorded NCCL INFO logs (NCCL 2.2x's wording, src/transport/*.cc) and
+recorded NVML answers: the parser, each transport, the expectation from NVLink, the mismatch message."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from acceptance.families import transport
+from acceptance.families.transport import RankLog
+from acceptance.probes import nvml
+
+HOST = "gpu-node-1"
+
+
+def _line(rank: int, dev: int, text: str) -> str:
+    return f"{HOST}:{4100 + rank}:{4200 + rank} [{dev}] NCCL INFO {text}"
+
+
+def _init(rank: int, dev: int, nranks: int = 2) -> str:
+    return _line(
+        rank,
+        dev,
+        f"ncclCommInitRankConfig comm 0x55d0c8a0 rank {rank} nranks {nranks} cudaDev {dev} nvmlDev {dev} "
+        f"busId {18 + dev}000 commId 0x5f1c2e9d0a7b3c41 - Init START",
+    )
+
+
+# two ranks of one node, GPUs 0 and 1 joined by NVLink: NCCL's own report of each setting
+P2P = {
+    0: [
+        _init(0, 0),
+        _line(0, 0, "NCCL_DEBUG_SUBSYS set by environment to INIT,P2P,NET."),
+        _line(0, 0, "Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM/read"),
+        _line(0, 0, "Channel 01/0 : 0[0] -> 1[1] via P2P/CUMEM/read"),
+        _line(0, 0, "Channel 00/1 : 0[0] -> 1[1] via P2P/CUMEM/read"),
+        _line(0, 0, "Connected all rings, use ring PXN 0 GDR 1"),
+    ],
+    1: [
+        _init(1, 1),
+        _line(1, 1, "Channel 00/0 : 1[1] -> 0[0] via P2P/CUMEM/read"),
+        _line(1, 1, "Channel 01/0 : 1[1] -> 0[0] via P2P/CUMEM/read"),
+    ],
+}
+SHM = {  # NCCL_P2P_DISABLE=1
+    0: [_init(0, 0), _line(0, 0, "Channel 00 : 0[0] -> 1[1] via SHM/direct/direct")],
+    1: [_init(1, 1), _line(1, 1, "Channel 00 : 1[1] -> 0[0] via SHM/direct/direct")],
+}
+SOCKET = {  # NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 NCCL_IB_DISABLE=1: the network, even inside the node
+    0: [
+        _init(0, 0),
+        _line(0, 0, "Channel 00/0 : 1[1] -> 0[0] [receive] via NET/Socket/0"),
+        _line(0, 0, "Channel 00/0 : 0[0] -> 1[1] [send] via NET/Socket/0"),
+    ],
+    1: [
+        _init(1, 1),
+        _line(1, 1, "Channel 00/0 : 0[0] -> 1[1] [receive] via NET/Socket/0"),
+        _line(1, 1, "Channel 00/0 : 1[1] -> 0[0] [send] via NET/Socket/0"),
+    ],
+}
+IB = {  # NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 on a node with InfiniBand: GPUDirect RDMA through the NIC
+    0: [
+        "[2026-05-05 06:16:47] " + _init(0, 0),  # a timestamp where NCCL_DEBUG_TIMESTAMP_LEVELS asks for one
+        _line(0, 0, "Channel 00/0 : 1[1] -> 0[0] [receive] via NET/IB/0/GDRDMA"),
+        _line(0, 0, "Channel 00/0 : 0[0] -> 1[1] [send] via NET/IB/0(1)/GDRDMA/Shared"),
+    ],
+    1: [_init(1, 1), _line(1, 1, "Channel 00/0 : 1[1] -> 0[0] [send] via NET/IB/1/GDRDMA")],
+}
+
+
+def _logs(recorded: dict[int, list[str]], host: str = HOST) -> list[RankLog]:
+    out: list[RankLog] = []
+    for rank, lines in recorded.items():
+        dev, connections = transport.parse("\n".join(lines))
+        out.append({"rank": rank, "host": host, "local_rank": rank, "dev": dev, "connections": connections})
+    return out
+
+
+NVLINK = {HOST: {"0-1": True}}
+PCIE_ONLY = {HOST: {"0-1": False}}
+
+
+def test_the_parser_reads_each_transport_and_the_rank_s_own_gpu() -> None:
+    dev, found = transport.parse("\n".join(IB[0]))
+    assert dev == 0
+    assert found == [
+        {"src": 1, "src_dev": 1, "dst": 0, "dst_dev": 0, "transport": "NET/IB/0/GDRDMA", "kind": "NET",
+         "receive": True},
+        {"src": 0, "src_dev": 0, "dst": 1, "dst_dev": 1, "transport": "NET/IB/0(1)/GDRDMA/Shared", "kind": "NET",
+         "receive": False},
+    ]  # fmt: skip
+    assert [c["transport"] for c in transport.parse("\n".join(SHM[1]))[1]] == ["SHM/direct/direct"]
+    assert transport.parse("\n".join(P2P[0]))[1][0]["kind"] == "P2P"
+    assert transport.parse("no NCCL here\nNCCL INFO Connected all rings") == (None, [])
+    # without the init line, the rank's side of its first connection names its GPU
+    assert transport.parse(_line(1, 3, "Channel 00/0 : 1[3] -> 0[2] via P2P/IPC"))[0] == 3
+
+
+@pytest.mark.parametrize(
+    ("recorded", "used"),
+    [
+        (P2P, ["P2P/CUMEM/read"]),
+        (SHM, ["SHM/direct/direct"]),
+        (SOCKET, ["NET/Socket/0"]),
+        (IB, ["NET/IB/0(1)/GDRDMA/Shared", "NET/IB/0/GDRDMA", "NET/IB/1/GDRDMA"]),
+    ],
+)
+def test_each_pair_is_named_with_the_transports_it_used(recorded: dict[int, list[str]], used: list[str]) -> None:
+    pairs, unresolved = transport.resolve(_logs(recorded), NVLINK)
+    assert unresolved == []
+    assert [(p["src"], p["dst"]) for p in pairs] == [(0, 1), (1, 0)]
+    assert sorted({t for p in pairs for t in p["transports"]}) == sorted(used)
+    assert all(p["nvlink"] is True and p["expected"] == "P2P" for p in pairs)
+    assert all(p["mismatch"] is (used != ["P2P/CUMEM/read"]) for p in pairs)
+
+
+def test_without_nvlink_nothing_is_expected() -> None:
+    """PCIe between the GPUs (NVML: no NVLink): SHM is NCCL's own choice, recorded, never a mismatch."""
+    pairs, _ = transport.resolve(_logs(SHM), PCIE_ONLY)
+    assert all(p["nvlink"] is False and p["expected"] is None and not p["mismatch"] for p in pairs)
+    found = transport.record(_logs(SHM), PCIE_ONLY, {})
+    assert transport.unjudged(transport.inside_nodes(found["pairs"]), found) == (
+        "NVML says no NVLink joins any of the 2 rank pairs: nothing to assert (transports recorded)"
+    )
+
+
+def test_nvlink_not_known_is_said_not_passed() -> None:
+    found = transport.record(_logs(SHM), {HOST: "NVML: pynvml is not installed"}, {})
+    assert found["recorded"] and not found["nvlink_known"]
+    reason = transport.unjudged(found["pairs"], found)
+    assert reason is not None and "NVLink not known on gpu-node-1 (gpu-node-1: NVML: pynvml is not installed)" in reason
+
+
+def test_the_mismatch_names_the_pair_the_transport_and_the_setting_that_forced_it() -> None:
+    env = {"NCCL_P2P_DISABLE": "1", "NCCL_ALGO": "Ring", "PATH": "/bin"}
+    found = transport.record(_logs(SHM), NVLINK, env)
+    assert found["settings"] == {"NCCL_P2P_DISABLE": "1"}
+    pairs = transport.inside_nodes(found["pairs"])
+    assert transport.unjudged(pairs, found) is None
+    assert transport.summary(pairs, found["settings"]) == (
+        "2 of 2 rank pairs joined by NVLink went another way: "
+        "gpu-node-1 GPU 0 -> GPU 1: SHM/direct/direct, expected P2P "
+        "(NVLink joins the GPUs; NCCL_P2P_DISABLE=1 set in the environment); "
+        "gpu-node-1 GPU 1 -> GPU 0: SHM/direct/direct, expected P2P "
+        "(NVLink joins the GPUs; NCCL_P2P_DISABLE=1 set in the environment)"
+    )
+    both = transport.record(_logs(SOCKET), NVLINK, {"NCCL_SHM_DISABLE": "1", "NCCL_P2P_DISABLE": "1"})
+    assert "NET/Socket/0, expected P2P (NVLink joins the GPUs; NCCL_P2P_DISABLE=1, NCCL_SHM_DISABLE=1 set" in (
+        transport.summary(both["pairs"], both["settings"])
+    )
+    unforced = transport.record(_logs(SHM), NVLINK, {})
+    assert "no NCCL setting forced it" in transport.summary(unforced["pairs"], unforced["settings"])
+
+
+def test_a_healthy_node_reads_every_pair_over_p2p() -> None:
+    found = transport.record(_logs(P2P), NVLINK, {})
+    assert transport.mismatches(found["pairs"]) == []
+    assert transport.summary(found["pairs"], {}) == "2 rank pairs joined by NVLink, each over P2P"
+    assert transport.pair_map(found["pairs"]) == {
+        "gpu-node-1 GPU 0 -> gpu-node-1 GPU 1": "P2P/CUMEM/read",
+        "gpu-node-1 GPU 1 -> gpu-node-1 GPU 0": "P2P/CUMEM/read",
+    }
+
+
+def test_two_nodes_net_peers_by_world_rank_and_one_node_s_p2p_off() -> None:
+    """Two nodes of two GPUs (ranks 0-1 on a, 2-3 on b), node b started with NCCL_P2P_DISABLE=1: b's
+    pair went SHM (a mismatch), a's P2P; the rails went over the network, named by their world ranks."""
+    a = {
+        0: [_init(0, 0, 4), _line(0, 0, "Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM/read"),
+            _line(0, 0, "Channel 00/0 : 0[0] -> 2[0] [send] via NET/IB/0/GDRDMA")],
+        1: [_init(1, 1, 4), _line(1, 1, "Channel 00/0 : 1[1] -> 0[0] via P2P/CUMEM/read"),
+            _line(1, 1, "Channel 00/0 : 3[1] -> 1[1] [receive] via NET/IB/1/GDRDMA")],
+    }  # fmt: skip
+    b = {
+        2: [_init(2, 0, 4), _line(2, 0, "Channel 00 : 2[0] -> 3[1] via SHM/direct/direct"),
+            _line(2, 0, "Channel 00/0 : 0[0] -> 2[0] [receive] via NET/IB/0/GDRDMA")],
+        3: [_init(3, 1, 4), _line(3, 1, "Channel 00 : 3[1] -> 2[0] via SHM/direct/direct"),
+            _line(3, 1, "Channel 00/0 : 3[1] -> 1[1] [send] via NET/IB/1/GDRDMA"),
+            _line(3, 1, "Channel 00/1 : 1[1] -> 0[1] [send] via NET/IB/1/GDRDMA")],  # a subgroup's ranks
+    }  # fmt: skip
+    logs = [*_logs(a, "node-a"), *_logs(b, "node-b")]
+    found = transport.record(logs, {"node-a": {"0-1": True}, "node-b": {"0-1": True}}, {})
+    used = {(p["src"], p["dst"]): p["transports"] for p in found["pairs"]}
+    assert used == {
+        (0, 1): ["P2P/CUMEM/read"], (1, 0): ["P2P/CUMEM/read"],
+        (2, 3): ["SHM/direct/direct"], (3, 2): ["SHM/direct/direct"],
+        (0, 2): ["NET/IB/0/GDRDMA"], (3, 1): ["NET/IB/1/GDRDMA"],
+    }  # fmt: skip
+    assert [(p["src"], p["dst"]) for p in transport.mismatches(found["pairs"])] == [(2, 3), (3, 2)]
+    rails = [p for p in found["pairs"] if p["src_host"] != p["dst_host"]]
+    assert all(p["nvlink"] is None and not p["mismatch"] for p in rails)  # across nodes: recorded only
+    # rank 3 as rank 1 of a subgroup, its peer that group's rank 0 on GPU 1: world rank 0's GPU is 0, so
+    # the peer is not guessed but kept apart
+    assert found["unresolved"] == [{"rank": 3, "peer_comm_rank": 0, "peer_dev": 1, "transport": "NET/IB/1/GDRDMA"}]
+
+
+class _Nvml:
+    """A recorded NVML: ``links`` holds the GPU pairs NVLink joins."""
+
+    NVML_P2P_CAPS_INDEX_NVLINK = 3
+    NVML_P2P_STATUS_OK = 0
+    NVML_P2P_STATUS_NOT_SUPPORTED = 5
+
+    class NVMLError(Exception):
+        pass
+
+    def __init__(self, count: int, links: set[tuple[int, int]], fail: bool = False) -> None:
+        self.count, self.links, self.fail = count, links, fail
+
+    def nvmlInit(self) -> None:
+        pass
+
+    def nvmlShutdown(self) -> None:
+        pass
+
+    def nvmlDeviceGetCount(self) -> int:
+        return self.count
+
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> Any:
+        return SimpleNamespace(index=index)
+
+    def nvmlDeviceGetP2PStatus(self, a: Any, b: Any, capability: int) -> int:
+        if self.fail:
+            raise self.NVMLError("Not Supported")
+        assert capability == self.NVML_P2P_CAPS_INDEX_NVLINK
+        return self.NVML_P2P_STATUS_OK if (a.index, b.index) in self.links else self.NVML_P2P_STATUS_NOT_SUPPORTED
+
+
+def test_nvlink_pairs_from_recorded_nvml_answers() -> None:
+    """Four GPUs, NVLink between every pair but 1-3 (a link down there, or a PCIe-only pair)."""
+    links = {(0, 1), (0, 2), (0, 3), (1, 2), (2, 3)}
+    assert nvml.read_nvlink_pairs(_Nvml(4, links)) == {
+        "0-1": True, "0-2": True, "0-3": True, "1-2": True, "1-3": False, "2-3": True,
+    }  # fmt: skip
+    assert nvml.read_nvlink_pairs(_Nvml(2, set(), fail=True)) == {"not_measured": "P2P status: Not Supported"}
