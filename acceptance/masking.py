@@ -38,8 +38,9 @@ def is_secret(name: str) -> bool:
 
 # scheme://user:password@host: the password goes (RFC 3986 userinfo; a user alone is no secret)
 _URL_CREDENTIALS = re.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.-]*://[^/\s:@]*):(?P<secret>[^/\s@]+)@")
-# an HTTP authorization: Bearer TOKEN, Basic BASE64, token TOKEN
-_AUTHORIZATION = re.compile(r"(?P<head>\b(?:Bearer|Basic|Token)\s+)(?P<secret>[A-Za-z0-9._~+/=-]+)", re.IGNORECASE)
+# an HTTP authorization: Bearer TOKEN, Basic BASE64, Token TOKEN (RFC 9110's scheme names, capitalised as
+# headers write them; the credential at least 8 characters): "per token and", "a basic check" are prose
+_AUTHORIZATION = re.compile(r"(?P<head>\b(?:Bearer|BEARER|Basic|BASIC|Token)\s+)(?P<secret>[A-Za-z0-9._~+/=-]{8,})")
 # a name holding a secret word (not ``tokens``: a figure's name, ``tokens_per_s_per_gpu``, is no secret)
 _WORDS = "|".join("TOKEN(?!S)" if word == "TOKEN" else word for word in SECRET_WORDS)
 _SECRET_NAME = rf"[\w.-]*(?:{_WORDS})[\w.-]*"

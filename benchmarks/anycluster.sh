@@ -6,6 +6,7 @@
 #   shmoff   NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 (sockets)
 #   compare  `cluster-acceptance compare` of healthy against p2poff (exit 1 expected, naming the collectives)
 # e.g. `benchmarks/anycluster.sh healthy p2poff` then `benchmarks/anycluster.sh shmoff compare` (NAME, default x4).
+[ -n "${OUT:-}" ] || { echo "OUT: name an empty folder for what the runs write" >&2; exit 2; }
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl || exit 1
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 PYTHONPATH=/tmp/site:$PWD
 NAME=${NAME:-x4}

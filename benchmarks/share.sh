@@ -5,6 +5,7 @@
 #   foreign one run on GPUs 0,1 with a bf16 matmul loop (matmul_loop.py) started on GPU 1 DELAY seconds in
 #           (default 25: after the preflight, before the per-GPU figures): its figures name the process
 # e.g. `benchmarks/share.sh pair foreign`. PROFILE: default h200-x2 on H200s, h100-x1 (2 GPUs) on H100s.
+[ -n "${OUT:-}" ] || { echo "OUT: name an empty folder for what the runs write" >&2; exit 2; }
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl || exit 1
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 PYTHONPATH=/tmp/site:$PWD
 nvidia-smi -L

@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 from collections.abc import Sequence
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -333,3 +334,38 @@ def test_a_drained_gpu_is_named_by_its_uuid_as_well() -> None:
     data = doc(tests=[slow], cluster={"nodes": [{"host": "gpu-a", "node_rank": 0, "devices": devices}]})
     [node] = build(data, Path("e.json"))["nodes"]
     assert (node["gpus"], node["gpu_uuids"]) == (["1"], ["GPU-1c1df6ab-8018-4381-a5ab-c3739ddfcf57"])
+
+
+class _Case:
+    category: str | None = None
+
+
+class _Run:
+    """What ``categorize`` reads of the run: its timeout override and its evidence's test cases."""
+
+    timeout_override = None
+
+    def __init__(self) -> None:
+        self.cases: dict[str, _Case] = {}
+        self.evidence = self
+
+    def test(self, nodeid: str) -> _Case:
+        return self.cases.setdefault(nodeid, _Case())
+
+
+@pytest.mark.parametrize(
+    ("message", "category"),
+    [
+        ("12 of 12 rank pairs ...: SHM/direct/direct, expected P2P (NCCL_P2P_DISABLE=1 set in the environment)",
+         "environment"),
+        (f"compute.matmul_tflops_min = 307 ... ({FOREIGN_LOAD}: pid 941 `python3`)", "foreign load"),
+        ("compute.matmul_tflops_min = 307 TFLOP/s, expected >= 600", None),
+    ],
+)  # fmt: skip
+def test_a_failure_s_category_comes_from_its_cause(message: str, category: str | None) -> None:
+    """A transport forced by a setting of the run is the setting's (environment), another job's process the
+    foreign load's; a figure with neither keeps the guess by its family (None here: the drain list guesses)."""
+    run = _Run()
+    report = SimpleNamespace(failed=True, longrepr=message, nodeid="test_x.py::test_y")
+    drain_hooks.categorize(SimpleNamespace(excinfo=None), report, run)  # type: ignore[arg-type]
+    assert run.test("test_x.py::test_y").category == category

@@ -108,9 +108,11 @@ def test_a_direct_mesh_floors_p2p_by_the_links_between_the_pair() -> None:
     mesh = [
         GpuLinks(i, f"bus{i}", tuple(NvLink(k, True, 4, f"bus{peers[i][k % 3]}") for k in range(12))) for i in range(4)
     ]
-    found = by_metric(floors.hardware_floors(node(*mesh), 1, ("all_reduce",), ("1G",)))
+    found = by_metric(floors.hardware_floors(node(*mesh), 1, ("all_reduce", "sendrecv"), ("1G",)))
     assert found["connectivity.p2p_min_gbps"].minimum == 25.0  # 4 links x 25 = 100 GB/s x 0.25
     assert found["collectives.all_reduce.busbw_gbps@1G"].minimum == 90.0  # 12 x 25 = 300 x 0.3
+    # sendrecv goes to one peer: the pair's 4 links bound it, not the GPU's 12
+    assert found["collectives.sendrecv.busbw_gbps@1G"].minimum == 30.0  # 4 x 25 = 100 x 0.3
     assert "NVLink3 4 links" in found["connectivity.p2p_min_gbps"].fact
     assert "compute.h2d_gbps_min" not in found  # NVML told no PCIe link
 

@@ -4,6 +4,7 @@ that names each foreign pid and command, and the preflight that fails on them.""
 from __future__ import annotations
 
 import os
+import subprocess
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -164,20 +165,25 @@ def torch_cpu() -> Any:
     return torch.device("cpu")
 
 
+@pytest.mark.e2e
 def test_a_process_that_starts_on_the_gpu_while_timed_is_named_as_the_cause() -> None:
     """NVML's running processes sampled through the timed loop: the run's own are left out, another's is
     named with its pid, executable, memory and when it was first seen; the compute figure's cause line says
     so before the clock events."""
-    mine = SimpleNamespace(pid=os.getpid(), usedGpuMemory=2**30)
-    other = SimpleNamespace(pid=4242, usedGpuMemory=3 * 2**30)
-    sampler = _sampler([[mine], [mine, other], [mine, other]], {os.getpid()})
-    for _ in range(3):
-        sampler._next_processes = 0.0
-        sampler._sample_processes()
+    with subprocess.Popen(["sleep", "30"]) as job:  # another job: a process /proc shows, not the run's
+        mine = SimpleNamespace(pid=os.getpid(), usedGpuMemory=2**30)
+        other = SimpleNamespace(pid=job.pid, usedGpuMemory=3 * 2**30)
+        hidden = SimpleNamespace(pid=2**22 + 7, usedGpuMemory=2**30)  # another pid namespace's: never named
+        sampler = _sampler([[mine, hidden], [mine, other], [mine, other]], {os.getpid()})
+        for _ in range(3):
+            sampler._next_processes = 0.0
+            sampler._sample_processes()
+        job.kill()
     [seen] = sampler.seen()
-    assert (seen["pid"], seen["used_memory_bytes"], seen["seen_share"]) == (4242, 3 * 2**30, 2 / 3)
+    assert (seen["pid"], seen["command"], seen["used_memory_bytes"]) == (job.pid, "sleep", 3 * 2**30)
+    assert seen["seen_share"] == 2 / 3
     text = gpu_users.seen_text([seen])
-    assert text.startswith(f"{gpu_users.FOREIGN_LOAD}: pid 4242 `") and "(3.00 GiB)" in text
+    assert text.startswith(f"{gpu_users.FOREIGN_LOAD}: pid {job.pid} `sleep`") and "(3.00 GiB)" in text
     row = {
         "clocks": {
             "matmul_tflops": {"clock_events": {"sw_power_cap": 1.0}, "clock_events_reason": None, "foreign": [seen]}

@@ -308,3 +308,13 @@ def test_a_gpu_of_the_allocation_is_judged_and_one_without_a_uuid_is_kept() -> N
     record = _allocated_node("gpu-node-0", [h100(0), sick, nameless, h100(3)], visible)
     assert [g["index"] for g in record.get("outside_allocation", [])] == [3]
     assert not passes(figures([record])["health.ecc_uncorrectable_volatile"])
+
+
+def test_a_gpu_with_a_link_down_is_named_by_the_rules() -> None:
+    """health.nvlink_links_min names the GPU below health.nvlink_links in its detail (so the drain list names
+    the GPU), the rules holding the same bound the judge does."""
+    degraded = with_change(1, GetNvLinkState=[1] * 16 + [0, 0])
+    links = gpu_health.evaluate([node("gpu-node-3", [h100(0), degraded])], EXPECT)
+    [fig] = [f for f in links if f.metric == "health.nvlink_links_min"]
+    assert fig.value == 16 and fig.bound is not None and fig.bound.min == 18
+    assert "gpu-node-3 GPU 1" in fig.detail

@@ -181,7 +181,8 @@ def test_a_pcie_node_of_a_gpu_the_table_does_not_know_is_bounded_by_its_pcie_lin
     assert low == pytest.approx(6.3) and source.startswith("hardware floor: PCIe Gen4 x16: 16 x 1.969 GB/s")
     assert profile.threshold("collectives.all_reduce.busbw_gbps@1M") is None  # launch-bound: no floor
     assert bound(profile, "compute.d2h_gbps_min")[0] == pytest.approx(12.6)  # x 0.4
-    assert bound(profile, "training.scaling_efficiency")[0] == 0.9  # any GPU: the field's bar
+    # any GPU: the field's bar, at the share of it the suite's own healthy runs clear with room
+    assert bound(profile, "training.scaling_efficiency")[0] == pytest.approx(0.846)
     assert profile.threshold("compute.matmul_tflops_min") is None  # no public peak known for it
     assert "not in the reference table" in (tmp_path / "new-cluster.yaml").read_text()
     assert "connectivity.p2p_min_gbps >= 7.9: hardware floor, PCIe Gen4 x16" in printed

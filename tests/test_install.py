@@ -137,6 +137,12 @@ def test_the_wheel_carries_the_suite_and_the_profiles(tmp_path: Path) -> None:
     shipped = {f"acceptance/suite/{name}" for name in suite_files(ROOT / "tests_cluster")}
     assert shipped <= names and "acceptance/thresholds/local-cpu.yaml" in names
     assert not any(n.startswith(("tests/", "tests_cluster/")) for n in names)
+    # every module and data file of the package: a package missing from pyproject's list imports in a
+    # checkout and fails once installed (the container image, a wheel)
+    package = ROOT / "acceptance"
+    ours = {f"acceptance/{p.relative_to(package)}" for p in package.rglob("*") if p.suffix in (".py", ".yaml", ".json")}
+    ours = {n for n in ours if "__pycache__" not in n}
+    assert ours <= names, f"not in the wheel: {sorted(ours - names)}"
 
 
 @pytest.mark.e2e

@@ -150,3 +150,18 @@ def test_walls_phases_from_rank_zero(tmp_path: Path, capsys: pytest.CaptureFixtu
         walls.main([str(tmp_path), str(tmp_path), "--phases"])  # one evidence file only
     assert info.value.code == 4
     assert "--phases: one" in capsys.readouterr().err
+
+
+def test_nccl_s_warnings_reach_a_failed_probe_s_message(tmp_path: Path) -> None:
+    """NCCL's report goes to a file per rank (``probes.nccl_log``): its warnings still reach the message."""
+    from acceptance.run.diagnose import nccl_warnings
+
+    folder = tmp_path / "nccl"
+    folder.mkdir()
+    (folder / "nccl-gpu1.4242.log").write_text(
+        "gpu1:4242:4260 [1] NCCL INFO Channel 00/0 : 1[1] -> 0[0] via P2P/CUMEM/read\n"
+        "gpu1:4242:4260 [1] NCCL WARN NET/IB : Got completion from peer 10.0.0.2 with error 12\n"
+    )
+    text = nccl_warnings(folder)
+    assert "Got completion from peer" in text and "via P2P" not in text
+    assert nccl_warnings(tmp_path / "none") == ""

@@ -492,6 +492,9 @@ def _nvlink(nodes: Nodes, expect: Expect) -> Figure:
     if expect.nvlink_links == 0:
         fig.skip = "the profile expects no NVLink (health.nvlink_links: 0)"
         return fig
+    # the bound the judge holds it to (the metric's own, from health.nvlink_links), here too: the GPUs below it
+    # are named by the rules, so a drain list names the GPU and not the node
+    fig.bound = _nvlink_links(Health(nvlink_links=expect.nvlink_links))
     return _extreme(nodes, fig, _field("nvlink_active"), lowest=True)
 
 

@@ -102,6 +102,10 @@ class TransportRecord(TypedDict):
     nvlink: NotRequired[dict[str, dict[str, bool]]]  # host -> "a-b" (NVML indices) -> joined by NVLink
 
 
+# how a mismatch names the setting that forced it: a setting of the run, not a fault of the node
+FORCED_BY_SETTING = "set in the environment"
+
+
 def parse(text: str) -> tuple[int | None, list[Connection]]:
     """A rank's NCCL log: its GPU's NVML index (from ``ncclCommInitRank ... cudaDev C nvmlDev N`` or, failing
     that, from its side of a connection) and every connection line, in order."""
@@ -261,7 +265,7 @@ def describe(pair: PairTransport, forcing: Mapping[str, str]) -> str:
     where = f"{pair['src_host']} GPU {pair['src_gpu']} -> {peer}"
     cause = "NVLink joins the GPUs"
     if forcing:
-        cause += "; " + ", ".join(f"{k}={v}" for k, v in forcing.items()) + " set in the environment"
+        cause += "; " + ", ".join(f"{k}={v}" for k, v in forcing.items()) + f" {FORCED_BY_SETTING}"
     else:
         cause += "; no NCCL setting forced it: NCCL found no usable NVLink path (check nvidia-smi topo -m)"
     return f"{where}: {', '.join(pair['transports'])}, expected {pair['expected']} ({cause})"

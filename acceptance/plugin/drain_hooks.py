@@ -20,6 +20,7 @@ from acceptance.evidence import drain
 from acceptance.evidence.model import EvidenceDoc
 from acceptance.evidence.verdict import verdict_of
 from acceptance.families.gpu_users import FOREIGN_LOAD
+from acceptance.families.transport import FORCED_BY_SETTING
 from acceptance.run import drain as scheduler
 from acceptance.run.cluster_run import ClusterRun
 from acceptance.run.launcher import ProbeError
@@ -36,9 +37,14 @@ def categorize(call: pytest.CallInfo[None], report: pytest.TestReport, run: Clus
     """A test failed by a probe killed at a time limit the operator gave (``--cluster-timeout``) is the run's
     setting, not the node's fault: its case says ``environment``, and the drain list does not drain for it.
     A probe killed at the profile's own limit stays the node's (a hung GPU or link). A failure whose figure
-    names another process on its GPU as the cause is ``foreign load``: rerun, no drain."""
+    names another process on its GPU as the cause is ``foreign load``: rerun, no drain; a transport mismatch that a
+    setting of the run forced (NCCL_P2P_DISABLE) is ``environment``."""
     cause = call.excinfo.value.__context__ if call.excinfo is not None else None
     if report.failed and isinstance(cause, ProbeError) and cause.timed_out and run.timeout_override is not None:
+        run.evidence.test(report.nodeid).category = "environment"
+    elif report.failed and FORCED_BY_SETTING in str(report.longrepr):
+        # NCCL sent a pair's traffic another way because the run's environment told it to (NCCL_P2P_DISABLE):
+        # fix the setting; the node is not at fault for it
         run.evidence.test(report.nodeid).category = "environment"
     elif report.failed and FOREIGN_LOAD in str(report.longrepr):
         # a figure slowed by another job's process on the run's GPU names it as the cause: the GPU is shared,

@@ -1,6 +1,6 @@
 """Collective bandwidth sweep, measured the way nccl-tests measures it.
 
-For each op and size (the ops' halves: ``profile.collectives`` and ``probes.ops``): a data check (the
+For each op and size (the ops' halves: ``schema.collectives`` and ``probes.ops``): a data check (the
 count of wrong elements, like nccl-tests' #wrong, exact at any world size: ``verifiable``), warm-up, then
 ``iters`` timed calls. On GPUs the timed calls are captured in one CUDA graph and replayed, so the
 figure is the collective's time rather than Python's launch cost; on the CPU (gloo) a synchronised

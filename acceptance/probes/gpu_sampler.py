@@ -110,7 +110,10 @@ class GpuSampler:
         self.process_samples += 1
         for proc in running:
             pid = int(proc.pid)
-            if self._ours(pid):
+            command = _command_of(pid)
+            # a pid /proc does not show is another pid namespace's: on older drivers inside a container NVML
+            # answers with the host's pids, the run's own ranks among them, so it is never named as a cause
+            if command is None or self._ours(pid):
                 continue
             self._foreign_counts[pid] = self._foreign_counts.get(pid, 0) + 1
             memory = getattr(proc, "usedGpuMemory", None)
@@ -118,7 +121,7 @@ class GpuSampler:
                 pid,
                 {
                     "pid": pid,
-                    "command": executable(_command_of(pid)),
+                    "command": executable(command),
                     "used_memory_bytes": int(memory) if isinstance(memory, int) else None,
                     "first_seen_s": round(now - self._started, 1),
                     "seen_share": 0.0,

@@ -73,7 +73,7 @@ FAULT_ENV = "ACCEPTANCE_TEST_SOAK"
 FAULTS = ("gemm", "slow", "memory", "allreduce", "kill")
 FRACTIONAL = ("slow", "kill")  # the faults that take a FACTOR, 0 < FACTOR < 1
 PARTIAL = "partial.json"  # what a checkpoint leaves in the probe's folder (``acceptance.run.progress``)
-# the unit roundoffs of bfloat16, of float32 (bf16's accumulator) and of fp8's accumulator: profile.rounding
+# the unit roundoffs of bfloat16, of float32 (bf16's accumulator) and of fp8's accumulator: schema.rounding
 ALLREDUCE_BOUND = 1 << 24  # float32 holds every integer up to 2**24 exactly: the sums stay exact
 # the GEMM's own memory next to the patterns': inputs, first result, the result, and the checks' temporaries
 GEMM_BUFFERS = 8
@@ -126,7 +126,7 @@ def _inputs(n: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
 
 def _bound(a: torch.Tensor, b: torch.Tensor, ref: torch.Tensor, gamma: float) -> torch.Tensor:
     """The largest error of each element of a product rounded to bfloat16: the inner product's error bound
-    gamma |a||b| (``profile.rounding.accumulation_gamma``: Higham's gamma_k where it is meaningful, else
+    gamma |a||b| (``schema.rounding.accumulation_gamma``: Higham's gamma_k where it is meaningful, else
     Higham and Mary's probabilistic one) plus the final rounding to bfloat16 (u |result|)."""
     return gamma * (1 + U_BF16) * (a.abs() @ b.abs()) + U_BF16 * ref.abs() + 1e-30
 

@@ -189,6 +189,9 @@ def hardware_floors(facts: NodeFacts, nodes: int, ops: tuple[str, ...], sizes: t
     return out
 
 
+PAIR_BOUND_OPS = ("sendrecv", "broadcast")
+
+
 def _fabric_floors(facts: NodeFacts, ops: tuple[str, ...], sizes: tuple[str, ...]) -> list[HardwareFloor]:
     out: list[HardwareFloor] = []
     p2p = p2p_path(facts)
@@ -203,7 +206,12 @@ def _fabric_floors(facts: NodeFacts, ops: tuple[str, ...], sizes: tuple[str, ...
     if bus is None:
         return out
     fraction, why = (NVLINK_BUSBW_FRACTION, NVLINK_BUSBW_WHY) if bus.nvlink else (PCIE_BUSBW_FRACTION, PCIE_BUSBW_WHY)
-    low = round(bus.gbps * fraction, 1)
     big = [s for s in sizes if parse_size(s) >= parse_size(BUSBW_MIN_SIZE)]
-    out += [HardwareFloor(f"collectives.{op}.busbw_gbps@{s}", low, bus.fact, fraction, why) for op in ops for s in big]
+    for op in ops:
+        # sendrecv goes to one peer, and a ring's broadcast passes each byte from one GPU to the next: on a
+        # board where GPUs are meshed directly (a 4-GPU HGX: 6 of each GPU's 18 links to each peer) one pair's
+        # links bound them, not the GPU's all
+        path = (_slowest([bus, p2p]) if op in PAIR_BOUND_OPS and p2p is not None else None) or bus
+        low = round(path.gbps * fraction, 1)
+        out += [HardwareFloor(f"collectives.{op}.busbw_gbps@{s}", low, path.fact, fraction, why) for s in big]
     return out

@@ -176,10 +176,13 @@ def cpu_profile(facts: NodeFacts, name: str, nodes: int, table: ReferenceTable) 
 
 
 def _nvlink_gate(facts: NodeFacts) -> int | None:
-    """The links each GPU must have up: every link NVML knows on the GPU with the fewest (a link down at init
-    fails the first run, naming the GPU), else the fewest found up."""
+    """The links each GPU must have up: every link NVML knows on the GPU with the fewest, where every link's far
+    end is known (a link wired to a peer or an NVSwitch and down at init fails the first run, naming the GPU);
+    else the fewest found up. A PCIe card lists links it has no bridge for as down, with no far end: those
+    are not its to have up."""
     known = [len(g.nvlinks) for g in facts.links]
-    if known and len(known) == facts.gpu_count and min(known) > 0:
+    wired = all(link.remote is not None for g in facts.links for link in g.nvlinks)
+    if known and len(known) == facts.gpu_count and min(known) > 0 and wired:
         return min(known)
     if facts.nvlink_links and min(facts.nvlink_links) > 0:
         return min(facts.nvlink_links)

@@ -163,7 +163,22 @@ def tail(out_dir: Path, stall: Stall) -> str:
     local_rank = stall.state.get("local_rank", stall.rank)
     logs = sorted((out_dir / "logs").glob(f"*/attempt_*/{local_rank}/std*.log"))
     text = "\n".join(f"--- {p.relative_to(out_dir)} (last {TAIL_LINES} lines) ---\n{tail_file(p)}" for p in logs)
-    return text or tail_file(out_dir / "torchrun.log")
+    return (text or tail_file(out_dir / "torchrun.log")) + nccl_warnings(out_dir.parent / "nccl")
+
+
+def nccl_warnings(folder: Path) -> str:
+    """NCCL's own warnings (``NCCL WARN``, an InfiniBand completion error, a socket that closed) from the ranks'
+    debug files (``probes.nccl_log`` points NCCL's report there, away from the ranks' logs), the last few:
+    the cause of a failed collective is often only there. "" where there are none."""
+    found: list[str] = []
+    for path in sorted(folder.glob("nccl-*.log")):
+        try:
+            found += [line.strip() for line in path.read_text(errors="replace").splitlines() if " NCCL WARN " in line]
+        except OSError:
+            continue
+    if not found:
+        return ""
+    return f"\n--- NCCL's warnings ({folder}, last {TAIL_LINES}) ---\n" + "\n".join(found[-TAIL_LINES:])
 
 
 def cause_and_tail(log: Path) -> str:
