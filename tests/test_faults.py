@@ -134,11 +134,11 @@ def test_a_crashed_rank_is_named_once(suite: pytest.Pytester) -> None:
     # verdict gives the node's reason: count the failure sections only
     failures = run.output.split("short test summary info")[0].split("cluster acceptance: profile")[0]
     assert len(re.findall(headline, failures)) == 1, run.output
-    # the other seven tests of the probe point at the first one instead of repeating its log
-    assert failures.count("see tests_cluster/test_connectivity.py::test_world_size above") == 7, run.output
+    # the other eight tests of the probe point at the first one instead of repeating its log
+    assert failures.count("see tests_cluster/test_connectivity.py::test_world_size above") == 8, run.output
     data = assert_failed_evidence(run, complete=True)
     assert [p["status"] for p in data["probes"]] == ["failed"]
-    assert junit_errors(run) == 8
+    assert junit_errors(run) == 9
     assert_nothing_left(run.mark)
 
 
