@@ -189,6 +189,7 @@ YAML
 #!/bin/bash
 profile=local-cpu
 [[ "\$SLURMD_NODENAME" == c2 ]] && profile="$work/unmeetable.yaml"
+[[ -e "$work/no-profile" ]] && profile=""
 exec env PATH="$PATH" VENV="$VENV" RESULTS="$results" CLUSTER_PROFILE="\$profile" MASTER_PORT="$port" \\
     MASTER_ADDR=127.0.0.1 "$scripts/prolog.sh"
 WRAP
@@ -203,6 +204,17 @@ WRAP
     wait $! || status=$?
     (( status == 0 )) || fail "the job on c1 (prolog passing) ended with status $status: $(tail -n 3 "$results"/*c1.log)"
     say "c1: job $(cat "$dir/c1-job") ran; its node: $(sinfo -h -N -n c1 -o '%N %T')"
+    # a missing setting is the operator's to fix, never a node fault: the prolog says REVIEW, exits 0, the
+    # job runs and no node is drained
+    say "a job on c1 with CLUSTER_PROFILE unset for its prolog"
+    touch "$work/no-profile"
+    status=0
+    sbatch --wait --parsable --chdir="$dir" --nodelist=c1 --time=5 --wrap true >"$dir/c1-unset-job" &
+    wait $! || status=$?
+    rm -f "$work/no-profile"
+    (( status == 0 )) || fail "the job on c1 (CLUSTER_PROFILE unset) ended with status $status"
+    [[ "$(sinfo -h -N -n c1 -o '%T')" == idle ]] || fail "c1 was drained for a missing setting: $(sinfo -h -N -n c1 -o '%N %T %E')"
+    say "c1 with CLUSTER_PROFILE unset: job ran, node $(sinfo -h -N -n c1 -o '%T')"
     say "a job on c2, whose prolog fails"
     local job state=""
     job="$(sbatch --parsable --chdir="$dir" --nodelist=c2 --time=5 --wrap true)"
@@ -236,4 +248,4 @@ fi
 prolog_check
 after="$(git -C "$checkout" status --porcelain --untracked-files=all 2>/dev/null || true)"
 [[ "$before" == "$after" ]] || fail "the jobs changed the checkout: $(diff <(echo "$before") <(echo "$after"))"
-say "PASS: both batch scripts on 1 and 2 nodes; the prolog drained a failing node with its reason"
+say "PASS: both batch scripts on 1 and 2 nodes; the prolog drained a failing node with its reason, and no node for a missing setting"
