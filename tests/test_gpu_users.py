@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -171,6 +172,9 @@ def test_a_process_that_starts_on_the_gpu_while_timed_is_named_as_the_cause() ->
     named with its pid, executable, memory and when it was first seen; the compute figure's cause line says
     so before the clock events."""
     with subprocess.Popen(["sleep", "30"]) as job:  # another job: a process /proc shows, not the run's
+        cmdline = Path(f"/proc/{job.pid}/cmdline")
+        while not cmdline.read_bytes().startswith(b"sleep"):  # until the child has exec'd sleep
+            time.sleep(0.01)
         mine = SimpleNamespace(pid=os.getpid(), usedGpuMemory=2**30)
         other = SimpleNamespace(pid=job.pid, usedGpuMemory=3 * 2**30)
         hidden = SimpleNamespace(pid=2**22 + 7, usedGpuMemory=2**30)  # another pid namespace's: never named
