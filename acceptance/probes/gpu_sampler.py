@@ -21,8 +21,9 @@ from typing import Any
 
 import torch
 
-from acceptance.families.gpu_users import PROC, RUN_PID_ENV, ForeignSeen, Ours, descends_from, executable
+from acceptance.families.gpu_users import RUN_PID_ENV, ForeignSeen, Ours, descends_from, executable
 from acceptance.families.training.figures import GpuUtil
+from acceptance.probes.inventory import command_of
 from acceptance.probes.nvml import CLOCK_EVENT_QUERIES, clock_event_names
 
 PERIOD_S = 0.1
@@ -110,9 +111,10 @@ class GpuSampler:
         self.process_samples += 1
         for proc in running:
             pid = int(proc.pid)
-            command = _command_of(pid)
+            command = command_of(pid)
             # a pid /proc does not show is another pid namespace's: on older drivers inside a container NVML
             # answers with the host's pids, the run's own ranks among them, so it is never named as a cause
+            # (nor is a process with no command line yet: forked, not yet exec'd)
             if command is None or self._ours(pid):
                 continue
             self._foreign_counts[pid] = self._foreign_counts.get(pid, 0) + 1
@@ -165,10 +167,3 @@ def run_s_own() -> Ours:
     root = int(given) if given.isdigit() else os.getppid()
     ours = descends_from(root)
     return ours if ours(os.getpid()) else descends_from(os.getppid())
-
-
-def _command_of(pid: int) -> str | None:
-    try:
-        return (PROC / str(pid) / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
-    except OSError:
-        return None

@@ -14,13 +14,12 @@ import sys
 from pathlib import Path
 from typing import cast
 
-from acceptance.families.gpu_users import GpuProcess, GpuUse
+from acceptance.families.gpu_users import PROC, GpuProcess, GpuUse
 from acceptance.families.health import NodeInventory, NvmlListed, TorchView
 from acceptance.masking import masked_command
 from acceptance.probes import nvml
 
 PCI_DEVICES = Path("/sys/bus/pci/devices")
-PROC = Path("/proc")
 COMMAND_CHARS = 200  # of a foreign process's command line: enough to tell a job from a daemon
 NVIDIA_VENDOR = "0x10de"  # PCI-SIG vendor id of NVIDIA
 GPU_CLASSES = ("0x0300", "0x0302")  # PCI class codes: VGA controller, 3D controller (NVSwitches are bridges)

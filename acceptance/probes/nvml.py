@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any, TypedDict, TypeVar, cast
 
 from acceptance.families.answers import NOT_MEASURED as NOT_MEASURED
-from acceptance.families.answers import NotMeasured, not_measured
+from acceptance.families.answers import NotMeasured, not_measured, unanswered
 from acceptance.families.answers import is_measured as is_measured
 from acceptance.families.drift import GpuSettings, SettingsAnswers
 from acceptance.families.gpu_users import GpuProcess, GpuUse
@@ -239,9 +239,10 @@ def _pcie(ask: _Asker, lib: Any, handle: Any) -> PcieAnswers:
     }
 
 
-def _nvlink_active(lib: Any, handle: Any) -> int | NotMeasured:
-    """Active links; NVML answers links past the GPU's last one with an error, so the count stops there."""
-    active = 0
+def _nvlink_states(lib: Any, handle: Any) -> list[bool] | NotMeasured:
+    """Each NVLink's state (up or not); NVML answers links past the GPU's last one with an error, so the list
+    stops there (at the first link: no NVLink to ask about, not measured)."""
+    states: list[bool] = []
     for link in range(lib.NVML_NVLINK_MAX_LINKS):
         try:
             state = lib.nvmlDeviceGetNvLinkState(handle, link)
@@ -249,8 +250,14 @@ def _nvlink_active(lib: Any, handle: Any) -> int | NotMeasured:
             if link == 0:
                 return not_measured(f"NVLink state: {exc}")
             break
-        active += int(state == lib.NVML_FEATURE_ENABLED)
-    return active
+        states.append(state == lib.NVML_FEATURE_ENABLED)
+    return states
+
+
+def _nvlink_active(lib: Any, handle: Any) -> int | NotMeasured:
+    """Active links (health's gate)."""
+    states = _nvlink_states(lib, handle)
+    return states if unanswered(states) else sum(states)
 
 
 CLOCK_EVENT_QUERIES = ("nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetCurrentClocksThrottleReasons")
@@ -363,17 +370,11 @@ def _all_links(lib: Any) -> list[GpuLinksAnswer] | NotMeasured:
 
 
 def _links(ask: _Asker, lib: Any, handle: Any) -> list[NvLinkAnswer] | NotMeasured:
-    """Each link NVML knows; it answers links past the GPU's last one with an error, so the list stops there."""
-    links: list[NvLinkAnswer] = []
-    for link in range(lib.NVML_NVLINK_MAX_LINKS):
-        try:
-            state = lib.nvmlDeviceGetNvLinkState(handle, link)
-        except lib.NVMLError as exc:
-            if link == 0:
-                return not_measured(f"NVLink state: {exc}")
-            break
-        links.append(_link(ask, lib, handle, link, state == lib.NVML_FEATURE_ENABLED))
-    return links
+    """Each link NVML knows, with its version and far end."""
+    states = _nvlink_states(lib, handle)
+    if unanswered(states):
+        return states
+    return [_link(ask, lib, handle, link, up) for link, up in enumerate(states)]
 
 
 def _link(ask: _Asker, lib: Any, handle: Any, link: int, up: bool) -> NvLinkAnswer:
