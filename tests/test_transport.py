@@ -154,6 +154,20 @@ def test_the_mismatch_names_the_pair_the_transport_and_the_setting_that_forced_i
     assert "no NCCL setting forced it" in transport.summary(unforced["pairs"], unforced["settings"])
 
 
+def test_a_figure_slowed_by_a_forced_transport_names_the_setting_as_its_cause() -> None:
+    """A p2p or busbw under its floor because the run's environment turned NVLink off: the cause line names
+    the setting (its failure is then the setting's, ``plugin.drain_hooks.categorize``); none where nothing
+    forced it, or nothing went another way."""
+    forced = transport.record(_logs(SHM), NVLINK, {"NCCL_P2P_DISABLE": "1"})
+    assert transport.forced(forced) == (
+        "NCCL's transport: 2 rank pair(s) joined by NVLink went another way, NCCL_P2P_DISABLE=1 "
+        f"{transport.FORCED_BY_SETTING}"
+    )
+    assert transport.forced(transport.record(_logs(SHM), NVLINK, {})) == ""
+    assert transport.forced(transport.record(_logs(P2P), NVLINK, {"NCCL_P2P_DISABLE": "1"})) == ""
+    assert transport.forced(None) == ""
+
+
 def test_a_healthy_node_reads_every_pair_over_p2p() -> None:
     found = transport.record(_logs(P2P), NVLINK, {})
     assert transport.mismatches(found["pairs"]) == []

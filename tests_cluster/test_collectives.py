@@ -11,6 +11,7 @@ from acceptance.plugin.api import (
     ProfileModel,
     collective_culprit,
     fmt,
+    forced_transport,
     foreign_text,
     parametrize_from_profile,
     probe_result,
@@ -66,8 +67,8 @@ def test_busbw(
     )
     if cluster.judge.fails(metric, row["busbw_gbps"]):
         detail += f"\n{collective_culprit(cluster)}"
-        cause = foreign_text(sweep.get("foreign"))
-        detail += f"\n{cause}" if cause else ""
+        for cause in (forced_transport(sweep.get("transport")), foreign_text(sweep.get("foreign"))):
+            detail += f"\n{cause}" if cause else ""
     check.measurements("row", row)
     check(metric, row["busbw_gbps"], "GB/s", detail)
 

@@ -6,7 +6,15 @@ from __future__ import annotations
 import pytest
 
 from acceptance.families import connectivity as connectivity_rules
-from acceptance.plugin.api import Checker, ClusterRun, Threshold, isolation_env, probe_result, transport_figure
+from acceptance.plugin.api import (
+    Checker,
+    ClusterRun,
+    Threshold,
+    forced_transport,
+    isolation_env,
+    probe_result,
+    transport_figure,
+)
 
 
 @pytest.fixture(scope="module")
@@ -70,6 +78,9 @@ def test_p2p_slowest_link(cluster: ClusterRun, conn: connectivity_rules.Connecti
     slowest = conn["p2p_slowest"]
     if slowest is None:  # ranks that share a node and measured no link between them: never a pass
         pytest.fail(f"connectivity.p2p_min_gbps: no link inside a node was measured ({len(measured)} links)")
+    cause = forced_transport(conn.get("transport"))
+    if cause and cluster.judge.fails("connectivity.p2p_min_gbps", slowest["gbps"]):
+        detail += f"\n{cause}"
     check("connectivity.p2p_min_gbps", slowest["gbps"], "GB/s", detail)
 
 

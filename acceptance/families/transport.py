@@ -297,3 +297,16 @@ def summary(pairs: Sequence[PairTransport], forcing: Mapping[str, str]) -> str:
         return f"{len(joined)} rank pairs joined by NVLink, each over P2P"
     named = "; ".join(describe(p, forcing) for p in bad)
     return f"{len(bad)} of {len(joined)} rank pairs joined by NVLink went another way: {named}"
+
+
+def forced(found: TransportRecord | None) -> str:
+    """Where a setting of the run's environment sent pairs that NVLink joins another way, the line a slowed
+    figure (a p2p or busbw under its floor) names as its cause: the setting's, not the node's
+    (``plugin.drain_hooks.categorize``); "" where no setting did."""
+    if found is None or not found["settings"]:
+        return ""
+    bad = mismatches(inside_nodes(found["pairs"]))
+    if not bad:
+        return ""
+    forcing = ", ".join(f"{k}={v}" for k, v in found["settings"].items())
+    return f"NCCL's transport: {len(bad)} rank pair(s) joined by NVLink went another way, {forcing} {FORCED_BY_SETTING}"

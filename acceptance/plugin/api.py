@@ -48,6 +48,7 @@ __all__ = [
     "earlier_readings",
     "fabric_figures",
     "fmt",
+    "forced_transport",
     "foreign_text",
     "internode_spec",
     "isolate_if_failing",
@@ -168,3 +169,9 @@ def transport_figure(check: Checker, metric: str, found: transport.TransportReco
         pytest.skip(reason)
     bad = transport.mismatches(pairs)
     check(metric, len(bad), "pairs", transport.summary(pairs, found["settings"]))
+
+
+def forced_transport(found: transport.TransportRecord | None) -> str:
+    """The cause line of a p2p or busbw figure below its bound where a setting of the run (NCCL_P2P_DISABLE)
+    sent the NVLink pairs another way (``families.transport.forced``); "" where none did."""
+    return transport.forced(found)
