@@ -34,12 +34,15 @@ def sweep(cluster: ClusterRun) -> collectives_rules.SweepResult:
     return probe_result(cluster, "collectives", collectives_rules.SweepResult)
 
 
-def _row(sweep: collectives_rules.SweepResult, case: tuple[str, str]) -> collectives_rules.CollectiveRow:
+def _row(
+    check: Checker, sweep: collectives_rules.SweepResult, case: tuple[str, str], metric: str, unit: str
+) -> collectives_rules.CollectiveRow:
+    """The sweep's row for the case; a case it did not measure fails ``metric`` as unmeasured."""
     op, size = case
     for row in sweep["rows"]:
         if row["op"] == op and row["size"] == size:
             return row
-    raise AssertionError(f"the sweep has no row for {op} at {size}")
+    check.missing(metric, unit, f"the sweep has no row for {op} at {size}")
 
 
 def test_sweep_complete(cluster: ClusterRun, sweep: collectives_rules.SweepResult, check: Checker) -> None:
@@ -51,15 +54,16 @@ def test_sweep_complete(cluster: ClusterRun, sweep: collectives_rules.SweepResul
         for size in cfg.sizes
         if not any(r["op"] == op and r["size"] == size for r in sweep["rows"])
     ]
-    assert not missing, f"the sweep did not measure {', '.join(missing)}"
+    detail = f"the sweep did not measure {', '.join(missing)}" if missing else ""
+    check("collectives.missing_cases", len(missing), "cases", detail)
 
 
 def test_busbw(
     cluster: ClusterRun, sweep: collectives_rules.SweepResult, coll_case: tuple[str, str], check: Checker
 ) -> None:
-    row = _row(sweep, coll_case)
     op, size = coll_case
     metric = f"collectives.{op}.busbw_gbps@{size}"
+    row = _row(check, sweep, coll_case, metric, "GB/s")
     # no "slowest rank": every rank of a collective waits for the slowest link, so the rank says nothing
     detail = (
         f"{op} {size}: {row['time_us']:.1f} us mean over ranks (longest {row['time_us_max']:.1f} us); "
@@ -85,13 +89,13 @@ def window_text(row: collectives_rules.CollectiveRow) -> str:
 
 
 def test_latency(sweep: collectives_rules.SweepResult, coll_case: tuple[str, str], check: Checker) -> None:
-    op, size = coll_case
-    check(f"collectives.{op}.time_us@{size}", _row(sweep, coll_case)["time_us"], "us")
+    metric = "collectives.{}.time_us@{}".format(*coll_case)
+    check(metric, _row(check, sweep, coll_case, metric, "us")["time_us"], "us")
 
 
 def test_data_correct(sweep: collectives_rules.SweepResult, coll_case: tuple[str, str], check: Checker) -> None:
-    op, size = coll_case
-    check(f"collectives.{op}.wrong@{size}", _row(sweep, coll_case)["wrong"], "elements")
+    metric = "collectives.{}.wrong@{}".format(*coll_case)
+    check(metric, _row(check, sweep, coll_case, metric, "elements")["wrong"], "elements")
 
 
 def test_transport_matches_the_hardware(sweep: collectives_rules.SweepResult, check: Checker) -> None:

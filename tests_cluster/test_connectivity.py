@@ -77,7 +77,8 @@ def test_p2p_slowest_link(cluster: ClusterRun, conn: connectivity_rules.Connecti
     )
     slowest = conn["p2p_slowest"]
     if slowest is None:  # ranks that share a node and measured no link between them: never a pass
-        pytest.fail(f"connectivity.p2p_min_gbps: no link inside a node was measured ({len(measured)} links)")
+        why = f"no link inside a node was measured ({len(measured)} links)"
+        check.missing("connectivity.p2p_min_gbps", "GB/s", why)
     cause = forced_transport(conn.get("transport"))
     if cause and cluster.judge.fails("connectivity.p2p_min_gbps", slowest["gbps"]):
         detail += f"\n{cause}"

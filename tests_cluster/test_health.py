@@ -28,7 +28,7 @@ def test_inventory(health: health_rules.HealthResult, check: Checker) -> None:
     rows = health_rules.inventory(health["nodes"])
     check.measurements("gpus", rows)
     check.measurements("pcie_under_load", {"on": health["pcie_under_load"], "copies": health["load_copies"]})
-    assert rows, "NVML reported no GPU on any node"
+    # a node without GPUs is judged by health.gpu_count (always gated on a GPU profile) and nvml_unavailable
 
 
 # a node short of GPUs fails here, with the preflight's one line, and the families that need them skip

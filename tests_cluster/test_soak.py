@@ -44,7 +44,9 @@ def test_every_rank_soaked(cluster: ClusterRun, soak: soak_rules.SoakResult, che
     check.measurements("per_gpu", soak_rules.table(soak))
     if soak["injected"]:
         check.measurements("injected", soak["injected"])
-    assert len(soak["ranks"]) == cluster.world_size, f"{len(soak['ranks'])} ranks reported, {cluster.world_size} ran"
+    missing = cluster.world_size - len(soak["ranks"])
+    detail = f"{len(soak['ranks'])} ranks reported, {cluster.world_size} ran" if missing else ""
+    check("soak.missing_ranks", missing, "ranks", detail)
     check("soak.wall_s", probe_wall_s(cluster, "soak"), "s", f"soak.duration_s {soak['config']['duration_s']:g} s")
     whole = soak_rules.completed(soak)
     check(whole.metric, whole.value, whole.unit, whole.detail, unmeasured=whole.unmeasured_text)

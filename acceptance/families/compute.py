@@ -76,6 +76,8 @@ COMPUTE = Family(
             devices=GPU_ONLY,
             builtin=_tolerance,
         ),
+        # ranks of the run that reported no figures: the min and median are over the others
+        Metric[Compute](r"(missing_ranks)", _COMPUTE, "lower", kind="correctness", builtin=must_be_zero),
         Metric[Compute](r"(burnin_disagreeing_gpus)", _COMPUTE, "lower", kind="correctness", builtin=must_be_zero),
         Metric[Compute](r"(wall_s)", _COMPUTE, "lower", scale="bound"),
     ),

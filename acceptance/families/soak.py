@@ -98,7 +98,8 @@ SOAK = Family(
     Soak,
     (
         Metric[Soak](
-            r"(gemm_wrong_elements|gemm_disagreeing_gpus|gemm_reference_errors|memory_bad_words|allreduce_wrong)",
+            r"(gemm_wrong_elements|gemm_disagreeing_gpus|gemm_reference_errors|memory_bad_words|allreduce_wrong"
+            r"|missing_ranks)",
             _SOAK, "lower", kind="correctness", builtin=must_be_zero,
         ),
         # the share of the memory asked for that the patterns covered: a sanity gate (soak.memory_coverage_min)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, TypeVar, cast
+from typing import Any, NoReturn, TypeVar, cast
 
 import pytest
 
@@ -89,13 +89,12 @@ class Checker:
         default: Threshold | None = None,
         unmeasured: str | None = None,
     ) -> None:
-        """Check several figures; fail once, listing every figure that failed. ``unmeasured``: the units (GPUs,
-        nodes) that could not measure a figure taken over the others, in words; the test fails with it
-        whatever the figures' verdicts (a known issue included): a unit that measured nothing must not leave
-        a pass behind."""
+        """Check several figures; fail once, listing every figure that failed. ``unmeasured``: the units that
+        could not measure the figures (taken over the others), in words; the judge fails each figure with it
+        (``Judge.judge``)."""
         failures, xfails = [], []
         for metric, value, unit, detail in figures:
-            judged = self.run.check(self.item.nodeid, metric, value, unit, detail, default)
+            judged = self.run.check(self.item.nodeid, metric, value, unit, detail, default, unmeasured)
             # the same properties the plugin's own JUnit carries (what record_property does, without its
             # warning under the default junit_family xunit2)
             self.item.user_properties += figure_properties(metric, value, unit, judged.bound, judged.verdict)
@@ -104,12 +103,16 @@ class Checker:
             elif judged.verdict == "xfail":
                 xfails.append(f"{judged.message} [known issue: {judged.xfail_reason}]")
         self.run.evidence.write(soon=True)
-        if unmeasured:  # a known issue does not excuse the units that measured nothing
-            failures += [*xfails, unmeasured]
         if failures:
             pytest.fail("\n".join(failures), pytrace=False)
         if xfails:
             pytest.xfail("\n".join(xfails))
+
+    def missing(self, metric: str, unit: str, why: str) -> NoReturn:
+        """A figure the probe did not measure at all: recorded as unmeasured, so the judge fails it (never a
+        pass, whatever its bound), and the test with it."""
+        self(metric, 0.0, unit, unmeasured=why)
+        raise AssertionError(f"{metric}: the judge passed a figure that was not measured")  # check failed above
 
     def measurements(self, key: str, data: Any) -> None:
         """Attach a table (a sweep, a per-GPU list) to this test's evidence."""

@@ -18,7 +18,7 @@ in order:
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from acceptance.numbers import fmt
 from acceptance.profile import baseline as baselines
@@ -79,10 +79,29 @@ class Judge:
     baseline_label: str = "--cluster-baseline"  # how a failure names the baseline
 
     def judge(
-        self, metric: str, value: float, unit: str = "", detail: str = "", default: Threshold | None = None
+        self,
+        metric: str,
+        value: float,
+        unit: str = "",
+        detail: str = "",
+        default: Threshold | None = None,
+        unmeasured: str | None = None,
     ) -> Judgement:
         """``value`` of ``metric`` by the rules of the module's docstring; ``default`` bounds a figure the
-        profile does not, from the run itself (its node count), before the metric's own ``builtin``."""
+        profile does not, from the run itself (its node count), before the metric's own ``builtin``.
+        ``unmeasured``: the units (GPUs, nodes) that could not measure a figure taken over the others, in
+        words; the figure fails with them whatever its value and bound (a known issue and information
+        included): a unit that measured nothing must not leave a pass behind."""
+        judged = self._judge(metric, value, unit, detail, default)
+        if not unmeasured:
+            return judged
+        head = judged.message.splitlines()[0] if judged.message else f"{metric} = {fmt(value)} {unit}"
+        if judged.verdict == "xfail":
+            head += f" [known issue: {judged.xfail_reason}]"
+        message = _with(_with(f"{head}; measured over part of the units only", unmeasured), detail)
+        return replace(judged, verdict="fail", message=message)
+
+    def _judge(self, metric: str, value: float, unit: str, detail: str, default: Threshold | None) -> Judgement:
         threshold = self.bound(metric, default)
         figure_kind = kind(metric)
         if threshold is None:

@@ -1,9 +1,12 @@
 """The list of families, in the order a run takes them: everything that names families reads it.
 
 Each family is one module of ``acceptance.families`` (its profile section, its descriptor, its rules); adding a
-family is its module, its probe, its test module and one line here. The profile model, the timeouts, the
-markers, the tiers, the run order, the preflight's skips, the probe worker's set, the drain list's prefixes,
-the report's sections and the docs' reference tables are derived from this list; none names the families again.
+family is its module, its probe, its test module and one line here, plus its section in the two typing
+stubs that a type checker cannot derive (``ProfileModel`` in ``profile/model.py``, ``ProbeSpec`` in
+``probes/rank.py``), which ``tests/test_registry.py`` holds to this list. The profile model, the timeouts,
+the markers, the tiers, the run order, the preflight's skips, the probe worker's set and the docs' reference
+tables are derived from this list. Named by hand still: the drain list's figures of a node's own hardware
+(``evidence/drain.py``, below this list) and the report's sections (``reports/overview.py``).
 """
 
 from __future__ import annotations

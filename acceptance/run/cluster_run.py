@@ -218,11 +218,19 @@ class ClusterRun:
         return outcome.result or {}
 
     def check(
-        self, nodeid: str, metric: str, value: float, unit: str, detail: str = "", default: Threshold | None = None
+        self,
+        nodeid: str,
+        metric: str,
+        value: float,
+        unit: str,
+        detail: str = "",
+        default: Threshold | None = None,
+        unmeasured: str | None = None,
     ) -> Judgement:
-        """The figure's verdict by the run's judge (``default``: see ``Judge.judge``), recorded in the evidence."""
+        """The figure's verdict by the run's judge (``default``, ``unmeasured``: see ``Judge.judge``), recorded
+        in the evidence."""
         self.checked.add(metric)
-        judged = self.judge.judge(metric, value, unit, detail, default)
+        judged = self.judge.judge(metric, value, unit, detail, default, unmeasured)
         self.evidence.add_check(nodeid, check_record(judged))
         return judged
 
