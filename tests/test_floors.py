@@ -62,7 +62,7 @@ def test_the_survey_keeps_each_gpu_s_links_and_pcie_maximum(tmp_path: Path) -> N
     lib = RecordedNvml([on_switch(0), on_switch(1)])
     src = Sources(
         nvml=lambda: nvml.read_node(lib), nvlinks=lambda: nvml.read_nvlinks(lib), torch_names=lambda: [],
-        sysfs=tmp_path, env={}, cpus=lambda: 2,
+        visible=lambda: None, sysfs=tmp_path, env={}, cpus=lambda: 2,
     )  # fmt: skip
     facts = detect(src)
     gpu = facts.links[1]

@@ -34,7 +34,8 @@ def nvml_node(name: str, count: int, links: int, pcie: tuple[int, int] | None = 
     """``count`` GPUs with ``links`` NVLinks up each, idle (their PCIe link down to Gen1) on a ``pcie`` slot
     (None: NVML did not answer for the PCIe link)."""
     gpus: list[GpuAnswers] = [
-        {"index": i, "name": name, "nvlink_active": links, "pci_bus_id": bus_id(i)} for i in range(count)
+        {"index": i, "uuid": f"GPU-{i:08x}", "name": name, "nvlink_active": links, "pci_bus_id": bus_id(i)}
+        for i in range(count)
     ]
     for gpu in gpus:
         if pcie is not None:
@@ -85,12 +86,14 @@ NO_NVLINK = not_measured("NVLink state: Not Supported")
 
 def sources(tmp_path: Path, node: NodeAnswers | None, nvswitch: bool = False,
             ports: tuple[tuple[str, str, str], ...] = (), env: dict[str, str] | None = None,
-            links: list[GpuLinksAnswer] | NotMeasured = NO_NVLINK) -> Sources:  # fmt: skip
+            links: list[GpuLinksAnswer] | NotMeasured = NO_NVLINK,
+            visible: list[str] | None = None) -> Sources:  # fmt: skip
     answer = node if node is not None else not_measured("NVML init: NVML Shared Library Not Found")
     return Sources(
         nvml=lambda: answer,
         nvlinks=lambda: links,
         torch_names=lambda: [],
+        visible=lambda: visible,
         sysfs=sysfs(tmp_path / "sys", nvswitch, list(ports)),
         env=env or {},
         cpus=lambda: 2,
@@ -322,3 +325,17 @@ def test_the_bounds_init_writes_hold_for_the_recorded_runs_of_that_machine(
     # 15 (6 operations at 256M, 1G, 4G), p2p, 4 per-GPU figures, 4 strategies' tokens/s, 2 MFU, the scaling
     # efficiency; one GPU: the per-GPU and training figures
     assert judged == len(profile.model.thresholds) == written
+
+
+def test_a_job_s_share_of_a_node_gets_a_profile_of_its_own_gpus(tmp_path: Path) -> None:
+    """Given GPUs 0 and 1 of a 4-GPU node (CUDA shows two): init surveys those two, says which GPUs it left
+    out, and the floors are of the links between the job's own GPUs."""
+    node, links = nvml_node(H200, 4, 18), nvlinks(4, 18, reach="mesh")
+    src = sources(tmp_path, node, links=links, visible=["GPU-00000000", "GPU-00000001"])
+    facts = detect(src)
+    assert facts.gpu_count == 2 and [g.index for g in facts.links] == [0, 1]
+    assert any("outside this job's allocation" in n and "GPU 2, GPU 3" in n for n in facts.notes)
+    profile, _ = run_init(tmp_path, src)
+    assert profile.model.topology.gpus_per_node == 2
+    whole = detect(sources(tmp_path / "whole", node, links=links, visible=None))
+    assert whole.gpu_count == 4 and not any("allocation" in n for n in whole.notes)

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from acceptance.families.answers import NotMeasured, unanswered
-from acceptance.families.health import GpuAnswers, NodeAnswers
+from acceptance.families.health import GpuAnswers, NodeAnswers, allocated
 from acceptance.probes import nvml
 from acceptance.probes.inventory import NVIDIA_VENDOR
 from acceptance.probes.nvml import GpuLinksAnswer, NvLinkAnswer
@@ -48,11 +48,25 @@ def _torch_names() -> list[str]:
     return [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
 
 
+def _visible_uuids() -> list[str] | None:
+    """The GPUs this job was given, as CUDA shows them (``probes.health.visible_uuids``' spelling); None
+    without CUDA: NVML's GPUs are then all the node's."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    if not torch.cuda.is_available():
+        return None
+    return [f"GPU-{torch.cuda.get_device_properties(i).uuid}" for i in range(torch.cuda.device_count())]
+
+
 @dataclass(frozen=True)
 class Sources:
     nvml: Callable[[], NodeAnswers | NotMeasured] = _nvml_answers
     nvlinks: Callable[[], list[GpuLinksAnswer] | NotMeasured] = _nvml_links
     torch_names: Callable[[], list[str]] = _torch_names
+    # the job's own GPUs (a share of the node: Slurm's GRES, a device plugin, CUDA_VISIBLE_DEVICES)
+    visible: Callable[[], list[str] | None] = _visible_uuids
     sysfs: Path = Path("/sys")
     env: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
     cpus: Callable[[], int | None] = os.cpu_count
@@ -83,6 +97,12 @@ def _gpus(src: Sources, notes: list[str]) -> tuple[list[str], list[int], str | N
         if names:
             notes.append(f"GPUs as torch sees them: {len(names)}")
         return names, [], None, ()
+    answers, outside = allocated(answers, src.visible())
+    if outside:  # a profile for this job's share: the node's other GPUs are another job's
+        notes.append(
+            f"{len(outside)} GPU(s) of the node outside this job's allocation, not counted: "
+            + ", ".join(f"GPU {g['index']}" for g in outside)
+        )
     gpus = [] if unanswered(answers["gpus"]) else answers["gpus"]
     names, links = [], []
     for gpu in gpus:
