@@ -37,6 +37,8 @@ KEPT = {
     "CUDA_VISIBLE_DEVICES": "0,1",
     "OMP_NUM_THREADS": "1",
     "SLURM_JOB_ID": "42",
+    "SLURM_JOB_GPUS": "2,3",  # a job's share of its node
+    "SLURM_GPUS_ON_NODE": "2",
     "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1",
 }
 

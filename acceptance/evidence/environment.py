@@ -27,6 +27,8 @@ ENV_NAMES = (
     "SLURM_NNODES",
     "SLURM_NODEID",
     "SLURM_JOB_NODELIST",
+    "SLURM_JOB_GPUS",  # a job's share of its node: the GPUs Slurm gave it
+    "SLURM_GPUS_ON_NODE",
     "KUBERNETES_SERVICE_HOST",
 )
 PACKAGES = ("torch", "pytest", "transformers", "deepspeed", "nvidia-ml-py", "cluster-acceptance")

@@ -6,15 +6,20 @@
 #   acceptance-controller.sbatch  (one pytest, srun)      on 1 and on 2 nodes
 # with the local-cpu profile, from a folder outside the checkout, and requires for each job: exit 0,
 # evidence complete with verdict PASS for the job's node count, node-labelled output, and nothing new
-# in the checkout. Then it sets deploy/slurm/prolog.sh as the Prolog: a job on c1 runs after its quick
-# tier passes; c2's quick tier fails, Slurm drains c2 with the run's reason, and c2 is resumed by hand.
+# in the checkout. Each node has four GPUs as Slurm's GRES sees them (device files of its own: no GPU is
+# needed to hand them out), and acceptance.sbatch runs once more with two of c1's four (--gres=gpu:2): the
+# job's share, which its evidence must name (CUDA_VISIBLE_DEVICES, SLURM_JOB_GPUS) while it passes and
+# drains nothing. Then it sets deploy/slurm/prolog.sh as the Prolog: a job on c1 runs after its quick
+# tier passes, with CLUSTER_PROFILE unset and under a GPU profile on this CPU-only torch (the install's
+# fault, not the node's) it runs too and no node is drained; c2's quick tier fails, Slurm drains c2 with
+# the run's reason, and c2 is resumed by hand.
 # Every daemon it started is stopped on exit, whatever happened.
 #
 #   deploy/slurm/ci-slurm.sh [SCRIPT-DIR]       (root; SCRIPT-DIR defaults to this script's folder)
 #
 # Variables: VENV, the environment with the package installed (default: the python3 on PATH's);
 # CI_SLURM_KEEP=1 keeps the temporary folder (logs, evidence) for a look afterwards; CI_SLURM_ONLY=prolog
-# runs the prolog's check alone.
+# (or share) runs that check alone.
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -66,7 +71,12 @@ pids+=("$(pid_of "$work/munged.pid")")
 
 host="$(hostname)"
 cpus="$(nproc)"
-mkdir -p "$work/state" "$work/spool/c1" "$work/spool/c2"
+mkdir -p "$work/state" "$work/spool/c1" "$work/spool/c2" "$work/dev"
+# four GPUs a node for Slurm's GRES: it hands out the devices gres.conf names and sets CUDA_VISIBLE_DEVICES
+# and SLURM_JOB_GPUS to the job's indices among them (gres.conf(5)). Slurm wants character devices: these
+# are /dev/null's (1, 3) under other names, and no device cgroup fences them (TaskPlugin none)
+for i in 0 1 2 3; do mknod "$work/dev/gpu$i" c 1 3; done
+echo "Name=gpu File=$work/dev/gpu[0-3]" >"$work/gres.conf"
 cat >"$work/slurm.conf" <<EOF
 ClusterName=ci
 SlurmctldHost=$host(127.0.0.1)
@@ -90,8 +100,9 @@ SelectTypeParameters=CR_CPU
 ReturnToService=2
 JobAcctGatherType=jobacct_gather/none
 AccountingStorageType=accounting_storage/none
-NodeName=c1 NodeHostname=$host NodeAddr=127.0.0.1 Port=$(free_port) CPUs=$cpus State=UNKNOWN
-NodeName=c2 NodeHostname=$host NodeAddr=127.0.0.1 Port=$(free_port) CPUs=$cpus State=UNKNOWN
+GresTypes=gpu
+NodeName=c1 NodeHostname=$host NodeAddr=127.0.0.1 Port=$(free_port) CPUs=$cpus Gres=gpu:4 State=UNKNOWN
+NodeName=c2 NodeHostname=$host NodeAddr=127.0.0.1 Port=$(free_port) CPUs=$cpus Gres=gpu:4 State=UNKNOWN
 PartitionName=ci Nodes=c1,c2 Default=YES MaxTime=60 State=UP
 EOF
 export SLURM_CONF="$work/slurm.conf"
@@ -116,9 +127,11 @@ unset CLUSTER_RUN_ID NNODES NODE_RANK
 
 # submit SCRIPT on NODES nodes, wait for it, and check what it left: JOB=<id> on success
 submit() {
-    local script="$1" nodes="$2" dir="$work/job-${1%.sbatch}-$2"
+    local script="$1" nodes="$2" dir="$work/job-${1%.sbatch}-$2${3:+-share}"
     mkdir -p "$dir"
-    local set=() exclusive=()
+    local set=() exclusive=() share=()
+    # a third argument: the job holds two of c1's four GPUs (GRES), not the whole node
+    [[ -n "${3:-}" ]] && share=(--nodelist=c1 --gres=gpu:2)
     # local-cpu is a one-node profile of two ranks on two cores, which its scaling bound assumes; the two
     # "nodes" share this machine's cores, so one rank each. One rank per node has no link inside a node, so
     # its p2p bound (links inside a node) is dropped rather than left unchecked (a FAIL); the rails between
@@ -132,7 +145,7 @@ submit() {
     local start=$SECONDS status=0
     # in the background: bash runs a trap (Ctrl-C, a CI cancel) only once its foreground command returns
     MASTER_PORT="$(free_port)" PYTEST_ARGS="${set[*]}" \
-        sbatch --wait --parsable --chdir="$dir" --nodes="$nodes" "${exclusive[@]}" --time=30 \
+        sbatch --wait --parsable --chdir="$dir" --nodes="$nodes" "${exclusive[@]}" "${share[@]}" --time=30 \
         "$scripts/$script" >"$dir/job-id" &
     wait $! || status=$?
     JOB="$(cut -d';' -f1 "$dir/job-id")"
@@ -142,6 +155,26 @@ submit() {
     say "job $JOB ended with status $status after $((SECONDS - start)) s; its output: $out"
     if (( status != 0 )); then tail -n 40 "$out" >&2; fail "$script on $nodes node(s): job $JOB failed"; fi
     check "$script" "$nodes" "$dir/acceptance-results/slurm-$JOB" "$out"
+    [[ -n "${3:-}" ]] && share_check "$dir/acceptance-results/slurm-$JOB"
+    return 0
+}
+
+# a job's share of its node: the evidence names the GPUs Slurm gave it, and nothing is drained
+share_check() {
+    "$python" - "$1" <<'PY' || fail "the job with two of c1's GPUs: evidence"
+import json
+import sys
+from pathlib import Path
+
+run = Path(sys.argv[1])
+env = json.loads((run / "evidence.json").read_text())["cluster"]["env"]
+given = {k: env.get(k) for k in ("CUDA_VISIBLE_DEVICES", "SLURM_JOB_GPUS")}
+print(f"  {run}: the job's GPUs in its evidence: {given}; drain.json: {(run / 'drain.json').exists()}")
+if given != {"CUDA_VISIBLE_DEVICES": "0,1", "SLURM_JOB_GPUS": "0,1"}:
+    sys.exit(f"{run}: expected the job's two GPUs 0,1 by CUDA_VISIBLE_DEVICES and SLURM_JOB_GPUS, found {given}")
+if (run / "drain.json").exists():
+    sys.exit(f"{run}: a passing job's share of a node wrote a drain list")
+PY
 }
 
 # the evidence of a job: PASS, complete, the job's node count; per node when one pytest ran per node
@@ -190,6 +223,7 @@ YAML
 profile=local-cpu
 [[ "\$SLURMD_NODENAME" == c2 ]] && profile="$work/unmeetable.yaml"
 [[ -e "$work/no-profile" ]] && profile=""
+[[ -e "$work/gpu-profile" ]] && profile=h100-x1
 exec env PATH="$PATH" VENV="$VENV" RESULTS="$results" CLUSTER_PROFILE="\$profile" MASTER_PORT="$port" \\
     MASTER_ADDR=127.0.0.1 "$scripts/prolog.sh"
 WRAP
@@ -215,6 +249,18 @@ WRAP
     (( status == 0 )) || fail "the job on c1 (CLUSTER_PROFILE unset) ended with status $status"
     [[ "$(sinfo -h -N -n c1 -o '%T')" == idle ]] || fail "c1 was drained for a missing setting: $(sinfo -h -N -n c1 -o '%N %T %E')"
     say "c1 with CLUSTER_PROFILE unset: job ran, node $(sinfo -h -N -n c1 -o '%T')"
+    # a GPU profile on this machine's CPU-only torch: the suite's install is wrong, the node is not
+    say "a job on c1 with a GPU profile (h100-x1) for its prolog, on a CPU-only torch"
+    touch "$work/gpu-profile"
+    status=0
+    sbatch --wait --parsable --chdir="$dir" --nodelist=c1 --time=5 --wrap true >"$dir/c1-gpu-job" &
+    wait $! || status=$?
+    rm -f "$work/gpu-profile"
+    (( status == 0 )) || fail "the job on c1 (GPU profile, CPU-only torch) ended with status $status"
+    [[ "$(sinfo -h -N -n c1 -o '%T')" == idle ]] || fail "c1 was drained for the suite's install: $(sinfo -h -N -n c1 -o '%N %T %E')"
+    grep -h 'quick on c1' "$results/verdicts.log" | tail -n 1 | grep -q 'REVIEW' \
+        || fail "the prolog under a GPU profile on a CPU-only torch did not say REVIEW: $(tail -n 1 "$results/verdicts.log")"
+    say "c1 with a GPU profile on a CPU-only torch: $(grep -h 'quick on c1' "$results/verdicts.log" | tail -n 1 | cut -c1-220)"
     say "a job on c2, whose prolog fails"
     local job state=""
     job="$(sbatch --parsable --chdir="$dir" --nodelist=c2 --time=5 --wrap true)"
@@ -240,12 +286,13 @@ WRAP
     scontrol reconfigure
 }
 
-if [[ "${CI_SLURM_ONLY:-}" != prolog ]]; then
+if [[ -z "${CI_SLURM_ONLY:-}" ]]; then
     for script in acceptance.sbatch acceptance-controller.sbatch; do
         for nodes in 1 2; do submit "$script" "$nodes"; done
     done
 fi
-prolog_check
+[[ -z "${CI_SLURM_ONLY:-}" || "${CI_SLURM_ONLY:-}" == share ]] && submit acceptance.sbatch 1 share
+[[ -z "${CI_SLURM_ONLY:-}" || "${CI_SLURM_ONLY:-}" == prolog ]] && prolog_check
 after="$(git -C "$checkout" status --porcelain --untracked-files=all 2>/dev/null || true)"
 [[ "$before" == "$after" ]] || fail "the jobs changed the checkout: $(diff <(echo "$before") <(echo "$after"))"
-say "PASS: both batch scripts on 1 and 2 nodes; the prolog drained a failing node with its reason, and no node for a missing setting"
+say "PASS: both batch scripts on 1 and 2 nodes and on two of a node's four GPUs; the prolog drained a failing node with its reason, and no node for a missing setting or a CPU-only install"
