@@ -12,7 +12,7 @@ import pytest
 
 from acceptance.evidence import drain
 from acceptance.evidence.model import EvidenceDoc
-from acceptance.families.gpu_users import FOREIGN_LOAD
+from acceptance.families.gpu_users import FOREIGN_LOAD, GPU_FAULT
 from acceptance.plugin import drain_hooks
 from acceptance.run import drain as scheduler
 from tests.harness import doc as evidence_doc
@@ -360,6 +360,8 @@ class _Run:
          "environment"),
         (f"compute.matmul_tflops_min = 307 ... ({FOREIGN_LOAD}: pid 941 `python3`)", "foreign load"),
         ("compute.matmul_tflops_min = 307 TFLOP/s, expected >= 600", None),
+        # an XID (or a degraded link) seen beside another job's process: the GPU's own fault all the same
+        (f"compute.matmul_tflops_min = 307 ... ({GPU_FAULT}: XID 79 at 1.0 s; {FOREIGN_LOAD}: pid 941)", None),
     ],
 )  # fmt: skip
 def test_a_failure_s_category_comes_from_its_cause(message: str, category: str | None) -> None:

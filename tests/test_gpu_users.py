@@ -203,3 +203,58 @@ def test_no_process_of_another_leaves_the_clock_events_alone() -> None:
     sampler = _sampler([[SimpleNamespace(pid=os.getpid(), usedGpuMemory=None)]], {os.getpid()})
     sampler._sample_processes()
     assert sampler.seen() == [] and gpu_users.seen_text([]) == ""
+
+
+class _Timeout(Exception):
+    """NVML's NVMLError_Timeout: no event waiting."""
+
+
+def _recorded_link(gens: list[tuple[int, int]], xids: list[int]) -> SimpleNamespace:
+    """NVML's answers for one GPU's PCIe link (Gen5 x16 at most; ``gens`` read in turn) and its event set
+    (``xids`` waiting, then none)."""
+    links, events = iter(gens), iter(xids)
+    now: dict[str, tuple[int, int]] = {}
+
+    def wait(events_set: object, timeout_ms: int) -> SimpleNamespace:
+        found = next(events, None)
+        if found is None:
+            raise _Timeout
+        return SimpleNamespace(eventData=found)
+
+    def gen(handle: object) -> int:
+        now["link"] = next(links)
+        return now["link"][0]
+
+    return SimpleNamespace(
+        NVMLError_Timeout=_Timeout,
+        nvmlDeviceGetCurrPcieLinkGeneration=gen,
+        nvmlDeviceGetCurrPcieLinkWidth=lambda handle: now["link"][1],
+        nvmlEventSetWait_v2=wait,
+    )
+
+
+def test_a_link_below_its_maximum_and_an_xid_while_timed_are_named_as_the_gpu_s_own() -> None:
+    """The sampler reads the PCIe link and NVML's critical XIDs once a second: a link that trained down
+    (Gen4 instead of Gen5) is named with both values for the host-link figures, an XID with its code for
+    every figure; both are the GPU's fault, whatever other process was seen beside them."""
+    sampler = _sampler([], set())
+    sampler._nvml = _recorded_link([(4, 16), (5, 16), (4, 8)], [79])
+    sampler._pcie_max, sampler._xid_events, sampler._started = (5, 16), object(), 0.0
+    for t in (1.0, 2.0, 3.0):
+        sampler._sample_link(t)
+    low, xids = sampler.pcie_low(), sampler.xids
+    assert low == {"gen": 4, "width": 8, "max_gen": 5, "max_width": 16, "share": 2 / 3}
+    assert xids == [{"xid": 79, "t_s": 1.0}]
+    clocks = {"clock_events": {}, "clock_events_reason": None, "pcie_low": low, "xids": xids}
+    row = {"clocks": {"h2d_gbps": clocks, "matmul_tflops": clocks}}
+    host = compute.clocks(row, "h2d_gbps")  # type: ignore[arg-type]
+    assert host.startswith(
+        f"{gpu_users.GPU_FAULT}: PCIe link at Gen4 x8, below its maximum Gen5 x16 (in 67% of the samples); "
+        "XID 79 at 1.0 s"
+    )
+    # a GPU-bound figure leaves the PCIe link idle (it may train down to save power): the XID alone
+    assert compute.clocks(row, "matmul_tflops").startswith(f"{gpu_users.GPU_FAULT}: XID 79 at 1.0 s;")
+    steady = _sampler([], set())
+    steady._nvml, steady._pcie_max = _recorded_link([(5, 16)], []), (5, 16)
+    steady._sample_link(1.0)
+    assert steady.pcie_low() is None and gpu_users.gpu_fault_text(None, []) == ""

@@ -16,7 +16,7 @@ from pydantic import Field
 from typing_extensions import NotRequired
 
 from acceptance.families.answers import clock_events_text
-from acceptance.families.gpu_users import ForeignSeen, seen_text
+from acceptance.families.gpu_users import ForeignSeen, PcieLow, XidSeen, gpu_fault_text, seen_text
 from acceptance.numbers import fmt, spread
 from acceptance.schema.bounds import Threshold, must_be_zero
 from acceptance.schema.dtypes import DTYPE_NAMES
@@ -117,6 +117,8 @@ class ClockEvents(TypedDict):
     clock_events: dict[str, float] | None
     clock_events_reason: str | None
     foreign: NotRequired[list[ForeignSeen]]  # processes not of this run on the GPU meanwhile: the cause
+    pcie_low: NotRequired[PcieLow]  # the GPU's PCIe link below its maximum meanwhile
+    xids: NotRequired[list[XidSeen]]  # critical XID events meanwhile
 
 
 class Burnin(TypedDict):
@@ -184,6 +186,7 @@ Row = Mapping[str, Any]
 R = TypeVar("R", bound=Row)
 
 FigureName = Literal["matmul_tflops", "matmul_fp8_tflops", "copy_gbps", "h2d_gbps", "d2h_gbps"]
+HOST_LINK_FIGURES: tuple[FigureName, ...] = ("h2d_gbps", "d2h_gbps")  # the figures the PCIe link carries
 # figure -> (what it is, unit); the keys are the rows' field names and the metric names' stems
 FIGURES: dict[str, tuple[str, str]] = {
     "matmul_tflops": ("matmul", "TFLOP/s"),
@@ -208,12 +211,14 @@ def clocks(row: Row, figure: str) -> str:
     found = (row.get("clocks") or {}).get(figure)
     if not found:
         return ""
-    cause = seen_text(found.get("foreign") or [])
+    # the PCIe link carries the host-link figures only: during a GPU-bound figure it idles, and may train down
+    pcie = found.get("pcie_low") if figure in HOST_LINK_FIGURES else None
+    causes = [gpu_fault_text(pcie, found.get("xids") or []), seen_text(found.get("foreign") or [])]
     if found.get("clock_events") is None:
-        events = f"clock events not sampled: {found.get('clock_events_reason')}"
+        causes.append(f"clock events not sampled: {found.get('clock_events_reason')}")
     else:
-        events = f"clock events while timed: {clock_events_text(found['clock_events'])}"
-    return f"{cause}; {events}" if cause else events
+        causes.append(f"clock events while timed: {clock_events_text(found['clock_events'])}")
+    return "; ".join(c for c in causes if c)
 
 
 def measured_rows(rows: Sequence[R], figure: str) -> list[R]:

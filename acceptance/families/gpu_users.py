@@ -36,6 +36,24 @@ class ForeignSeen(TypedDict):
     seen_share: float  # of the process-list samples taken while timed
 
 
+class PcieLow(TypedDict):
+    """A GPU's PCIe link below its maximum while a host-link figure was timed (the link trains down under
+    power saving only when idle; under a copy it is at its maximum unless the slot, riser or GPU is degraded)."""
+
+    gen: int  # the lowest seen while timed
+    width: int
+    max_gen: int
+    max_width: int
+    share: float  # of the link samples taken while timed
+
+
+class XidSeen(TypedDict):
+    """A critical XID event (NVML's nvmlEventTypeXidCriticalError) on the GPU while a figure was timed."""
+
+    xid: int
+    t_s: float  # after the timed loop started
+
+
 class GpuUse(TypedDict):
     index: int
     uuid: str | None
@@ -75,6 +93,23 @@ def seen_text(seen: Sequence[ForeignSeen]) -> str:
         for p in seen
     )
     return f"{FOREIGN_LOAD}: {named}"
+
+
+# how a slowed figure names a fault of the GPU itself seen while it was timed: hardware, never foreign load
+GPU_FAULT = "seen on this GPU while timed"
+
+
+def gpu_fault_text(pcie: PcieLow | None, xids: Sequence[XidSeen]) -> str:
+    """``seen on this GPU while timed: PCIe link at Gen4 x16, below its maximum Gen5 x16 (in 100% of the
+    samples); XID 79 at 3.2 s`` (NVIDIA's XID catalog says what each code means), or "" when neither."""
+    parts = []
+    if pcie is not None:
+        parts.append(
+            f"PCIe link at Gen{pcie['gen']} x{pcie['width']}, below its maximum Gen{pcie['max_gen']} "
+            f"x{pcie['max_width']} (in {pcie['share']:.0%} of the samples)"
+        )
+    parts += [f"XID {x['xid']} at {x['t_s']:.1f} s" for x in xids]
+    return f"{GPU_FAULT}: {'; '.join(parts)}" if parts else ""
 
 
 def foreign(gpus: Sequence[GpuUse], ours: Callable[[int], bool]) -> list[GpuProcess]:

@@ -121,6 +121,10 @@ def seconds_per_call(
         clocks = {"clock_events": sampled["clock_events"], "clock_events_reason": sampled["clock_events_reason"]}
         if "foreign" in sampled:
             clocks["foreign"] = sampled["foreign"]
+        if "pcie_low" in sampled:
+            clocks["pcie_low"] = sampled["pcie_low"]
+        if "xids" in sampled:
+            clocks["xids"] = sampled["xids"]
     return Timed(seconds, clocks)
 
 

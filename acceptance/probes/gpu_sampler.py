@@ -14,6 +14,7 @@ there before the run.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
@@ -21,7 +22,7 @@ from typing import Any
 
 import torch
 
-from acceptance.families.gpu_users import RUN_PID_ENV, ForeignSeen, Ours, descends_from, executable
+from acceptance.families.gpu_users import RUN_PID_ENV, ForeignSeen, Ours, PcieLow, XidSeen, descends_from, executable
 from acceptance.families.training.figures import GpuUtil
 from acceptance.probes.inventory import command_of
 from acceptance.probes.nvml import CLOCK_EVENT_QUERIES, clock_event_names
@@ -51,6 +52,10 @@ class GpuSampler:
         self.process_samples = 0
         self.foreign: dict[int, ForeignSeen] = {}
         self._foreign_counts: dict[int, int] = {}
+        self.pcie: list[tuple[int, int]] = []  # (generation, width) once a second while timed
+        self._pcie_max: tuple[int, int] | None = None
+        self.xids: list[XidSeen] = []
+        self._xid_events: Any = None
         if device.type != "cuda":
             self.reason = self.events_reason = "no GPU: sampled with NVML on GPUs only"
             return
@@ -70,6 +75,18 @@ class GpuSampler:
         if self._events_query is None:
             self.events_reason = "this pynvml has no clock-event query"
         self._processes_query = getattr(pynvml, "nvmlDeviceGetComputeRunningProcesses", None)
+        try:  # what the GPU and its slot can reach (health's pcie_degraded holds the same maximum)
+            self._pcie_max = (
+                int(pynvml.nvmlDeviceGetMaxPcieLinkGeneration(self._handle)),
+                int(pynvml.nvmlDeviceGetMaxPcieLinkWidth(self._handle)),
+            )
+        except Exception:  # NVML "Not Supported" (a vGPU, an SXM board without it): no link cause
+            self._pcie_max = None
+        try:  # critical XIDs through NVML's event set, as the soak watches them (probes.soak_watch)
+            self._xid_events = pynvml.nvmlEventSetCreate()
+            pynvml.nvmlDeviceRegisterEvents(self._handle, pynvml.nvmlEventTypeXidCriticalError, self._xid_events)
+        except Exception:  # not supported here (a vGPU, no privilege): the figures stand without the cause
+            self._xid_events = None
 
     def start(self) -> None:
         if self._handle is None:
@@ -103,6 +120,7 @@ class GpuSampler:
         if self._processes_query is None or now < self._next_processes:
             return
         self._next_processes = now + PROCESS_PERIOD_S
+        self._sample_link(now)
         try:
             running = self._processes_query(self._handle)
         except Exception:  # NVML "Not Supported" (a vGPU, MIG): the figures stand without a cause
@@ -130,6 +148,37 @@ class GpuSampler:
                 },
             )
 
+    def _sample_link(self, now: float) -> None:
+        """The PCIe link's generation and width now, and every critical XID since the last sample."""
+        nvml = self._nvml
+        if self._pcie_max is not None:
+            try:
+                gen = int(nvml.nvmlDeviceGetCurrPcieLinkGeneration(self._handle))
+                self.pcie.append((gen, int(nvml.nvmlDeviceGetCurrPcieLinkWidth(self._handle))))
+            except Exception:
+                self._pcie_max = None
+        while self._xid_events is not None:
+            try:
+                data = nvml.nvmlEventSetWait_v2(self._xid_events, 0)
+            except nvml.NVMLError_Timeout:  # none waiting
+                return
+            except Exception:
+                self._xid_events = None
+                return
+            self.xids.append({"xid": int(data.eventData), "t_s": round(now - self._started, 1)})
+
+    def pcie_low(self) -> PcieLow | None:
+        """The link below its maximum in some sample while timed, its lowest reading; else None."""
+        if self._pcie_max is None or not self.pcie:
+            return None
+        max_gen, max_width = self._pcie_max
+        low = [s for s in self.pcie if s[0] < max_gen or s[1] < max_width]
+        if not low:
+            return None
+        share = len(low) / len(self.pcie)
+        gen, width = min(s[0] for s in low), min(s[1] for s in low)
+        return {"gen": gen, "width": width, "max_gen": max_gen, "max_width": max_width, "share": share}
+
     def seen(self) -> list[ForeignSeen]:
         """The processes not of this run seen on the GPU, with the share of process samples each was in."""
         total = max(self.process_samples, 1)
@@ -141,6 +190,12 @@ class GpuSampler:
             self._stop.set()
             self._thread.join()
             self._thread = None
+            # a loop shorter than a period still gets its link read, and every XID up to its end
+            self._sample_link(time.monotonic())
+        if self._xid_events is not None:
+            with contextlib.suppress(Exception):  # freed with the process all the same
+                self._nvml.nvmlEventSetFree(self._xid_events)
+            self._xid_events = None
         out: GpuUtil = {
             "samples": len(self.util),
             "clock_events": None,
@@ -155,6 +210,10 @@ class GpuSampler:
             out["clock_events_reason"] = self.events_reason or "no sample taken (timed loop too short)"
         if self.foreign:
             out["foreign"] = self.seen()
+        if (pcie := self.pcie_low()) is not None:
+            out["pcie_low"] = pcie
+        if self.xids:
+            out["xids"] = list(self.xids)
         if self.util:
             out["mean_pct"], out["reason"] = sum(self.util) / len(self.util), None
         return out

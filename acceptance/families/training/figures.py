@@ -12,7 +12,7 @@ from typing import TypedDict
 
 from typing_extensions import NotRequired
 
-from acceptance.families.gpu_users import ForeignSeen
+from acceptance.families.gpu_users import ForeignSeen, PcieLow, XidSeen
 from acceptance.json_types import JSONObject
 from acceptance.numbers import spread
 
@@ -57,6 +57,8 @@ class GpuUtil(TypedDict):
     mean_pct: float | None
     reason: str | None
     foreign: NotRequired[list[ForeignSeen]]  # processes not of this run seen on the GPU meanwhile
+    pcie_low: NotRequired[PcieLow]  # the GPU's PCIe link below its maximum meanwhile
+    xids: NotRequired[list[XidSeen]]  # critical XID events meanwhile
 
 
 class HostLoadFigures(TypedDict):
