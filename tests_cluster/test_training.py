@@ -66,7 +66,7 @@ def _spread(run: dict[str, Any]) -> str:
 def _clocks(run: dict[str, Any]) -> str:
     """The clock events of the timed steps per rank, after another job's process seen on a rank's GPU (the
     cause of a slow run, when there was one)."""
-    cause = foreign_text(run.get("foreign"))
+    cause = foreign_text(run.get("foreign"), run.get("xids"))
     found = run.get("clock_events") or {}
     if not found:
         events = f"clock events: {run.get('clock_events_reason') or 'none seen during the timed steps'}"
@@ -179,7 +179,7 @@ def test_scaling_efficiency(cluster: ClusterRun, runs: dict[str, dict[str, Any]]
         f"spread (max - min) / median {fmt(full['tokens_per_s_per_gpu_spread'])} and "
         f"{fmt(small['tokens_per_s_per_gpu_spread'])})"
     )
-    cause = foreign_text(full.get("foreign")) or foreign_text(small.get("foreign"))
+    cause = foreign_text(full.get("foreign"), full.get("xids")) or foreign_text(small.get("foreign"), small.get("xids"))
     detail += f"\n{cause}" if cause else ""
     check("training.scaling_efficiency", training_rules.scaling_efficiency(full, small), "fraction", detail)
 

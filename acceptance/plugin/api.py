@@ -16,7 +16,7 @@ import pytest
 from acceptance.families import fabric, transport
 from acceptance.families.answers import clock_events_text
 from acceptance.families.fabric import FABRIC
-from acceptance.families.gpu_users import ForeignSeen, seen_text
+from acceptance.families.gpu_users import ForeignSeen, XidSeen, gpu_fault_text, seen_text
 from acceptance.families.internode.isolation import Isolation
 from acceptance.json_types import JSONObject
 from acceptance.numbers import fmt
@@ -149,10 +149,13 @@ def internode_spec(run: ClusterRun, scopes: list[str]) -> dict[str, object]:
     return spec
 
 
-def foreign_text(foreign: dict[str, list[ForeignSeen]] | None) -> str:
-    """Per rank, the processes not of this run seen on its GPU while a figure was measured (the cause a slowed
-    figure names, ``acceptance.probes.gpu_sampler``), one line each; "" when none was seen."""
-    return "\n".join(f"rank {rank}: {seen_text(seen)}" for rank, seen in (foreign or {}).items() if seen)
+def foreign_text(foreign: dict[str, list[ForeignSeen]] | None, xids: dict[str, list[XidSeen]] | None = None) -> str:
+    """Per rank, the critical XIDs and the processes not of this run seen on its GPU while a figure was
+    measured (the causes a slowed figure names, ``acceptance.probes.gpu_sampler``), one line each; "" when
+    none was seen."""
+    lines = [f"rank {rank}: {gpu_fault_text(None, seen)}" for rank, seen in (xids or {}).items() if seen]
+    lines += [f"rank {rank}: {seen_text(seen)}" for rank, seen in (foreign or {}).items() if seen]
+    return "\n".join(lines)
 
 
 def transport_figure(check: Checker, metric: str, found: transport.TransportRecord | None) -> None:

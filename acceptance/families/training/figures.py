@@ -168,6 +168,8 @@ class TrainingFigures(Throughput):
     clock_events_reason: str | None
     # per rank, processes not of this run seen on its GPU during the timed steps: the cause of a slow run
     foreign: NotRequired[dict[str, list[ForeignSeen]]]
+    # per rank, critical XIDs seen on its GPU during the timed steps (``gpu_users.gpu_fault_text``)
+    xids: NotRequired[dict[str, list[XidSeen]]]
     losses: list[float]
     loss_first: float
     loss_last: float
@@ -275,6 +277,7 @@ def figures(raw: RawRun, t: TrainingConfig, world_size: int) -> TrainingFigures:
         "gpu_util_reason": next((r["util"]["reason"] for r in ranks if r["util"]["reason"]), None),
         "clock_events": clock_events(ranks),
         "foreign": {str(r["rank"]): r["util"]["foreign"] for r in ranks if r["util"].get("foreign")},
+        "xids": {str(r["rank"]): r["util"]["xids"] for r in ranks if r["util"].get("xids")},
         "clock_events_reason": next((r["util"].get("clock_events_reason") for r in ranks), None),
         "losses": losses,
         "loss_first": losses[0],
