@@ -95,11 +95,11 @@ class Judge:
         judged = self._judge(metric, value, unit, detail, default)
         if not unmeasured:
             return judged
-        head = judged.message.splitlines()[0] if judged.message else f"{metric} = {fmt(value)} {unit}"
+        # the figure's own line where it missed its bound, else one that says it was measured on some units
+        lines = judged.message.splitlines() or _with(f"{metric} = {fmt(value)} {unit}, {PART}", detail).splitlines()
         if judged.verdict == "xfail":
-            head += f" [known issue: {judged.xfail_reason}]"
-        message = _with(_with(f"{head}; measured over part of the units only", unmeasured), detail)
-        return replace(judged, verdict="fail", message=message)
+            lines[0] += f" [known issue: {judged.xfail_reason}]"
+        return replace(judged, verdict="fail", message="\n".join([*lines, unmeasured]))
 
     def _judge(self, metric: str, value: float, unit: str, detail: str, default: Threshold | None) -> Judgement:
         threshold = self.bound(metric, default)
@@ -233,6 +233,9 @@ def _correctness_regressed(metric: str, old: StoredFigure, new: StoredFigure) ->
         return False
     side = better(metric)
     return (value > was) if side == "lower" else (value < was) if side == "higher" else value != was
+
+
+PART = "measured over part of the units only"
 
 
 def _with(message: str, detail: str) -> str:
