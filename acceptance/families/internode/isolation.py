@@ -11,23 +11,28 @@ one of the two, or their path, is slow.
 
 The decision, per pair and per node, in log space (a slowdown is a ratio):
 
-* the noise: the spread of each pair's repeats (pooled over every pair but those that flap, with an
-  upper confidence bound when few pairs were measured), never less than ``SIGMA_FLOOR``;
+* the noise: the spread of each healthy pair's repeats (pooled over the pairs above the midpoint to
+  ``fraction`` x the census median, but those that flap, with an upper confidence bound when few pairs
+  were measured: a steady throttled pair never makes the test bolder), never less than ``SIGMA_FLOOR``;
 * the healthy level: the median of the census pairs (round 1's first step, where every node is in one
   pair), leaving out those decisively slow against a first median; never a maximum, which grows with the
   number of noisy pairs. Its own error (the variance of a median) enters every test below, since every
   pair is compared with the same level;
-* each pair: Wald's sequential probability ratio test between "healthy" (its level) and "slow" (at
-  ``fraction`` x the level: the profile's ``slow_pair_fraction`` is the effect size worth naming), over its
+* the slow hypothesis: the mildest slowdown two witness pairs tell apart at this noise (``Scale``), no
+  milder than ``mild`` and no bolder than ``fraction`` (the profile's ``slow_pair_fraction``);
+* each pair: Wald's sequential probability ratio test between "healthy" (its level) and "slow" (at the
+  slow hypothesis x the level), over its
   repeats: a log-likelihood ratio over ``log((1 - BETA) / WITNESS_ALPHA)`` makes the pair slow, under
   ``log(BETA / (1 - ALPHA))`` fast; a pair whose repeats disagree by more than the noise allows (it
   flaps) clears nobody;
-* a node is cleared by a fast pair; it is named only when its pairs with at least two different cleared
-  partners together pass ``log((1 - BETA) N / ALPHA)`` (a false-blame rate of ALPHA / N per node, ALPHA
+* a node is cleared by a fast pair or by its pairs together, and re-opened when its pairs with two
+  cleared partners are slow (or one is and the rest lean slow), whatever a fast pair said; it is named
+  only when its pairs with at least two different cleared partners together pass ``log((1 - BETA) N / ALPHA)`` (a false-blame rate of ALPHA / N per node, ALPHA
   for the whole cluster: Bonferroni over the N nodes), and without its strongest partner the rest still
   passes ``log((1 - BETA) / WITNESS_ALPHA)`` on its own: two independent witnesses, so one bad path or
   partner convicts nobody;
-* a slow pair of two cleared nodes is their path, not either node;
+* a slow pair of two cleared nodes, each fast with two other partners, is their path, not either node,
+  named within the paths' own budget (``PATH_ALPHA`` over the node pairs tested);
 * a rail is named only when it stands below the node's other rails, by the same test.
 
 Rounds:
@@ -40,13 +45,15 @@ Rounds:
    confirms each suspect with a different healthy reference node, ADR-055, and Google's
    cluster-health-scanner pairs each failed node with a passed one in its second pass,
    ``nccl_runner.py``); with no cleared node to spare, with a node that leans healthy, then another
-   suspect; a slow path not yet decisive is measured again. When round 1 showed no slow pair, every node
-   meets a new partner instead (a second census: a slow path not paired yet then shows, and the level
-   has twice the pairs). At most ``MAX_PAIR_ROUNDS`` pair rounds.
+   suspect; a slow path not yet decisive is measured again, and its nodes meet new partners. More
+   partners (steps) where one pair says too little against the noise, at most ``MAX_STEPS``. When
+   round 1 showed no slow pair, every node meets a new partner instead (a second census: a slow path
+   not paired yet then shows, and the level has twice the pairs). At most ``MAX_PAIR_ROUNDS`` pair rounds.
 3. the rails (GPU i <-> GPU i) of each named node against a cleared node, and of each named path, every
    rail at once, both directions. Two nodes can only blame their pair: their rails are measured.
 
-So a slow node is named in 3 rounds (4 when round 2 leaves it undecided), whatever N is.
+So a slow node is named in 3 rounds (more when round 2 leaves it undecided), whatever N is; nodes the
+noise leaves leaning slow on no more than noise are said to be too noisy to judge, and not listed.
 """
 
 from __future__ import annotations
@@ -162,6 +169,7 @@ class IsolationEvidence(TypedDict):
     slow_pair_fraction: float
     noise_sigma: float
     noise_dof: int  # the degrees of freedom of the noise estimate
+    noise_by_round: list[float]  # the estimate after each pairs round: steady when the cluster is worst
     named_fraction: float  # the slow hypothesis in use: a pair at this fraction of the level is slow
     resolution: float  # the smallest slowdown (a fraction) two witness pairs tell apart at this noise
     repeats: int
@@ -316,6 +324,7 @@ class Isolation:
     repeats: int = REPEATS
     alpha: float = ALPHA
     hint: tuple[Pair, ...] = ()  # the failing probe's slowest node pairs, slowest first
+    noise_by_round: list[float] = field(default_factory=list)  # the noise estimate after each pairs round
     _status: Status | None = field(default=None, repr=False)
 
     # the thresholds of the test, in log-likelihood ratio
@@ -378,6 +387,7 @@ class Isolation:
                         rnd.number,
                     )
                 )
+            self.noise_by_round.append(self.status().sigma)
         else:
             # a link of the round's result (JSON), renumbered with the isolation's round
             self.rails += [cast(Link, {**link, "round": rnd.number}) for link in result["links"]]
@@ -877,6 +887,7 @@ class Isolation:
             "slow_pair_fraction": self.fraction,
             "noise_sigma": st.sigma,
             "noise_dof": st.scale.dof,
+            "noise_by_round": list(self.noise_by_round),
             "named_fraction": math.exp(st.scale.effect),
             "resolution": math.exp(st.scale.resolution),
             "repeats": self.repeats,
