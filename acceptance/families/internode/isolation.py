@@ -27,10 +27,11 @@ The decision, per pair and per node, in log space (a slowdown is a ratio):
   flaps) clears nobody;
 * a node is cleared by a fast pair or by its pairs together, and re-opened when its pairs with two
   cleared partners are slow (or one is and the rest lean slow), whatever a fast pair said; it is named
-  only when its pairs with at least two different cleared partners together pass ``log((1 - BETA) N / ALPHA)`` (a false-blame rate of ALPHA / N per node, ALPHA
-  for the whole cluster: Bonferroni over the N nodes), and without its strongest partner the rest still
-  passes ``log((1 - BETA) / WITNESS_ALPHA)`` on its own: two independent witnesses, so one bad path or
-  partner convicts nobody;
+  only when its pairs with at least two different cleared partners together pass
+  ``log((1 - BETA) N / ALPHA)`` (a false-blame rate of ALPHA / N per node, ALPHA for the whole
+  cluster: Bonferroni over the N nodes), and without its strongest partner the rest still passes
+  ``log((1 - BETA) / WITNESS_ALPHA)`` on its own: two independent witnesses, so one bad path or partner
+  convicts nobody;
 * a slow pair of two cleared nodes, each fast with two other partners, is their path, not either node,
   named within the paths' own budget (``PATH_ALPHA`` over the node pairs tested);
 * a rail is named only when it stands below the node's other rails, by the same test.
