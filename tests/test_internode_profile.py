@@ -80,3 +80,9 @@ def test_srun_launcher_and_its_arguments(tmp_path: Path) -> None:
     assert loaded.model.topology.srun_args == ["--gpus-per-node=8"]
     with pytest.raises(profile.ProfileError, match="srun"):
         profile.load(str(write(tmp_path, "")), ["topology.launcher=mpirun"])
+
+
+def test_the_mildest_slowdown_named_is_never_a_larger_one_than_the_bound() -> None:
+    assert Internode(slow_pair_fraction=0.05, mild_pair_fraction=0.05).mild_pair_fraction == 0.05
+    with pytest.raises(ValueError, match=r"mild_pair_fraction 0\.3 is below slow_pair_fraction 0\.5"):
+        Internode(slow_pair_fraction=0.5, mild_pair_fraction=0.3)

@@ -86,6 +86,11 @@ def test_the_throttled_node_alone_is_named_and_the_verdict_is_fail(bed: netns.Te
     (found,) = [
         t["measurements"]["isolation"] for t in evidence(tmp_path, 0)["tests"] if "isolation" in t["measurements"]
     ]
+    print(
+        f"{bed.nodes} nodes: named {found['culprits']}; noise per round "
+        + " -> ".join(f"{x:.0%}" for x in found["noise_by_round"])
+        + f"; {found['message']}"
+    )
     assert found["culprits"] == [SLOW_NODE], found["message"]
     assert len(found["rounds"]) <= 4 and found["repeats"] == 5
     assert found["pair_matrix"]["labels"][SLOW_NODE] == f"node {SLOW_NODE} (host {bed.host(SLOW_NODE)})"

@@ -30,7 +30,8 @@ def enabled(run: ClusterRun) -> bool:
 
 def isolate(run: ClusterRun) -> Isolation:
     """Run rounds until the verdict is in; a round that fails ends the search and is named in the message."""
-    iso = Isolation(run.placement.nodes, run.profile.model.internode.slow_pair_fraction, hint=hint(run))
+    section = run.profile.model.internode
+    iso = Isolation(run.placement.nodes, section.slow_pair_fraction, section.mild_pair_fraction, hint=hint(run))
     while (rnd := iso.next_round()) is not None:
         try:
             result = run.probe("isolation", round_spec(run, rnd), key=f"isolation-{rnd.number}", env=node_env(run))

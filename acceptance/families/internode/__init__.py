@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Annotated, Literal, TypedDict
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from acceptance.families.collectives import GroupFigure, RankMeasured
 from acceptance.families.connectivity import ConnectivityResult as ConnectivityResult
@@ -32,6 +32,18 @@ class Internode(Strict):
     # the effect size worth naming in those rounds: a node or path at this fraction of the healthy (median)
     # pair is named, on two cleared witnesses within a false-blame budget (acceptance.families.internode.isolation)
     slow_pair_fraction: Annotated[float, Field(gt=0, lt=1)] = 0.5  # 1 would be no slowdown at all
+    # the mildest slowdown named where the noise lets the rounds tell it apart (a NIC trained at a lower
+    # rate, a noisy neighbour); never bolder than slow_pair_fraction: set it equal to name only that
+    mild_pair_fraction: Annotated[float, Field(gt=0, lt=1)] = 0.8
+
+    @model_validator(mode="after")
+    def _mild_not_bolder(self) -> Internode:
+        if self.mild_pair_fraction < self.slow_pair_fraction:
+            raise ValueError(
+                f"mild_pair_fraction {self.mild_pair_fraction} is below slow_pair_fraction "
+                f"{self.slow_pair_fraction}: the mildest slowdown named cannot be a larger one"
+            )
+        return self
 
 
 _INTER = "internode.<all|intranode|one_gpu_per_node|ring>.<op>.<busbw_gbps|wrong>@<size>"

@@ -11,23 +11,29 @@ one of the two, or their path, is slow.
 
 The decision, per pair and per node, in log space (a slowdown is a ratio):
 
-* the noise: the spread of each pair's repeats (pooled over every pair but those that flap, with an
-  upper confidence bound when few pairs were measured), never less than ``SIGMA_FLOOR``;
+* the noise: the spread of each healthy pair's repeats (pooled over the pairs above the midpoint to
+  ``fraction`` x the census median, but those that flap, with an upper confidence bound when few pairs
+  were measured: a steady throttled pair never makes the test bolder), never less than ``SIGMA_FLOOR``;
 * the healthy level: the median of the census pairs (round 1's first step, where every node is in one
   pair), leaving out those decisively slow against a first median; never a maximum, which grows with the
   number of noisy pairs. Its own error (the variance of a median) enters every test below, since every
   pair is compared with the same level;
-* each pair: Wald's sequential probability ratio test between "healthy" (its level) and "slow" (at
-  ``fraction`` x the level: the profile's ``slow_pair_fraction`` is the effect size worth naming), over its
+* the slow hypothesis: the mildest slowdown two witness pairs tell apart at this noise (``Scale``), no
+  milder than ``mild`` and no bolder than ``fraction`` (the profile's ``slow_pair_fraction``);
+* each pair: Wald's sequential probability ratio test between "healthy" (its level) and "slow" (at the
+  slow hypothesis x the level), over its
   repeats: a log-likelihood ratio over ``log((1 - BETA) / WITNESS_ALPHA)`` makes the pair slow, under
   ``log(BETA / (1 - ALPHA))`` fast; a pair whose repeats disagree by more than the noise allows (it
   flaps) clears nobody;
-* a node is cleared by a fast pair; it is named only when its pairs with at least two different cleared
-  partners together pass ``log((1 - BETA) N / ALPHA)`` (a false-blame rate of ALPHA / N per node, ALPHA
-  for the whole cluster: Bonferroni over the N nodes), and without its strongest partner the rest still
-  passes ``log((1 - BETA) / WITNESS_ALPHA)`` on its own: two independent witnesses, so one bad path or
-  partner convicts nobody;
-* a slow pair of two cleared nodes is their path, not either node;
+* a node is cleared by a fast pair or by its pairs together, and re-opened when its pairs with two
+  cleared partners are slow (or one is and the rest lean slow), whatever a fast pair said; it is named
+  only when its pairs with at least two different cleared partners together pass
+  ``log((1 - BETA) N / ALPHA)`` (a false-blame rate of ALPHA / N per node, ALPHA for the whole
+  cluster: Bonferroni over the N nodes), and without its strongest partner the rest still passes
+  ``log((1 - BETA) / WITNESS_ALPHA)`` on its own: two independent witnesses, so one bad path or partner
+  convicts nobody;
+* a slow pair of two cleared nodes, each fast with two other partners, is their path, not either node,
+  named within the paths' own budget (``PATH_ALPHA`` over the node pairs tested);
 * a rail is named only when it stands below the node's other rails, by the same test.
 
 Rounds:
@@ -40,13 +46,15 @@ Rounds:
    confirms each suspect with a different healthy reference node, ADR-055, and Google's
    cluster-health-scanner pairs each failed node with a passed one in its second pass,
    ``nccl_runner.py``); with no cleared node to spare, with a node that leans healthy, then another
-   suspect; a slow path not yet decisive is measured again. When round 1 showed no slow pair, every node
-   meets a new partner instead (a second census: a slow path not paired yet then shows, and the level
-   has twice the pairs). At most ``MAX_PAIR_ROUNDS`` pair rounds.
+   suspect; a slow path not yet decisive is measured again, and its nodes meet new partners. More
+   partners (steps) where one pair says too little against the noise, at most ``MAX_STEPS``. When
+   round 1 showed no slow pair, every node meets a new partner instead (a second census: a slow path
+   not paired yet then shows, and the level has twice the pairs). At most ``MAX_PAIR_ROUNDS`` pair rounds.
 3. the rails (GPU i <-> GPU i) of each named node against a cleared node, and of each named path, every
    rail at once, both directions. Two nodes can only blame their pair: their rails are measured.
 
-So a slow node is named in 3 rounds (4 when round 2 leaves it undecided), whatever N is.
+So a slow node is named in 3 rounds (more when round 2 leaves it undecided), whatever N is; nodes the
+noise leaves leaning slow on no more than noise are said to be too noisy to judge, and not listed.
 """
 
 from __future__ import annotations
@@ -66,11 +74,19 @@ Pair = tuple[int, int]
 # the node's own rank, which the plugin hands to every job of an isolation: torchrun's GROUP_RANK is
 # assigned anew by each rendezvous, so it cannot say which machine round 2's "node 3" is
 NODE_ENV = "ACCEPTANCE_NODE_RANK"
-MAX_PAIR_ROUNDS = 3  # with the rails round, at most 4 rounds
+# pair rounds: a third and more only while nodes are left open (at high noise); with the rails, at most 6
+MAX_PAIR_ROUNDS = 5
+# the partners each open node meets in a confirmation round: two witnesses; more where one pair says
+# little against the noise, up to this many steps in one round (each step a pair test of every open node)
+MAX_STEPS = 4
 # interleaved repeats of every pair in a round: the fewest that give a spread and a median
 REPEATS = 5
 # the chance, per isolation, that any healthy node is named (split over the N nodes: ALPHA / N each)
 ALPHA = 0.01
+# the chance, per isolation, that any healthy path is named (split over the node pairs tested): a path is
+# one pair's evidence, without the two witnesses that hold a node's blame well under ALPHA, so its own
+# budget is a tenth of the nodes'
+PATH_ALPHA = 0.001
 # the chance that a node at ``fraction`` x the healthy level is cleared by one pair
 BETA = 0.01
 # a node's evidence without its strongest witness must still say "slow" on its own at this error rate
@@ -78,8 +94,14 @@ WITNESS_ALPHA = 0.05
 # the least noise assumed per reading (5%): timed windows of a healthy collective vary by a few percent,
 # and a figure closer than this to the level is no fault worth a node
 SIGMA_FLOOR = 0.05
-# the noise bound with few pairs: the upper 75% confidence bound of the variance (z of 0.75)
-SIGMA_CONFIDENCE_Z = 0.6745
+# the noise bound with few pairs: the upper 90% confidence bound of the variance (z of 0.90): few pairs,
+# few readings, a wider test
+SIGMA_CONFIDENCE_Z = 1.2816
+# the mildest slowdown worth naming where the noise allows (``Internode.mild_pair_fraction``): a NIC
+# trained at a lower rate or a noisy neighbour costs a node a fifth of its pace
+MILD = 0.8
+# the power at which the slow hypothesis is one the rounds can tell apart: 90% (z of 0.90)
+RESOLUTION_Z = 1.2816
 # a pair flaps when its repeats lie further apart than this many standard deviations of a difference
 FLAP_Z = 3.5
 # names in the one-line verdict; the full lists are in the evidence
@@ -147,6 +169,10 @@ class IsolationEvidence(TypedDict):
     slow_under_gbps: float
     slow_pair_fraction: float
     noise_sigma: float
+    noise_dof: int  # the degrees of freedom of the noise estimate
+    noise_by_round: list[float]  # the estimate after each pairs round: steady when the cluster is worst
+    named_fraction: float  # the slow hypothesis in use: a pair at this fraction of the level is slow
+    resolution: float  # the smallest slowdown (a fraction) two witness pairs tell apart at this noise
     repeats: int
     alpha: float
     name_llr: float
@@ -160,6 +186,7 @@ class IsolationEvidence(TypedDict):
     flapping: list[list[int]]
     undecided: list[int]
     suspects: list[int]
+    too_noisy: list[int]
     untested: list[int]
     hint: list[list[int]]
     rails: list[Link]
@@ -230,19 +257,50 @@ class Judged:
 
 
 @dataclass(frozen=True)
+class Scale:
+    """What every pair is judged against, in log units."""
+
+    level: float  # ln GB/s of a healthy pair
+    level_var: float  # the variance of that estimate
+    sigma: float  # the noise of one reading, from the healthy pairs
+    dof: int  # the degrees of freedom the noise rests on
+    effect: float  # the slow hypothesis in use: ln of the slowdown a slow pair is tested against
+    resolution: float  # ln of the smallest slowdown two witness pairs tell apart at this noise
+
+
+@dataclass(frozen=True)
 class Status:
-    level: float  # GB/s of a healthy pair
-    level_sigma: float  # the standard error of its logarithm
-    sigma: float  # the noise of one reading, in log units
+    scale: Scale
     judged: list[Judged]
     cleared: list[int]
     culprits: list[int]
     witnesses: dict[int, list[int]]  # a culprit's cleared partners whose pairs were slow
-    paths: list[Pair]  # slow pairs of two cleared nodes
+    paths: list[Pair]  # slow pairs of two cleared nodes, each fast with two other partners
     open_paths: list[Pair]  # slow pairs of two cleared nodes, not yet decisive
+    path_ends: list[int]  # nodes of an open path that have not yet been fast with two other partners
     undecided: list[int]  # neither cleared nor named
     suspects: list[int]  # undecided, and their evidence leans slow: the next round's business
+    held: list[int]  # suspects slow with no cleared partner yet, or whose cleared partners together say "slow"
     untested: list[int]
+
+    @property
+    def level(self) -> float:
+        """GB/s of a healthy pair."""
+        return math.exp(self.scale.level) if not math.isnan(self.scale.level) else math.nan
+
+    @property
+    def level_sigma(self) -> float:
+        """The standard error of the level's logarithm."""
+        return math.sqrt(self.scale.level_var)
+
+    @property
+    def sigma(self) -> float:
+        return self.scale.sigma
+
+    @property
+    def too_noisy(self) -> list[int]:
+        """Suspects the noise left neither cleared nor held: the verdict names and lists none of them."""
+        return [n for n in self.suspects if n not in self.held]
 
     @property
     def slow(self) -> list[Judged]:
@@ -257,6 +315,8 @@ class Status:
 class Isolation:
     nodes: int
     fraction: float  # the effect size worth naming: a pair at this fraction of the healthy level is slow
+    # the mildest slowdown named where the noise lets the rounds tell it apart (never bolder than fraction)
+    mild: float = MILD
     hosts: dict[int, str] = field(default_factory=dict)
     rounds: list[Round] = field(default_factory=list)
     pairs: list[PairFigure] = field(default_factory=list)
@@ -265,6 +325,7 @@ class Isolation:
     repeats: int = REPEATS
     alpha: float = ALPHA
     hint: tuple[Pair, ...] = ()  # the failing probe's slowest node pairs, slowest first
+    noise_by_round: list[float] = field(default_factory=list)  # the noise estimate after each pairs round
     _status: Status | None = field(default=None, repr=False)
 
     # the thresholds of the test, in log-likelihood ratio
@@ -280,10 +341,20 @@ class Isolation:
     def clear_llr(self) -> float:
         return math.log(BETA / (1 - self.alpha))
 
+    def path_llr(self, tested: int) -> float:
+        """A path's own budget: PATH_ALPHA over the node pairs tested (each one a path that could be named),
+        apart from the nodes': there are about as many paths as nodes to test, and more with every round."""
+        return math.log((1 - BETA) * max(tested, 1) / PATH_ALPHA)
+
+    @property
+    def bound(self) -> float:
+        """ln(fraction): the profile's slowdown, always worth naming, in log units below the healthy level."""
+        return math.log(self.fraction)
+
     @property
     def effect(self) -> float:
-        """ln(fraction): the slow hypothesis, in log units below the healthy level."""
-        return math.log(self.fraction)
+        """The slow hypothesis in use, in log units below the healthy level (``Scale.effect``)."""
+        return self.status().scale.effect
 
     def next_round(self) -> Round | None:
         """The round to run now, or None when the verdict is in."""
@@ -317,6 +388,7 @@ class Isolation:
                         rnd.number,
                     )
                 )
+            self.noise_by_round.append(self.status().sigma)
         else:
             # a link of the round's result (JSON), renumbered with the isolation's round
             self.rails += [cast(Link, {**link, "round": rnd.number}) for link in result["links"]]
@@ -333,54 +405,82 @@ class Isolation:
             self._status = self._judge()
         return self._status
 
-    def _sigma(self) -> float:
-        """The noise of one reading in log units: the pooled variance of each pair's repeats around its
-        mean, raised to its upper 75% bound for the degrees of freedom it has (few pairs, few readings).
-        Pairs that flap against the median pair's spread are left out: a flapping node is a fault to
-        find, not noise to tolerate."""
+    def _first_level(self) -> float:
+        """The median of the census pairs' mean logs (no noise needed): where healthy pairs are, for telling
+        the pairs that may estimate the noise from those plainly slow."""
+        sample = self._census_sample()
+        return statistics.median(statistics.fmean(p.logs) for p in sample) if sample else math.nan
+
+    def _census_sample(self) -> list[PairFigure]:
+        # a census round's first step: every node once (the hinted paths and the node left over of an odd
+        # count meet in the second), no pair chosen for what it read
+        census = {(r.number, frozenset(p)) for r in self.rounds if r.census for p in r.steps[0]}
+        usable = [p for p in self.pairs if not p.broken]
+        return [p for p in usable if (p.round, frozenset((p.a, p.b))) in census] or usable
+
+    def _sigma(self) -> tuple[float, int]:
+        """The noise of one reading in log units, and the degrees of freedom it rests on: the pooled variance
+        of each healthy pair's repeats around its mean, raised to its upper 90% bound for the degrees of
+        freedom it has (few pairs, few readings: a wider test, never a bolder one). Healthy: above the
+        midpoint to ``fraction`` x the first level; a throttled pair is steady, and pooling it would make the
+        test most confident where the cluster is worst. Pairs that flap against the healthy pairs' typical
+        spread are left out too: a flapping node is a fault to find, not noise to tolerate."""
+        first = self._first_level()
         spreads: list[tuple[float, int, float]] = []  # sum of squares, degrees of freedom, range
         for p in self.pairs:
             logs = p.logs
             if len(logs) >= 2 and not p.broken:
                 mean = statistics.fmean(logs)
-                spreads.append((sum((x - mean) ** 2 for x in logs), len(logs) - 1, max(logs) - min(logs)))
+                if math.isnan(first) or mean - first > self.bound / 2:
+                    spreads.append((sum((x - mean) ** 2 for x in logs), len(logs) - 1, max(logs) - min(logs)))
         if not spreads:
-            return max(SIGMA_FLOOR, -self.effect / 2)  # no spread measured: assume the effect is noise
+            return max(SIGMA_FLOOR, -self.bound / 2), 0  # no spread measured: assume the effect is noise
         typical = math.sqrt(statistics.median(ss / _median_chi2(k) for ss, k, _ in spreads))
         calm = [
             (ss, k)
             for ss, k, r in spreads
-            if r <= max(FLAP_Z * max(typical, SIGMA_FLOOR) * math.sqrt(2), -self.effect / 2)
+            if r <= max(FLAP_Z * max(typical, SIGMA_FLOOR) * math.sqrt(2), -self.bound / 2)
         ]
         squares, dof = sum(ss for ss, _ in calm), sum(k for _, k in calm)
         if dof == 0:
-            return max(SIGMA_FLOOR, typical)
-        return max(SIGMA_FLOOR, math.sqrt(squares / _chi2_quantile(dof, -SIGMA_CONFIDENCE_Z)))
+            return max(SIGMA_FLOOR, typical), 0
+        return max(SIGMA_FLOOR, math.sqrt(squares / _chi2_quantile(dof, -SIGMA_CONFIDENCE_Z))), dof
 
-    def _llr(self, log_ratio: float, variance: float, effect: float) -> float:
+    @staticmethod
+    def _llr(log_ratio: float, variance: float, effect: float) -> float:
         """Wald's log-likelihood ratio of a normal estimate ``log_ratio`` of that ``variance``: mean ``effect``
         against mean 0."""
         return effect / variance * (log_ratio - effect / 2)
 
     def _level(self, sigma: float) -> tuple[float, float]:
         """ln of a healthy pair's GB/s and the variance of that estimate: the median of the census pairs,
-        leaving out those decisively slow against a first median (a fault, not a sample of the level)."""
-        # a census round's first step: every node once (the hinted paths and the node left over of an odd
-        # count meet in the second), no pair chosen for what it read
-        census = {(r.number, frozenset(p)) for r in self.rounds if r.census for p in r.steps[0]}
-        usable = [p for p in self.pairs if not p.broken]
-        sample = [p for p in usable if (p.round, frozenset((p.a, p.b))) in census] or usable
+        leaving out those decisively slow (at ``fraction``) against a first median (a fault, not a sample of
+        the level)."""
+        sample = self._census_sample()
         if not sample:
             return math.nan, math.inf
         means = [(statistics.fmean(p.logs), len(p.logs)) for p in sample]
         first = statistics.median(x for x, _ in means)
-        kept = [(x, n) for x, n in means if self._llr(x - first, sigma**2 / n, self.effect) < self.witness_llr]
+        kept = [(x, n) for x, n in means if self._llr(x - first, sigma**2 / n, self.bound) < self.witness_llr]
         readings = statistics.fmean(n for _, n in kept)
         # the variance of a median of k means: pi / 2 of the mean's for many, the mean's itself for 1 or 2
         factor = math.pi / 2 if len(kept) > 2 else 1.0
         return statistics.median(x for x, _ in kept), factor * sigma**2 / readings / len(kept)
 
-    def _evidence(self, pairs: Sequence[PairFigure], level: float, level_var: float, sigma: float) -> float:
+    def _scale(self) -> Scale:
+        """The noise, the level and the slow hypothesis: the mildest slowdown a node's two witness pairs can
+        tell apart from healthy within the node's share of the budget (90% of the time), no milder than
+        ``mild`` and no bolder than the profile's ``fraction``."""
+        sigma, dof = self._sigma()
+        level, level_var = self._level(sigma)
+        # a node named on two witnesses: two pairs' readings, their mean against the level
+        node_var = sigma**2 / (2 * self.repeats) + (level_var if math.isfinite(level_var) else 0.0)
+        reach = RESOLUTION_Z + math.sqrt(RESOLUTION_Z**2 + 2 * self.name_llr)
+        resolution = -reach * math.sqrt(node_var)
+        effect = min(max(resolution, self.bound), max(math.log(self.mild), self.bound))
+        return Scale(level, level_var, sigma, dof, effect, resolution)
+
+    def _evidence(self, pairs: Sequence[PairFigure], scale: Scale) -> float:
         """The log-likelihood ratio "slow" against "healthy" of these pairs together: their readings' mean
         against the level, whose own error they share; +inf when one is broken."""
         if any(p.broken for p in pairs):
@@ -388,15 +488,18 @@ class Isolation:
         logs = [x for p in pairs for x in p.logs]
         if not logs:
             return 0.0
-        return self._llr(statistics.fmean(logs) - level, sigma**2 / len(logs) + level_var, self.effect)
+        return self._llr(
+            statistics.fmean(logs) - scale.level, scale.sigma**2 / len(logs) + scale.level_var, scale.effect
+        )
 
-    def _verdict(self, p: PairFigure, level: float, level_var: float, sigma: float) -> Judged:
+    def _verdict(self, p: PairFigure, scale: Scale) -> Judged:
         """One pair against the level: slow, flapping, fast or undecided."""
         logs = p.logs
-        if p.broken or math.isnan(level):
-            return Judged(p, statistics.fmean(logs) - level if logs else math.nan, math.inf, "slow")
-        llr = self._evidence([p], level, level_var, sigma)
-        flaps = len(logs) >= 2 and max(logs) - min(logs) > max(FLAP_Z * sigma * math.sqrt(2), -self.effect / 2)
+        if p.broken or math.isnan(scale.level):
+            return Judged(p, statistics.fmean(logs) - scale.level if logs else math.nan, math.inf, "slow")
+        llr = self._evidence([p], scale)
+        spread = max(FLAP_Z * scale.sigma * math.sqrt(2), -self.bound / 2)
+        flaps = len(logs) >= 2 and max(logs) - min(logs) > spread
         verdict = (
             "slow"
             if llr >= self.witness_llr
@@ -406,74 +509,117 @@ class Isolation:
             if llr <= self.clear_llr
             else "undecided"
         )
-        return Judged(p, statistics.fmean(logs) - level, llr, verdict)
+        return Judged(p, statistics.fmean(logs) - scale.level, llr, verdict)
 
-    def _witnessed(
-        self, per_partner: Mapping[int, list[PairFigure]], level: float, level_var: float, sigma: float
-    ) -> list[int] | None:
+    def _witnessed(self, per_partner: Mapping[int, list[PairFigure]], scale: Scale) -> list[int] | None:
         """The cleared partners that witness a node slow, or None when it is not to be named: two witnesses
         (without its strongest partner the rest still says "slow" on its own: one bad path convicts
         nobody), and all of it passes the node's share of the error budget."""
-        if len(per_partner) < 2 or math.isnan(level):
+        if len(per_partner) < 2 or math.isnan(scale.level):
             return None
         every = [p for found in per_partner.values() for p in found]
         rest = min(
-            self._evidence(
-                [p for q, found in per_partner.items() if q != partner for p in found], level, level_var, sigma
-            )
+            self._evidence([p for q, found in per_partner.items() if q != partner for p in found], scale)
             for partner in per_partner
         )
-        if self._evidence(every, level, level_var, sigma) < self.name_llr or rest < self.witness_llr:
+        if self._evidence(every, scale) < self.name_llr or rest < self.witness_llr:
             return None
-        return sorted(q for q, found in per_partner.items() if self._evidence(found, level, level_var, sigma) > 0)
+        return sorted(q for q, found in per_partner.items() if self._evidence(found, scale) > 0)
+
+    def _cleared(self, judged: list[Judged], scale: Scale) -> set[int]:
+        """The nodes shown healthy: in a fast pair, or all their pairs together (flapping ones aside) say
+        "healthy" (a slow node makes every pair of its own slow, so they test the node itself). A node with
+        slow or flapping pairs with two cleared partners is re-opened whatever a fast pair said: one pair
+        that happened to read fast does not clear a node that two others say is slow. So is one whose pairs
+        with cleared partners, its slow path aside, lean slow: the evidence points at the node, not a path."""
+        by_node = _by_node(judged)
+        cleared = {n for j in judged if j.verdict == "fast" for n in (j.pair.a, j.pair.b)}
+        for node, mine in by_node.items():
+            steady = [j.pair for j in mine if j.verdict != "flapping"]
+            if node not in cleared and steady and self._evidence(steady, scale) <= self.clear_llr:
+                cleared.add(node)
+        for _ in range(len(by_node)):
+            reopened = set()
+            for node in cleared:
+                mine = [j for j in by_node.get(node, []) if j.pair.other(node) in cleared]
+                against = {j.pair.other(node) for j in mine if j.verdict in ("slow", "flapping")}
+                rest = [j.pair for j in mine if j.verdict not in ("slow", "flapping")]
+                if len(against) >= 2 or (against and rest and self._evidence(rest, scale) > 0):
+                    reopened.add(node)
+            if not reopened:
+                break
+            cleared -= reopened
+        return cleared
 
     def _judge(self) -> Status:
-        sigma = self._sigma()
-        level, level_var = self._level(sigma)
-        judged = [self._verdict(p, level, level_var, sigma) for p in self.pairs]
-        cleared = {n for j in judged if j.verdict == "fast" for n in (j.pair.a, j.pair.b)}
+        scale = self._scale()
+        judged = [self._verdict(p, scale) for p in self.pairs]
+        cleared = self._cleared(judged, scale)
         measured = {n for p in self.pairs for n in (p.a, p.b)}
-        by_node: dict[int, list[Judged]] = {}
-        for j in judged:
-            by_node.setdefault(j.pair.a, []).append(j)
-            by_node.setdefault(j.pair.b, []).append(j)
+        by_node = _by_node(judged)
         witnesses: dict[int, list[int]] = {}
         for node in sorted(measured - cleared):
             per_partner: dict[int, list[PairFigure]] = {}
             for j in by_node[node]:
                 if j.pair.other(node) in cleared:
                     per_partner.setdefault(j.pair.other(node), []).append(j.pair)
-            found = self._witnessed(per_partner, level, level_var, sigma)
+            found = self._witnessed(per_partner, scale)
             if found is not None:
                 witnesses[node] = found
         per_path: dict[Pair, list[Judged]] = {}
         for j in judged:
-            if j.pair.a in cleared and j.pair.b in cleared:
-                per_path.setdefault((min(j.pair.a, j.pair.b), max(j.pair.a, j.pair.b)), []).append(j)
-        # a path: slow between two cleared nodes, never fast or flapping; named past the node's budget
+            per_path.setdefault((min(j.pair.a, j.pair.b), max(j.pair.a, j.pair.b)), []).append(j)
+        # a path: slow between two cleared nodes, never fast or flapping; named within the paths' own budget,
+        # and only once each of its nodes was fast with two other partners (one pair that happened to read
+        # fast does not make a slow node's pair a path)
+        fast_with = {n: set[int]() for n in measured}
+        for j in judged:
+            if j.verdict == "fast":
+                fast_with[j.pair.a].add(j.pair.b)
+                fast_with[j.pair.b].add(j.pair.a)
         slow_paths = {
-            key: self._evidence([j.pair for j in found], level, level_var, sigma)
+            key: self._evidence([j.pair for j in found], scale)
             for key, found in sorted(per_path.items())
-            if any(j.verdict == "slow" for j in found) and all(j.verdict in ("slow", "undecided") for j in found)
+            if set(key) <= cleared
+            and any(j.verdict == "slow" for j in found)
+            and all(j.verdict in ("slow", "undecided") for j in found)
         }
+        path_llr = self.path_llr(len(per_path))
+        confirmed = {n for n, others in fast_with.items() if len(others) >= 2}
+        named_paths = [key for key, llr in slow_paths.items() if llr >= path_llr and set(key) <= confirmed]
+        open_paths = [key for key in slow_paths if key not in named_paths]
         left = measured - cleared - set(witnesses)
+
+        def against(node: int) -> list[PairFigure]:
+            # its pairs with cleared partners: the witnesses it would be named on
+            return [j.pair for j in by_node[node] if j.pair.other(node) in cleared]
+
+        def leans_slow(node: int) -> bool:
+            # its pairs with nodes not named: a pair with a named node says nothing of this one
+            mine = [j for j in by_node[node] if j.pair.other(node) not in witnesses]
+            steady = [j.pair for j in mine if j.verdict != "flapping"]
+            return any(j.verdict in ("slow", "flapping") for j in mine) or self._evidence(steady, scale) > 0
+
+        suspects = sorted(n for n in left if leans_slow(n))
         return Status(
-            level=math.exp(level) if not math.isnan(level) else math.nan,
-            level_sigma=math.sqrt(level_var),
-            sigma=sigma,
+            scale=scale,
             judged=judged,
             cleared=sorted(cleared),
             culprits=sorted(witnesses),
             witnesses=witnesses,
-            paths=[key for key, llr in slow_paths.items() if llr >= self.name_llr],
-            open_paths=[key for key, llr in slow_paths.items() if llr < self.name_llr],
+            paths=named_paths,
+            open_paths=open_paths,
+            path_ends=sorted({n for key in open_paths for n in key if n not in confirmed}),
             undecided=sorted(left),
             # undecided, and the evidence leans slow: the next round's business
-            suspects=sorted(
+            suspects=suspects,
+            held=[
                 n
-                for n in left
-                if sum(j.llr for j in by_node[n]) > 0 or any(j.verdict in ("slow", "flapping") for j in by_node[n])
-            ),
+                for n in suspects
+                # slow with nobody cleared to weigh it against yet, or slow with its cleared partners
+                if (not against(n) and any(j.verdict == "slow" for j in by_node[n]))
+                or self._evidence(against(n), scale) >= self.witness_llr
+            ],
             untested=sorted(set(range(self.nodes)) - measured),
         )
 
@@ -517,7 +663,7 @@ class Isolation:
             # new partner for every node measures other paths, and the level from twice the pairs
             step = _matching(list(range(self.nodes)), met, prefer=set(st.cleared))
             return Round(number, "pairs", (tuple(step),), self.repeats, census=True) if step else None
-        todo = st.suspects + st.untested
+        todo = st.suspects + st.untested + [n for n in st.path_ends if n not in st.suspects]
         strength = dict.fromkeys(todo, 0.0)
         for j in st.judged:
             for n in (j.pair.a, j.pair.b):
@@ -526,18 +672,31 @@ class Isolation:
         todo.sort(key=lambda n: (-strength[n], n))
         steps: list[tuple[Pair, ...]] = []
         rotate = number * 7919  # a different start in the cleared nodes each round: partners spread
-        for s in range(2):
+        paths = list(st.open_paths)
+        for s in range(self._partners(st.scale)):
             # cleared partners first; with too few, nodes that lean healthy (not suspects) before suspects
             leaning = [n for n in st.undecided if n not in st.suspects]
             step = _with_partners(todo, st.cleared + leaning, met, rotate + s * 104729, len(st.cleared))
-            for a, b in st.open_paths:
-                busy = {n for pair in step for n in pair}
-                if s == 0 and not {a, b} & busy:
+            for a, b in list(paths):  # a slow path not yet decisive, once, where both its nodes are free
+                if not {a, b} & {n for pair in step for n in pair}:
                     step.append((a, b))
+                    paths.remove((a, b))
             if step:
                 steps.append(tuple(step))
                 met |= {frozenset(p) for p in step}
         return Round(number, "pairs", tuple(steps), self.repeats) if steps else None
+
+    def _partners(self, scale: Scale) -> int:
+        """The partners each open node meets in a round: two witnesses, or as many as a healthy node needs
+        for its pairs together to clear it (two standard deviations past ``clear_llr``) where one pair says
+        little against the noise, at most ``MAX_STEPS``."""
+        variance = scale.sigma**2 / self.repeats + scale.level_var
+        per_pair = scale.effect**2 / (2 * variance)  # a healthy pair's expected evidence, -llr
+        if not per_pair > 0:
+            return 2
+        # k pairs give -k I with a standard deviation of sqrt(2 k I): k I >= (sqrt 2 + sqrt(2 + |clear|))^2
+        needed = (math.sqrt(2) + math.sqrt(2 - self.clear_llr)) ** 2 / per_pair
+        return max(2, min(MAX_STEPS, math.ceil(needed)))
 
     def _rail_pairs(self) -> list[Pair]:
         st = self.status()
@@ -574,7 +733,10 @@ class Isolation:
         st = self.status()
         head = f"isolation ({len(self.rounds)} round{'s' * (len(self.rounds) != 1)}"
         if self.pairs and not math.isnan(st.level):
-            head += f"; healthy pair {st.level:.3g} GB/s, noise {st.sigma:.0%} a reading"
+            head += (
+                f"; healthy pair {st.level:.3g} GB/s, noise {st.sigma:.0%} a reading, "
+                f"naming {math.exp(st.scale.effect):.2g}x and slower"
+            )
         head += "): "
         parts: list[str] = []
         if self.nodes == 2 and self.pairs:
@@ -599,11 +761,17 @@ class Isolation:
                     f"{len(st.paths)} paths slow between nodes fast with others: "
                     + _names([f"{a} <-> {b}" for a, b in st.paths])
                 )
-            left = st.suspects + st.untested
+            left = st.held + st.untested
             if left and self.pairs:
                 parts.append(
                     f"not resolved in {len(self.rounds)} rounds (slow pairs, too few cleared witnesses): "
                     + _names([self.label(n) for n in left])
+                )
+            if st.too_noisy and self.pairs:
+                # leaning slow on evidence no stronger than the noise gives a healthy node: nobody to list
+                parts.append(
+                    f"too noisy to judge {len(st.too_noisy)} node{'s' * (len(st.too_noisy) != 1)} in "
+                    f"{len(self.rounds)} rounds (noise {st.sigma:.0%} a reading; none slow past its witnesses)"
                 )
             if not parts and self.pairs:
                 parts.append(self._nobody(st))
@@ -652,7 +820,7 @@ class Isolation:
                 per_rail.setdefault(int(k["src_gpu"]), []).append(float(k["gbps"]))
         if len(per_rail) < 2:
             return {}
-        sigma = self.status().sigma
+        sigma, effect = self.status().sigma, self.effect
         out: dict[int, float] = {}
         threshold = math.log((1 - BETA) * len(per_rail) / WITNESS_ALPHA)
         for gpu, figures in per_rail.items():
@@ -662,7 +830,7 @@ class Isolation:
             ref = math.log(statistics.median(others))
             bad = [f for f in figures if not (f > 0 and math.isfinite(f))]
             logs = [math.log(f) - ref for f in figures if f > 0 and math.isfinite(f)]
-            llr = math.inf if bad else sum(self._llr(x, sigma**2, self.effect) for x in logs)
+            llr = math.inf if bad else sum(self._llr(x, sigma**2, effect) for x in logs)
             if llr >= threshold:
                 out[gpu] = min(figures)
         return out
@@ -716,9 +884,13 @@ class Isolation:
                 "unit": "busbw_gbps",
             },
             "healthy_gbps": st.level,
-            "slow_under_gbps": st.level * math.sqrt(self.fraction),
+            "slow_under_gbps": st.level * math.exp(st.scale.effect / 2),
             "slow_pair_fraction": self.fraction,
             "noise_sigma": st.sigma,
+            "noise_dof": st.scale.dof,
+            "noise_by_round": list(self.noise_by_round),
+            "named_fraction": math.exp(st.scale.effect),
+            "resolution": math.exp(st.scale.resolution),
             "repeats": self.repeats,
             "alpha": self.alpha,
             "name_llr": self.name_llr,
@@ -732,6 +904,7 @@ class Isolation:
             "flapping": [[j.pair.a, j.pair.b] for j in st.flapping],
             "undecided": st.undecided,
             "suspects": st.suspects,
+            "too_noisy": st.too_noisy,
             "untested": st.untested,
             "hint": [list(p) for p in self.hint],
             "rails": self.rails,
@@ -741,6 +914,15 @@ class Isolation:
             },
             "error": self.error,
         }
+
+
+def _by_node(judged: Iterable[Judged]) -> dict[int, list[Judged]]:
+    """Each node's judged pairs."""
+    out: dict[int, list[Judged]] = {}
+    for j in judged:
+        out.setdefault(j.pair.a, []).append(j)
+        out.setdefault(j.pair.b, []).append(j)
+    return out
 
 
 def _chi2_quantile(dof: int, z: float) -> float:
