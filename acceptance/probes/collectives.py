@@ -39,18 +39,23 @@ from acceptance.schema.sizes import format_size, parse_size
 SWEEP_SAMPLE_S = 1.0
 
 
-def timed_calls(ctx: Ctx, fn: Callable[[], object], iters: int, group: Any = None) -> Timed:
+def timed_calls(
+    ctx: Ctx, fn: Callable[[], object], iters: int, group: Any = None, between: Callable[[int], object] | None = None
+) -> Timed:
     """``iters`` calls of ``fn`` timed as nccl-tests' ``BenchTime`` times them (``src/common.cu``): after a
     barrier, the host clock around the calls launched back to back and the final wait for the stream
     (``completeColl``), divided by ``iters``; the clock read after the last launch too (its ``cputime``,
     ``-C``). The marks around each call (``per_iter_timing``'s ``recordEvents``, a stop mark added) give each
-    call's time without a wait inside the loop."""
+    call's time without a wait inside the loop. ``between(i)``, where given, runs before call i's first mark
+    (a test makes one rank come late with it, as a shared CPU core or GPU would)."""
     dist.barrier(group=group)  # nccl-tests: Barrier(args) right before timer tim
     if ctx.is_cuda:
         starts = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
         ends = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
         t0 = time.perf_counter()
-        for start, end in zip(starts, ends, strict=True):
+        for i, (start, end) in enumerate(zip(starts, ends, strict=True)):
+            if between is not None:
+                between(i)
             start.record()
             fn()
             end.record()
@@ -62,7 +67,9 @@ def timed_calls(ctx: Ctx, fn: Callable[[], object], iters: int, group: Any = Non
         return {"elapsed": elapsed / iters, "launched": launched / iters, "calls": calls, "in_call": marks}
     stamps: list[tuple[float, float]] = []
     t0 = time.perf_counter()
-    for _ in range(iters):
+    for i in range(iters):
+        if between is not None:
+            between(i)
         before = time.perf_counter()
         fn()
         stamps.append((before, time.perf_counter()))
