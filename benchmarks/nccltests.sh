@@ -50,7 +50,7 @@ compare() {
     echo "== nccl-tests $op rc=$?: $(grep -c '^ ' "$OUT/nccl-tests/$op.txt") rows"
   done
   echo "== nccl-tests: $(( $(date +%s) - start )) s"; start=$(date +%s)
-  timeout 300 python3 -m acceptance.cli.main sweep -b 8 -e 4G -f "$STEP" --dtype bfloat16 -w 5 -n 20 \
+  timeout 300 python3 -m acceptance.cli.main sweep -b 8 -e 4G -f "$STEP" --dtype bfloat16 -w 5 -n 20 --timeout 280 \
     --ops all_reduce,all_gather,reduce_scatter,all_to_all,broadcast,sendrecv --evidence "$OUT/sweep" > "$OUT/sweep.txt" 2>&1
   echo "== sweep rc=$? in $(( $(date +%s) - start )) s"; tail -3 "$OUT/sweep.txt"
   python3 benchmarks/nccltests_table.py "$OUT/nccl-tests" "$OUT/sweep" --per-iter "$OUT/nccl-tests-I" \
