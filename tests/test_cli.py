@@ -36,9 +36,7 @@ def swept(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
 def test_sweep_prints_an_nccl_tests_table(swept: tuple[Path, str]) -> None:
     _, text = swept
     lines = text.splitlines()
-    assert re.match(
-        r"#\s+size\s+count\s+type\s+op\s+time\s+algbw\s+busbw\s+#wrong\s+spread\s+i_p99\s+i_cv%\s+rank$", lines[2]
-    ), lines[2]
+    assert re.match(r"#\s+size\s+count\s+type\s+op\s+time\s+algbw\s+busbw\s+#wrong\s+spread$", lines[2]), lines[2]
     rows = [line.split() for line in lines if line and not line.startswith("#")]
     assert [(r[0], r[1], r[2], r[3]) for r in rows] == [
         (str(size), str(size // 4), "float", op)
@@ -50,29 +48,7 @@ def test_sweep_prints_an_nccl_tests_table(swept: tuple[Path, str]) -> None:
         assert time_us > 0 and wrong == 0 and float(row[8]) >= 0  # the timed windows' spread, in %
         # two ranks: all_reduce moves 2(n-1)/n = 1x algbw, all_gather (n-1)/n = 0.5x (rounded to 2 places)
         assert busbw == pytest.approx(algbw * (1.0 if row[3] == "all_reduce" else 0.5), abs=0.011)
-        # the rank with the highest p99 own time per call, and its p99 and CV
-        assert float(row[9]) > 0 and float(row[10]) >= 0 and row[11] in ("0", "1")
     assert "# Out of bounds values : 0 OK" in lines
-
-
-@pytest.mark.e2e
-def test_a_size_rounded_to_an_earlier_sizes_call_is_measured_and_printed_once(tmp_path: Path) -> None:
-    # all_gather on 2 ranks in float32 moves one 16 B part per rank at least: 8, 16 and 32 B all move 32 B
-    argv = ["sweep", "-b", "8", "-e", "64", "--nproc-per-node", "2", "--ops", "all_gather", "-w", "1", "-n", "3",
-            "--evidence", str(tmp_path)]  # fmt: skip
-    out = subprocess.run(
-        [sys.executable, "-m", "acceptance.cli.main", *argv], cwd=ROOT, capture_output=True, text=True, timeout=300
-    )
-    assert out.returncode == 0, out.stdout + out.stderr
-    printed = [line.split()[0] for line in out.stdout.splitlines() if line and not line.startswith("#")]
-    assert printed == ["32", "64"]  # the bytes moved, each once
-    data = json.loads((tmp_path / "evidence.json").read_text())
-    (case,) = data["tests"]
-    rows = case["measurements"]["sweep"]["rows"]
-    assert [(r["size"], r["bytes"], r.get("same_as")) for r in rows] == [
-        ("8", 32, None), ("16", 32, "8"), ("32", 32, "8"), ("64", 64, None)
-    ]  # fmt: skip
-    assert rows[1]["time_us"] == rows[0]["time_us"]  # one measurement, its row under each size
 
 
 @pytest.mark.e2e

@@ -10,7 +10,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from acceptance.families.collectives import Collectives, Timed, figures
+from acceptance.families.collectives import Collectives, figures
 from acceptance.families.compute import Compute
 from acceptance.families.internode import Internode
 from acceptance.probes.ops import UNITS, Op
@@ -79,37 +79,31 @@ def test_sizing_is_nccl_tests(args: tuple[str, int, int, int], want: tuple[int, 
     assert sizing.count * elem == sizing.nbytes
 
 
-def _timed(elapsed: float, calls: list[float], in_call: list[float] | None = None) -> Timed:
-    return {"elapsed": elapsed, "launched": elapsed / 2, "calls": calls, "in_call": in_call or calls}
-
-
 def test_figures_use_the_bytes_moved_and_the_mean_over_ranks() -> None:
-    found = figures("all_gather", 1048560, [_timed(1e-3, [1e-3] * 3), _timed(3e-3, [1e-3] * 3)], 3)
+    found = figures("all_gather", 1048560, [[1e-3], [3e-3]], 3)
     assert found["time_us"] == pytest.approx(2000)
     assert found["time_us_max"] == pytest.approx(3000)
     assert found["slowest_rank"] == 1
     assert found["algbw_gbps"] == pytest.approx(1048560 / 2e-3 / 1e9)
     assert found["busbw_gbps"] == pytest.approx(1048560 / 2e-3 / 1e9 * 2 / 3)
-    assert found["launch_us"] == pytest.approx(1000)
     assert found["window_spread"] == 0
 
 
-def test_the_time_is_the_whole_loop_over_its_calls_as_nccl_tests_times_it() -> None:
-    # nccl-tests' BenchTime: deltaSec = tim.elapsed() / iters over the whole loop, one call disturbed
-    # included (no median): rank 0 took 9 ms for one of five calls of 1 ms, 13 ms in all
-    calls = [1e-3, 9e-3, 1e-3, 1e-3, 1e-3]
-    found = figures("all_reduce", 4_000_000, [_timed(13e-3 / 5, calls), _timed(13e-3 / 5, calls)], 2)
-    assert found["time_us"] == pytest.approx(2600)
-    assert found["busbw_gbps"] == pytest.approx(4_000_000 / 2.6e-3 / 1e9)  # all_reduce on 2 ranks: factor 1
+def test_a_ranks_time_is_its_median_window() -> None:
+    # rank 0: one window disturbed (9 ms); rank 1 steady: neither time moves with the disturbed window
+    found = figures("all_reduce", 4_000_000, [[1e-3, 9e-3, 1e-3, 1.1e-3, 1e-3], [1e-3, 1e-3, 1.2e-3, 1e-3, 1e-3]], 2)
+    assert found["time_us"] == pytest.approx(1000)
+    assert found["busbw_gbps"] == pytest.approx(4_000_000 / 1e-3 / 1e9)  # all_reduce on 2 ranks: factor 1
     windows = found["busbw_windows_gbps"]
     assert len(windows) == 5
-    assert windows[1] == pytest.approx(4_000_000 / 9e-3 / 1e9)  # a window's time: the mean over ranks
+    assert windows[1] == pytest.approx(4_000_000 / 5e-3 / 1e9)  # a window's time: the mean over ranks
+    assert min(windows) == windows[1]
     assert found["window_spread"] == pytest.approx((max(windows) - min(windows)) / statistics.median(windows))
 
 
-def test_figures_need_every_rank_to_time_the_same_calls() -> None:
+def test_figures_need_every_rank_to_time_the_same_windows() -> None:
     with pytest.raises(ValueError):
-        figures("all_reduce", 1000, [_timed(1e-3, [1e-3, 1e-3]), _timed(1e-3, [1e-3])], 2)
+        figures("all_reduce", 1000, [[1e-3, 1e-3], [1e-3]], 2)
 
 
 def test_one_dtype_table() -> None:

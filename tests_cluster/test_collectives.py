@@ -67,8 +67,7 @@ def test_busbw(
     # no "slowest rank": every rank of a collective waits for the slowest link, so the rank says nothing
     detail = (
         f"{op} {size}: {row['time_us']:.1f} us mean over ranks (longest {row['time_us_max']:.1f} us); "
-        f"algbw {row['algbw_gbps']:.2f} GB/s; timing {row['timing']} (nccl-tests' time: the host clock over "
-        f"the calls launched back to back){window_text(row)}{graph_text(row)}"
+        f"algbw {row['algbw_gbps']:.2f} GB/s; timing {row['timing']}{window_text(row)}"
     )
     if cluster.judge.fails(metric, row["busbw_gbps"]):
         detail += f"\n{collective_culprit(cluster)}"
@@ -86,42 +85,6 @@ def window_text(row: collectives_rules.CollectiveRow) -> str:
     return (
         f"; {len(found)} timed windows {fmt(min(found))}-{fmt(max(found))} GB/s "
         f"(spread {100 * row['window_spread']:.1f}%; a rank's time is its median window's)"
-    )
-
-
-def graph_text(row: collectives_rules.CollectiveRow) -> str:
-    """The CUDA-graph figure (nccl-tests' -G), where measured: a second figure, never the gated one."""
-    if "graph_busbw_gbps" not in row:
-        return ""
-    return (
-        f"; replayed from a CUDA graph (not gated): {fmt(row['graph_time_us'])} us, {fmt(row['graph_busbw_gbps'])} GB/s"
-    )
-
-
-def test_rank_spread(sweep: collectives_rules.SweepResult, check: Checker) -> None:
-    """No rank's calls stand out from the other ranks' (a jittery GPU, NIC or CPU core): per op and size, each
-    rank's p99 and CV of its own time per call against the other ranks' median, taken over the sweep's rows."""
-    rows = [r for r in sweep["rows"] if "same_as" not in r]
-    found = collectives_rules.standout(rows, [f"{r['op']} {r['size']}" for r in rows])
-    if found is None:
-        pytest.skip("no row with the calls of two ranks or more (evidence from before each call was timed)")
-    where = f"rank {found.rank} (host {found.host or '?'}, {found.gpu or '?'})"
-    foreign = foreign_text(sweep.get("foreign"))  # another job's process on a GPU: the cause, named
-    where += f" [{foreign}]" if foreign else ""
-    check.measurements("standout", {"rank": found.rank, "host": found.host, "gpu": found.gpu})
-    check(
-        "collectives.rank_p99_ratio",
-        found.p99_ratio,
-        "x",
-        f"{where}: in its typical row of {found.rows} its p99 call took {found.p99_ratio:.2f}x the other ranks' "
-        f"median p99; worst {found.worst}",
-    )
-    check(
-        "collectives.rank_cv_excess",
-        found.cv_excess,
-        "",
-        f"{where}: in its typical row of {found.rows} its calls' CV was {100 * found.cv_excess:+.1f} points "
-        "against the other ranks' median CV",
     )
 
 

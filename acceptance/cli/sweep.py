@@ -1,6 +1,5 @@
 """The standalone collective sweep for operators: the collectives probe without pytest and without MPI,
-printed the way nccl-tests' ``all_reduce_perf -b 1M -e 4G -f 2`` prints it (its time the same: a host clock
-over the calls launched back to back, the mean over ranks; ``probes.collectives``).
+printed the way nccl-tests' ``all_reduce_perf -b 1M -e 4G -f 2`` prints it.
 
 It runs through the same launcher and session as the suite, so its figures are the suite's figures and
 its folder holds the same evidence (``evidence.json``, ``probes/NN-collectives/``).
@@ -107,8 +106,7 @@ def run(args: SweepArgs, out: TextIO) -> int:
 
     def live(row: JSONObject) -> None:  # each row as the probe measures it, as nccl-tests prints
         printed.append(row)
-        if "same_as" not in row:  # a size rounded to the call of an earlier one: its row is printed once
-            print(row_line(cast(CollectiveRow, row), dtype), file=out, flush=True)
+        print(row_line(cast(CollectiveRow, row), dtype), file=out, flush=True)
 
     run_tag = os.environ.get("CLUSTER_RUN_ID", "")
     # one probe: a worker would only add its exit to the probe's own job
@@ -124,8 +122,7 @@ def run(args: SweepArgs, out: TextIO) -> int:
         cluster.close()
         raise
     for row in result["rows"][len(printed) :]:  # none, unless the watcher missed the last ones
-        if "same_as" not in row:
-            print(row_line(row, dtype), file=out)
+        print(row_line(row, dtype), file=out)
     print(footer(result), file=out)
     failed = _record(cluster, result)
     print(f"# evidence: {cluster.evidence.path}", file=out)
@@ -159,12 +156,11 @@ def header(cluster: ClusterRun) -> str:
     )
 
 
-# nccl-tests' columns, then how far the timed windows' busbw spread, (max - min) / median, and the per-call
-# spread of the rank whose p99 is highest (its own time per call: ``families.collectives.own_times``)
-COLUMNS = ("size", "count", "type", "op", "time", "algbw", "busbw", "#wrong", "spread", "i_p99", "i_cv%", "rank")
-UNITS = ("(B)", "(elements)", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(%)", "(us)", "(%)", "")
+# nccl-tests' columns, then how far the timed windows' busbw spread: (max - min) / median
+COLUMNS = ("size", "count", "type", "op", "time", "algbw", "busbw", "#wrong", "spread")
+UNITS = ("(B)", "(elements)", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(%)")
 # fixed widths, as nccl-tests prints them, so that a row can be printed the moment it is measured
-WIDTHS = (12, 12, 8, 16, 10, 8, 8, 7, 7, 9, 7, 5)
+WIDTHS = (12, 12, 8, 16, 10, 8, 8, 7, 7)
 
 
 def _line(cells: tuple[str, ...], lead: str = " ") -> str:
@@ -179,14 +175,10 @@ def head() -> str:
 def row_line(row: CollectiveRow, dtype: str) -> str:
     """One op at one size: the bytes the call moved (like nccl-tests' ``size`` column), time and bandwidths."""
     spread = row.get("window_spread")  # none in evidence from before the windows
-    ranks = row.get("ranks_spread") or []  # none in evidence from before each call was timed
-    top = max(ranks, key=lambda r: r["p99_us"]) if ranks else None
     return _line(
         (str(row["bytes"]), str(row["count"]), DTYPES[dtype].nccl_tests, row["op"], f"{row['time_us']:.2f}",
          f"{row['algbw_gbps']:.2f}", f"{row['busbw_gbps']:.2f}", str(row["wrong"]),
-         "-" if spread is None else f"{100 * spread:.1f}",
-         "-" if top is None else f"{top['p99_us']:.2f}", "-" if top is None else f"{100 * top['cv']:.1f}",
-         "-" if top is None else str(top["rank"]))
+         "-" if spread is None else f"{100 * spread:.1f}")
     )  # fmt: skip
 
 

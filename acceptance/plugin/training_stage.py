@@ -54,7 +54,8 @@ def stage_point(cluster: ClusterRun, items: list[pytest.Item]) -> str | None:
     first = next((i for i, item in enumerate(items) if item.path.stem == TRAINING_MODULE), None)
     if first is None or cluster.topology.device != "cuda":
         return None
-    timed = {f.name for f in FAMILIES if f.gpu_timed}
+    eager = cluster.profile.model.collectives.timing == "eager"  # the sweeps' small sizes timed from the host
+    timed = {f.name for f in FAMILIES if f.gpu_timed and not (eager and f.eager_timed)}
     start = first
     while start > 0 and _family_name(items[start - 1]) in timed:
         start -= 1

@@ -61,12 +61,11 @@ def sweep(ctx: Ctx, scope: str, group: Any, cfg: CollectivesConfig) -> list[Scop
 def figure(rows: Sequence[RankMeasured], ranks: list[int]) -> GroupFigure:
     """One group's figure for one op and size: mean time over its ranks, busbw with its size's factor."""
     mine = sorted((r for r in rows if r["rank"] in ranks), key=lambda r: r["rank"])
-    found = figures(mine[0]["op"], mine[0]["bytes"], mine, len(ranks), [(r["host"], r["gpu"]) for r in mine])
+    found = figures(mine[0]["op"], mine[0]["bytes"], [r["seconds"] for r in mine], len(ranks))
     return {
         "ranks": len(ranks),
         **found,
         "slowest_rank": mine[int(found["slowest_rank"])]["rank"],
-        "ranks_spread": [{**r, "rank": mine[r["rank"]]["rank"]} for r in found["ranks_spread"]],  # global ranks
         "wrong": sum(r["wrong"] for r in mine),
         "timing": mine[0]["timing"],
     }

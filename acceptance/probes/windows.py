@@ -41,6 +41,27 @@ def timed_windows(ctx: Ctx, fn: Callable[[], object], calls: list[int]) -> list[
     return [(b - a) / n for (a, b), n in zip(itertools.pairwise(stamps), calls, strict=True)]
 
 
+class GraphWindows:
+    """Every call of the timed loop captured in one CUDA graph, with a timing event between two windows.
+
+    The events are captured as nodes of the graph (``external=True``: cudaEventRecordExternal, CUDA C
+    Programming Guide, "Cross-stream dependencies and events"), so each window is timed on the GPU's own
+    timeline inside one replay, without the replay's launch; events recorded around the replay would add
+    the launch to the first window and leave the others unmarked."""
+
+    def __init__(self, fn: Callable[[], object], calls: list[int], stream: torch.cuda.Stream) -> None:
+        self.calls = calls
+        self.marks = [torch.cuda.Event(enable_timing=True, external=True) for _ in range(len(calls) + 1)]
+        self.graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self.graph, stream=stream):
+            _marked_loop(fn, calls, self.marks)
+
+    def replay(self) -> list[float]:
+        """One replay; the seconds per call in each window."""
+        self.graph.replay()
+        return _per_call(self.marks, self.calls)
+
+
 def _marked_loop(fn: Callable[[], object], calls: list[int], marks: list[torch.cuda.Event]) -> None:
     """The loop, a mark before it and after each window (recorded now, or captured into a graph)."""
     marks[0].record()

@@ -101,6 +101,7 @@ class Family(Generic[S]):
     # its figures are timed on the GPU's own clock (CUDA events, CUDA graphs), so that a job importing on the
     # host beside them cannot move one (``plugin.training_stage``)
     gpu_timed: bool = False
+    eager_timed: bool = False  # with ``collectives.timing: eager`` its small sizes are timed on the host
     # its result lists every rank's host and device: the evidence's ``cluster.nodes`` is taken from it
     describes_nodes: bool = False
     # in the quick tier too (``acceptance.profile.tiers``): its probes take seconds and judge a node on their

@@ -82,7 +82,8 @@ INTERNODE = Family(
     ),
     probes=("internode", "isolation"),
     in_worker=("internode", "isolation"),
-    gpu_timed=False,  # timed on the host's clock, as the collectives probe times (``probes.collectives``)
+    gpu_timed=True,
+    eager_timed=True,
 )
 
 
