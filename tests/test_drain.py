@@ -371,3 +371,26 @@ def test_a_failure_s_category_comes_from_its_cause(message: str, category: str |
     report = SimpleNamespace(failed=True, longrepr=message, nodeid="test_x.py::test_y")
     drain_hooks.categorize(SimpleNamespace(excinfo=None), report, run)  # type: ignore[arg-type]
     assert run.test("test_x.py::test_y").category == category
+
+
+def test_junit_and_the_report_carry_each_failure_s_category_and_action() -> None:
+    """The category and action the drain list takes, on each failed test of the JUnit (properties a pipeline
+    routes by) and in the report's table of tests that did not pass."""
+    from acceptance.evidence.junit import junit_xml
+    from acceptance.reports import overview
+    from acceptance.reports.blocks import Table
+
+    slowed = failed_check("compute.matmul_tflops_min", 300, "gpu-a GPU 2: slowest")
+    slowed["checks"][0]["unit"] = "TFLOP/s"
+    slowed["message"] = "compute.matmul_tflops_min = 300 TFLOP/s, expected >= 400\ngpu-a GPU 2: slowest"
+    foreign = {**failed_check("compute.copy_gbps_min", 1, "gpu-a GPU 1"), "category": "foreign load"}
+    foreign["nodeid"] = "test_x.py::test_foreign"
+    data = EvidenceDoc.model_validate(doc(tests=[slowed, foreign]))
+    assert [drain.cause_of(t) for t in data.tests] == [("hardware", "drain GPU"), ("foreign load", "rerun")]
+    xml = junit_xml(data)
+    assert '<property name="category" value="hardware" />' in xml
+    assert '<property name="action" value="drain GPU" />' in xml
+    assert '<property name="category" value="foreign load" />' in xml
+    [table] = [b for b in overview.problems(data) if isinstance(b, Table)]
+    assert table.head[2:4] == ["category", "action"]
+    assert [row[2:4] for row in table.rows] == [["hardware", "drain GPU"], ["foreign load", "rerun"]]

@@ -116,6 +116,17 @@ def _local(test: Case, metric: str | None = None) -> bool:
     return f"{module.removeprefix('test_').removesuffix('.py')}.".startswith(LOCAL_FIGURES)
 
 
+def cause_of(test: Case) -> tuple[Category, Action]:
+    """A failed test's category and action, as the drain list takes them: the category the run recorded (a
+    foreign process named as the cause, a setting that forced a transport, a time limit the operator gave),
+    else the guess by its figures (a node's own hardware, else the fabric across nodes); the action drains a
+    GPU where the test's lines name GPUs."""
+    failed = [c.metric for c in test.checks if c.verdict in FAILED_CHECKS]
+    local = _local(test, failed[0]) if failed else _local(test)
+    category = category_of(test.category, "hardware" if local else "fabric")
+    return category, action(category, gpus=bool(_GPU.search(test.message or "")))
+
+
 def _object(value: JSONValue) -> JSONObject:
     return value if isinstance(value, dict) else {}
 

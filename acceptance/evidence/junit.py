@@ -17,6 +17,7 @@ import xml.etree.ElementTree as ET
 from collections.abc import Mapping
 from typing import Any
 
+from acceptance.evidence.drain import cause_of
 from acceptance.evidence.model import Case, EvidenceDoc
 from acceptance.evidence.store import as_data, finite
 from acceptance.evidence.verdict import verdict_of
@@ -155,6 +156,9 @@ def _case(test: Case) -> Any:
 
 def _add_properties(element: ET.Element, test: Case) -> None:
     pairs = [pair for c in test.checks for pair in figure_properties(c.metric, c.value, c.unit, c.bound, c.verdict)]
+    if test.outcome in FAILED_OUTCOMES:  # whose fault, and what to do: what a pipeline routes a failure by
+        category, action = cause_of(test)
+        pairs += [("category", category), ("action", action)]
     if not pairs:
         return
     properties = ET.Element("properties")

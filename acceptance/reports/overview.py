@@ -5,12 +5,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from acceptance.evidence.model import EvidenceDoc
+from acceptance.evidence.drain import cause_of
+from acceptance.evidence.model import Case, EvidenceDoc
 from acceptance.evidence.store import as_data
 from acceptance.evidence.verdict import verdict_of
 from acceptance.masking import masked_record
 from acceptance.reports import measured, references, soak, summary, training, view
 from acceptance.reports.blocks import Block, Heading, Table, Text, Verdict
+from acceptance.verdicts import FAILED_OUTCOMES
 
 
 def _first_line(text: Any) -> str:
@@ -88,20 +90,30 @@ def information(data: EvidenceDoc) -> list[Block]:
     return [Heading("Information figures (recorded, not gated)"), *note, Table(head, rows, folded=fold)]
 
 
-def _tests(data: EvidenceDoc, outcomes: tuple[str, ...], title: str, last: str) -> list[Block]:
+def _tests(data: EvidenceDoc, outcomes: tuple[str, ...], title: str, last: str, causes: bool = False) -> list[Block]:
+    """The tests of ``outcomes``; ``causes``: with each one's category and action (``drain.cause_of``)."""
     found = view.tests(data, outcomes)
     if not found:
         return []
     nodes = any(node for _, node, _ in found)
-    rows = [[t.outcome, test_id, _first_line(t.message)] + ([node] if nodes else []) for test_id, node, t in found]
+    rows = [
+        [t.outcome, test_id, *(_cause(t) if causes else ()), _first_line(t.message), *([node] if nodes else [])]
+        for test_id, node, t in found
+    ]
     fold = f"{len(rows)} tests" if len(rows) > 8 and title.startswith("Skipped") else ""
-    return [Heading(title), Table(["outcome", "test", last] + (["node"] if nodes else []), rows, folded=fold)]
+    head = ["outcome", "test", *(["category", "action"] if causes else []), last, *(["node"] if nodes else [])]
+    return [Heading(title), Table(head, rows, folded=fold)]
+
+
+def _cause(test: Case) -> tuple[str, str]:
+    """A failed test's category and action; a test that never ended (not run, interrupted) has neither."""
+    return cause_of(test) if test.outcome in FAILED_OUTCOMES else ("", "")
 
 
 def problems(data: EvidenceDoc) -> list[Block]:
     bad = ("failed", "error", "running", "not_run")
     probes = [p for p in data.probes if p.status != "ok"]
-    out: list[Block] = _tests(data, bad, "Tests that did not pass", "message")
+    out: list[Block] = _tests(data, bad, "Tests that did not pass", "message", causes=True)
     if probes:
         rows = [[p.key, p.status, _first_line(p.error)] for p in probes]
         out += [Heading("Probes that did not finish"), Table(["probe", "status", "error"], rows)]
