@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import json
 import pkgutil
 from types import ModuleType
 from typing import Any
@@ -146,3 +147,20 @@ def test_the_probe_spec_carries_every_probe_config() -> None:
     keys = set(ProbeSpec.__annotations__)
     read = {f.name for f in FAMILIES for section, _ in _config_pairs() if section is f.section}
     assert read <= keys, f"families whose probe config ProbeSpec lacks: {sorted(read - keys)}"
+
+
+# the drain list's hand-kept prefixes before the registry said which figures are a node's own (0cf54b1)
+OLD_LOCAL_PREFIXES = ("health.", "compute.", "soak.", "fabric.", "connectivity.p2p_")
+
+
+def test_a_node_s_own_figures_are_the_registry_s() -> None:
+    """``Metric.local`` (else ``Family.local``) says which figures blame the nodes they name: every metric
+    the reference page lists, and every figure of the recorded runs, as the drain list's prefixes did."""
+    from acceptance.profile.metrics import local
+    from tests.test_judge import FIGURES, RUNS
+
+    names = {c["metric"] for run in RUNS for c in json.loads((FIGURES / f"{run}.json").read_text())["checks"]}
+    names |= {f"{f.name}.{n}" for f in FAMILIES for m in f.metrics for n in m.each_name}
+    assert len(names) > 150
+    assert sorted(n for n in names if local(n) != n.startswith(OLD_LOCAL_PREFIXES)) == []
+    assert [f.name for f in FAMILIES if f.local] == ["health", "compute", "soak", "fabric"]

@@ -6,7 +6,8 @@ reason, Kubernetes taints and labels it. The list is built from the evidence alo
 commands and a person's script read the same judgement:
 
 - severity ``drain``: the node itself is blamed: its preflight failed (a GPU missing, a foreign process on
-  a GPU), a failing figure of its own hardware names it (``LOCAL_FIGURES``: a GPU's, a port's), an
+  a GPU), a failing figure of its own hardware names it (a GPU's, a port's: ``local`` in the evidence, from
+  the family registry's ``Metric.local``), an
   isolation named it culprit (its structured evidence, never its words), or the run was this node's alone
   (a job prolog's quick tier) and a gate failed;
 - severity ``review``: a host a failing figure across nodes merely mentions (a slow path's two ends, the
@@ -41,10 +42,6 @@ PREFLIGHT = "preflight: "  # the session's prefix of a failed preflight's line (
 REASON_CHARS = 200  # one line a scheduler keeps as the node's reason; the evidence has the rest
 Severity = Literal["drain", "review"]
 _GPU = re.compile(r"\bGPU (\d+)\b")
-# the figures of a named node's own hardware (its GPUs, its ports, the links inside it), by metric prefix: a
-# failing one blames the nodes it names; the others measure across nodes, where a host named may be the
-# healthy end of a slow path
-LOCAL_FIGURES = ("health.", "compute.", "soak.", "fabric.", "connectivity.p2p_")
 _OTHER_PREFLIGHT = re.compile(rf"^{PREFLIGHT}node \d+ \((?P<host>[^)]+)\) failed its preflight")
 
 
@@ -102,18 +99,17 @@ class Reason:
     """Why the run failed, one reason: its text and what blames a node for it."""
 
     text: str
-    local: bool  # the node's own failure: its preflight, or a figure of LOCAL_FIGURES
+    local: bool  # the node's own failure: its preflight, or a figure of its own hardware
     culprits: tuple[str, ...] = ()  # the hosts an isolation of the reason's test named culprit
     category: Category = "hardware"  # whose fault: only the node's own (hardware, fabric, configuration) drain
 
 
 def _local(test: Case, metric: str | None = None) -> bool:
-    """Whether a check (``compute.matmul_tflops_min``), else its test's module (test_fabric.py), is one of
-    ``LOCAL_FIGURES``."""
-    if metric:
-        return metric.startswith(LOCAL_FIGURES)
-    module = test.nodeid.partition("::")[0].rpartition("/")[2]
-    return f"{module.removeprefix('test_').removesuffix('.py')}.".startswith(LOCAL_FIGURES)
+    """Whether a check (by ``metric``), else its test, is of a node's own hardware, as the run recorded it
+    (the registry's ``Metric.local`` and ``Family.local``); not recorded: not local (review, never drain)."""
+    check = next((c for c in test.checks if c.metric == metric), None) if metric else None
+    found = check.local if check is not None else test.local
+    return bool(found)
 
 
 def cause_of(test: Case) -> tuple[Category, Action]:

@@ -37,6 +37,9 @@ class Check(Part):
     threshold: dict[str, JsonValue] | None  # the bound's fields as the profile gave them (schema.bounds.Threshold)
     detail: str | None = None
     baseline: dict[str, JsonValue] | None = None  # --cluster-baseline: the earlier figure, its limit, the tolerance
+    # a figure of the node's own hardware (``Metric.local``): a failing one blames the nodes it names (the
+    # drain list's rule); None: a record from before it was kept, read as not local
+    local: bool | None = Field(default=None, exclude_if=lambda v: v is None)
 
 
 class Case(Part):
@@ -53,6 +56,8 @@ class Case(Part):
     # whose fault its failure is, where the run knows better than its figures (a time limit the operator
     # gave: environment); None: judged by its figures (acceptance.evidence.drain)
     category: Category | None = None
+    # its family's figures are of a node's own hardware (``Family.local``); None: not a family's test
+    local: bool | None = Field(default=None, exclude_if=lambda v: v is None)
 
 
 class ProbeRecord(Part):

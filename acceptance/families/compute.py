@@ -81,6 +81,7 @@ COMPUTE = Family(
         Metric[Compute](r"(burnin_disagreeing_gpus)", _COMPUTE, "lower", kind="correctness", builtin=must_be_zero),
         Metric[Compute](r"(wall_s)", _COMPUTE, "lower", scale="bound"),
     ),
+    local=True,
     probes=("compute",),
     in_worker=("compute",),
     gpu_timed=True,

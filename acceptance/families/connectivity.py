@@ -39,9 +39,13 @@ CONNECTIVITY = Family(
     "every rank present, every link carries data (the connectivity probe)",
     Connectivity,
     (
-        Metric[Connectivity](r"(p2p_min_gbps)", "connectivity.<figure>", "higher"),
+        # the links inside a node: its own hardware
+        Metric[Connectivity](r"(p2p_min_gbps)", "connectivity.<figure>", "higher", local=True),
         Metric[Connectivity](
-            r"(duplicate_uuids|missing_ranks|allreduce_wrong|p2p_wrong)", "connectivity.<figure>", "lower",
+            r"(p2p_wrong)", "connectivity.<figure>", "lower", kind="correctness", builtin=must_be_zero, local=True
+        ),
+        Metric[Connectivity](
+            r"(duplicate_uuids|missing_ranks|allreduce_wrong)", "connectivity.<figure>", "lower",
             kind="correctness", builtin=must_be_zero,
         ),
         Metric[Connectivity](

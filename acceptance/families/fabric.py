@@ -55,6 +55,7 @@ FABRIC = Family(
         Metric[Fabric](r"(ports_down)", _FABRIC, "lower", scale="bound"),
         Metric[Fabric](r"(ports)", _FABRIC, "none", scale="bound"),
     ),
+    local=True,
     probes=("fabric",),  # a sysfs read per node, in the node's own pytest (``acceptance.run.fabric_readings``)
     needs_every_gpu=False,
     quick=True,

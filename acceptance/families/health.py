@@ -70,6 +70,7 @@ HEALTH = Family(
         ),
         Metric[Health](r"(gpu_count)", _HEALTH, "none", kind="correctness", devices=GPU_ONLY),
     ),
+    local=True,
     probes=("health",),
     in_worker=("health",),
     quick=True,

@@ -126,6 +126,7 @@ SOAK = Family(
         Metric[Soak](r"(completed_fraction)", _SOAK, "higher", scale="bound", kind="correctness", builtin=_whole),
         Metric[Soak](r"(wall_s)", _SOAK, "lower", scale="bound"),
     ),
+    local=True,
     probes=("soak",),
     opt_in=True,
 )  # fmt: skip

@@ -14,6 +14,7 @@ from typing import Any
 
 from acceptance.profile.model import ProfileModel
 from acceptance.profile.registry import FAMILIES as REGISTRY
+from acceptance.profile.registry import family_of_metric
 from acceptance.schema.bounds import Threshold
 from acceptance.schema.family import Better, Family, Kind, Metric, Scale
 from acceptance.schema.sizes import SizeError, canonical_size
@@ -128,6 +129,17 @@ def better(metric: str) -> Better:
     ``none`` (a count to match, or a name the registry does not know)."""
     shape = shape_of(metric)
     return shape.metric.better if shape is not None else "none"
+
+
+def local(metric: str) -> bool:
+    """Whether ``metric`` is a figure of a node's own hardware (``Metric.local``, else its family's): a
+    failing one blames the nodes it names. A name no shape knows is its family's by its prefix (a test's
+    own figure), else not local."""
+    shape = shape_of(metric)
+    if shape is None:
+        family = family_of_metric(metric)
+        return family is not None and family.local
+    return shape.family.local if shape.metric.local is None else shape.metric.local
 
 
 def kind(metric: str) -> Kind:

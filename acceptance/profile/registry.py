@@ -5,8 +5,9 @@ family is its module, its probe, its test module and one line here, plus its sec
 stubs that a type checker cannot derive (``ProfileModel`` in ``profile/model.py``, ``ProbeSpec`` in
 ``probes/rank.py``), which ``tests/test_registry.py`` holds to this list. The profile model, the timeouts,
 the markers, the tiers, the run order, the preflight's skips, the probe worker's set and the docs' reference
-tables are derived from this list. Named by hand still: the drain list's figures of a node's own hardware
-(``evidence/drain.py``, below this list) and the report's sections (``reports/overview.py``).
+tables are derived from this list, and so is which figures are a node's own hardware (``Family.local``,
+``Metric.local``: recorded with each check, the drain list reads it). Named by hand still: the report's
+sections (``reports/overview.py``), each a renderer of its own.
 """
 
 from __future__ import annotations

@@ -24,6 +24,7 @@ from acceptance.json_types import JSONObject
 from acceptance.multinode.meeting import Meeting
 from acceptance.profile.judge import BaselineFigures, Judge, Judgement
 from acceptance.profile.loader import Profile
+from acceptance.profile.metrics import local
 from acceptance.profile.registry import WORKER_PROBES
 from acceptance.run import launcher as launch
 from acceptance.run.executor import Executor
@@ -250,4 +251,5 @@ def check_record(judged: Judgement) -> Check:
         threshold=judged.threshold.model_dump(exclude_none=True) if judged.threshold else None,
         detail=judged.detail or None,
         baseline=None if found is None else {"value": found.value, "bound": found.bound, "tolerance": found.tolerance},
+        local=local(judged.metric),
     )

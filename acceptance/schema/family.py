@@ -63,6 +63,10 @@ class Metric(Generic[S]):
     # bounds it. The judge applies it (``acceptance.profile.metrics.builtin_bound``); a bound that depends on
     # the run itself (its node count, a GPU's own slowdown temperature) is the caller's
     builtin: Callable[[S], Threshold | None] | None = None
+    # a figure of a node's own hardware (its GPUs, its ports, the links inside it): a failing one blames the
+    # nodes it names, where a figure measured across nodes may name the healthy end of a slow path (the drain
+    # list's rule); None: the family's ``local``
+    local: bool | None = None
 
     @property
     def names(self) -> str:
@@ -110,6 +114,9 @@ class Family(Generic[S]):
     # runs only when selected: ``-m soak``, or a tier that includes it (``acceptance.plugin.opt_in``); the
     # standard suite keeps its time budget
     opt_in: bool = False
+    # its figures are of a node's own hardware (``Metric.local``, which a metric may set otherwise), and so
+    # is a failure of its tests that checked no figure (a probe that failed on the node)
+    local: bool = False
 
     @property
     def module(self) -> str:
