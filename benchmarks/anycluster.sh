@@ -6,7 +6,7 @@
 #   shmoff   NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 (sockets)
 #   compare  `cluster-acceptance compare` of healthy against p2poff (exit 1 expected, naming the collectives)
 #   twonode  the host as two nodes of two GPUs each (GPUs 0,1 and 2,3): init for that share (--nodes 2), then
-#            the default suite on both nodes at once, healthy, then with node 1 started NCCL_P2P_DISABLE=1.
+#            the default suite on both nodes at once, with node 1 started NCCL_P2P_DISABLE=1, then healthy.
 #            NCCL_HOSTID tells NCCL the two are different hosts (NCCL's utils.cc getHostHash), so that
 #            traffic between them takes its network transport, as between two machines
 # e.g. `benchmarks/anycluster.sh healthy p2poff` then `benchmarks/anycluster.sh shmoff compare` (NAME, default x4).
@@ -50,8 +50,8 @@ for step in "$@"; do
     twonode)
       [ -f "thresholds/$NAME-2n.yaml" ] || { CUDA_VISIBLE_DEVICES=0,1 ca init --name "$NAME-2n" --nodes 2 > "$OUT/init-2n.txt" 2>&1
                                              cp "thresholds/$NAME-2n.yaml" "$OUT/"; cat "$OUT/init-2n.txt"; }
-      nodes2 healthy2n 29410
-      nodes2 p2poff2n 29420 NCCL_P2P_DISABLE=1 ;;
+      nodes2 p2poff2n 29420 NCCL_P2P_DISABLE=1
+      nodes2 healthy2n 29410 ;;
     healthy) suite healthy ;;
     p2poff) suite p2poff NCCL_P2P_DISABLE=1 ;;
     shmoff) suite shmoff NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 ;;
