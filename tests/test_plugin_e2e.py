@@ -262,6 +262,9 @@ def test_check_verdicts_table_and_junit(pytester: pytest.Pytester) -> None:
         "connectivity.rendezvous_s.unit": "s",
         "connectivity.rendezvous_s.bound": "<= 1",
         "connectivity.rendezvous_s.verdict": "fail",
+        # whose fault, and what to do (the drain list's category and action)
+        "category": "fabric",
+        "action": "drain node",
     }
     # the plugin's own JUnit has the same cases, outcomes and properties as --junitxml
     own = ET.parse(next((pytester.path / "ev").glob("junit-*.xml"))).getroot()

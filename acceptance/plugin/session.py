@@ -18,7 +18,7 @@ import pytest
 from _pytest.junitxml import xml_key  # pytest's --junitxml writer: the verdict is a property of its suite
 
 from acceptance.atomic_file import write_atomic
-from acceptance.evidence.drain import DrainList
+from acceptance.evidence.drain import DrainList, cause_of
 from acceptance.evidence.folder import EvidenceFolderError, default_folder
 from acceptance.evidence.junit import junit_xml, verdict_case
 from acceptance.evidence.store import EvidenceError, EvidenceWriteError, read_evidence
@@ -54,7 +54,7 @@ from acceptance.profile.registry import family_of_module
 from acceptance.run.cluster_run import ClusterRun
 from acceptance.run.placement import Placement, TopologyError, resolve
 from acceptance.run.preflight import PreflightResult
-from acceptance.verdicts import Facts, decide, problems
+from acceptance.verdicts import FAILED_OUTCOMES, Facts, decide, problems
 
 # the run did not go to its end: Ctrl-C or SIGTERM, a crash of pytest, a node that disagreed or went missing
 STOPPED = (pytest.ExitCode.INTERRUPTED, pytest.ExitCode.INTERNAL_ERROR, pytest.ExitCode.USAGE_ERROR)
@@ -251,6 +251,11 @@ class ClusterSession:
                 mark_recorded(report, checks)
         if recorded:
             self._record(report)
+            case = self.run.evidence.test(report.nodeid)
+            if report.failed and case.outcome in FAILED_OUTCOMES and "category" not in dict(item.user_properties):
+                # whose fault, and what to do, in pytest's --junitxml (which takes the item's properties with
+                # its teardown report) as in the plugin's own JUnit
+                item.user_properties += list(zip(("category", "action"), cause_of(case), strict=True))
         return report
 
     def pytest_report_teststatus(self, report: pytest.TestReport) -> tuple[str, str, str] | None:
