@@ -210,6 +210,40 @@ def test_two_nodes_net_peers_by_world_rank_and_one_node_s_p2p_off() -> None:
     assert found["unresolved"] == [{"rank": 3, "peer_comm_rank": 0, "peer_dev": 1, "transport": "NET/IB/1/GDRDMA"}]
 
 
+def test_two_nodes_of_one_host_each_with_its_own_environment() -> None:
+    """Two nodes sharing a host name (two jobs' shares of a 4-GPU machine, NCCL told apart by NCCL_HOSTID):
+    node 1 (NVML GPUs 2 and 3) started with NCCL_P2P_DISABLE=1, node 0 not. Pairs across the two nodes
+    went over the network and are not asserted, though NVLink joins every GPU of the host; node 1's pair
+    went SHM and names node 1's own setting, which the run's (node 0's) environment lacks."""
+    node0 = {
+        0: [_init(0, 0, 4), _line(0, 0, "Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM/read"),
+            _line(0, 0, "Channel 00/0 : 0[0] -> 2[2] [send] via NET/Socket/0")],
+        1: [_init(1, 1, 4), _line(1, 1, "Channel 00/0 : 1[1] -> 0[0] via P2P/CUMEM/read")],
+    }  # fmt: skip
+    node1 = {
+        2: [_init(2, 2, 4), _line(2, 2, "Channel 00 : 2[2] -> 3[3] via SHM/direct/direct"),
+            _line(2, 2, "Channel 00/0 : 0[0] -> 2[2] [receive] via NET/Socket/0")],
+        3: [_init(3, 3, 4), _line(3, 3, "Channel 00 : 3[3] -> 2[2] via SHM/direct/direct")],
+    }  # fmt: skip
+    logs = _logs(node0) + _logs(node1)
+    for log in logs:
+        log["local_rank"] = log["rank"] % 2
+        log["node"] = log["rank"] // 2
+        log["settings"] = {"NCCL_P2P_DISABLE": "1"} if log["node"] == 1 else {}
+    every_pair = {f"{a}-{b}": True for a in range(4) for b in range(a + 1, 4)}
+    found = transport.record(logs, {HOST: every_pair}, {})  # node 0's environment: nothing forced
+    inside = transport.inside_nodes(found["pairs"])
+    assert sorted((p["src"], p["dst"]) for p in inside) == [(0, 1), (1, 0), (2, 3), (3, 2)]
+    assert [(p["src"], p["dst"]) for p in transport.mismatches(found["pairs"])] == [(2, 3), (3, 2)]
+    across = [p for p in found["pairs"] if p not in inside]
+    assert across and all(p["expected"] is None and not p["mismatch"] for p in across)
+    text = transport.summary(inside, found["settings"])
+    assert text.startswith("2 of 4 rank pairs joined by NVLink went another way")
+    assert "NCCL_P2P_DISABLE=1 set in the environment" in text and "no NCCL setting forced it" not in text
+    assert found["settings"] == {"NCCL_P2P_DISABLE": "1"}
+    assert transport.forced(found).startswith("NCCL's transport: 2 rank pair(s) joined by NVLink went another way")
+
+
 class _Nvml:
     """A recorded NVML: ``links`` holds the GPU pairs NVLink joins."""
 

@@ -64,6 +64,10 @@ class RankLog(TypedDict):
     local_rank: int
     dev: int | None  # NVML index (None: NCCL logged no line naming it)
     connections: list[Connection]
+    # the rank's node (its node rank): two nodes may share a host name (two jobs' shares of one machine, as
+    # NCCL_HOSTID tells NCCL); absent: the host is the node
+    node: NotRequired[int]
+    settings: NotRequired[dict[str, str]]  # the FORCING settings of this rank's own environment
 
 
 class PairTransport(TypedDict):
@@ -79,6 +83,8 @@ class PairTransport(TypedDict):
     nvlink: bool | None  # NVML: an NVLink joins the two GPUs; None: not known (another node, no answer)
     expected: str | None  # "P2P" where NVLink joins them; None: nothing asserted
     mismatch: bool
+    same_node: NotRequired[bool]  # the two ranks are of one node (absent: one host)
+    settings: NotRequired[dict[str, str]]  # the FORCING settings of either rank's environment
 
 
 class Unresolved(TypedDict):
@@ -190,12 +196,18 @@ def _peer(
     return world if world is not None and world["dev"] == dev and world["rank"] != log["rank"] else None
 
 
+def _node(log: RankLog) -> tuple[str, int | None]:
+    return log["host"], log.get("node")
+
+
 def _pair(src: RankLog, dst: RankLog, transports: list[str], nvlink: Mapping[str, Mapping[str, bool]]) -> PairTransport:
     joined: bool | None = None
-    if src["host"] == dst["host"] and src["dev"] is not None and dst["dev"] is not None:
+    same = _node(src) == _node(dst)
+    if same and src["dev"] is not None and dst["dev"] is not None:
         joined = nvlink.get(src["host"], {}).get(pair_key(src["dev"], dst["dev"]))
     expected = "P2P" if joined else None
-    return {
+    pair: PairTransport = {
+        "same_node": same,
         "src": src["rank"],
         "dst": dst["rank"],
         "src_host": src["host"],
@@ -207,6 +219,9 @@ def _pair(src: RankLog, dst: RankLog, transports: list[str], nvlink: Mapping[str
         "expected": expected,
         "mismatch": expected is not None and any(not t.startswith(f"{expected}/") for t in transports),
     }
+    if "settings" in src or "settings" in dst:  # the ranks' own environments (a log of before: the run's)
+        pair["settings"] = {**dst.get("settings", {}), **src.get("settings", {})}
+    return pair
 
 
 def _distinct(found: list[Unresolved]) -> list[Unresolved]:
@@ -220,10 +235,13 @@ def record(
     logs: Sequence[RankLog], nvlink: Mapping[str, Mapping[str, bool] | str], environ: Mapping[str, str]
 ) -> TransportRecord:
     """The probe's record from every rank's log and each host's NVML answer (a string: why NVML did not
-    answer there)."""
+    answer there). The forcing settings are every rank's (each node may have its own environment), else
+    ``environ``'s."""
     known = {host: dict(answer) for host, answer in nvlink.items() if not isinstance(answer, str)}
     pairs, unresolved = resolve(logs, known)
-    hosts = {p["src_host"] for p in pairs if p["src_host"] == p["dst_host"]}
+    hosts = {p["src_host"] for p in inside_nodes(pairs)}
+    ranks = [log["settings"] for log in logs if "settings" in log]
+    forcing = {k: v for found in ranks for k, v in found.items()} if ranks else settings(environ)
     missing = sorted(h for h in hosts if h not in known)
     why = "; ".join(f"{h}: {nvlink[h]}" for h in missing if isinstance(nvlink.get(h), str))
     return {
@@ -233,7 +251,7 @@ def record(
         "pairs": pairs,
         "unresolved": unresolved,
         "nvlink_known": not missing,
-        "settings": settings(environ),
+        "settings": dict(sorted(forcing.items(), key=lambda kv: FORCING.index(kv[0]))),
         "nvlink": known,
     }
 
@@ -245,7 +263,7 @@ def not_recorded(reason: str, environ: Mapping[str, str]) -> TransportRecord:
 
 
 def inside_nodes(pairs: Sequence[PairTransport]) -> list[PairTransport]:
-    return [p for p in pairs if p["src_host"] == p["dst_host"]]
+    return [p for p in pairs if p.get("same_node", p["src_host"] == p["dst_host"])]
 
 
 def asserted(pairs: Sequence[PairTransport]) -> list[PairTransport]:
@@ -264,6 +282,7 @@ def describe(pair: PairTransport, forcing: Mapping[str, str]) -> str:
     peer = peer if pair["dst_host"] == pair["src_host"] else f"{pair['dst_host']} {peer}"
     where = f"{pair['src_host']} GPU {pair['src_gpu']} -> {peer}"
     cause = "NVLink joins the GPUs"
+    forcing = _forcing(pair, forcing)
     if forcing:
         cause += "; " + ", ".join(f"{k}={v}" for k, v in forcing.items()) + f" {FORCED_BY_SETTING}"
     else:
@@ -305,8 +324,16 @@ def forced(found: TransportRecord | None) -> str:
     (``plugin.drain_hooks.categorize``); "" where no setting did."""
     if found is None or not found["settings"]:
         return ""
-    bad = mismatches(inside_nodes(found["pairs"]))
+    bad = [p for p in mismatches(inside_nodes(found["pairs"])) if _forcing(p, found["settings"])]
     if not bad:
         return ""
-    forcing = ", ".join(f"{k}={v}" for k, v in found["settings"].items())
+    union = {k: v for p in bad for k, v in _forcing(p, found["settings"]).items()}
+    forcing = ", ".join(f"{k}={v}" for k, v in union.items())
     return f"NCCL's transport: {len(bad)} rank pair(s) joined by NVLink went another way, {forcing} {FORCED_BY_SETTING}"
+
+
+def _forcing(pair: PairTransport, run: Mapping[str, str]) -> Mapping[str, str]:
+    """The settings that forced ``pair``: its two ranks' own where the record has them (each node's
+    environment may differ), else the run's."""
+    own = pair.get("settings")
+    return own if own is not None else run

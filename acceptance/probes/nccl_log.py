@@ -69,7 +69,8 @@ def record(ctx: Ctx) -> transport.TransportRecord:
     ctx.phase("transport")
     dev, connections = transport.parse(own_log(ctx.nccl_log))
     log: transport.RankLog = {
-        "rank": ctx.rank, "host": ctx.host, "local_rank": ctx.local_rank, "dev": dev, "connections": connections
+        "rank": ctx.rank, "host": ctx.host, "local_rank": ctx.local_rank, "dev": dev, "connections": connections,
+        "node": ctx.node_rank, "settings": transport.settings(os.environ),
     }  # fmt: skip
     mine: _Gathered = {"log": log, "nvlink": _nvlink() if ctx.local_rank == 0 else None}
     every: list[_Gathered] = ctx.gather(mine)
