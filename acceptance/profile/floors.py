@@ -177,10 +177,11 @@ def busbw_path(facts: NodeFacts) -> Path | None:
 
 
 def hardware_floors(facts: NodeFacts, nodes: int, ops: tuple[str, ...], sizes: tuple[str, ...]) -> list[HardwareFloor]:
-    """Every floor the node's links give: p2p between the GPUs of a node (on any number of nodes: it is
-    measured inside each), the collectives inside one node (one node only: across nodes the world's
-    collectives run over the network, which the reference rows of its NICs bound), and each GPU's host link."""
-    out = _fabric_floors(facts, ops if nodes == 1 else (), sizes)
+    """Every floor the node's links give: p2p and the collectives inside one node (one node only: across
+    nodes the world's collectives run over the network), and each GPU's host link."""
+    out: list[HardwareFloor] = []
+    if nodes == 1:
+        out += _fabric_floors(facts, ops, sizes)
     host = _slowest([pcie_path(g) for g in facts.links]) if facts.links else None
     if host is not None:
         low = round(host.gbps * HOST_FRACTION, 1)
