@@ -104,22 +104,24 @@ class Reason:
     category: Category = "hardware"  # whose fault: only the node's own (hardware, fabric, configuration) drain
 
 
-def _local(test: Case, metric: str | None = None) -> bool:
-    """Whether a check (by ``metric``), else its test, is of a node's own hardware, as the run recorded it
-    (the registry's ``Metric.local`` and ``Family.local``); not recorded: not local (review, never drain)."""
-    check = next((c for c in test.checks if c.metric == metric), None) if metric else None
-    found = check.local if check is not None else test.local
-    return bool(found)
+def _local(test: Case, check: Check | None = None) -> bool:
+    """Whether ``check``, else its test, is of a node's own hardware, as the run recorded it (the registry's
+    ``Metric.local`` and ``Family.local``); not recorded: not local (review, never drain)."""
+    return bool(check.local if check is not None else test.local)
+
+
+def _category(test: Case, local: bool) -> Category:
+    """The category the run recorded for the test (another job's process named as the cause: foreign load; a
+    setting that forced a transport or a time limit the operator gave: environment), else the guess by its
+    figures: a node's own hardware, else the fabric across nodes."""
+    return category_of(test.category, "hardware" if local else "fabric")
 
 
 def cause_of(test: Case) -> tuple[Category, Action]:
-    """A failed test's category and action, as the drain list takes them: the category the run recorded (a
-    foreign process named as the cause, a setting that forced a transport, a time limit the operator gave),
-    else the guess by its figures (a node's own hardware, else the fabric across nodes); the action drains a
-    GPU where the test's lines name GPUs."""
-    failed = [c.metric for c in test.checks if c.verdict in FAILED_CHECKS]
-    local = _local(test, failed[0]) if failed else _local(test)
-    category = category_of(test.category, "hardware" if local else "fabric")
+    """A failed test's category and action, as the drain list takes them (``_category`` of its first failed
+    figure, else of the test); the action drains a GPU where the test's lines name GPUs."""
+    failed = next((c for c in test.checks if c.verdict in FAILED_CHECKS), None)
+    category = _category(test, _local(test, failed))
     return category, action(category, gpus=bool(_GPU.search(test.message or "")))
 
 
@@ -172,22 +174,17 @@ def _reasons(doc: EvidenceDoc) -> list[Reason]:
         culprits = _isolated(test, by_rank)
         for check in test.checks:
             if check.verdict in FAILED_CHECKS:
-                local = _local(test, check.metric)
-                # a category the run recorded (another job's process named as the figure's cause: foreign
-                # load) outranks the guess by its family
-                guess: Category = "hardware" if local else "fabric"
-                reasons.append(Reason(_shown(check), local, culprits, category_of(test.category, guess)))
+                local = _local(test, check)
+                reasons.append(Reason(_shown(check), local, culprits, _category(test, local)))
         failed = test.outcome in FAILED_OUTCOMES
         if failed and not any(c.verdict in FAILED_CHECKS for c in test.checks):
             name = test.nodeid.rpartition("::")[2]
             first = ((test.message or "").strip().splitlines() or [test.outcome])[0]
-            # its first line: a probe's message goes on with its log's tail; a category the run recorded
-            # (a time limit the operator gave) outranks the guess by its family
+            # its first line: a probe's message goes on with its log's tail
             if first in preflight or first in errors:
                 continue  # the preflight's gate, failed with its line: that line is a reason already
             local = _local(test)
-            category = category_of(test.category, "hardware" if local else "fabric")
-            reasons.append(Reason(f"{name}: {first}", local, culprits, category))
+            reasons.append(Reason(f"{name}: {first}", local, culprits, _category(test, local)))
     # the run's own errors (its profile's unchecked thresholds, its evidence folder, the nodes' meeting)
     # name no fault of a node
     return reasons + [Reason(e, False, (), "suite") for e in errors if not e.startswith(PREFLIGHT)]

@@ -266,8 +266,9 @@ class ClusterSession:
 
     def _record(self, report: pytest.TestReport) -> None:
         case = self.run.evidence.test(report.nodeid)
-        family = family_of_module(_module(report.nodeid))
-        case.local = family.local if family is not None else None
+        if case.local is None:  # once a test: its family's, for the drain list's test-level failures
+            family = family_of_module(_module(report.nodeid))
+            case.local = family.local if family is not None else None
         case.duration_s = round(case.duration_s + report.duration, 3)
         outcome, message = outcome_of(report)
         if outcome is not None and (report.when == "call" or outcome != "passed"):

@@ -20,7 +20,7 @@ from pathlib import Path
 from acceptance.families.answers import NotMeasured, unanswered
 from acceptance.families.health import GpuAnswers, NodeAnswers, allocated
 from acceptance.probes import nvml
-from acceptance.probes.inventory import NVIDIA_VENDOR
+from acceptance.probes.inventory import NVIDIA_VENDOR, torch_view
 from acceptance.probes.nvml import GpuLinksAnswer, NvLinkAnswer
 from acceptance.profile.node_facts import GpuLinks, NodeFacts, NvLink, Port, facts_json
 
@@ -49,15 +49,12 @@ def _torch_names() -> list[str]:
 
 
 def _visible_uuids() -> list[str] | None:
-    """The GPUs this job was given, as CUDA shows them (``probes.health.visible_uuids``' spelling); None
-    without CUDA: NVML's GPUs are then all the node's."""
-    try:
-        import torch
-    except ImportError:
+    """The GPUs this job was given, as CUDA shows them (the preflight's ``torch_view``); None where CUDA
+    cannot say: NVML's GPUs are then all the node's."""
+    view = torch_view()
+    if "error" in view or not view.get("available"):
         return None
-    if not torch.cuda.is_available():
-        return None
-    return [f"GPU-{torch.cuda.get_device_properties(i).uuid}" for i in range(torch.cuda.device_count())]
+    return [d["uuid"] for d in view.get("devices", [])]
 
 
 @dataclass(frozen=True)

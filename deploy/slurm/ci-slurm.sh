@@ -204,6 +204,22 @@ for path in sys.argv[2:]:
 PY
 }
 
+# a job on c1 whose prolog the file $work/FLAG steers into a case that is no fault of the node: the prolog
+# says REVIEW, the job runs, and c1 stays idle
+review_job() {
+    local flag="$1" what="$2" status=0 dir="$work/job-prolog" line
+    say "a job on c1 with $what"
+    touch "$work/$flag"
+    sbatch --wait --parsable --chdir="$dir" --nodelist=c1 --time=5 --wrap true >"$dir/c1-$flag-job" &
+    wait $! || status=$?
+    rm -f "$work/$flag"
+    (( status == 0 )) || fail "the job on c1 ($what) ended with status $status"
+    [[ "$(sinfo -h -N -n c1 -o '%T')" == idle ]] || fail "c1 was drained ($what): $(sinfo -h -N -n c1 -o '%N %T %E')"
+    line="$(grep -h 'quick on c1' "$results/verdicts.log" | tail -n 1)"
+    [[ "$line" == *REVIEW* ]] || fail "the prolog ($what) did not say REVIEW: $line"
+    say "c1 with $what: job ran, node $(sinfo -h -N -n c1 -o '%T'); ${line:0:220}"
+}
+
 # the Prolog: node c1 runs the quick tier and its job runs; node c2 is held to a bound no node meets (its
 # p2p figure against 1,000,000 GB/s), so its prolog fails: slurmd drains it with the run's reason, and the
 # test resumes it by hand, as an operator would after the repair
@@ -240,27 +256,9 @@ WRAP
     say "c1: job $(cat "$dir/c1-job") ran; its node: $(sinfo -h -N -n c1 -o '%N %T')"
     # a missing setting is the operator's to fix, never a node fault: the prolog says REVIEW, exits 0, the
     # job runs and no node is drained
-    say "a job on c1 with CLUSTER_PROFILE unset for its prolog"
-    touch "$work/no-profile"
-    status=0
-    sbatch --wait --parsable --chdir="$dir" --nodelist=c1 --time=5 --wrap true >"$dir/c1-unset-job" &
-    wait $! || status=$?
-    rm -f "$work/no-profile"
-    (( status == 0 )) || fail "the job on c1 (CLUSTER_PROFILE unset) ended with status $status"
-    [[ "$(sinfo -h -N -n c1 -o '%T')" == idle ]] || fail "c1 was drained for a missing setting: $(sinfo -h -N -n c1 -o '%N %T %E')"
-    say "c1 with CLUSTER_PROFILE unset: job ran, node $(sinfo -h -N -n c1 -o '%T')"
+    review_job no-profile "CLUSTER_PROFILE unset for its prolog"
     # a GPU profile on this machine's CPU-only torch: the suite's install is wrong, the node is not
-    say "a job on c1 with a GPU profile (h100-x1) for its prolog, on a CPU-only torch"
-    touch "$work/gpu-profile"
-    status=0
-    sbatch --wait --parsable --chdir="$dir" --nodelist=c1 --time=5 --wrap true >"$dir/c1-gpu-job" &
-    wait $! || status=$?
-    rm -f "$work/gpu-profile"
-    (( status == 0 )) || fail "the job on c1 (GPU profile, CPU-only torch) ended with status $status"
-    [[ "$(sinfo -h -N -n c1 -o '%T')" == idle ]] || fail "c1 was drained for the suite's install: $(sinfo -h -N -n c1 -o '%N %T %E')"
-    grep -h 'quick on c1' "$results/verdicts.log" | tail -n 1 | grep -q 'REVIEW' \
-        || fail "the prolog under a GPU profile on a CPU-only torch did not say REVIEW: $(tail -n 1 "$results/verdicts.log")"
-    say "c1 with a GPU profile on a CPU-only torch: $(grep -h 'quick on c1' "$results/verdicts.log" | tail -n 1 | cut -c1-220)"
+    review_job gpu-profile "a GPU profile (h100-x1) for its prolog, on a CPU-only torch"
     say "a job on c2, whose prolog fails"
     local job state=""
     job="$(sbatch --parsable --chdir="$dir" --nodelist=c2 --time=5 --wrap true)"
