@@ -126,6 +126,11 @@ def add_sweep(sub: Any) -> None:
     sw.add_argument("--dtype", choices=DTYPE_NAMES, help="default: the profile's, else float32")
     sw.add_argument("-w", "--warmup_iters", type=int, help="warm-up calls per size (default: the profile's, 5)")
     sw.add_argument("-n", "--iters", type=int, help="timed calls per size (default: the profile's, 20)")
+    sw.add_argument(
+        "--timing",
+        choices=("auto", "nccl", "cuda_graph", "eager"),
+        help="how the calls are timed (default: the profile's, auto: NCCL called directly on GPUs, as nccl-tests)",
+    )
     sw.add_argument("--nproc-per-node", type=int, help="ranks per node (default: the profile's, else every GPU or 2)")
     sw.add_argument("--profile", help="profile for topology, env and timeouts (default: this machine as found)")
     sw.add_argument("--timeout", type=positive_seconds, help="seconds for the whole sweep (default: the profile's)")
@@ -224,6 +229,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         dtype=args.dtype,
         warmup=args.warmup_iters,
         iters=args.iters,
+        timing=args.timing,
         nproc_per_node=args.nproc_per_node,
         profile=args.profile,
         out=args.evidence,

@@ -43,6 +43,7 @@ class SweepArgs:
     profile: str | None
     out: Path | None
     timeout: float | None
+    timing: str | None = None  # None: the profile's
 
 
 def series(begin: str, end: str, factor: int) -> list[str]:
@@ -70,6 +71,7 @@ def overrides(args: SweepArgs, default_dtype: str, device: str) -> list[str]:
         "collectives.dtype": args.dtype or default_dtype,
         "collectives.warmup_iters": args.warmup,
         "collectives.iters": args.iters,
+        "collectives.timing": args.timing,
         "topology.ranks_per_node": args.nproc_per_node,
     }
     return [f"{key}={json.dumps(value)}" for key, value in sets.items() if value is not None or key == "thresholds"]

@@ -26,8 +26,15 @@ class Collectives(Strict):
     dtype: Literal[DTYPE_NAMES] = "bfloat16"  # type: ignore[valid-type]
     warmup_iters: Annotated[int, Field(ge=0)] = 5
     iters: PositiveInt = 20
-    # auto: a CUDA graph on GPUs (takes Python's launch cost out of the figure), a host clock on the CPU
-    timing: Literal["auto", "cuda_graph", "eager"] = "auto"
+    # auto: nccl on GPUs for the whole world (a CUDA graph inside a subgroup), eager on the CPU. nccl: libnccl
+    # called directly from one loop timed by the host, nccl-tests' time at every size (``probes.nccl_calls``);
+    # cuda_graph: the loop captured in a CUDA graph, without NCCL's host work (faster than nccl-tests below
+    # 1 MiB); eager: torch.distributed's calls timed by the host (its Python and work objects included)
+    timing: Literal["auto", "nccl", "cuda_graph", "eager"] = "auto"
+    # a host-timed loop lasts at least this long (more calls than ``iters`` where a call takes microseconds):
+    # a small message's time is then the pace of many calls, not the loop's start and its window marks,
+    # which cost a few microseconds each (measured on 2x H200: 13.5 us a call over 20 calls, 10.7 over 200)
+    min_timed_s: Annotated[float, Field(ge=0, le=10)] = 0.002
     check_data: bool = True
 
 
@@ -82,10 +89,11 @@ class CollectivesConfig(TypedDict):
     """The probe's ``collectives`` section: the profile's, or an isolation round's (no ops, no sizes)."""
 
     dtype: str
-    timing: str  # auto, cuda_graph or eager
+    timing: str  # auto, nccl, cuda_graph or eager
     warmup_iters: int
     iters: int
     check_data: NotRequired[bool]
+    min_timed_s: NotRequired[float]  # absent: ``iters`` calls, whatever they last (an isolation round's)
     ops: NotRequired[list[str]]
     sizes: NotRequired[list[str]]
 
@@ -111,8 +119,11 @@ class Measured(TypedDict):
     bytes: int  # moved (the parts rounded)
     count: int
     seconds: list[float]  # per call, in each timed window
+    # per call, the whole timed loop on the host's clock to the device's end: nccl-tests' time (host-timed
+    # loops: nccl, eager); absent for a CUDA graph, whose figure is its median window
+    loop_seconds: NotRequired[float]
     wrong: int
-    timing: str  # how it was timed (eager, cuda_graph, or why the graph failed)
+    timing: str  # how it was timed (nccl, eager, cuda_graph, or why the one asked for could not be)
 
 
 class CollectiveRow(Figures):
@@ -161,15 +172,20 @@ class SweepResult(TypedDict):
     transport: NotRequired[TransportRecord]  # NotRequired: evidence from before it was recorded
 
 
-def figures(op: str, nbytes: int, seconds: Sequence[Sequence[float]], ranks: int) -> Figures:
-    """nccl-tests' figures from each rank's seconds per call in each timed window (``probes.windows``).
+def figures(
+    op: str, nbytes: int, seconds: Sequence[Sequence[float]], ranks: int, loops: Sequence[float | None] = ()
+) -> Figures:
+    """nccl-tests' figures from each rank's seconds per call in each timed window (``probes.windows``) and,
+    where the host timed the loop, its whole loop's seconds per call (``loops``).
 
-    A rank's time is its median window's; the time is the mean over ranks (nccl-tests' default ``-a 1``),
+    A rank's time is its whole loop's per call (nccl-tests' ``BenchTime``), else its median window's (a CUDA
+    graph, timed on the device between windows); the time is the mean over ranks (nccl-tests' default ``-a 1``),
     algbw = bytes / time (GB = 1e9 B), busbw = algbw x the op's factor for ``ranks``. The slowest rank's time
     is kept beside the mean, and which rank it was (index into ``seconds``). Each window's busbw (its time
     the mean over ranks: a collective keeps them in step) and their spread, (max - min) / median, say how
     steady the figure was."""
-    per_rank = [statistics.median(windows) for windows in seconds]
+    whole = list(loops) if loops and all(t is not None for t in loops) else [None] * len(seconds)
+    per_rank = [t if t is not None else statistics.median(w) for w, t in zip(seconds, whole, strict=True)]
     mean = statistics.fmean(per_rank)
     factor = OPS[op].busbw_factor(ranks)
     slowest = max(range(len(per_rank)), key=per_rank.__getitem__)

@@ -13,8 +13,11 @@ its own report (``probes.nccl_log``).
 
 from __future__ import annotations
 
+import math
 import os
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -22,7 +25,7 @@ import torch.distributed as dist
 
 from acceptance.families.collectives import CollectiveRow, CollectivesConfig, Measured, SweepResult, figures
 from acceptance.masking import masked_env
-from acceptance.probes import nccl_log, windows
+from acceptance.probes import nccl_calls, nccl_log, windows
 from acceptance.probes.gpu_sampler import GpuSampler
 from acceptance.probes.ops import Op
 from acceptance.probes.rank import Ctx, main, write_json
@@ -33,13 +36,57 @@ from acceptance.schema.sizes import format_size, parse_size
 SWEEP_SAMPLE_S = 1.0
 
 
-def time_eager(op: Op, ctx: Ctx, warmup: int, iters: int) -> list[float]:
+@dataclass(frozen=True)
+class HostTimed:
+    """A host-timed loop's parts: the call the warm-up and the data check make (raising on an error), the one
+    the timed loop issues (NCCL's bare call, its result code checked by the loop), and how the ranks line up
+    before the loop (nccl-tests' ``Barrier``)."""
+
+    call: Callable[[], object]
+    issue: Callable[[], object]
+    line_up: Callable[[], object]
+
+
+def _torch_timed(op: Op) -> HostTimed:
+    return HostTimed(op, op, lambda: dist.barrier(group=op.group))
+
+
+def _direct_timed(op: Op, ctx: Ctx, dtype: str, comms: nccl_calls.Communicators) -> HostTimed:
+    """``op`` through NCCL directly, on the current stream; the ranks lined up by a one-element all_reduce on
+    the same communicator, waited for on the host (every rank leaves it within the GPU's own skew, where
+    torch's barrier adds its own work and watchdog)."""
+    call = _bound(op, ctx, dtype, comms, op.inp, op.out)
+    one = torch.zeros(1, dtype=torch.float32, device=ctx.device)
+    meet = _bound(Op("all_reduce", 4, "float32", ctx.device, op.group), ctx, "float32", comms, one, one)
+    stream = torch.cuda.current_stream(ctx.device)
+
+    def line_up() -> None:
+        meet()
+        stream.synchronize()
+
+    return HostTimed(call, call.issue, line_up)
+
+
+def time_eager(timed: HostTimed, ctx: Ctx, group: Any, cfg: CollectivesConfig) -> tuple[list[float], float]:
+    """Warm-up, the ranks lined up, then the timed calls back to back: each timed window's seconds per call
+    and the whole loop's on the host's clock (``windows.timed_loop``), as nccl-tests' ``BenchTime``. The calls
+    are ``iters``, or as many more as fill ``min_timed_s`` at the warm-up's pace (the most any rank of the
+    group asks for: every rank must issue as many)."""
+    warmup, iters = cfg["warmup_iters"], cfg["iters"]
+    start = time.perf_counter()
     for _ in range(warmup):
-        op()
+        timed.call()
     ctx.sync()
+    per_call = (time.perf_counter() - start) / warmup if warmup else 0.0
+    least = cfg.get("min_timed_s", 0.0)
+    calls = max(iters, math.ceil(least / per_call)) if per_call > 0 and least > 0 else iters
     ctx.progress()
-    dist.barrier(group=op.group)
-    return windows.timed_windows(ctx, op, windows.split(iters))
+    if least > 0:
+        agreed = torch.tensor([calls], dtype=torch.int64, device=ctx.device)
+        dist.all_reduce(agreed, op=dist.ReduceOp.MAX, group=group)
+        calls = int(agreed.item())
+    timed.line_up()
+    return windows.timed_loop(ctx, timed.issue, windows.split(calls))
 
 
 def time_graph(op: Op, ctx: Ctx, warmup: int, iters: int) -> list[float]:
@@ -58,34 +105,93 @@ def time_graph(op: Op, ctx: Ctx, warmup: int, iters: int) -> list[float]:
     return graph.replay()
 
 
-def measure(ctx: Ctx, name: str, nbytes: int, cfg: CollectivesConfig, group: Any = None) -> Measured:
-    """One op at one size on this rank (a member of ``group``): its #wrong and seconds per call in each
-    timed window.
+def _share_id(uid: bytes | None, group: Any) -> bytes:
+    """The group's first rank's NCCL unique id, on every rank of the group."""
+    box = [uid]
+    dist.broadcast_object_list(box, src=0 if group is None else dist.get_global_rank(group, 0), group=group)
+    found = box[0]
+    assert isinstance(found, bytes), "the first rank shares its id"
+    return found
+
+
+def direct_nccl(ctx: Ctx) -> nccl_calls.Communicators | str:
+    """The probe's own communicators over the libnccl torch loaded, or why there are none."""
+    if not ctx.is_cuda or ctx.backend != "nccl":
+        return f"no NCCL on {ctx.device.type}"
+    try:
+        return nccl_calls.Communicators(nccl_calls.Library.load(), _share_id)
+    except (OSError, AttributeError) as exc:  # a build with NCCL linked in statically, or none
+        return f"libnccl not callable: {str(exc)[:200]}"
+
+
+def _mode(ctx: Ctx, asked: str, group: Any, nccl: nccl_calls.Communicators | str | None) -> str:
+    """How this op is timed: ``auto`` is NCCL called directly for the whole world on GPUs (nccl-tests' time),
+    a CUDA graph inside a subgroup (an isolation pair, an internode scope: one communicator each would cost
+    more than the figure), the host clock on the CPU. Where the direct calls were asked for (or ``auto``'s)
+    and cannot be made, the label says how it was timed instead, and why."""
+    direct = isinstance(nccl, nccl_calls.Communicators)
+    fallback = "cuda_graph" if ctx.is_cuda else "eager"
+    if asked == "auto":
+        if not ctx.is_cuda or group is not None or nccl is None:
+            return fallback
+        asked = "nccl"
+    if asked == "nccl" and not direct:
+        return f"{fallback} ({nccl or 'no NCCL communicator given'})"
+    return asked
+
+
+def _bound(
+    op: Op, ctx: Ctx, dtype: str, comms: nccl_calls.Communicators, inp: torch.Tensor, out: torch.Tensor
+) -> nccl_calls.Bound:
+    """One direct NCCL call of ``op`` over ``inp`` and ``out`` (its own buffers, or a scratch element), on the
+    current stream."""
+    sizing, place = op.sizing, op.place
+    buffers = nccl_calls.Buffers(
+        inp.data_ptr(), out.data_ptr(), sizing.send, sizing.recv, sizing.part, sizing.elem, place.rank, place.ranks
+    )
+    comm = comms.of(op.group, place.rank, place.ranks)
+    stream = torch.cuda.current_stream(ctx.device).cuda_stream
+    return nccl_calls.bind(comms.lib, op.name, buffers, dtype, comm, stream)
+
+
+def measure(
+    ctx: Ctx,
+    name: str,
+    nbytes: int,
+    cfg: CollectivesConfig,
+    group: Any = None,
+    nccl: nccl_calls.Communicators | str | None = None,
+) -> Measured:
+    """One op at one size on this rank (a member of ``group``): its #wrong, seconds per call in each timed
+    window and, timed by the host (NCCL called directly, or the CPU), the whole loop's seconds per call.
+    ``nccl``: the probe's own communicators (``direct_nccl``), or why it has none.
     ``size_bytes`` is the size asked for; ``bytes`` and ``count`` what the call moved (the parts rounded)."""
     ctx.phase(f"{name} {format_size(nbytes)}")
     op = Op(name, nbytes, cfg["dtype"], ctx.device, group)
+    mode = _mode(ctx, cfg["timing"], group, nccl)
+    timed = _torch_timed(op)
+    if mode == "nccl" and isinstance(nccl, nccl_calls.Communicators):
+        timed = _direct_timed(op, ctx, cfg["dtype"], nccl)  # the data check goes through the timed call too
     wrong = 0
     if cfg.get("check_data", True):
         op.fill()
         ctx.progress()
-        op()
+        timed.call()
         ctx.sync()
         wrong = op.wrong()
     ctx.progress()
-    mode = cfg["timing"]
-    if mode == "auto":
-        mode = "cuda_graph" if ctx.is_cuda else "eager"
+    loop: float | None = None
     if mode == "cuda_graph":
         try:
             seconds = time_graph(op, ctx, cfg["warmup_iters"], cfg["iters"])
         except RuntimeError as exc:  # a build or backend that cannot capture collectives: say so, time eagerly
             mode = f"eager (CUDA graph capture failed: {str(exc).splitlines()[0][:200]})"
-            seconds = time_eager(op, ctx, cfg["warmup_iters"], cfg["iters"])
+            seconds, loop = time_eager(_torch_timed(op), ctx, group, cfg)
     else:
-        seconds = time_eager(op, ctx, cfg["warmup_iters"], cfg["iters"])
+        seconds, loop = time_eager(timed, ctx, group, cfg)
     sizing = op.sizing
-    del op
-    return {
+    del op, timed
+    measured: Measured = {
         "op": name,
         "size": format_size(nbytes),
         "size_bytes": nbytes,
@@ -95,6 +201,9 @@ def measure(ctx: Ctx, name: str, nbytes: int, cfg: CollectivesConfig, group: Any
         "wrong": wrong,
         "timing": mode,
     }
+    if loop is not None:
+        measured["loop_seconds"] = loop
+    return measured
 
 
 def reduce_rows(ctx: Ctx, mine: list[Measured]) -> list[CollectiveRow]:
@@ -102,6 +211,7 @@ def reduce_rows(ctx: Ctx, mine: list[Measured]) -> list[CollectiveRow]:
     rows: list[CollectiveRow] = []
     for i, row in enumerate(mine):
         seconds = [ranks[i]["seconds"] for ranks in every]
+        loops = [ranks[i].get("loop_seconds") for ranks in every]
         # the measurement's fields in its own order, its seconds replaced by the figures
         rows.append(
             {
@@ -112,7 +222,7 @@ def reduce_rows(ctx: Ctx, mine: list[Measured]) -> list[CollectiveRow]:
                 "count": row["count"],
                 "wrong": sum(ranks[i]["wrong"] for ranks in every),
                 "timing": row["timing"],
-                **figures(row["op"], row["bytes"], seconds, ctx.world_size),
+                **figures(row["op"], row["bytes"], seconds, ctx.world_size, loops),
             }
         )
     return rows
@@ -138,15 +248,20 @@ def run(ctx: Ctx) -> SweepResult:
     # another job's process that starts on a rank's GPU meanwhile slows every collective: named as the cause
     sampler = GpuSampler(ctx.device, period_s=SWEEP_SAMPLE_S)
     sampler.start()
-    for op in cfg["ops"]:
-        for size in cfg["sizes"]:
-            # each size's row once every rank has timed it (a gather between sizes, outside any timed
-            # region): rank 0 leaves the rows so far in partial.json, which the launcher's watcher prints
-            # as they come and keeps if the probe fails later
-            rows += reduce_rows(ctx, [measure(ctx, op, parse_size(size), cfg)])
-            if ctx.rank == 0:
-                write_json(ctx.out / "partial.json", {"rows": rows}, durable=False)
-    sampler.stop()
+    nccl = direct_nccl(ctx) if cfg["timing"] in ("auto", "nccl") else None
+    try:
+        for op in cfg["ops"]:
+            for size in cfg["sizes"]:
+                # each size's row once every rank has timed it (a gather between sizes, outside any timed
+                # region): rank 0 leaves the rows so far in partial.json, which the launcher's watcher prints
+                # as they come and keeps if the probe fails later
+                rows += reduce_rows(ctx, [measure(ctx, op, parse_size(size), cfg, nccl=nccl)])
+                if ctx.rank == 0:
+                    write_json(ctx.out / "partial.json", {"rows": rows}, durable=False)
+    finally:
+        sampler.stop()
+        if isinstance(nccl, nccl_calls.Communicators):
+            nccl.close()
     seen = ctx.gather(sampler.seen())
     result: SweepResult = {
         "world_size": ctx.world_size,

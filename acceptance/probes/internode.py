@@ -61,7 +61,9 @@ def sweep(ctx: Ctx, scope: str, group: Any, cfg: CollectivesConfig) -> list[Scop
 def figure(rows: Sequence[RankMeasured], ranks: list[int]) -> GroupFigure:
     """One group's figure for one op and size: mean time over its ranks, busbw with its size's factor."""
     mine = sorted((r for r in rows if r["rank"] in ranks), key=lambda r: r["rank"])
-    found = figures(mine[0]["op"], mine[0]["bytes"], [r["seconds"] for r in mine], len(ranks))
+    found = figures(
+        mine[0]["op"], mine[0]["bytes"], [r["seconds"] for r in mine], len(ranks), [r.get("loop_seconds") for r in mine]
+    )
     return {
         "ranks": len(ranks),
         **found,

@@ -29,16 +29,35 @@ def split(iters: int) -> list[int]:
 def timed_windows(ctx: Ctx, fn: Callable[[], object], calls: list[int]) -> list[float]:
     """Seconds per call in each window of back-to-back calls, one loop: CUDA events between windows on a GPU,
     the host clock on the CPU."""
+    return timed_loop(ctx, fn, calls)[0]
+
+
+def timed_loop(ctx: Ctx, fn: Callable[[], object], calls: list[int]) -> tuple[list[float], float]:
+    """``timed_windows``, and the whole loop's seconds per call on the host's clock from before the first call
+    to the end of the last (the device synchronised): nccl-tests' time (``BenchTime`` in src/common.cu:
+    a timer started before the loop, read after ``cudaStreamSynchronize``, divided by the calls). A call that
+    returns an int is a C library's result code, checked here rather than by a wrapper around each call (kept
+    as lean as nccl-tests' loop): one other than 0 fails the loop."""
     if ctx.is_cuda:
         marks = [torch.cuda.Event(enable_timing=True) for _ in range(len(calls) + 1)]
-        _marked_loop(fn, calls, marks)
-        return _per_call(marks, calls)
-    stamps = [time.perf_counter()]
+        start = time.perf_counter()
+        failed = _marked_loop(fn, calls, marks)
+        torch.cuda.current_stream(ctx.device).synchronize()
+        whole = time.perf_counter() - start
+        _raise_on(failed)
+        return _per_call(marks, calls), whole / sum(calls)
+    stamps, failed = [time.perf_counter()], None
     for n in calls:
-        for _ in range(n):
-            fn()
+        failed = _issue(fn, n) or failed
         stamps.append(time.perf_counter())
-    return [(b - a) / n for (a, b), n in zip(itertools.pairwise(stamps), calls, strict=True)]
+    _raise_on(failed)
+    per_window = [(b - a) / n for (a, b), n in zip(itertools.pairwise(stamps), calls, strict=True)]
+    return per_window, (stamps[-1] - stamps[0]) / sum(calls)
+
+
+def _raise_on(failed: int | None) -> None:
+    if failed:
+        raise RuntimeError(f"a timed call returned {failed}")
 
 
 class GraphWindows:
@@ -54,7 +73,7 @@ class GraphWindows:
         self.marks = [torch.cuda.Event(enable_timing=True, external=True) for _ in range(len(calls) + 1)]
         self.graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(self.graph, stream=stream):
-            _marked_loop(fn, calls, self.marks)
+            _raise_on(_marked_loop(fn, calls, self.marks))
 
     def replay(self) -> list[float]:
         """One replay; the seconds per call in each window."""
@@ -62,13 +81,26 @@ class GraphWindows:
         return _per_call(self.marks, self.calls)
 
 
-def _marked_loop(fn: Callable[[], object], calls: list[int], marks: list[torch.cuda.Event]) -> None:
-    """The loop, a mark before it and after each window (recorded now, or captured into a graph)."""
-    marks[0].record()
+def _marked_loop(fn: Callable[[], object], calls: list[int], marks: list[torch.cuda.Event]) -> int | None:
+    """The loop, a mark before it and after each window (recorded now, or captured into a graph), on the
+    stream taken once (looking it up at each mark would cost more than a small call); the last int result
+    other than 0 (``timed_loop``), if any."""
+    stream = torch.cuda.current_stream()
+    failed: int | None = None
+    marks[0].record(stream)
     for n, mark in zip(calls, marks[1:], strict=True):
-        for _ in range(n):
-            fn()
-        mark.record()
+        failed = _issue(fn, n) or failed
+        mark.record(stream)
+    return failed
+
+
+def _issue(fn: Callable[[], object], n: int) -> int | None:
+    """``n`` calls back to back; the last int result other than 0, if any (``timed_loop``)."""
+    failed = None
+    for _ in range(n):
+        if type(code := fn()) is int and code:
+            failed = code
+    return failed
 
 
 def _per_call(marks: list[torch.cuda.Event], calls: list[int]) -> list[float]:

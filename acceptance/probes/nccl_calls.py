@@ -1,0 +1,196 @@
+"""NCCL called the way nccl-tests calls it: one C call per collective, on a communicator of the probe's own.
+
+A collective through ``torch.distributed`` costs tens of microseconds of host work per call (the work object,
+its events, the Python layers), which is the whole time of a small message: timed that way a sweep measures
+PyTorch, and timed as a CUDA graph it measures less than any real job pays. nccl-tests (src/common.cu,
+``BenchTime``) enqueues ``ncclAllReduce`` & co. back to back from C. So does this module, through ``ctypes``
+and the very ``libnccl`` that torch loaded (the one its jobs use), with the arguments of every call built
+once: the figure is NCCL's time as nccl-tests prints it, at every size. vLLM's ``PyNcclCommunicator`` calls
+NCCL the same way.
+
+The entry points and enums are nccl.h's (NCCL 2.19+ for bfloat16 ``ncclBfloat16 = 9``; ``ncclAlltoAll`` from
+2.28, else grouped sends and receives as nccl-tests does before 2.28, src/alltoall.cu).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from acceptance.schema.collectives import OPS
+
+SONAME = "libnccl.so.2"
+# ncclDataType_t (nccl.h): the profile's type names
+NCCL_TYPES = {"float16": 6, "float32": 7, "bfloat16": 9}
+NCCL_SUM = 0  # ncclRedOp_t ncclSum
+UNIQUE_ID_BYTES = 128  # NCCL_UNIQUE_ID_BYTES
+ROOT = 0  # nccl-tests' default -r 0 (as ``probes.ops.ROOT``)
+
+
+class NcclCallError(RuntimeError):
+    """A call into libnccl that returned an error, with NCCL's own words for it."""
+
+
+class UniqueId(ctypes.Structure):
+    _fields_ = [("internal", ctypes.c_byte * UNIQUE_ID_BYTES)]
+
+
+def loaded_library(maps: Iterable[str] | None = None) -> str:
+    """The libnccl this process already mapped (torch's, from ``/proc/self/maps``), else the soname for the
+    loader to find: a second copy of NCCL beside torch's would be another library's figures."""
+    if maps is None:
+        try:
+            maps = Path("/proc/self/maps").read_text().splitlines()
+        except OSError:
+            maps = []
+    for line in maps:
+        path = line.split(maxsplit=5)[-1] if line.count(" ") >= 5 else ""
+        if Path(path).name.startswith("libnccl.so"):
+            return path
+    return SONAME
+
+
+class Library:
+    """libnccl's entry points, each result checked."""
+
+    def __init__(self, lib: Any) -> None:
+        self.lib = lib
+        lib.ncclGetErrorString.restype = ctypes.c_char_p
+        lib.ncclGetErrorString.argtypes = [ctypes.c_int]
+        self.has_all_to_all = hasattr(lib, "ncclAlltoAll")
+
+    @classmethod
+    def load(cls) -> Library:
+        return cls(ctypes.CDLL(loaded_library()))
+
+    def check(self, name: str, result: int) -> None:
+        if result != 0:
+            text = self.lib.ncclGetErrorString(result)
+            words = text.decode(errors="replace") if isinstance(text, bytes) else str(result)
+            raise NcclCallError(f"{name} returned {result}: {words}")
+
+    def version(self) -> int:
+        found = ctypes.c_int()
+        self.check("ncclGetVersion", self.lib.ncclGetVersion(ctypes.byref(found)))
+        return found.value
+
+    def unique_id(self) -> bytes:
+        made = UniqueId()
+        self.check("ncclGetUniqueId", self.lib.ncclGetUniqueId(ctypes.byref(made)))
+        return bytes(made)
+
+    def init_rank(self, ranks: int, uid: bytes, rank: int) -> int:
+        comm = ctypes.c_void_p()
+        given = UniqueId.from_buffer_copy(uid)
+        self.check("ncclCommInitRank", self.lib.ncclCommInitRank(ctypes.byref(comm), ranks, given, rank))
+        return int(comm.value or 0)
+
+    def destroy(self, comm: int) -> None:
+        self.check("ncclCommDestroy", self.lib.ncclCommDestroy(ctypes.c_void_p(comm)))
+
+
+@dataclass(frozen=True)
+class Buffers:
+    """One rank's side of one call: its buffers' device addresses, element counts and its place."""
+
+    inp: int
+    out: int
+    send: int  # elements of the input
+    recv: int  # elements of the output
+    part: int  # elements of one rank's part
+    elem: int  # bytes per element
+    rank: int
+    ranks: int
+
+
+_Args = tuple[Any, ...]
+
+
+@dataclass(frozen=True)
+class Bound:
+    """One call of an op, its arguments converted once: ``issue`` is the bare C call (or the group of them)
+    returning NCCL's result code, for a timed loop that checks the codes itself (``windows.timed_loop``), as
+    lean as nccl-tests' loop; calling the object issues it and raises on an error (warm-up, data check)."""
+
+    lib: Library
+    name: str
+    issue: Callable[[], int]
+
+    def __call__(self) -> None:
+        self.lib.check(self.name, self.issue())
+
+
+def _grouped(lib: Library, calls: list[tuple[str, _Args]]) -> Callable[[], int]:
+    """Sends and receives in one NCCL group, as nccl-tests' sendrecv and pre-2.28 alltoall issue them; the
+    first result code that is not 0."""
+    entries = [functools.partial(getattr(lib.lib, name), *args) for name, args in calls]
+    start, end = lib.lib.ncclGroupStart, lib.lib.ncclGroupEnd
+
+    def issue() -> int:
+        failed = start()
+        for entry in entries:
+            code = entry()
+            failed = failed or code
+        ended = end()  # a group once started is always ended, whatever its calls returned
+        return int(failed or ended)
+
+    return issue
+
+
+def bind(lib: Library, op: str, b: Buffers, dtype: str, comm: int, stream: int) -> Bound:
+    """One call of ``op`` over ``b`` (nccl-tests' ``<op>RunColl``), ready to be issued back to back. In place
+    where the suite's op is (all_reduce, broadcast, reduce)."""
+    if op not in OPS:
+        raise ValueError(f"unknown collective {op!r}")
+    t, c, s = ctypes.c_int(NCCL_TYPES[dtype]), ctypes.c_void_p(comm), ctypes.c_void_p(stream)
+    inp, out, size = ctypes.c_void_p(b.inp), ctypes.c_void_p(b.out), ctypes.c_size_t
+    total, part, root, red = size(b.send), size(b.part), ctypes.c_int(ROOT), ctypes.c_int(NCCL_SUM)
+    single: dict[str, tuple[str, _Args]] = {
+        "all_reduce": ("ncclAllReduce", (inp, inp, total, t, red, c, s)),
+        "all_gather": ("ncclAllGather", (inp, out, part, t, c, s)),
+        "reduce_scatter": ("ncclReduceScatter", (inp, out, part, t, red, c, s)),
+        "broadcast": ("ncclBroadcast", (inp, inp, total, t, root, c, s)),
+        "reduce": ("ncclReduce", (inp, inp, total, t, red, root, c, s)),
+    }
+    if lib.has_all_to_all:
+        single["all_to_all"] = ("ncclAlltoAll", (inp, out, part, t, c, s))
+    if op in single:
+        name, args = single[op]
+        return Bound(lib, name, functools.partial(getattr(lib.lib, name), *args))
+    if op == "sendrecv":
+        nxt, prev = ctypes.c_int((b.rank + 1) % b.ranks), ctypes.c_int((b.rank - 1) % b.ranks)
+        calls = [("ncclSend", (inp, total, t, nxt, c, s)), ("ncclRecv", (out, total, t, prev, c, s))]
+        return Bound(lib, "ncclSend/ncclRecv", _grouped(lib, calls))
+    step = b.part * b.elem  # all_to_all before NCCL 2.28: a send and a receive per peer, in one group
+    calls = []
+    for peer in range(b.ranks):
+        calls.append(("ncclSend", (ctypes.c_void_p(b.inp + peer * step), part, t, ctypes.c_int(peer), c, s)))
+        calls.append(("ncclRecv", (ctypes.c_void_p(b.out + peer * step), part, t, ctypes.c_int(peer), c, s)))
+    return Bound(lib, "ncclSend/ncclRecv", _grouped(lib, calls))
+
+
+class Communicators:
+    """The probe's own NCCL communicators, one per process group asked for, made the way torch makes its
+    own (``ncclGetUniqueId`` on the group's first rank, ``ncclCommInitRank`` on every rank) and destroyed at
+    ``close``. Every rank of a group must ask for its communicator at the same point, as for any collective."""
+
+    def __init__(self, lib: Library, share: Callable[[bytes | None, Any], bytes]) -> None:
+        self.lib = lib
+        self.share = share  # rank 0's unique id to every rank of the group (``None`` on the others)
+        self.made: dict[int, int] = {}
+
+    def of(self, group: Any, rank: int, ranks: int) -> int:
+        key = id(group)
+        if key not in self.made:
+            uid = self.share(self.lib.unique_id() if rank == 0 else None, group)
+            self.made[key] = self.lib.init_rank(ranks, uid, rank)
+        return self.made[key]
+
+    def close(self) -> None:
+        for comm in self.made.values():
+            self.lib.destroy(comm)
+        self.made.clear()

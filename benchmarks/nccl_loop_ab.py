@@ -1,0 +1,107 @@
+"""The direct NCCL loop's parts one at a time, on this machine's GPUs (under torchrun, one process per GPU):
+per op and size, the time per call of the suite's loop (``probes.collectives``) beside the same loop without
+its window marks, without lining the ranks up first, with torch's barrier instead, and with more calls; each
+printed with its first and last window, so a start effect shows apart from the steady pace.
+
+    torchrun --nproc-per-node 2 benchmarks/nccl_loop_ab.py [--ops all_gather,all_reduce] [--sizes 64K,1M]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+from collections.abc import Callable
+
+import torch
+import torch.distributed as dist
+
+from acceptance.probes import nccl_calls
+from acceptance.probes.collectives import _bound, _share_id
+from acceptance.probes.ops import Op
+from acceptance.schema.sizes import parse_size
+
+REPEATS = 5
+
+
+def loop(issue: Callable[[], int], calls: int, marks: bool) -> tuple[float, float, float]:
+    """Host seconds per call over the loop, and the first and last fifth's per call (events) when marked."""
+    stream = torch.cuda.current_stream()
+    events = [torch.cuda.Event(enable_timing=True) for _ in range(6)] if marks else []
+    fifth = max(1, calls // 5)
+    start = time.perf_counter()
+    if marks:
+        events[0].record(stream)
+    for i in range(calls):
+        issue()
+        if marks and (i + 1) % fifth == 0 and (i + 1) // fifth <= 5:
+            events[(i + 1) // fifth].record(stream)
+    stream.synchronize()
+    whole = (time.perf_counter() - start) / calls
+    if not marks:
+        return whole, 0.0, 0.0
+    return whole, events[0].elapsed_time(events[1]) / 1e3 / fifth, events[4].elapsed_time(events[5]) / 1e3 / fifth
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--ops", default="all_gather,all_reduce")
+    parser.add_argument("--sizes", default="8,64K,1M")
+    args = parser.parse_args()
+    local = int(os.environ["LOCAL_RANK"])
+    torch.cuda.set_device(local)
+    dist.init_process_group("nccl", device_id=torch.device("cuda", local))
+    device = torch.device("cuda", local)
+    comms = nccl_calls.Communicators(nccl_calls.Library.load(), _share_id)
+    ctx = type("C", (), {"device": device})()
+    one = torch.zeros(1, device=device)
+    meet = _bound(Op("all_reduce", 4, "float32", device), ctx, "float32", comms, one, one)  # type: ignore[arg-type]
+
+    def line_up() -> None:
+        meet()
+        torch.cuda.current_stream().synchronize()
+
+    def barrier() -> None:
+        dist.barrier()
+
+    def nothing() -> None:
+        torch.cuda.current_stream().synchronize()
+
+    variants = {
+        "suite (20, marks, own line-up)": (20, True, line_up),
+        "no marks": (20, False, line_up),
+        "torch barrier": (20, True, barrier),
+        "no line-up": (20, True, nothing),
+        "200 calls": (200, True, line_up),
+    }
+    for name in args.ops.split(","):
+        for size in args.sizes.split(","):
+            op = Op(name, parse_size(size), "bfloat16", device)
+            call = _bound(op, ctx, "bfloat16", comms, op.inp, op.out)  # type: ignore[arg-type]
+            for label, (calls, marks, meet_up) in variants.items():
+                found = []
+                for _ in range(REPEATS):
+                    for _ in range(5):
+                        call()
+                    torch.cuda.current_stream().synchronize()
+                    meet_up()
+                    found.append(loop(call.issue, calls, marks))
+                every: list[list[tuple[float, float, float]]] = [[] for _ in range(dist.get_world_size())]
+                dist.all_gather_object(every, found)
+                if dist.get_rank() == 0:
+                    whole = [statistics.fmean(r[i][0] for r in every) * 1e6 for i in range(REPEATS)]
+                    first = [statistics.fmean(r[i][1] for r in every) * 1e6 for i in range(REPEATS)]
+                    last = [statistics.fmean(r[i][2] for r in every) * 1e6 for i in range(REPEATS)]
+                    print(
+                        f"{name:14s} {size:>4s} {label:32s} us/call median {statistics.median(whole):7.2f} "
+                        f"(runs {min(whole):6.2f}-{max(whole):6.2f}); first fifth {statistics.median(first):7.2f}, "
+                        f"last {statistics.median(last):7.2f}",
+                        flush=True,
+                    )
+    comms.close()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
