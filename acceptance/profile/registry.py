@@ -6,9 +6,16 @@ one, since a type checker cannot follow this list: a family's section of the pro
 its descriptor (``TRAINING.section_of(model)``), and a probe reads its section of the spec with
 ``probes.rank.section`` as the config type beside the section model. The profile model, the timeouts, the
 markers, the tiers, the run order, the preflight's skips, the probe worker's set and the docs' reference
-tables are derived from this list, and so is which figures are a node's own hardware (``Family.local``,
-``Metric.local``: recorded with each check, the drain list reads it). Named by hand still: the report's
-sections (``reports/overview.py``), each a renderer of its own.
+page (built by ``docs/hooks.py``) are derived from this list, and so is which figures are a node's own
+hardware (``Family.local``, ``Metric.local``: recorded with each check, the drain list reads it).
+
+Named by hand still, each for what one family alone has, outside the list: the report's sections
+(``reports/``, each a renderer of its own); init's first profile and the hardware floors
+(``profile/initial.py``, ``profile/floors.py``); the baseline rule's noise per family
+(``profile/readings.py``); the fabric's first reading before any probe (``plugin/preflight_hooks.py``, the
+evidence's ``cluster.fabric_before``); compute's re-measure (``plugin/remeasure.py``); the training job's
+staging (``plugin/training_stage.py``, ``run/training_jobs.py``); the isolation rounds
+(``run/isolation_rounds.py``); and the ``sweep`` and ``bench_train`` commands.
 """
 
 from __future__ import annotations
