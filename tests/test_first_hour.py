@@ -12,6 +12,7 @@ from acceptance.cli import init as init_cli
 from acceptance.cli import main as cli_main
 from acceptance.cli import sweep
 from acceptance.cli.main import main
+from acceptance.families.collectives import COLLECTIVES
 from acceptance.probes.node_survey import detect
 from acceptance.profile import loader
 from tests.test_init import sources
@@ -73,7 +74,7 @@ def test_readme_walkthrough_runs_the_profile_init_writes(tmp_path: Path, monkeyp
 def test_sweep_defaults_on_the_cpu_stop_where_gloo_finishes() -> None:
     """The default -e 1G timed out on the CPU at 512M; without -e, the CPU sweep ends at 16M."""
     args = sweep.SweepArgs("1M", None, 2, ["all_reduce"], None, None, None, None, None, None, None)
-    sizes = sweep.load_profile(args).model.collectives.sizes
+    sizes = COLLECTIVES.section_of(sweep.load_profile(args).model).sizes
     assert sizes[0] == "1M" and sizes[-1] == sweep.CPU_MAX_BYTES == "16M"
     given = sweep.SweepArgs("1M", "64M", 2, ["all_reduce"], None, None, None, None, "local-cpu", None, None)
-    assert sweep.load_profile(given).model.collectives.sizes[-1] == "64M"
+    assert COLLECTIVES.section_of(sweep.load_profile(given).model).sizes[-1] == "64M"

@@ -11,6 +11,9 @@ from typing import Any
 import pynvml
 import pytest
 
+from acceptance.families.connectivity import CONNECTIVITY
+from acceptance.families.health import HEALTH
+from acceptance.families.training import TRAINING
 from acceptance.probes import nvml
 from acceptance.probes.node_survey import Sources, detect
 from acceptance.profile import floors, loader
@@ -167,11 +170,13 @@ def test_init_on_4_h200_nv18_gates_every_collective_and_fails_nvlink_unused(tmp_
         for size in ("256M", "1G", "4G"):
             low, source = bound(profile, f"collectives.{op}.busbw_gbps@{size}")
             assert low == 135.0 and source.startswith("hardware floor: NVLink4 18 links"), (op, size)
-    assert profile.model.connectivity.p2p_size == "256M" and profile.model.health.nvlink_links == 18
+    assert CONNECTIVITY.section_of(profile.model).p2p_size == "256M"
+    assert HEALTH.section_of(profile.model).nvlink_links == 18
     assert bound(profile, "connectivity.p2p_min_gbps")[0] == 112.5
     low, source = bound(profile, "compute.h2d_gbps_min")  # the reference row (45% of Gen5 x16) is tighter
     assert low == pytest.approx(28.4) and source.startswith("reference: 45% of peak of PCIe Gen5 x16")
-    assert profile.model.training.model == "llama-1b" and profile.model.training.micro_batch == 8
+    training = TRAINING.section_of(profile.model)
+    assert training.model == "llama-1b" and training.micro_batch == 8
     assert bound(profile, "training.ddp.tokens_per_s_per_gpu")[0] == pytest.approx(56685.7)  # 85% of 66,689
     for metric, value in HEALTHY_4X.items():
         ok, words = loader.evaluate(profile.threshold(metric), value)  # type: ignore[arg-type]
@@ -183,4 +188,5 @@ def test_init_on_4_h200_nv18_gates_every_collective_and_fails_nvlink_unused(tmp_
 def test_a_link_down_at_init_is_gated_by_every_link_nvml_knows(tmp_path: Path) -> None:
     src = sources(tmp_path, nvml_node(H200, 2, 17), links=nvlinks(2, 18, down=1))
     profile, _ = run_init(tmp_path, src)
-    assert profile.model.health.nvlink_links == 18  # the first run fails health.nvlink_links_min, naming the GPU
+    # the first run fails health.nvlink_links_min, naming the GPU
+    assert HEALTH.section_of(profile.model).nvlink_links == 18

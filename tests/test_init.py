@@ -13,7 +13,8 @@ import pytest
 from acceptance.cli import init as init_cli
 from acceptance.cli.main import main
 from acceptance.families.answers import NotMeasured, not_measured
-from acceptance.families.health import GpuAnswers, NodeAnswers
+from acceptance.families.health import HEALTH, GpuAnswers, NodeAnswers
+from acceptance.families.training import TRAINING
 from acceptance.probes.node_survey import Sources, detect
 from acceptance.probes.nvml import GpuLinksAnswer, NvLinkAnswer
 from acceptance.profile import loader
@@ -123,7 +124,8 @@ def test_an_8x_h100_node_on_nvswitch_with_ndr_gets_the_nvls_references(tmp_path:
     topo = profile.model.topology
     assert (topo.nodes, topo.gpus_per_node, topo.gpu_model, topo.device) == (1, 8, H100, "cuda")
     assert profile.model.env == {"NCCL_NVLS_ENABLE": "1"}
-    assert profile.model.health.nvlink_links == 18 and profile.model.health.min_driver == "580.159.04"
+    health = HEALTH.section_of(profile.model)
+    assert health.nvlink_links == 18 and health.min_driver == "580.159.04"
     low, source = bound(profile, "collectives.all_reduce.busbw_gbps@4G")
     assert low == 384.0 and "80% of normal for 8x H100 SXM with NVLS: ~480 GB/s" in source
     assert "nccl-tests issue #212" in source
@@ -133,7 +135,7 @@ def test_an_8x_h100_node_on_nvswitch_with_ndr_gets_the_nvls_references(tmp_path:
     assert bound(profile, "compute.matmul_tflops_min")[0] == pytest.approx(494.7)
     assert bound(profile, "compute.copy_gbps_min")[0] == pytest.approx(1909.5)
     assert "H100 datasheet" in bound(profile, "compute.h2d_gbps_min")[1]
-    assert profile.model.training.peak_tflops == {"bf16": 989.4, "fp16": 989.4}
+    assert TRAINING.section_of(profile.model).peak_tflops == {"bf16": 989.4, "fp16": 989.4}
     assert profile.threshold("internode.rail_min_gbps") is None  # one node: no rail to measure
     assert "found: 8x NVIDIA H100 80GB HBM3, 18 NVLink links each, NVSwitch, NVLS on" in printed
     assert "collectives.all_reduce.busbw_gbps@4G >= 384: 80% of normal for 8x H100 SXM with NVLS" in printed
@@ -176,8 +178,8 @@ def test_a_pcie_node_of_a_gpu_the_table_does_not_know_is_bounded_by_its_pcie_lin
     src = sources(tmp_path, nvml_node("NVIDIA L40S", 4, 0, pcie=(4, 16)))
     profile, printed = run_init(tmp_path, src)
     assert profile.model.topology.gpus_per_node == 4
-    assert profile.model.health.nvlink_links is None  # no NVLink: nothing to gate
-    assert profile.model.training.model == "gpt2-124m"  # no measured workload for it: the default one
+    assert HEALTH.section_of(profile.model).nvlink_links is None  # no NVLink: nothing to gate
+    assert TRAINING.section_of(profile.model).model == "gpt2-124m"  # no measured workload for it: the default one
     # PCIe Gen4 x16: 16 x 1.969 = 31.5 GB/s per direction
     assert bound(profile, "connectivity.p2p_min_gbps")[0] == pytest.approx(7.9)  # x 0.25
     low, source = bound(profile, "collectives.sendrecv.busbw_gbps@256M")
@@ -193,7 +195,7 @@ def test_a_pcie_node_of_a_gpu_the_table_does_not_know_is_bounded_by_its_pcie_lin
 
 def test_one_unknown_gpu_nvml_told_no_link_of_gets_no_bound(tmp_path: Path) -> None:
     profile, printed = run_init(tmp_path, sources(tmp_path, nvml_node("NVIDIA L40S", 1, 0, pcie=None)))
-    assert profile.model.thresholds == {} and profile.model.training.scaling_baseline == "none"
+    assert profile.model.thresholds == {} and TRAINING.section_of(profile.model).scaling_baseline == "none"
     assert "no reference fits these GPUs and NVML told no link" in printed
 
 

@@ -17,6 +17,7 @@ import pytest
 import torch
 
 from acceptance.families import compute as pergpu
+from acceptance.families.compute import COMPUTE
 from acceptance.probes import compute as compute_probe
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -228,7 +229,7 @@ def test_profile_sections_and_metric_names(tmp_path: Path) -> None:
         "  health.temperature_c_max: {max: 80}\n  compute.burnin_disagreeing_gpus: {eq: 0}\n"
     )
     model = load(str(good)).model
-    assert model.compute.copy_size == "4G" and model.timeouts.for_probe("compute") == 180
+    assert COMPUTE.section_of(model).copy_size == "4G" and model.timeouts.for_probe("compute") == 180
     for bad, why in (
         ("health: {min_driver: r580}", "health.min_driver: expected a dotted driver version like 550.54.15"),
         ("compute: {median_of: rack}", "compute.median_of: got 'rack'"),

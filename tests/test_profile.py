@@ -9,6 +9,8 @@ from pathlib import Path
 import pytest
 
 from acceptance.cli import bench_train
+from acceptance.families.collectives import COLLECTIVES
+from acceptance.families.connectivity import CONNECTIVITY
 from acceptance.profile import loader as profiles
 from acceptance.profile.judge import Judge
 from acceptance.profile.loader import ProfileError, load
@@ -32,7 +34,7 @@ def test_loads_by_name_and_by_path(here: Path) -> None:
     path = write(here, "mine", f"name: mine\n{BASE}collectives: {{sizes: [1024K, 8M]}}\n")
     by_name, by_path = load("mine"), load(str(path))
     assert by_name.sha256 == by_path.sha256
-    assert by_name.model.collectives.sizes == ["1M", "8M"]
+    assert COLLECTIVES.section_of(by_name.model).sizes == ["1M", "8M"]
     assert re.fullmatch(r"[0-9a-f]{64}", by_name.sha256)
 
 
@@ -117,8 +119,9 @@ def test_extends_merges_deeply(here: Path) -> None:
     write(here, "parent", f"name: parent\n{BASE}collectives: {{sizes: [1M], iters: 7}}\nenv: {{A: '1'}}\n")
     write(here, "child", "name: child\nextends: parent\ncollectives: {sizes: [8M]}\nenv: {B: '2'}\n")
     profile = load("child")
-    assert profile.model.collectives.sizes == ["8M"]
-    assert profile.model.collectives.iters == 7
+    collectives = COLLECTIVES.section_of(profile.model)
+    assert collectives.sizes == ["8M"]
+    assert collectives.iters == 7
     assert profile.model.env == {"A": "1", "B": "2"}
     assert [p.name for p in profile.chain] == ["child.yaml", "parent.yaml"]
 
@@ -189,8 +192,11 @@ def test_threshold_needs_a_bound(here: Path) -> None:
 @pytest.mark.parametrize(
     ("override", "check"),
     [
-        ("collectives.sizes=[64K, 1024K, 8M, 16M]", lambda p: p.model.collectives.sizes == ["64K", "1M", "8M", "16M"]),
-        ("collectives.iters=3", lambda p: p.model.collectives.iters == 3),
+        (
+            "collectives.sizes=[64K, 1024K, 8M, 16M]",
+            lambda p: COLLECTIVES.section_of(p.model).sizes == ["64K", "1M", "8M", "16M"],
+        ),
+        ("collectives.iters=3", lambda p: COLLECTIVES.section_of(p.model).iters == 3),
         ("topology={ranks_per_node: 4}", lambda p: p.model.topology.nproc_per_node == 4),
         ("env.NCCL_IB_DISABLE=1", lambda p: p.model.env["NCCL_IB_DISABLE"] == "1"),
         ("thresholds.connectivity.rendezvous_s.max=1e3", lambda p: p.threshold("connectivity.rendezvous_s").max == 1e3),
@@ -261,13 +267,13 @@ TIERED = "tiers:\n  standard: {connectivity.barrier_iters: 7}\n  burn-in: {conne
 def test_the_settings_follow_the_tier_that_runs_however_it_is_chosen(here: Path) -> None:
     """The option's tier, else a --cluster-set tier=..., else the profile's tier: the one model.tier says."""
     write(here, "p", f"name: p\n{BASE}{TIERED}")
-    assert load("p").model.connectivity.barrier_iters == 7
-    assert load("p", None, "burn-in").model.connectivity.barrier_iters == 900
+    assert CONNECTIVITY.section_of(load("p").model).barrier_iters == 7
+    assert CONNECTIVITY.section_of(load("p", None, "burn-in").model).barrier_iters == 900
     by_set = load("p", ["tier=burn-in"])
-    assert (by_set.model.tier, by_set.model.connectivity.barrier_iters) == ("burn-in", 900)
+    assert (by_set.model.tier, CONNECTIVITY.section_of(by_set.model).barrier_iters) == ("burn-in", 900)
     quoted = load("p", ["tier='burn-in'"])  # the option's value read as YAML, as the model reads it
-    assert (quoted.model.tier, quoted.model.connectivity.barrier_iters) == ("burn-in", 900)
-    assert load("p", None, "quick").model.connectivity.barrier_iters == 20  # quick has none: the default
+    assert (quoted.model.tier, CONNECTIVITY.section_of(quoted.model).barrier_iters) == ("burn-in", 900)
+    assert CONNECTIVITY.section_of(load("p", None, "quick").model).barrier_iters == 20  # quick has none: the default
 
 
 def test_a_misspelt_setting_of_a_tier_that_does_not_run_is_found_now(here: Path) -> None:
@@ -287,6 +293,6 @@ def test_a_tier_that_is_not_a_tier_name_is_named_with_its_line(here: Path, tier:
 def test_bench_train_measures_with_the_full_lengths_unless_told(here: Path) -> None:
     write(here, "p", f"name: p\n{BASE}{TIERED}")
     args = Namespace(profile="p", overrides=[], strategies=None, tier="burn-in")
-    assert bench_train.load(args).model.connectivity.barrier_iters == 900
+    assert CONNECTIVITY.section_of(bench_train.load(args).model).barrier_iters == 900
     args.tier = "standard"
-    assert bench_train.load(args).model.connectivity.barrier_iters == 7
+    assert CONNECTIVITY.section_of(bench_train.load(args).model).barrier_iters == 7

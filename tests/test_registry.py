@@ -5,8 +5,10 @@ from __future__ import annotations
 import importlib
 import json
 import pkgutil
+import re
+from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -15,10 +17,13 @@ from acceptance.cli.main import main
 from acceptance.families.storage import StoragePath, StoragePathConfig
 from acceptance.families.training import DeepSpeedRun
 from acceptance.families.training.figures import DeepSpeedRunConfig
-from acceptance.probes.rank import ProbeSpec
+from acceptance.probes import rank
+from acceptance.profile.loader import load
 from acceptance.profile.metrics import SHAPES, better, kind, metric_problem, scale, shape_of
 from acceptance.profile.model import ProfileModel, Timeouts
 from acceptance.profile.registry import FAMILIES, WORKER_PROBES, family_of_module
+from acceptance.run.cluster_run import ClusterRun
+from acceptance.run.placement import Placement
 from acceptance.schema.family import Family
 from tests.harness import PLUGIN_ARGS, ROOT
 
@@ -90,9 +95,22 @@ def test_the_suite_runs_in_the_registry_s_order(pytester: pytest.Pytester) -> No
     assert order() == sorted(f.module for f in FAMILIES)
 
 
-def test_the_docs_reference_is_the_registry_s() -> None:
-    """docs/reference.md is generated: regenerate with ``cluster-acceptance families --markdown``."""
-    assert (ROOT / "docs" / "reference.md").read_text() == families.markdown()
+def test_the_site_s_reference_page_is_generated_from_the_registry() -> None:
+    """The families-and-metrics page is no file in docs/: the site's hook (``docs/hooks.py``) adds it when the
+    site is built, as ``cluster-acceptance families --markdown`` prints it, where mkdocs.yml's nav names it."""
+    pytest.importorskip("mkdocs")
+    from mkdocs.config import load_config
+    from mkdocs.structure.files import get_files
+
+    config = load_config(str(ROOT / "mkdocs.yml"))  # with its hooks, as mkdocs build loads them
+    assert not (ROOT / "docs" / "reference.md").exists()
+    files = config.plugins.on_files(get_files(config), config=config)
+    page = files.get_file_from_path("reference.md")
+    assert page is not None and page.generated_by == "docs/hooks.py"
+    assert page.content_string == families.markdown()
+    assert {"Families and metrics": "reference.md"} in config["nav"]
+    hook = files.get_file_from_path("hooks.py")  # the hook's own source is no page of the site
+    assert hook is not None and not hook.inclusion.is_included()
 
 
 def _config_pairs() -> list[tuple[type[Any], Any]]:
@@ -114,11 +132,29 @@ def _submodules(module: ModuleType) -> list[ModuleType]:
     return [importlib.import_module(f"{module.__name__}.{m.name}") for m in pkgutil.iter_modules(module.__path__)]
 
 
+# a probe reading a section of its spec as its config type (``rank.section``)
+_READS = re.compile(r'\bsection\((?:ctx\.)?spec, "(\w+)", (\w+)\)')
+
+
+def _reads_own_section(f: Family[Any]) -> set[str]:
+    """The config types the family's probes read the family's own section as (``section(ctx.spec, "<name>",
+    <Type>)``); empty for a family whose probes read none (fabric is read in the node's own pytest, drift's
+    probe reads no setting, internode's reads the collectives' section)."""
+    sources = [(ROOT / "acceptance" / "probes" / f"{probe}.py").read_text() for probe in f.probes]
+    return {shape for text in sources for name, shape in _READS.findall(text) if name == f.name}
+
+
 def test_every_family_s_probe_config_is_found() -> None:
-    """Every family whose probe reads its section has its ``<Section>Config`` beside the section: the
-    pairs below cover all of them (fabric is read in the node's own pytest, not by a probe)."""
-    paired = {section.__name__ for section, _ in _config_pairs()}
-    assert paired >= {f.section.__name__ for f in FAMILIES if f.name not in ("fabric", "drift", "internode")}
+    """Every family whose probe reads its section has its ``<Section>Config`` beside the section, and its
+    probe reads the section as that type: the pairs below cover all of them."""
+    paired = {section.__name__: config.__name__ for section, config in _config_pairs()}
+    read = {f.section.__name__: _reads_own_section(f) for f in FAMILIES if _reads_own_section(f)}
+    assert read, "no probe reads its family's section"
+    assert read == {section: {paired.get(section)} for section in read}
+    for path in (ROOT / "acceptance" / "probes").glob("*.py"):  # the pattern sees every read
+        text = path.read_text()
+        calls = len(re.findall(r"\bsection\(", text)) - text.count("def section(")
+        assert len(_READS.findall(text)) == calls, path.name
 
 
 @pytest.mark.parametrize("pair", _config_pairs(), ids=lambda p: p[0].__name__)
@@ -141,12 +177,22 @@ def _example(section: type[Any]) -> dict[str, Any]:
     return {"base": "zero1", "config": {}} if section is DeepSpeedRun else {}
 
 
-def test_the_probe_spec_carries_every_probe_config() -> None:
-    """The probes' spec types the section of every family whose probe reads one (``ProbeSpec``): a family
-    added to the list with a ``<Section>Config`` and no key there would hand its probe an untyped section."""
-    keys = set(ProbeSpec.__annotations__)
-    read = {f.name for f in FAMILIES for section, _ in _config_pairs() if section is f.section}
-    assert read <= keys, f"families whose probe config ProbeSpec lacks: {sorted(read - keys)}"
+def test_the_spec_carries_each_family_s_section_under_its_name(tmp_path: Path) -> None:
+    """The spec the plugin writes for a family's probe (``ClusterRun.spec``) carries the family's section under
+    the family's name, and ``rank.section`` reads it as the probe's config with every key the config needs:
+    ``ProbeSpec`` names no family, so a family added to the list needs no key there."""
+    run = ClusterRun(load("local-cpu"), Placement(1, 0, "127.0.0.1", 29400, "default"), tmp_path / "ev", worker=False)
+    try:
+        configs = {section: config for section, config in _config_pairs()}
+        for f in FAMILIES:
+            if not _reads_own_section(f):
+                continue
+            config = configs[f.section]
+            optional = {key for key, hint in config.__annotations__.items() if "NotRequired[" in str(hint)}
+            found = rank.section(cast(rank.ProbeSpec, run.spec(f.name)), f.name, config)
+            assert set(found) >= set(config.__annotations__) - optional, f.name
+    finally:
+        run.close()
 
 
 # the drain list's hand-kept prefixes before the registry said which figures are a node's own (0cf54b1)

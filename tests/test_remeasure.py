@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from acceptance.families import compute as pergpu
+from acceptance.families.compute import COMPUTE
 from acceptance.plugin import remeasure
 from acceptance.profile.baseline import StoredFigure
 from acceptance.profile.judge import BaselineFigures, Judge
@@ -130,7 +131,7 @@ def test_no_remeasure_when_off_or_a_known_issue(tmp_path: Path, extra: str, boun
 def test_remeasure_is_a_checked_profile_key(tmp_path: Path) -> None:
     from acceptance.profile.loader import ProfileError
 
-    assert profile(tmp_path).model.compute.remeasure == 1
+    assert COMPUTE.section_of(profile(tmp_path).model).remeasure == 1
     with pytest.raises(ProfileError, match=r"compute\.remeasure"):
         profile(tmp_path, ", remeasure: 4")
 

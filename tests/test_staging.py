@@ -15,6 +15,7 @@ from typing import Any, cast
 import pytest
 
 from acceptance.families import staging
+from acceptance.families.collectives import Collectives
 from acceptance.families.heartbeat import RankIdentity
 from acceptance.plugin.settings import PytestModes
 from acceptance.plugin.training_stage import TrainingStage, stage_point
@@ -122,7 +123,7 @@ def _items(*modules: str) -> list[Any]:
 
 
 def _cluster(device: str, timing: str = "auto") -> Any:
-    collectives = SimpleNamespace(timing=timing)
+    collectives = Collectives.model_validate({"timing": timing})
     return SimpleNamespace(
         topology=SimpleNamespace(device=device), profile=SimpleNamespace(model=SimpleNamespace(collectives=collectives))
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from acceptance.families import collectives as collectives_rules
+from acceptance.families.collectives import COLLECTIVES
 from acceptance.plugin.api import (
     Checker,
     ClusterRun,
@@ -21,7 +22,8 @@ from acceptance.plugin.api import (
 
 
 def _cases(profile: ProfileModel) -> list[tuple[str, str]]:
-    return [(op, size) for op in profile.collectives.ops for size in profile.collectives.sizes]
+    section = COLLECTIVES.section_of(profile)
+    return [(op, size) for op in section.ops for size in section.sizes]
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -47,7 +49,7 @@ def _row(
 
 def test_sweep_complete(cluster: ClusterRun, sweep: collectives_rules.SweepResult, check: Checker) -> None:
     check.measurements("sweep", sweep)
-    cfg = cluster.profile.model.collectives
+    cfg = COLLECTIVES.section_of(cluster.profile.model)
     missing = [
         f"{op}@{size}"
         for op in cfg.ops

@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from acceptance.families import compute as compute_rules
+from acceptance.families.compute import COMPUTE
 from acceptance.plugin.api import (
     Checker,
     ClusterRun,
@@ -88,7 +89,7 @@ def test_within_tolerance(
 ) -> None:
     """Each GPU within the profile's tolerance of the median; the message names every GPU that is not."""
     _summary(perf, figure)
-    cfg = cluster.profile.model.compute
+    cfg = COMPUTE.section_of(cluster.profile.model)
     shorts = compute_rules.shortfalls(perf["rows"], figure, cfg.median_of)
     bound = tolerance_below_median(cluster, figure)
     limit = bound.max if bound is not None and bound.max is not None else cfg.tolerance

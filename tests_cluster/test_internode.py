@@ -11,6 +11,7 @@ from __future__ import annotations
 import pytest
 
 from acceptance.families import internode as internode_rules
+from acceptance.families.internode import INTERNODE
 from acceptance.plugin.api import (
     Checker,
     ClusterRun,
@@ -26,7 +27,8 @@ from acceptance.plugin.api import (
 
 
 def _cases(profile: ProfileModel) -> list[tuple[str, str]]:
-    return [(op, size) for op in profile.internode.ops for size in profile.internode.sizes]
+    section = INTERNODE.section_of(profile)
+    return [(op, size) for op in section.ops for size in section.sizes]
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -48,7 +50,7 @@ def require_node_peers(run: ClusterRun, what: str) -> None:
 @pytest.fixture(scope="module")
 def internode(cluster: ClusterRun) -> internode_rules.InternodeResult:
     require_nodes(cluster, "the across-nodes comparison")
-    cfg = cluster.profile.model.internode
+    cfg = INTERNODE.section_of(cluster.profile.model)
     scopes = ["all"] + (["intranode"] if cluster.topology.nproc_per_node > 1 else [])
     scopes += ["one_gpu_per_node"] if cfg.one_gpu_per_node else []
     return probe_result(cluster, "internode", internode_rules.InternodeResult, internode_spec(cluster, scopes))
@@ -57,7 +59,7 @@ def internode(cluster: ClusterRun) -> internode_rules.InternodeResult:
 @pytest.fixture(scope="module")
 def ring(cluster: ClusterRun) -> internode_rules.InternodeResult:
     require_nodes(cluster, "the NCCL_ALGO=Ring variant")
-    if not cluster.profile.model.internode.ring:
+    if not INTERNODE.section_of(cluster.profile.model).ring:
         pytest.skip(f"internode.ring is off in profile {cluster.profile.name}")
     if cluster.topology.backend != "nccl":
         pytest.skip(f"NCCL_ALGO applies to NCCL; profile {cluster.profile.name} uses {cluster.topology.backend}")
@@ -140,7 +142,7 @@ def test_internode_data_correct(
 def test_one_gpu_per_node_busbw(
     cluster: ClusterRun, internode: internode_rules.InternodeResult, inter_case: tuple[str, str], check: Checker
 ) -> None:
-    if not cluster.profile.model.internode.one_gpu_per_node:
+    if not INTERNODE.section_of(cluster.profile.model).one_gpu_per_node:
         pytest.skip(f"internode.one_gpu_per_node is off in profile {cluster.profile.name}")
     metric = "internode.one_gpu_per_node.{}.busbw_gbps@{}".format(*inter_case)
     row = _row(check, internode, "one_gpu_per_node", inter_case, metric)

@@ -8,6 +8,7 @@ from typing import cast
 import pytest
 
 from acceptance.families import storage as storage_rules
+from acceptance.families.storage import STORAGE
 from acceptance.plugin.api import (
     Checker,
     ClusterRun,
@@ -21,7 +22,7 @@ OPS = ("write", "read")
 
 
 def _paths(profile: ProfileModel) -> list[str]:
-    return list(profile.storage.paths)
+    return list(STORAGE.section_of(profile).paths)
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:

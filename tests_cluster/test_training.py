@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from acceptance.families import training as training_rules
+from acceptance.families.training import TRAINING
 from acceptance.plugin.api import (
     Checker,
     ClusterRun,
@@ -27,12 +28,12 @@ from acceptance.plugin.api import (
 
 
 def _strategies(profile: ProfileModel) -> list[str]:
-    return list(profile.training.strategies)
+    return list(TRAINING.section_of(profile).strategies)
 
 
 def _compared(profile: ProfileModel) -> list[str]:
     """The canary compares every strategy with the first one."""
-    return list(profile.training.strategies[1:])
+    return list(TRAINING.section_of(profile).strategies[1:])
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -162,7 +163,7 @@ def test_wall_time(cluster: ClusterRun, runs: dict[str, dict[str, Any]], train_s
 
 
 def test_scaling_efficiency(cluster: ClusterRun, runs: dict[str, dict[str, Any]], check: Checker) -> None:
-    training = cluster.profile.model.training
+    training = TRAINING.section_of(cluster.profile.model)
     base = training_rules.baseline(training, cluster.topology.nproc_per_node, cluster.placement.nodes)
     if isinstance(base, str):
         pytest.skip(f"no scaling baseline: {base}")
@@ -185,7 +186,7 @@ def test_scaling_efficiency(cluster: ClusterRun, runs: dict[str, dict[str, Any]]
 
 
 def test_canary(cluster: ClusterRun, runs: dict[str, dict[str, Any]], canary_strategy: str, check: Checker) -> None:
-    training = cluster.profile.model.training
+    training = TRAINING.section_of(cluster.profile.model)
     reference_name = training.strategies[0]
     reference, other = run_of(runs, reference_name), run_of(runs, canary_strategy)
     steps = training.canary_steps

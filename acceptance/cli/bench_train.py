@@ -19,6 +19,7 @@ from acceptance.cli.usage import USAGE_ERROR, Parser
 from acceptance.evidence.folder import default_folder
 from acceptance.evidence.verdict import facts_of
 from acceptance.families import training as plan
+from acceptance.families.training import TRAINING
 from acceptance.json_types import JSONObject
 from acceptance.profile import loader as profiles
 from acceptance.profile.tiers import TIER_NAMES
@@ -72,7 +73,7 @@ def _seconds(value: object) -> float:
 def measure(cluster: ClusterRun, base: plan.Baseline | str | None) -> list[Outcome]:
     """Every strategy in one job, and the baseline when asked for (in the same job where it can share it):
     (label, figures or error, wall s)."""
-    training = cluster.profile.model.training
+    training = TRAINING.section_of(cluster.profile.model)
     found = strategy_runs(cluster, list(training.strategies), base)
     parts = {s: r for s, r in found.items() if s != plan.BASELINE_PART}
     runs: list[Outcome] = [(s, _error(r) or r, _seconds(r.get("wall_s"))) for s, r in parts.items()]
@@ -94,7 +95,7 @@ def load(args: argparse.Namespace) -> profiles.Profile:
         return prof
     chosen = [s.strip() for s in args.strategies.split(",") if s.strip()]
     overrides.append(f"training.strategies=[{', '.join(chosen)}]")
-    if prof.model.training.scaling_strategy not in chosen:
+    if TRAINING.section_of(prof.model).scaling_strategy not in chosen:
         overrides.append(f"training.scaling_strategy={chosen[0]}")
     return profiles.load(args.profile, overrides, args.tier)
 
@@ -110,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
         return USAGE_ERROR
     folder = args.evidence or default_folder(f"bench-{prof.name}")
     cluster = ClusterRun(prof, placement, folder, progress=lambda line: print(line, file=sys.stderr, flush=True))
-    training = prof.model.training
+    training = TRAINING.section_of(prof.model)
     base = plan.baseline(training, topo.nproc_per_node, placement.nodes)
     runs = measure(cluster, base if args.scaling_baseline else None)
     # a strategy's result (its TypedDict) is the JSON object its probe wrote, as the report reads it

@@ -94,8 +94,8 @@ def markdown() -> str:
         "# Families and metrics",
         "",
         "Generated from the family registry (`acceptance/profile/registry.py`) and the profile model by",
-        "`cluster-acceptance families --markdown`; a test keeps this page equal to it. The families in the",
-        "order a run takes them:",
+        "`cluster-acceptance families --markdown` when the site is built (`docs/hooks.py`). The families in",
+        "the order a run takes them:",
         "",
         render(FAMILY_HEAD, family_rows(), style=style),
     ]

@@ -15,7 +15,7 @@ from typing import TextIO, cast
 
 from acceptance.evidence.folder import default_folder
 from acceptance.evidence.verdict import facts_of
-from acceptance.families.collectives import CollectiveRow, SweepResult
+from acceptance.families.collectives import COLLECTIVES, CollectiveRow, SweepResult
 from acceptance.json_types import JSONObject, JSONValue
 from acceptance.profile import loader as profiles
 from acceptance.run.cluster_run import ClusterRun
@@ -82,7 +82,7 @@ def load_profile(args: SweepArgs) -> profiles.Profile:
     if args.profile:
         base = profiles.load(args.profile)
         model = base.model
-        return profiles.load(args.profile, overrides(args, model.collectives.dtype, model.topology.device))
+        return profiles.load(args.profile, overrides(args, COLLECTIVES.section_of(model).dtype, model.topology.device))
     import torch  # only here: the other commands should not pay for importing torch
 
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
@@ -104,7 +104,7 @@ def run(args: SweepArgs, out: TextIO) -> int:
     profile = load_profile(args)
     placement = resolve(os.environ, profile.model.topology.nodes, default_port=profile.model.topology.rdzv_port)
     folder = args.out or default_folder("sweep")
-    dtype, printed = profile.model.collectives.dtype, list[JSONObject]()
+    dtype, printed = COLLECTIVES.section_of(profile.model).dtype, list[JSONObject]()
 
     def live(row: JSONObject) -> None:  # each row as the probe measures it, as nccl-tests prints
         printed.append(row)
@@ -149,7 +149,7 @@ def _record(cluster: ClusterRun, result: SweepResult) -> bool:
 
 
 def header(cluster: ClusterRun) -> str:
-    cfg, topo = cluster.profile.model.collectives, cluster.topology
+    cfg, topo = COLLECTIVES.section_of(cluster.profile.model), cluster.topology
     return (
         f"# cluster-acceptance sweep: profile {cluster.profile.name}, {cluster.placement.nodes} node(s) x "
         f"{topo.nproc_per_node} rank(s), {topo.device}/{topo.backend}\n"

@@ -17,6 +17,7 @@ from acceptance.families import fabric, transport
 from acceptance.families.answers import clock_events_text
 from acceptance.families.fabric import FABRIC
 from acceptance.families.gpu_users import ForeignSeen, XidSeen, gpu_fault_text, seen_text
+from acceptance.families.internode import INTERNODE
 from acceptance.families.internode.isolation import Isolation
 from acceptance.json_types import JSONObject
 from acceptance.numbers import fmt
@@ -139,7 +140,7 @@ def internode_spec(run: ClusterRun, scopes: list[str]) -> dict[str, object]:
     """The internode probe's spec: the collectives' settings with the internode section's ops and sizes,
     measured in ``scopes`` (``all``, ``intranode``, ``one_gpu_per_node``)."""
     spec: dict[str, object] = dict(run.spec("collectives"))
-    section = run.profile.model.internode
+    section = INTERNODE.section_of(run.profile.model)
     spec["collectives"] = {
         **cast(JSONObject, spec["collectives"]),
         "ops": list(section.ops),

@@ -15,7 +15,7 @@ import pytest
 
 from acceptance.families.fabric import FABRIC
 from acceptance.json_types import JSONObject, JSONValue
-from acceptance.profile.registry import WORKER_PROBES, family_of_module
+from acceptance.profile.registry import PROBES, WORKER_PROBES, family_of_module
 from acceptance.run import fabric_readings, preflight
 from acceptance.run.cluster_run import ClusterRun
 from acceptance.run.launcher import ProbeError, child_env
@@ -35,7 +35,8 @@ def run_preflight(run: ClusterRun, items: list[pytest.Item], probes: bool) -> pr
     # the GPUs' users before the worker's ranks put anything on them (``preflight.detect_users``)
     users = preflight.detect_users(child_env(run.profile.model.env)) if gpu else None
     if probes and run.persist and any(set(_probes_of(item)) & WORKER_PROBES for item in items):
-        run.workers.start_early(run.tag, run.timeout("connectivity"))
+        # its join limit: that of the first probe in the run's order that a worker serves
+        run.workers.start_early(run.tag, run.timeout(next(p for p in PROBES if p in WORKER_PROBES)))
     result = preflight.injected(os.environ)
     if result is None:
         if not gpu:

@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import Any, cast
 
 from acceptance.families import compute
+from acceptance.families.compute import COMPUTE
 from acceptance.json_types import JSONObject
 from acceptance.numbers import fmt
 from acceptance.plugin.checker import probe_result
@@ -39,7 +40,7 @@ def low_figures(run: ClusterRun, result: dict[str, Any]) -> list[str]:
         found = result["summary"].get(figure)
         if found is None or compute.partly_measured(result["rows"], figure):  # that fails whatever it reads
             continue
-        shorts = compute.shortfalls(result["rows"], figure, run.profile.model.compute.median_of)
+        shorts = compute.shortfalls(result["rows"], figure, COMPUTE.section_of(run.profile.model).median_of)
         bounded = [run.judge.fails(f"compute.{figure}_{stat}", float(found[stat])) for stat in ("min", "median")]
         within = run.judge.fails(f"compute.{figure}_below_median", shorts[0].fraction)
         if any(bounded) or within:
@@ -90,7 +91,7 @@ def measured(run: ClusterRun) -> dict[str, Any]:
     """The compute probe's result, its low figures (``low_figures``) measured again up to ``compute.remeasure``
     times."""
     result: dict[str, Any] = probe_result(run, "compute", dict)  # merged below by the figures' names
-    times = run.profile.model.compute.remeasure
+    times = COMPUTE.section_of(run.profile.model).remeasure
     for n in range(1, times + 1):
         figures = low_figures(run, result)
         if not figures:

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from acceptance.families import training as plan
+from acceptance.families.collectives import COLLECTIVES
 from acceptance.families.training import TRAINING
 from acceptance.profile.registry import FAMILIES, family_of_module
 from acceptance.run.cluster_run import ClusterRun
@@ -25,7 +26,7 @@ TRAINING_MODULE = TRAINING.module
 
 def needed(cluster: ClusterRun, items: list[pytest.Item]) -> list[str]:
     """The strategies the selected tests of the training module read, in the profile's order."""
-    training = cluster.profile.model.training
+    training = TRAINING.section_of(cluster.profile.model)
     wanted: set[str] = set()
     for item in items:
         if item.path.stem != TRAINING_MODULE:
@@ -44,7 +45,8 @@ def baseline(cluster: ClusterRun, items: list[pytest.Item]) -> plan.Baseline | s
     """The scaling baseline when its test is selected (it may share the strategies' job)."""
     if not any(item.path.stem == TRAINING_MODULE and item.name == "test_scaling_efficiency" for item in items):
         return None
-    return plan.baseline(cluster.profile.model.training, cluster.topology.nproc_per_node, cluster.placement.nodes)
+    training = TRAINING.section_of(cluster.profile.model)
+    return plan.baseline(training, cluster.topology.nproc_per_node, cluster.placement.nodes)
 
 
 def stage_point(cluster: ClusterRun, items: list[pytest.Item]) -> str | None:
@@ -54,7 +56,8 @@ def stage_point(cluster: ClusterRun, items: list[pytest.Item]) -> str | None:
     first = next((i for i, item in enumerate(items) if item.path.stem == TRAINING_MODULE), None)
     if first is None or cluster.topology.device != "cuda":
         return None
-    eager = cluster.profile.model.collectives.timing == "eager"  # the sweeps' small sizes timed from the host
+    # the sweeps' small sizes timed from the host
+    eager = COLLECTIVES.section_of(cluster.profile.model).timing == "eager"
     timed = {f.name for f in FAMILIES if f.gpu_timed and not (eager and f.eager_timed)}
     start = first
     while start > 0 and _family_name(items[start - 1]) in timed:

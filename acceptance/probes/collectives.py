@@ -28,7 +28,7 @@ from acceptance.masking import masked_env
 from acceptance.probes import nccl_calls, nccl_log, windows
 from acceptance.probes.gpu_sampler import GpuSampler
 from acceptance.probes.ops import Op
-from acceptance.probes.rank import Ctx, main, write_json
+from acceptance.probes.rank import Ctx, main, section, write_json
 from acceptance.schema.sizes import format_size, parse_size
 
 # the GPU's processes once a second (gpu_sampler.PROCESS_PERIOD_S); utilisation no more often: the sweep's
@@ -243,7 +243,7 @@ def nccl_settings(environ: Mapping[str, str]) -> dict[str, str]:
 
 
 def run(ctx: Ctx) -> SweepResult:
-    cfg = ctx.spec["collectives"]
+    cfg = section(ctx.spec, "collectives", CollectivesConfig)
     rows: list[CollectiveRow] = []
     # another job's process that starts on a rank's GPU meanwhile slows every collective: named as the cause
     sampler = GpuSampler(ctx.device, period_s=SWEEP_SAMPLE_S)

@@ -27,7 +27,7 @@ from acceptance.families import compute
 from acceptance.families.compute import Burnin, ClockEvents, ComputeConfig, ComputeResult, FigureName, GpuRow
 from acceptance.probes import windows
 from acceptance.probes.gpu_sampler import GpuSampler
-from acceptance.probes.rank import TORCH_DTYPES, Ctx, main
+from acceptance.probes.rank import TORCH_DTYPES, Ctx, main, section
 from acceptance.schema.sizes import parse_size
 
 WARMUP_S = 1.0
@@ -264,7 +264,7 @@ HOST_LINKS: tuple[FigureName, ...] = ("h2d_gbps", "d2h_gbps")  # measured togeth
 
 
 def run(ctx: Ctx) -> ComputeResult:
-    cfg = ctx.spec["compute"]
+    cfg = section(ctx.spec, "compute", ComputeConfig)
     # a re-measure (plugin/remeasure.py) names the figures it wants again; the first run measures them all
     only = set(cfg.get("figures") or [*MEASURES, *HOST_LINKS])
     row, found = identity(ctx), dict[FigureName, Measured]()

@@ -21,7 +21,7 @@ from acceptance.families import connectivity
 from acceptance.families.connectivity import ConnectivityConfig, ConnectivityResult, Link, LinkFigures, RankDevice
 from acceptance.probes import nccl_log
 from acceptance.probes.links import measure_rounds, name_links, ranks_by_node, stable_node
-from acceptance.probes.rank import Ctx, main
+from acceptance.probes.rank import Ctx, main, section
 from acceptance.schema.sizes import format_size, parse_size
 
 
@@ -98,7 +98,7 @@ def every_link(ctx: Ctx, ranks: list[RankDevice], cfg: ConnectivityConfig) -> Li
 
 
 def run(ctx: Ctx) -> ConnectivityResult:
-    cfg = ctx.spec["connectivity"]
+    cfg = section(ctx.spec, "connectivity", ConnectivityConfig)
     expected_world = int(ctx.spec["expected_world_size"])
     ranks = ctx.gather(identity(ctx))
     wrong = sum(ctx.gather(small_allreduce(ctx)))

@@ -12,9 +12,9 @@ import threading
 import torch
 
 from acceptance.families.answers import NotMeasured, unanswered
-from acceptance.families.health import HealthResult, NodeAnswers, NodeHealth, OutsideGpu, allocated
+from acceptance.families.health import HealthConfig, HealthResult, NodeAnswers, NodeHealth, OutsideGpu, allocated
 from acceptance.probes import nvml
-from acceptance.probes.rank import Ctx, main
+from acceptance.probes.rank import Ctx, main, section
 
 LOAD_BYTES = 64 * 2**20  # per copy: a few ms on any link, so stopping the load is quick
 LOAD_BATCH = 4  # copies between two looks at the stop flag
@@ -71,7 +71,7 @@ def visible_uuids(ctx: Ctx) -> list[str] | None:
 
 
 def run(ctx: Ctx) -> HealthResult:
-    cfg = ctx.spec["health"]
+    cfg = section(ctx.spec, "health", HealthConfig)
     ctx.phase("nvml")
     answers, copies = read_under_load(ctx, bool(cfg["pcie_under_load"]))
     outside: list[OutsideGpu] = []

@@ -24,7 +24,7 @@ import torch.distributed as dist
 from acceptance.families.collectives import CollectivesConfig, GroupFigure, RankMeasured, figures
 from acceptance.families.internode import InternodeResult, InternodeRow, ScopedMeasured
 from acceptance.probes.collectives import measure, nccl_version
-from acceptance.probes.rank import Ctx, main
+from acceptance.probes.rank import Ctx, main, section
 from acceptance.schema.sizes import parse_size
 
 SCOPES = ("all", "intranode", "one_gpu_per_node")
@@ -98,7 +98,7 @@ def summarise(
 
 
 def run(ctx: Ctx) -> InternodeResult:
-    cfg = ctx.spec["collectives"]
+    cfg = section(ctx.spec, "collectives", CollectivesConfig)
     scopes = [s for s in ctx.spec["scopes"] if s in SCOPES]
     groups = scope_groups(ctx)
     mine = []

@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import torch.distributed as dist
 
-from acceptance.families.collectives import GroupFigure, RankMeasured
-from acceptance.families.internode.isolation import PairRow, RoundResult
+from acceptance.families.collectives import CollectivesConfig, GroupFigure, RankMeasured
+from acceptance.families.internode.isolation import IsolationConfig, PairRow, RoundResult
 from acceptance.probes.collectives import measure
 from acceptance.probes.connectivity import identity
 from acceptance.probes.internode import figure
 from acceptance.probes.links import measure_rounds, name_links, ranks_by_node
-from acceptance.probes.rank import Ctx, ProbeSpec, main
+from acceptance.probes.rank import Ctx, ProbeSpec, main, section
 from acceptance.schema.sizes import parse_size
 
 
@@ -28,7 +28,7 @@ def pair_steps(
 ) -> list[PairRow]:
     """Every step's pairs at once, the steps one after the other, all of it ``repeats`` times over
     (interleaved: a passing disturbance lands on different pairs, not on one pair's every reading)."""
-    cfg = spec["isolation"]
+    cfg, coll = section(spec, "isolation", IsolationConfig), section(spec, "collectives", CollectivesConfig)
     groups = [[sorted(nodes[a] + nodes[b]) for a, b in step] for step in steps]
     # every rank creates every group, in the same order, once
     mine = [ctx.subgroups(step_groups) if step_groups else None for step_groups in groups]
@@ -40,7 +40,7 @@ def pair_steps(
             ctx.phase(f"step {s + 1} repeat {repeat + 1}")
             rows: list[RankMeasured] = []
             if mine[s] is not None:
-                row = measure(ctx, cfg["op"], parse_size(cfg["size"]), spec["collectives"], mine[s])
+                row = measure(ctx, cfg["op"], parse_size(cfg["size"]), coll, mine[s])
                 rows.append({**row, "rank": ctx.rank})
             dist.barrier()  # the ranks that sat this step out wait here, so steps never overlap
             every = [row for per_rank in ctx.gather(rows) for row in per_rank]
@@ -65,7 +65,7 @@ def pair_steps(
 
 
 def run(ctx: Ctx) -> RoundResult:
-    cfg = ctx.spec["isolation"]
+    cfg = section(ctx.spec, "isolation", IsolationConfig)
     rnd = cfg["round"]
     ranks = ctx.gather(identity(ctx))
     nodes = ranks_by_node(ranks, key="node")

@@ -31,7 +31,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypedDict, cast
+from typing import Any, TypedDict, TypeVar, cast
 
 import torch
 import torch.distributed as dist
@@ -39,16 +39,7 @@ from torch.distributed.elastic.multiprocessing.errors import record
 
 from acceptance.atomic_file import write_atomic
 from acceptance.families import staging
-from acceptance.families.collectives import CollectivesConfig
-from acceptance.families.compute import ComputeConfig
-from acceptance.families.connectivity import ConnectivityConfig
-from acceptance.families.health import HealthConfig
 from acceptance.families.heartbeat import RankIdentity, RankState
-from acceptance.families.internode.isolation import IsolationConfig
-from acceptance.families.soak import SoakConfig
-from acceptance.families.storage import StorageConfig
-from acceptance.families.training import BaselineSpec
-from acceptance.families.training.figures import TrainingConfig
 from acceptance.json_types import JSONObject
 from acceptance.probes.nccl_log import enable as enable_nccl_log
 from acceptance.schema.dtypes import DTYPE_NAMES
@@ -62,8 +53,11 @@ BEAT_S = 1.0  # heartbeat period: a stopped rank's beat is at most this old when
 
 
 class ProbeSpec(TypedDict, total=False):
-    """A probe's ``--spec``: the process group's settings, the profile's section for the probe, the world it
-    expects, and what a probe of its own asks for; each probe reads the keys it needs."""
+    """A probe's ``--spec``: the process group's settings, the world it expects, and what a probe of its own
+    asks for; each probe reads the keys it needs. Besides these keys the spec carries JSON objects that a
+    probe reads with ``section``: the profile's section for the probe, under its family's name
+    (``ClusterRun.spec``: ``"collectives": {...}``), and a probe's own part (``isolation``, a training job's
+    ``baseline``)."""
 
     backend: str
     device: str
@@ -72,18 +66,21 @@ class ProbeSpec(TypedDict, total=False):
     expected_world_size: int
     ranks_per_node: int
     nodes: int
-    connectivity: ConnectivityConfig
-    collectives: CollectivesConfig
-    health: HealthConfig
-    compute: ComputeConfig
-    storage: StorageConfig
-    training: TrainingConfig
-    soak: SoakConfig
-    isolation: IsolationConfig
     scopes: list[str]  # the internode probe's
     strategies: list[str]  # the training job's parts
     deepspeed_user: dict[str, JSONObject | None]  # per strategy, the user's DeepSpeed JSON
-    baseline: BaselineSpec
+
+
+C = TypeVar("C", bound=Mapping[str, object])
+
+
+def section(spec: ProbeSpec, name: str, shape: type[C]) -> C:
+    """The JSON object under ``name`` in the spec (a family's section, ``collectives``; a probe's own part,
+    ``isolation``) as ``shape``, the probe's own config type: a TypedDict beside the family's section model,
+    which ``tests/test_registry.py`` holds to the model's fields. The plugin wrote it from the validated
+    profile, so ``shape`` types it for the type checker and checks nothing here; a missing one is a KeyError,
+    as ``spec[name]`` was."""
+    return cast(C, cast(Mapping[str, object], spec)[name])
 
 
 # a probe's result: its own TypedDict, written as JSON
@@ -174,12 +171,6 @@ class Ctx:
     @property
     def is_cuda(self) -> bool:
         return self.device.type == "cuda"
-
-    def section(self, family: str) -> JSONObject:
-        """The profile's section of ``family`` as the spec carries it (``ClusterRun.spec``), for a probe
-        whose family ``ProbeSpec`` does not name: the probe casts it to its own config type."""
-        found = cast(Mapping[str, object], self.spec).get(family)
-        return cast(JSONObject, found) if isinstance(found, dict) else {}
 
     def sync(self) -> None:
         if self.is_cuda:

@@ -64,7 +64,7 @@ from acceptance.families.soak import (
 from acceptance.probes import verifiable
 from acceptance.probes.compute import WARMUP_S, fp8_unavailable
 from acceptance.probes.memory_patterns import MemoryPatterns
-from acceptance.probes.rank import Ctx, main, write_json
+from acceptance.probes.rank import Ctx, main, section, write_json
 from acceptance.probes.soak_watch import SoakWatch
 from acceptance.schema.rounding import U_BF16, U_FP8_ACCUMULATE, U_FP32, accumulation_gamma
 from acceptance.schema.sizes import parse_size
@@ -608,7 +608,7 @@ def soak(ctx: Ctx, cfg: SoakConfig, faults: list[Fault]) -> tuple[RankSoak, list
 
 def run(ctx: Ctx) -> SoakResult:
     faults = parse_faults(os.environ.get(FAULT_ENV, ""))
-    cfg = SoakConfig(**ctx.section("soak"))  # type: ignore[typeddict-item]
+    cfg = section(ctx.spec, "soak", SoakConfig)
     mine = soak(ctx, cfg, faults)
     ctx.phase("gather")
     return result(ctx, cfg, ctx.gather(mine))

@@ -46,7 +46,7 @@ from acceptance.families.storage import (
     StorageResult,
 )
 from acceptance.probes import storage_files as files
-from acceptance.probes.rank import Ctx, main
+from acceptance.probes.rank import Ctx, main, section
 from acceptance.schema.sizes import parse_size
 
 CHUNK_BYTES = 64 * 2**20  # one tensor per 64 MiB of a shard, like the layers of a model's state dict
@@ -162,7 +162,7 @@ def read_shard(ctx: Ctx, folder: Path, nbytes: int, read_from: int, group: Any) 
 
 def check_path(ctx: Ctx, name: str, cfg: StoragePathConfig, run_name: str, group: Any) -> PathResult:
     """One path of the profile, from the look at it to the cleanup; the same result on every rank."""
-    shared, nbytes = bool(cfg["shared"]), parse_size(ctx.spec["storage"]["checkpoint_size"])
+    shared, nbytes = bool(cfg["shared"]), parse_size(section(ctx.spec, "storage", StorageConfig)["checkpoint_size"])
     named, path_from = (cfg["path"], None) if cfg["path"] else rules.temp_folder(os.environ)
     path = os.path.realpath(named)
     run_dir = Path(path, rules.BASE_DIR, run_name)
@@ -284,7 +284,7 @@ def node_group(ctx: Ctx, paths: dict[str, StoragePathConfig]) -> Any:
 
 
 def run(ctx: Ctx) -> StorageResult:
-    cfg: StorageConfig = ctx.spec["storage"]
+    cfg = section(ctx.spec, "storage", StorageConfig)
     deadline = time.time() + float(ctx.spec.get("pg_timeout_s", 600)) + DEADLINE_MARGIN_S
     paths: dict[str, PathResult] = {}
     with sigterm_unwinds() as caught:

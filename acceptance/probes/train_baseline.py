@@ -12,8 +12,8 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
-from acceptance.families.training import BASELINE_PART, StrategyResult
-from acceptance.probes.rank import Ctx
+from acceptance.families.training import BASELINE_PART, BaselineSpec, StrategyResult
+from acceptance.probes.rank import Ctx, section
 
 # one_strategy(ctx, name, store, part, within): see acceptance.probes.training
 OneStrategy = Callable[[Ctx, str, Any, str, "Ctx | None"], StrategyResult]
@@ -37,7 +37,7 @@ def node_group(ctx: Ctx, ranks_per_node: int) -> Ctx | None:
 def run_baseline(ctx: Ctx, store: Any, one_strategy: OneStrategy) -> StrategyResult:
     """Every node's baseline figures (``by_node``, keyed by node rank), node 0's at the top level, or the
     part's error."""
-    spec = ctx.spec["baseline"]
+    spec = section(ctx.spec, "baseline", BaselineSpec)
     within = node_group(ctx, int(spec["ranks_per_node"]))
     out = one_strategy(ctx, spec["strategy"], store, BASELINE_PART, within)
     leader = within is not None and within.rank == 0

@@ -22,7 +22,7 @@ from torch import nn
 from acceptance.families.training import IN_JOB_BASELINE
 from acceptance.families.training.figures import TrainingConfig
 from acceptance.json_types import JSONObject
-from acceptance.probes.rank import Ctx, ProbeSpec
+from acceptance.probes.rank import Ctx, ProbeSpec, section
 from acceptance.probes.train_ds import STAGE, Shape, base_strategy, build
 from acceptance.probes.train_model import SHAPES, decoder_layers
 
@@ -265,7 +265,7 @@ def preload(spec: ProbeSpec) -> None:
     model classes, DeepSpeed where a strategy runs on it, TorchInductor where layers are compiled; seconds
     of imports that a job started on a free node spends before its first step. Imports only: no GPU. One
     that fails is left to the strategy that needs it, which fails alone with the same error."""
-    t = spec["training"]
+    t = section(spec, "training", TrainingConfig)
     family = SHAPES[t["model"]][0]
     wanted = ["transformers", f"transformers.models.{family}.modeling_{family}"]  # with torch's DTensor
     if any(s in (t.get("deepspeed") or {}) or s in STAGE for s in spec["strategies"]):

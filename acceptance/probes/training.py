@@ -43,7 +43,7 @@ from acceptance.families.training.figures import RankRun, RawRun, TrainingConfig
 from acceptance.json_types import JSONObject
 from acceptance.probes.gpu_sampler import GpuSampler
 from acceptance.probes.host_load import HostLoad
-from acceptance.probes.rank import Ctx, main, write_json
+from acceptance.probes.rank import Ctx, main, section, write_json
 from acceptance.probes.train_baseline import run_baseline
 from acceptance.probes.train_model import build_model, describe
 from acceptance.probes.train_strategies import Runner, global_mean, make_runner, preload
@@ -126,7 +126,7 @@ def peak_mem(ctx: Ctx, was_reset: bool) -> tuple[float, str]:
 def measure(ctx: Ctx, name: str, part: str) -> RawRun:
     """One strategy from a fresh model to every rank's measurements; its runner is closed however it ends.
     ``part``: what the heartbeat's phases call it (the strategy, or the scaling baseline)."""
-    t = ctx.spec["training"]
+    t = section(ctx.spec, "training", TrainingConfig)
     mem_reset, held_at_start = reset_peak_mem(ctx), held_mem_gib(ctx)  # the peak counts what is held already
     ctx.phase(f"{part}: build model")
     model = build_model(t["model"], t["seq_len"], ctx.device, int(t["seed"]))
@@ -222,7 +222,8 @@ def one_strategy(ctx: Ctx, name: str, store: Any, part: str = "", within: Ctx | 
     """Run ``name``, tear it down and agree with every rank on how it ended. ``part``: its name in the job
     (default: the strategy). ``within``: the smaller world this rank runs it in (a scaling baseline, where
     ranks outside it skip to the teardown and wait there)."""
-    t, start, part, here = ctx.spec["training"], time.perf_counter(), part or name, within or ctx
+    t = section(ctx.spec, "training", TrainingConfig)
+    start, part, here = time.perf_counter(), part or name, within or ctx
     failure: BaseException | None = None
     out: StrategyResult = {}
     try:
@@ -247,7 +248,7 @@ def one_strategy(ctx: Ctx, name: str, store: Any, part: str = "", within: Ctx | 
 
 
 def common(ctx: Ctx, name: str) -> StrategyResult:
-    t = ctx.spec["training"]
+    t = section(ctx.spec, "training", TrainingConfig)
     return {
         "strategy": name,
         "model": t["model"],

@@ -1,13 +1,21 @@
 """The list of families, in the order a run takes them: everything that names families reads it.
 
 Each family is one module of ``acceptance.families`` (its profile section, its descriptor, its rules); adding a
-family is its module, its probe, its test module and one line here, plus its section in the two typing
-stubs that a type checker cannot derive (``ProfileModel`` in ``profile/model.py``, ``ProbeSpec`` in
-``probes/rank.py``), which ``tests/test_registry.py`` holds to this list. The profile model, the timeouts,
-the markers, the tiers, the run order, the preflight's skips, the probe worker's set and the docs' reference
-tables are derived from this list, and so is which figures are a node's own hardware (``Family.local``,
-``Metric.local``: recorded with each check, the drain list reads it). Named by hand still: the report's
-sections (``reports/overview.py``), each a renderer of its own.
+family is its module, its probe, its test modules and one line here. No typing names the families one by
+one, since a type checker cannot follow this list: a family's section of the profile model is read with
+its descriptor (``TRAINING.section_of(model)``), and a probe reads its section of the spec with
+``probes.rank.section`` as the config type beside the section model. The profile model, the timeouts, the
+markers, the tiers, the run order, the preflight's skips, the probe worker's set and the docs' reference
+page (built by ``docs/hooks.py``) are derived from this list, and so is which figures are a node's own
+hardware (``Family.local``, ``Metric.local``: recorded with each check, the drain list reads it).
+
+Named by hand still, each for what one family alone has, outside the list: the report's sections
+(``reports/``, each a renderer of its own); init's first profile and the hardware floors
+(``profile/initial.py``, ``profile/floors.py``); the baseline rule's noise per family
+(``profile/readings.py``); the fabric's first reading before any probe (``plugin/preflight_hooks.py``, the
+evidence's ``cluster.fabric_before``); compute's re-measure (``plugin/remeasure.py``); the training job's
+staging (``plugin/training_stage.py``, ``run/training_jobs.py``); the isolation rounds
+(``run/isolation_rounds.py``); and the ``sweep`` and ``bench_train`` commands.
 """
 
 from __future__ import annotations

@@ -13,6 +13,9 @@ from collections.abc import Mapping
 from typing import Any, cast
 
 from acceptance.families import connectivity
+from acceptance.families.collectives import COLLECTIVES
+from acceptance.families.connectivity import CONNECTIVITY
+from acceptance.families.internode import INTERNODE
 from acceptance.families.internode.isolation import Isolation, Pair, Round
 from acceptance.run import worker_pool
 from acceptance.run.cluster_run import ClusterRun
@@ -25,12 +28,12 @@ HINTS = 3
 
 
 def enabled(run: ClusterRun) -> bool:
-    return run.placement.nodes > 1 and run.profile.model.internode.isolation
+    return run.placement.nodes > 1 and INTERNODE.section_of(run.profile.model).isolation
 
 
 def isolate(run: ClusterRun) -> Isolation:
     """Run rounds until the verdict is in; a round that fails ends the search and is named in the message."""
-    section = run.profile.model.internode
+    section = INTERNODE.section_of(run.profile.model)
     iso = Isolation(run.placement.nodes, section.slow_pair_fraction, section.mild_pair_fraction, hint=hint(run))
     while (rnd := iso.next_round()) is not None:
         try:
@@ -99,7 +102,7 @@ def collective_culprit(run: ClusterRun) -> str:
 
 def round_spec(run: ClusterRun, rnd: Round) -> dict[str, object]:
     model = run.profile.model
-    conn, coll = model.connectivity, model.collectives
+    conn, coll = CONNECTIVITY.section_of(model), COLLECTIVES.section_of(model)
     spec: dict[str, object] = dict(run.spec("isolation"))
     # the links' own size and count: small enough that a throttled pair still finishes in seconds
     spec["isolation"] = {"round": rnd.spec(), "op": PAIR_OP, "size": conn.p2p_size, "iters": conn.p2p_iters}

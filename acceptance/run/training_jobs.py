@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any, cast
 
 from acceptance.families import training as plan
+from acceptance.families.training import TRAINING
 from acceptance.json_types import JSONObject
 from acceptance.run.cluster_run import ClusterRun
 from acceptance.run.launcher import ProbeError
@@ -24,7 +25,7 @@ def strategy_runs(
     ``plan.with_baseline``; else ``baseline_run`` runs it apart).
 
     Call it once per run: the jobs' keys (``training``, ``training-2``, ...) are the run's."""
-    strategies = plan.with_baseline(cluster.profile.model.training, strategies, base)
+    strategies = plan.with_baseline(TRAINING.section_of(cluster.profile.model), strategies, base)
     results = _unusable(cluster, strategies)
     usable = [s for s in strategies if s not in results]
 
@@ -38,7 +39,7 @@ def strategy_runs(
             found, error = cast(dict[str, plan.StrategyResult], cluster.partial(key).get("parts", {})), str(exc)
         return {s: {**r, "job": key} for s, r in found.items()}, error
 
-    groups = plan.job_groups(cluster.profile.model.training, usable)
+    groups = plan.job_groups(TRAINING.section_of(cluster.profile.model), usable)
     for strategy, result in plan.run_jobs(groups, launch).items():
         results[strategy] = {"job": None, **result}
     return {s: results[s] for s in strategies}
@@ -47,7 +48,7 @@ def strategy_runs(
 def stage_first(cluster: ClusterRun, strategies: list[str], base: plan.Baseline | str | None = None) -> bool:
     """Start the first training job that ``strategy_runs`` will run for these arguments now, ahead of its
     turn (``ClusterRun.stage``); False where it cannot be (or nothing would run)."""
-    training = cluster.profile.model.training
+    training = TRAINING.section_of(cluster.profile.model)
     parts = plan.with_baseline(training, strategies, base)
     failed = _unusable(cluster, parts)
     groups = plan.job_groups(training, [s for s in parts if s not in failed])
