@@ -15,7 +15,7 @@ import pytest
 
 from acceptance.families import drift as rules
 from acceptance.families.answers import not_measured
-from acceptance.probes import nvml
+from acceptance.probes import drift as drift_probe
 from acceptance.probes.drift import FAULT_ENV, parse_faults, read_hcas
 from acceptance.profile.loader import load
 from acceptance.schema.figure import Figure
@@ -166,21 +166,21 @@ def test_fields_not_measured_counts_fields_once_and_groups_nodes_by_reason() -> 
 
 def test_nvml_settings_read_as_text() -> None:
     lib = SettingsNvml([settable(0), settable(1)])
-    answers = answered(nvml.read_settings("GPU-1f2a6c1e-7b3d-4e5f-8a9b-0c1d2e3f4a5b", lib))
+    answers = answered(drift_probe.read_settings("GPU-1f2a6c1e-7b3d-4e5f-8a9b-0c1d2e3f4a5b", lib))
     assert answers["driver_version"] == "550.54.15" and answers["gpu"] is not None
     assert rules.gpu_fields(answers["gpu"]) == GPU
 
 
 def test_nvml_settings_keep_each_unanswered_query_s_reason() -> None:
     lacking = {**settable(0), "nvmlDeviceGetApplicationsClock": {"error": pynvml.NVML_ERROR_NOT_SUPPORTED}}
-    answers = answered(nvml.read_settings("GPU-0f2a6c1e-7b3d-4e5f-8a9b-0c1d2e3f4a5b", SettingsNvml([lacking])))
+    answers = answered(drift_probe.read_settings("GPU-0f2a6c1e-7b3d-4e5f-8a9b-0c1d2e3f4a5b", SettingsNvml([lacking])))
     assert answers["gpu"] is not None
     fields = rules.gpu_fields(answers["gpu"])
     assert fields["app_clock_sm_mhz"] == not_measured("SM application clock: Not Supported")
     assert fields["vbios"] == "96.00.74.00.01"
-    unknown = answered(nvml.read_settings("GPU-nope", SettingsNvml([settable(0)])))
+    unknown = answered(drift_probe.read_settings("GPU-nope", SettingsNvml([settable(0)])))
     assert unknown["gpu"] == not_measured("device handle: Not Found")
-    down = nvml.read_settings(None, SettingsNvml([], init_error=pynvml.NVML_ERROR_LIBRARY_NOT_FOUND))
+    down = drift_probe.read_settings(None, SettingsNvml([], init_error=pynvml.NVML_ERROR_LIBRARY_NOT_FOUND))
     assert down == not_measured("NVML init: NVML Shared Library Not Found")
 
 
@@ -322,7 +322,7 @@ def settable(index: int) -> dict[str, Any]:
 
 
 class SettingsNvml(RecordedNvml):
-    """``RecordedNvml`` that also finds a GPU by its UUID, as ``nvml.read_settings`` asks."""
+    """``RecordedNvml`` that also finds a GPU by its UUID, as ``probes.drift.read_settings`` asks."""
 
     def nvmlDeviceGetHandleByUUID(self, uuid: str) -> int:
         found = [i for i, g in enumerate(self.gpus) if g["nvmlDeviceGetUUID"] == uuid]

@@ -90,7 +90,7 @@ Reading: TypeAlias = "str | NotMeasured"
 
 
 class GpuSettings(TypedDict):
-    """NVML's answers for one GPU (``probes.nvml.read_settings``), as NVML gives them."""
+    """NVML's answers for one GPU (``probes.drift.read_settings``), as NVML gives them."""
 
     name: str | NotMeasured
     vbios: str | NotMeasured

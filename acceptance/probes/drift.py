@@ -10,7 +10,7 @@ Local rank 0 of each node reads the node's fields:
 * ``nic_firmware``, ``nic_rate``: every adapter's ``/sys/class/infiniband/<hca>/fw_ver`` and every port's
   ``ports/<port>/rate``, counted (``28.39.1002 on 8 HCAs``); each adapter is recorded as well.
 
-Every rank on a GPU reads its own GPU's fields through NVML (``probes.nvml.read_settings``). On the CPU
+Every rank on a GPU reads its own GPU's fields through NVML (``read_settings``). On the CPU
 (local-cpu) the same code reads the node fields and there are no GPU fields. A field that cannot be read is
 not measured, with the reason.
 
@@ -28,7 +28,7 @@ import platform
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypedDict
+from typing import Any, TypedDict
 
 import torch
 
@@ -39,6 +39,7 @@ from acceptance.families.drift import (
     DRIFT_NODE_FIELDS,
     DriftResult,
     GpuRecord,
+    GpuSettings,
     Hca,
     NodeRecord,
     Reading,
@@ -58,6 +59,40 @@ class Fault:
     who: int  # node rank for a node field, global rank for a GPU field
     field: str
     value: str
+
+
+def read_settings(uuid: str | None, lib: Any = None) -> SettingsAnswers | NotMeasured:
+    """The driver, and the settings of the GPU ``uuid`` (None: no GPU) that every GPU of a cluster should
+    share (the drift family's). The GPU is found by its UUID: NVML's indices ignore CUDA_VISIBLE_DEVICES."""
+
+    def read(lib: Any) -> SettingsAnswers:
+        ask = nvml.Asker(lib)
+        driver = ask("driver version", lib.nvmlSystemGetDriverVersion, then=nvml.text)
+        if uuid is None:
+            return {"driver_version": driver, "gpu": None}
+        handle = ask("device handle", lib.nvmlDeviceGetHandleByUUID, uuid)
+        gpu = _settings(ask, lib, handle) if nvml.is_measured(handle) else handle
+        return {"driver_version": driver, "gpu": gpu}
+
+    return nvml.session(lib, read)
+
+
+def _settings(ask: nvml.Asker, lib: Any, handle: Any) -> GpuSettings:
+    ident, pcie = nvml.identity(ask, lib, handle), nvml.pcie_link(ask, lib, handle)
+    clock = lib.nvmlDeviceGetApplicationsClock
+    return {
+        "name": ident["name"],
+        "vbios": ident["vbios"],
+        "ecc_mode": ask("ECC mode", lib.nvmlDeviceGetEccMode, handle, then=lambda m: bool(m[0])),
+        "persistence_mode": ident["persistence_mode"],
+        "mig_mode": ident["mig_mode"],
+        # the limit set on the GPU (nvidia-smi -pl), in milliwatts (nvml.h, nvmlDeviceGetPowerManagementLimit)
+        "power_limit_mw": ask("power limit", lib.nvmlDeviceGetPowerManagementLimit, handle, then=int),
+        "app_clock_sm_mhz": ask("SM application clock", clock, handle, lib.NVML_CLOCK_SM, then=int),
+        "app_clock_mem_mhz": ask("memory application clock", clock, handle, lib.NVML_CLOCK_MEM, then=int),
+        "pcie_max_gen": pcie["max_gen"],
+        "pcie_max_width": pcie["max_width"],
+    }
 
 
 def parse_faults(knob: str) -> list[Fault]:
@@ -162,7 +197,7 @@ class _Mine(TypedDict):
 def _mine(ctx: Ctx, faults: Sequence[Fault]) -> _Mine:
     uuid = f"GPU-{torch.cuda.get_device_properties(ctx.device).uuid}" if ctx.is_cuda else None
     # every rank on a GPU asks NVML of its own GPU; on the CPU only local rank 0 asks, for the driver
-    settings = nvml.read_settings(uuid) if uuid is not None or ctx.local_rank == 0 else None
+    settings = read_settings(uuid) if uuid is not None or ctx.local_rank == 0 else None
     mine: _Mine = {"node": None, "gpu": None, "injected": []}
     if ctx.local_rank == 0:
         fields, hcas = read_node(settings)

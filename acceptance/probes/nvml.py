@@ -15,7 +15,6 @@ from typing import Any, TypedDict, TypeVar, cast
 from acceptance.families.answers import NOT_MEASURED as NOT_MEASURED
 from acceptance.families.answers import NotMeasured, not_measured, unanswered
 from acceptance.families.answers import is_measured as is_measured
-from acceptance.families.drift import GpuSettings, SettingsAnswers
 from acceptance.families.gpu_users import GpuProcess, GpuUse
 from acceptance.families.health import GpuAnswers, GpuIdentity, GpuMemoryHealth, NodeAnswers, PcieAnswers, RowRemap
 
@@ -33,11 +32,11 @@ CLOCK_EVENT_BITS = {
 }
 
 
-def _text(value: Any) -> str:
+def text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-class _Asker:
+class Asker:
     """Runs one NVML query; an NVML error becomes a not-measured answer naming the query."""
 
     def __init__(self, lib: Any) -> None:
@@ -60,7 +59,7 @@ def load_library() -> Any:
     return pynvml
 
 
-def _session(lib: Any, read: Callable[[Any], T]) -> T | NotMeasured:
+def session(lib: Any, read: Callable[[Any], T]) -> T | NotMeasured:
     """``read(lib)`` between NVML's init and shutdown (``lib``: pynvml, or None to load it)."""
     lib = load_library() if lib is None else lib
     if not is_measured(lib):
@@ -77,15 +76,15 @@ def _session(lib: Any, read: Callable[[Any], T]) -> T | NotMeasured:
 
 def read_node(lib: Any = None) -> NodeAnswers | NotMeasured:
     """Driver versions and every GPU NVML sees on this node (NVML ignores CUDA_VISIBLE_DEVICES)."""
-    return _session(lib, _node)
+    return session(lib, _node)
 
 
 def _node(lib: Any) -> NodeAnswers:
-    ask = _Asker(lib)
+    ask = Asker(lib)
     count = ask("GPU count", lib.nvmlDeviceGetCount)
     gpus = [read_gpu(lib, i) for i in range(count)] if is_measured(count) else count
     return {
-        "driver_version": ask("driver version", lib.nvmlSystemGetDriverVersion, then=_text),
+        "driver_version": ask("driver version", lib.nvmlSystemGetDriverVersion, then=text),
         "cuda_driver_version": ask("CUDA driver version", lib.nvmlSystemGetCudaDriverVersion_v2, then=_cuda),
         "gpu_count": count,
         "gpus": gpus,
@@ -95,11 +94,11 @@ def _node(lib: Any) -> NodeAnswers:
 def read_nvlink_pairs(lib: Any = None) -> dict[str, bool] | NotMeasured:
     """For every two GPUs of this node (``"a-b"``, NVML indices, the lower first): whether NVLink joins them
     (``nvmlDeviceGetP2PStatus`` with the NVLink capability), which decides the transport NCCL should take."""
-    return _session(lib, _nvlink_pairs)
+    return session(lib, _nvlink_pairs)
 
 
 def _nvlink_pairs(lib: Any) -> dict[str, bool] | NotMeasured:
-    ask = _Asker(lib)
+    ask = Asker(lib)
     count = ask("GPU count", lib.nvmlDeviceGetCount)
     if not is_measured(count):
         return cast(NotMeasured, count)
@@ -115,53 +114,19 @@ def _nvlink_pairs(lib: Any) -> dict[str, bool] | NotMeasured:
     return found
 
 
-def read_settings(uuid: str | None, lib: Any = None) -> SettingsAnswers | NotMeasured:
-    """The driver, and the settings of the GPU ``uuid`` (None: no GPU) that every GPU of a cluster should
-    share (the drift family's). The GPU is found by its UUID: NVML's indices ignore CUDA_VISIBLE_DEVICES."""
-
-    def read(lib: Any) -> SettingsAnswers:
-        ask = _Asker(lib)
-        driver = ask("driver version", lib.nvmlSystemGetDriverVersion, then=_text)
-        if uuid is None:
-            return {"driver_version": driver, "gpu": None}
-        handle = ask("device handle", lib.nvmlDeviceGetHandleByUUID, uuid)
-        gpu = _settings(ask, lib, handle) if is_measured(handle) else handle
-        return {"driver_version": driver, "gpu": gpu}
-
-    return _session(lib, read)
-
-
-def _settings(ask: _Asker, lib: Any, handle: Any) -> GpuSettings:
-    ident, pcie = _identity(ask, lib, handle), _pcie(ask, lib, handle)
-    clock = lib.nvmlDeviceGetApplicationsClock
-    return {
-        "name": ident["name"],
-        "vbios": ident["vbios"],
-        "ecc_mode": ask("ECC mode", lib.nvmlDeviceGetEccMode, handle, then=lambda m: bool(m[0])),
-        "persistence_mode": ident["persistence_mode"],
-        "mig_mode": ident["mig_mode"],
-        # the limit set on the GPU (nvidia-smi -pl), in milliwatts (nvml.h, nvmlDeviceGetPowerManagementLimit)
-        "power_limit_mw": ask("power limit", lib.nvmlDeviceGetPowerManagementLimit, handle, then=int),
-        "app_clock_sm_mhz": ask("SM application clock", clock, handle, lib.NVML_CLOCK_SM, then=int),
-        "app_clock_mem_mhz": ask("memory application clock", clock, handle, lib.NVML_CLOCK_MEM, then=int),
-        "pcie_max_gen": pcie["max_gen"],
-        "pcie_max_width": pcie["max_width"],
-    }
-
-
 def _cuda(version: int) -> str:
     """NVML encodes CUDA 12.4 as 12040."""
     return f"{version // 1000}.{version % 1000 // 10}"
 
 
 def read_gpu(lib: Any, index: int) -> GpuAnswers:
-    ask = _Asker(lib)
+    ask = Asker(lib)
     handle = ask("device handle", lib.nvmlDeviceGetHandleByIndex, index)
     if not is_measured(handle):
         return {"index": index, "not_measured": handle[NOT_MEASURED]}
     # the link first: it is read while the probe keeps the GPU's PCIe link busy
-    pcie = _pcie(ask, lib, handle)
-    ident, memory = _identity(ask, lib, handle), _memory_health(ask, lib, handle)
+    pcie = pcie_link(ask, lib, handle)
+    ident, memory = identity(ask, lib, handle), _memory_health(ask, lib, handle)
     return {
         "index": index,
         "pcie": pcie,
@@ -190,20 +155,20 @@ def read_gpu(lib: Any, index: int) -> GpuAnswers:
     }
 
 
-def _identity(ask: _Asker, lib: Any, handle: Any) -> GpuIdentity:
+def identity(ask: Asker, lib: Any, handle: Any) -> GpuIdentity:
     return {
-        "uuid": ask("UUID", lib.nvmlDeviceGetUUID, handle, then=_text),
-        "serial": ask("serial", lib.nvmlDeviceGetSerial, handle, then=_text),
-        "pci_bus_id": ask("PCI info", lib.nvmlDeviceGetPciInfo, handle, then=lambda p: _text(p.busId)),
-        "name": ask("name", lib.nvmlDeviceGetName, handle, then=_text),
+        "uuid": ask("UUID", lib.nvmlDeviceGetUUID, handle, then=text),
+        "serial": ask("serial", lib.nvmlDeviceGetSerial, handle, then=text),
+        "pci_bus_id": ask("PCI info", lib.nvmlDeviceGetPciInfo, handle, then=lambda p: text(p.busId)),
+        "name": ask("name", lib.nvmlDeviceGetName, handle, then=text),
         "memory_total_bytes": ask("memory info", lib.nvmlDeviceGetMemoryInfo, handle, then=lambda m: int(m.total)),
-        "vbios": ask("VBIOS version", lib.nvmlDeviceGetVbiosVersion, handle, then=_text),
+        "vbios": ask("VBIOS version", lib.nvmlDeviceGetVbiosVersion, handle, then=text),
         "persistence_mode": ask("persistence mode", lib.nvmlDeviceGetPersistenceMode, handle, then=bool),
         "mig_mode": ask("MIG mode", lib.nvmlDeviceGetMigMode, handle, then=lambda m: bool(m[0])),
     }
 
 
-def _memory_health(ask: _Asker, lib: Any, handle: Any) -> GpuMemoryHealth:
+def _memory_health(ask: Asker, lib: Any, handle: Any) -> GpuMemoryHealth:
     errors, volatile, aggregate = lib.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, lib.NVML_VOLATILE_ECC, lib.NVML_AGGREGATE_ECC
     return {
         "ecc_mode": ask("ECC mode", lib.nvmlDeviceGetEccMode, handle, then=lambda m: bool(m[0])),
@@ -230,7 +195,7 @@ def _remap(rows: tuple[int, int, int, int]) -> RowRemap:
     }
 
 
-def _pcie(ask: _Asker, lib: Any, handle: Any) -> PcieAnswers:
+def pcie_link(ask: Asker, lib: Any, handle: Any) -> PcieAnswers:
     return {
         "gen": ask("PCIe generation", lib.nvmlDeviceGetCurrPcieLinkGeneration, handle),
         "width": ask("PCIe width", lib.nvmlDeviceGetCurrPcieLinkWidth, handle),
@@ -268,7 +233,7 @@ def clock_event_names(bits: int) -> list[str]:
     return sorted(name for name, bit in CLOCK_EVENT_BITS.items() if int(bits) & bit)
 
 
-def _clock_events(ask: _Asker, lib: Any, handle: Any) -> list[str] | NotMeasured:
+def _clock_events(ask: Asker, lib: Any, handle: Any) -> list[str] | NotMeasured:
     # drivers before 535 know the query only by its older name
     bits: Any = not_measured("clock event reasons: this pynvml has neither query")
     for name in CLOCK_EVENT_QUERIES:
@@ -285,16 +250,16 @@ def _clock_events(ask: _Asker, lib: Any, handle: Any) -> list[str] | NotMeasured
 def read_gpu_users(lib: Any = None) -> list[GpuUse] | NotMeasured:
     """Every GPU's running compute processes and memory in use (``acceptance.families.gpu_users``); the
     commands are left for the caller, who sees /proc (``GpuProcess.command`` None here)."""
-    return _session(lib, _gpu_users)
+    return session(lib, _gpu_users)
 
 
 def _gpu_users(lib: Any) -> list[GpuUse] | NotMeasured:
-    ask = _Asker(lib)
+    ask = Asker(lib)
     count = ask("GPU count", lib.nvmlDeviceGetCount)
     return [_gpu_use(ask, lib, index) for index in range(count)] if is_measured(count) else count  # type: ignore[no-any-return]
 
 
-def _gpu_use(ask: _Asker, lib: Any, index: int) -> GpuUse:
+def _gpu_use(ask: Asker, lib: Any, index: int) -> GpuUse:
     handle = ask("device handle", lib.nvmlDeviceGetHandleByIndex, index)
     if not is_measured(handle):
         return {"index": index, "uuid": None, "pci_bus_id": None, "memory_used_bytes": None, "processes": []}
@@ -310,8 +275,8 @@ def _gpu_use(ask: _Asker, lib: Any, index: int) -> GpuUse:
         if hasattr(lib, "nvmlMemory_v2")
         else None
     )
-    uuid = ask("UUID", lib.nvmlDeviceGetUUID, handle, then=_text)
-    bus = ask("PCI info", lib.nvmlDeviceGetPciInfo, handle, then=lambda p: _text(p.busId))
+    uuid = ask("UUID", lib.nvmlDeviceGetUUID, handle, then=text)
+    bus = ask("PCI info", lib.nvmlDeviceGetPciInfo, handle, then=lambda p: text(p.busId))
     return {
         "index": index,
         "uuid": uuid if isinstance(uuid, str) else None,
@@ -350,11 +315,11 @@ REMOTE_TYPES = {0x00: "gpu", 0x01: "npu", 0x02: "switch"}
 
 def read_nvlinks(lib: Any = None) -> list[GpuLinksAnswer] | NotMeasured:
     """Every GPU's NVLinks: per link its state, version and what is at the other end (``init``'s floors)."""
-    return _session(lib, _all_links)
+    return session(lib, _all_links)
 
 
 def _all_links(lib: Any) -> list[GpuLinksAnswer] | NotMeasured:
-    ask = _Asker(lib)
+    ask = Asker(lib)
     count = ask("GPU count", lib.nvmlDeviceGetCount)
     if not is_measured(count):
         return count  # type: ignore[no-any-return]
@@ -364,12 +329,12 @@ def _all_links(lib: Any) -> list[GpuLinksAnswer] | NotMeasured:
         if not is_measured(handle):
             out.append({"index": index, "bus_id": handle, "links": handle})
             continue
-        bus = ask("PCI info", lib.nvmlDeviceGetPciInfo, handle, then=lambda p: _text(p.busId))
+        bus = ask("PCI info", lib.nvmlDeviceGetPciInfo, handle, then=lambda p: text(p.busId))
         out.append({"index": index, "bus_id": bus, "links": _links(ask, lib, handle)})
     return out
 
 
-def _links(ask: _Asker, lib: Any, handle: Any) -> list[NvLinkAnswer] | NotMeasured:
+def _links(ask: Asker, lib: Any, handle: Any) -> list[NvLinkAnswer] | NotMeasured:
     """Each link NVML knows, with its version and far end."""
     states = _nvlink_states(lib, handle)
     if unanswered(states):
@@ -377,14 +342,14 @@ def _links(ask: _Asker, lib: Any, handle: Any) -> list[NvLinkAnswer] | NotMeasur
     return [_link(ask, lib, handle, link, up) for link, up in enumerate(states)]
 
 
-def _link(ask: _Asker, lib: Any, handle: Any, link: int, up: bool) -> NvLinkAnswer:
+def _link(ask: Asker, lib: Any, handle: Any, link: int, up: bool) -> NvLinkAnswer:
     kind = ask(
         "NVLink remote device type", lib.nvmlDeviceGetNvLinkRemoteDeviceType, handle, link,
         then=lambda t: REMOTE_TYPES.get(int(t), "unknown"),
     )  # fmt: skip
     down = not_measured("NVLink remote PCI info: the link is down")
     remote = ask(
-        "NVLink remote PCI info", lib.nvmlDeviceGetNvLinkRemotePciInfo, handle, link, then=lambda p: _text(p.busId)
+        "NVLink remote PCI info", lib.nvmlDeviceGetNvLinkRemotePciInfo, handle, link, then=lambda p: text(p.busId)
     )
     return {
         "link": link,
