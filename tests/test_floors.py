@@ -4,6 +4,7 @@ H200 node judged against what such a node measured healthy and with NVLink unuse
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -17,7 +18,9 @@ from acceptance.families.training import TRAINING
 from acceptance.probes import nvml
 from acceptance.probes.node_survey import Sources, detect
 from acceptance.profile import floors, loader
-from acceptance.profile.node_facts import GpuLinks, NodeFacts, NvLink
+from acceptance.profile.initial import bounds_for
+from acceptance.profile.node_facts import GpuLinks, NodeFacts, NvLink, Port
+from acceptance.profile.references import table as load_table
 from tests.test_health_units import UNSUPPORTED, RecordedNvml, answered, h100
 from tests.test_init import H200, bound, nvlinks, nvml_node, run_init, sources
 
@@ -190,3 +193,43 @@ def test_a_link_down_at_init_is_gated_by_every_link_nvml_knows(tmp_path: Path) -
     profile, _ = run_init(tmp_path, src)
     # the first run fails health.nvlink_links_min, naming the GPU
     assert HEALTH.section_of(profile.model).nvlink_links == 18
+
+
+def ports(*rates: float, layer: str = "InfiniBand", active: bool = True) -> tuple[Port, ...]:
+    return tuple(Port(f"mlx5_{i}", "1", layer, rate, active) for i, rate in enumerate(rates))
+
+
+def with_ports(facts: NodeFacts, found: tuple[Port, ...]) -> NodeFacts:
+    return dataclasses.replace(facts, ports=found)
+
+
+def test_each_rail_is_floored_by_the_slowest_rdma_port_shared_by_the_gpus() -> None:
+    eight = node(*(gpu(i, 18) for i in range(8)))
+    rail = by_metric(floors.hardware_floors(with_ports(eight, ports(*[400] * 8)), 2, (), ()))["internode.rail_min_gbps"]
+    assert rail.minimum == 37.5  # 400 Gb/s = 50 GB/s per rail, x 0.75
+    assert "InfiniBand port at 400 Gb/s (mlx5_0/1, sysfs rate) per rail: 50 GB/s" in rail.source
+    # a port trained at 200 Gb/s sets every rail's floor; four ports for eight GPUs share theirs
+    slow = with_ports(eight, ports(*[400] * 7, 200))
+    assert by_metric(floors.hardware_floors(slow, 2, (), ()))["internode.rail_min_gbps"].minimum == 18.8
+    shared = floors.hardware_floors(with_ports(eight, ports(400, 400, 400, 400, layer="Ethernet")), 2, (), ())
+    assert by_metric(shared)["internode.rail_min_gbps"].minimum == 18.8  # 50 x 4/8 x 0.75
+    assert "4 RDMA ports for 8 GPUs" in by_metric(shared)["internode.rail_min_gbps"].fact
+
+
+def test_no_rail_floor_on_one_node_or_without_an_active_rdma_port() -> None:
+    eight = node(*(gpu(i, 18) for i in range(8)))
+    assert "internode.rail_min_gbps" not in by_metric(floors.hardware_floors(with_ports(eight, ports(400)), 1, (), ()))
+    down = with_ports(eight, ports(400, 400, active=False))
+    assert "internode.rail_min_gbps" not in by_metric(floors.hardware_floors(down, 2, (), ()))
+    odd = with_ports(eight, ports(400, layer="Unknown"))
+    assert "internode.rail_min_gbps" not in by_metric(floors.hardware_floors(odd, 2, (), ()))
+
+
+def test_a_nic_the_table_knows_is_bounded_by_its_row_and_one_it_does_not_by_the_port_rate() -> None:
+    table = load_table()
+    h200 = dataclasses.replace(node(*(gpu(i, 18) for i in range(8)), nvswitch=True), gpu_names=("NVIDIA H200",) * 8)
+    known = {b.metric: b for b in bounds_for(with_ports(h200, ports(*[400] * 8)), 2, table)}
+    assert known["internode.rail_min_gbps"].minimum == pytest.approx(38.4)  # the NDR row: 48 x 0.8
+    edr = {b.metric: b for b in bounds_for(with_ports(h200, ports(*[100] * 8)), 2, table)}
+    assert edr["internode.rail_min_gbps"].minimum == pytest.approx(9.4)  # 100 Gb/s = 12.5 GB/s, x 0.75
+    assert edr["internode.rail_min_gbps"].source.startswith("hardware floor: an InfiniBand port at 100 Gb/s")

@@ -15,6 +15,10 @@ A reference row that fits the node is tighter and wins (``acceptance.profile.ini
 * host links (``compute.h2d_gbps_min``, ``compute.d2h_gbps_min``): the PCIe link at the generation and width
   the GPU and its slot can reach (NVML's maximum; an idle GPU drops its current link to save power, and a
   link trained below its maximum fails ``health.pcie_degraded`` on its own).
+* rails across nodes (``internode.rail_min_gbps``, 2+ nodes): the slowest active RDMA port's rate as sysfs
+  reports it (InfiniBand, or Ethernet for RoCE), shared by the GPUs when the node has fewer ports than GPUs
+  (the rails of a round are measured all at once). A node with no active RDMA port has no rail floor: its
+  traffic goes over TCP sockets, which the transport check names.
 """
 
 from __future__ import annotations
@@ -69,6 +73,13 @@ HOST_WHY = (
     "once (4x H200, 0.49); a link at half its width or generation fails"
 )
 BUSBW_MIN_SIZE = "256M"  # below it a collective is bound by its launch, not by its links
+NIC_FRACTION = 0.75
+NIC_WHY = (
+    "NCCL reaches ~96% of a port's line rate (~48 of an NDR port's 50 GB/s, nccl-tests #319; ~24 of HDR's 25, "
+    "#252), and the reference rows' floor is 80% of that (0.77 of the line rate); a port trained at half its "
+    "rate, or traffic over TCP sockets (3 GB/s on 400 Gb/s ports, aicr#2689), fails"
+)
+RDMA_LINK_LAYERS = ("InfiniBand", "Ethernet")  # /sys/class/infiniband/<hca>/ports/<n>/link_layer
 
 
 @dataclass(frozen=True)
@@ -176,12 +187,35 @@ def busbw_path(facts: NodeFacts) -> Path | None:
     return _slowest([pcie_path(g) for g in gpus])
 
 
+def rail_path(facts: NodeFacts) -> Path | None:
+    """What one rail across nodes runs over: the slowest active RDMA port, its line rate shared by the GPUs
+    when there are fewer ports than GPUs; None without an active RDMA port or a GPU."""
+    ports = [p for p in facts.ports if p.active and p.link_layer in RDMA_LINK_LAYERS and p.gbps > 0]
+    if not ports or not facts.gpu_count:
+        return None
+    slowest = min(ports, key=lambda p: p.gbps)
+    line = slowest.gbps / 8  # Gb/s -> GB/s
+    share = min(1.0, len(ports) / facts.gpu_count)
+    kind = f"{slowest.link_layer} port at {fmt(slowest.gbps)} Gb/s ({slowest.adapter}/{slowest.port}, sysfs rate)"
+    if share < 1:
+        fact = f"{len(ports)} RDMA ports for {facts.gpu_count} GPUs, the slowest an {kind}: {fmt(line)} GB/s x "
+        fact += f"{len(ports)}/{facts.gpu_count} = {fmt(line * share)} GB/s per rail"
+    else:
+        fact = f"an {kind} per rail: {fmt(line)} GB/s"
+    return Path(round(line * share, 2), fact, False)
+
+
 def hardware_floors(facts: NodeFacts, nodes: int, ops: tuple[str, ...], sizes: tuple[str, ...]) -> list[HardwareFloor]:
     """Every floor the node's links give: p2p and the collectives inside one node (one node only: across
-    nodes the world's collectives run over the network), and each GPU's host link."""
+    nodes the world's collectives run over the network), the rails across nodes (2+ nodes), and each GPU's
+    host link."""
     out: list[HardwareFloor] = []
     if nodes == 1:
         out += _fabric_floors(facts, ops, sizes)
+    rail = rail_path(facts) if nodes > 1 else None
+    if rail is not None:
+        low = round(rail.gbps * NIC_FRACTION, 1)
+        out.append(HardwareFloor("internode.rail_min_gbps", low, rail.fact, NIC_FRACTION, NIC_WHY))
     host = _slowest([pcie_path(g) for g in facts.links]) if facts.links else None
     if host is not None:
         low = round(host.gbps * HOST_FRACTION, 1)
