@@ -1,7 +1,8 @@
 """The list of families, in the order a run takes them: everything that names families reads it.
 
 Each family is one module of ``acceptance.families`` (its profile section, its descriptor, its rules); adding a
-family is its module, its probe, its test modules and one line here. No typing names the families one by
+family is its module, its probe, its test modules and its entry here (an import and its place in the run
+order). No typing names the families one by
 one, since a type checker cannot follow this list: a family's section of the profile model is read with
 its descriptor (``TRAINING.section_of(model)``), and a probe reads its section of the spec with
 ``probes.rank.section`` as the config type beside the section model. The profile model, the timeouts, the
