@@ -1,14 +1,13 @@
 """The list of families, in the order a run takes them: everything that names families reads it.
 
-Each family is one module of ``acceptance.families`` (its profile section, its descriptor, its rules); adding a
-family is its module, its probe, its test modules and its entry here (an import and its place in the run
-order). No typing names the families one by
-one, since a type checker cannot follow this list: a family's section of the profile model is read with
-its descriptor (``TRAINING.section_of(model)``), and a probe reads its section of the spec with
-``probes.rank.section`` as the config type beside the section model. The profile model, the timeouts, the
-markers, the tiers, the run order, the preflight's skips, the probe worker's set and the docs' reference
-page (built by ``docs/hooks.py``) are derived from this list, and so is which figures are a node's own
-hardware (``Family.local``, ``Metric.local``: recorded with each check, the drain list reads it).
+Each family is one module of ``acceptance.families`` (its profile section, its descriptor, its rules); adding
+a family is its module, its probe, its test modules and its entry here (an import and its place in the run
+order). No typing names the families one by one, since a type checker cannot follow this list: a family's
+section of the profile model is read with its descriptor (``TRAINING.section_of(model)``), and a probe reads
+its section of the spec with ``probes.rank.section`` as the config type beside the section model. The profile
+model, the timeouts, the markers, the tiers, the run order, the preflight's skips, the probe worker's set and
+the docs' reference page (built by ``docs/hooks.py``) are derived from this list, and so is which figures are
+a node's own hardware (``Family.local``, ``Metric.local``: recorded with each check, the drain list reads it).
 
 Named by hand still, each for what one family alone has, outside the list: the report's sections
 (``reports/``, each a renderer of its own); init's first profile and the hardware floors
