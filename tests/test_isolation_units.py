@@ -370,13 +370,41 @@ def test_a_healthy_cluster_at_60_percent_noise_lists_no_node_as_unresolved(nodes
     assert cell.unlisted >= 0.95 and cell.clean == 1.0, [t.rounds for t in cell.trials if t.listed]
 
 
-@pytest.mark.parametrize("nodes", [4, 64, 256, 1024])
+@pytest.mark.parametrize("nodes", [3, 4, 8, 64, 256, 1024])
 def test_a_healthy_cluster_at_60_percent_noise_ends_resolved_within_the_rounds(nodes: int) -> None:
     """Nothing named and no node left open, in 95% of trials, within the bounded rounds: a healthy node that
-    met many partners is not held open by the slow or flapping pair or two that chance gives it."""
+    met many partners is not held open by the slow or flapping pair or two that chance gives it, and one
+    that met every node it could (a few nodes) has its pairs read again."""
     cell = bench.cell(0.6, nodes, "no fault", TRIALS, SEED)
     assert cell.resolved >= 0.95 and cell.clean == 1.0, [t.rounds for t in cell.trials if not t.resolved]
     assert cell.max_rounds <= MAX_PAIR_ROUNDS
+
+
+def test_a_node_left_open_with_no_partner_left_to_meet_has_its_pairs_read_again() -> None:
+    """Three nodes, node 2 at half speed, noisy readings: after the two census rounds every pair has met
+    and node 2 is still open. The next round reads its pairs again, with the census's first step (the
+    level's sample, no pair chosen for what it read), until its two cleared partners name it, within the
+    rounds' bound."""
+    noisy = [FAST * 1.5, FAST / 1.5, FAST * 1.2, FAST / 1.2, FAST]
+
+    def figure(a: int, b: int) -> float:
+        return 0.5 if 2 in (a, b) else 1.0
+
+    iso = Isolation(3, 0.5)
+    rounds: list[Round] = []
+    while (rnd := iso.next_round()) is not None:
+        rounds.append(rnd)
+        if rnd.kind == "pairs":
+            pairs = [pair for step in rnd.steps for pair in step]
+            rows = [{"a": a, "b": b, "gbps": FAST, "repeats_gbps": [f * figure(a, b) for f in noisy]} for a, b in pairs]
+            iso.record(rnd, {"pairs": rows})
+        else:
+            iso.record(rnd, measure(rnd, lambda a, b: FAST * figure(a, b), set(), None))
+    assert [r.census for r in rounds[:3]] == [True, True, True]
+    assert {p for step in rounds[1].steps for p in step} == {(1, 2)}
+    assert rounds[2].steps == (rounds[0].steps[0], ((2, 0),), ((1, 2),))
+    assert iso.culprits == [2], iso.message()
+    assert len([r for r in rounds if r.kind == "pairs"]) <= MAX_PAIR_ROUNDS and rounds[-1].kind == "rails"
 
 
 @pytest.mark.parametrize(("healthy", "cleared"), [(0, False), (10, True)])

@@ -53,7 +53,9 @@ Rounds:
    its nodes meet new partners. More partners (steps) where one pair says too little against the
    noise, at most ``MAX_STEPS``. When
    round 1 showed no slow pair, every node meets a new partner instead (a second census: a slow path
-   not paired yet then shows, and the level has twice the pairs). At most ``MAX_PAIR_ROUNDS`` pair rounds.
+   not paired yet then shows, and the level has twice the pairs). When the suspects have met every node
+   they could (a few nodes), their pairs are read again instead, with the census's first step (the
+   level's sample): more readings where no new partner is left. At most ``MAX_PAIR_ROUNDS`` pair rounds.
 3. the rails (GPU i <-> GPU i) of each named node against a cleared node, and of each named path, every
    rail at once, both directions. Two nodes can only blame their pair: their rails are measured.
 
@@ -699,7 +701,35 @@ class Isolation:
             if step:
                 steps.append(tuple(step))
                 met |= {frozenset(p) for p in step}
+        if not steps and st.suspects:
+            return self._repeat(number, st)
         return Round(number, "pairs", tuple(steps), self.repeats) if steps else None
+
+    def _repeat(self, number: int, st: Status) -> Round | None:
+        """Nodes left open that have met every node they could (a few nodes): their pairs read again, and
+        the census's first step with them (the level's sample, no pair chosen for what it read): more
+        readings where no new partner is left, at most ``MAX_STEPS`` steps."""
+        first = next((r for r in self.rounds if r.census), None)
+        if first is None or not first.steps[0]:
+            return None
+        steps: list[tuple[Pair, ...]] = [first.steps[0]]
+        done = {frozenset(p) for p in first.steps[0]}
+        todo: list[Pair] = []
+        for node in st.suspects:
+            for p in self.pairs:
+                if p.has(node) and frozenset((p.a, p.b)) not in done:
+                    todo.append((p.a, p.b))
+                    done.add(frozenset((p.a, p.b)))
+        while todo and len(steps) < MAX_STEPS:
+            used: set[int] = set()
+            step = []
+            for a, b in list(todo):
+                if not {a, b} & used:
+                    step.append((a, b))
+                    used.update((a, b))
+                    todo.remove((a, b))
+            steps.append(tuple(step))
+        return Round(number, "pairs", tuple(steps), self.repeats, census=True)
 
     def _firm(self, st: Status) -> set[int]:
         """The cleared nodes whose pairs together stay past ``clear_llr`` however one more pair reads slow."""
