@@ -370,6 +370,67 @@ def test_a_healthy_cluster_at_60_percent_noise_lists_no_node_as_unresolved(nodes
     assert cell.unlisted >= 0.95 and cell.clean == 1.0, [t.rounds for t in cell.trials if t.listed]
 
 
+@pytest.mark.parametrize("nodes", [3, 4, 8, 64, 256, 1024])
+def test_a_healthy_cluster_at_60_percent_noise_ends_resolved_within_the_rounds(nodes: int) -> None:
+    """Nothing named and no node left open, in 95% of trials, within the bounded rounds: a healthy node that
+    met many partners is not held open by the slow or flapping pair or two that chance gives it, and one
+    that met every node it could (a few nodes) has its pairs read again."""
+    cell = bench.cell(0.6, nodes, "no fault", TRIALS, SEED)
+    assert cell.resolved >= 0.95 and cell.clean == 1.0, [t.rounds for t in cell.trials if not t.resolved]
+    assert cell.max_rounds <= MAX_PAIR_ROUNDS
+
+
+def test_a_node_left_open_with_no_partner_left_to_meet_has_its_pairs_read_again() -> None:
+    """Three nodes, node 2 at half speed, noisy readings: after the two census rounds every pair has met
+    and node 2 is still open. The next round reads its pairs again, with the census's first step (the
+    level's sample, no pair chosen for what it read), until its two cleared partners name it, within the
+    rounds' bound."""
+    noisy = [FAST * 1.5, FAST / 1.5, FAST * 1.2, FAST / 1.2, FAST]
+
+    def figure(a: int, b: int) -> float:
+        return 0.5 if 2 in (a, b) else 1.0
+
+    iso = Isolation(3, 0.5)
+    rounds: list[Round] = []
+    while (rnd := iso.next_round()) is not None:
+        rounds.append(rnd)
+        if rnd.kind == "pairs":
+            pairs = [pair for step in rnd.steps for pair in step]
+            rows = [{"a": a, "b": b, "gbps": FAST, "repeats_gbps": [f * figure(a, b) for f in noisy]} for a, b in pairs]
+            iso.record(rnd, {"pairs": rows})
+        else:
+            iso.record(rnd, measure(rnd, lambda a, b: FAST * figure(a, b), set(), None))
+    assert [r.census for r in rounds[:3]] == [True, True, True]
+    assert {p for step in rounds[1].steps for p in step} == {(1, 2)}
+    assert rounds[2].steps == (rounds[0].steps[0], ((2, 0),), ((1, 2),))
+    assert iso.culprits == [2], iso.message()
+    assert len([r for r in rounds if r.kind == "pairs"]) <= MAX_PAIR_ROUNDS and rounds[-1].kind == "rails"
+
+
+@pytest.mark.parametrize(("healthy", "cleared"), [(0, False), (10, True)])
+def test_two_slow_pairs_reopen_a_node_unless_its_pairs_together_clear_it(healthy: int, cleared: bool) -> None:
+    """Node 0 reads fast with its census partner at 22% noise, then meets cleared partners: two of those
+    pairs read 0.7x, as chance makes a healthy pair now and then at high noise. With no other partner, the
+    two slow pairs re-open it whatever its fast pair said; with ten more healthy ones, all its pairs
+    together clear it (Wald's lower boundary over every pair, the slow ones included) and it is nobody's
+    suspect: the two slow pairs are left to the paths' own test."""
+    noisy = [FAST * 1.3, FAST / 1.3, FAST * 1.1, FAST / 1.1, FAST]
+    iso = Isolation(16, 0.5)
+    first = iso.next_round()
+    assert first is not None
+    iso.record(first, {"pairs": [{"a": a, "b": b, "gbps": FAST, "repeats_gbps": noisy} for a, b in first.steps[0]]})
+    partners = range(2, 4 + healthy)
+    second = Round(2, "pairs", tuple(((0, n),) for n in partners), 5)
+    low = [f * 0.7 for f in noisy]
+    rows = [{"a": 0, "b": n, "gbps": FAST, "repeats_gbps": low if n in (2, 3) else noisy} for n in partners]
+    iso.record(second, {"pairs": rows})
+    st = iso.status()
+    mine = {j.pair.other(0): j.verdict for j in st.judged if j.pair.has(0)}
+    assert mine == {1: "fast", 2: "slow", 3: "slow"} | dict.fromkeys(range(4, 4 + healthy), "fast")
+    assert (0 in st.cleared) is cleared and (0 in st.suspects) is not cleared
+    assert iso.culprits == []
+
+
 def test_no_slow_node_is_told_as_paths_at_few_nodes() -> None:
     for nodes in (4, 5):
         cell = bench.cell(0.3, nodes, "1 node 0.5x", TRIALS, SEED)

@@ -26,7 +26,9 @@ The decision, per pair and per node, in log space (a slowdown is a ratio):
   ``log(BETA / (1 - ALPHA))`` fast; a pair whose repeats disagree by more than the noise allows (it
   flaps) clears nobody;
 * a node is cleared by a fast pair or by its pairs together, and re-opened when its pairs with two
-  cleared partners are slow (or one is and the rest lean slow), whatever a fast pair said; it is named
+  cleared partners are slow (or one is and the rest lean slow), whatever a fast pair said, unless those
+  pairs together, the slow ones included, still clear it (a healthy node that met many partners at high
+  noise has a slow pair or two by chance: its pairs together are the test of the node); it is named
   only when its pairs with at least two different cleared partners together pass
   ``log((1 - BETA) N / ALPHA)`` (a false-blame rate of ALPHA / N per node, ALPHA for the whole
   cluster: Bonferroni over the N nodes), and without its strongest partner the rest still passes
@@ -45,11 +47,15 @@ Rounds:
    has not met (one per step, rotating through the cleared nodes, as NVIDIA's cluster-readiness-engine
    confirms each suspect with a different healthy reference node, ADR-055, and Google's
    cluster-health-scanner pairs each failed node with a passed one in its second pass,
-   ``nccl_runner.py``); with no cleared node to spare, with a node that leans healthy, then another
-   suspect; a slow path not yet decisive is measured again, and its nodes meet new partners. More
-   partners (steps) where one pair says too little against the noise, at most ``MAX_STEPS``. When
+   ``nccl_runner.py``; first those whose pairs together clear them by more than one slow pair's worth,
+   so that a chance slow pair with a suspect re-opens no partner); with no cleared node to spare, with
+   a node that leans healthy, then another suspect; a slow path not yet decisive is measured again, and
+   its nodes meet new partners. More partners (steps) where one pair says too little against the
+   noise, at most ``MAX_STEPS``. When
    round 1 showed no slow pair, every node meets a new partner instead (a second census: a slow path
-   not paired yet then shows, and the level has twice the pairs). At most ``MAX_PAIR_ROUNDS`` pair rounds.
+   not paired yet then shows, and the level has twice the pairs). When the suspects have met every node
+   they could (a few nodes), their pairs are read again instead, with the census's first step (the
+   level's sample): more readings where no new partner is left. At most ``MAX_PAIR_ROUNDS`` pair rounds.
 3. the rails (GPU i <-> GPU i) of each named node against a cleared node, and of each named path, every
    rail at once, both directions. Two nodes can only blame their pair: their rails are measured.
 
@@ -531,7 +537,11 @@ class Isolation:
         "healthy" (a slow node makes every pair of its own slow, so they test the node itself). A node with
         slow or flapping pairs with two cleared partners is re-opened whatever a fast pair said: one pair
         that happened to read fast does not clear a node that two others say is slow. So is one whose pairs
-        with cleared partners, its slow path aside, lean slow: the evidence points at the node, not a path."""
+        with cleared partners, its slow path aside, lean slow: the evidence points at the node, not a path.
+        Unless all its pairs with cleared partners together, those slow or flapping included, still say
+        "healthy" past ``clear_llr``: a healthy node that met many partners at high noise has a slow or
+        flapping pair or two by chance (about 1% of its pairs at 60% noise), and its pairs together are the
+        test of the node; re-opened on them, it would stay open however many partners it met."""
         by_node = _by_node(judged)
         cleared = {n for j in judged if j.verdict == "fast" for n in (j.pair.a, j.pair.b)}
         for node, mine in by_node.items():
@@ -544,7 +554,10 @@ class Isolation:
                 mine = [j for j in by_node.get(node, []) if j.pair.other(node) in cleared]
                 against = {j.pair.other(node) for j in mine if j.verdict in ("slow", "flapping")}
                 rest = [j.pair for j in mine if j.verdict not in ("slow", "flapping")]
-                if len(against) >= 2 or (against and rest and self._evidence(rest, scale) > 0):
+                doubted = len(against) >= 2 or (against and rest and self._evidence(rest, scale) > 0)
+                # all of them together, the slow and flapping ones included, still clear it: the test of
+                # the node itself, which one pair's chance reading does not undo (Wald's lower boundary)
+                if doubted and self._evidence([j.pair for j in mine], scale) > self.clear_llr:
                     reopened.add(node)
             if not reopened:
                 break
@@ -673,10 +686,14 @@ class Isolation:
         steps: list[tuple[Pair, ...]] = []
         rotate = number * 7919  # a different start in the cleared nodes each round: partners spread
         paths = list(st.open_paths)
+        leaning = [n for n in st.undecided if n not in st.suspects]
+        # partners whose pairs together clear them by a slow pair's worth and more first: a chance slow pair
+        # with a suspect then re-opens no partner in the round's wake
+        firm = self._firm(st)
+        partners = [n for n in st.cleared if n in firm] + [n for n in st.cleared if n not in firm]
         for s in range(self._partners(st.scale)):
             # cleared partners first; with too few, nodes that lean healthy (not suspects) before suspects
-            leaning = [n for n in st.undecided if n not in st.suspects]
-            step = _with_partners(todo, st.cleared + leaning, met, rotate + s * 104729, len(st.cleared))
+            step = _with_partners(todo, partners + leaning, met, rotate + s * 104729, len(firm) or len(partners))
             for a, b in list(paths):  # a slow path not yet decisive, once, where both its nodes are free
                 if not {a, b} & {n for pair in step for n in pair}:
                     step.append((a, b))
@@ -684,7 +701,44 @@ class Isolation:
             if step:
                 steps.append(tuple(step))
                 met |= {frozenset(p) for p in step}
+        if not steps and st.suspects:
+            return self._repeat(number, st)
         return Round(number, "pairs", tuple(steps), self.repeats) if steps else None
+
+    def _repeat(self, number: int, st: Status) -> Round | None:
+        """Nodes left open that have met every node they could (a few nodes): their pairs read again, and
+        the census's first step with them (the level's sample, no pair chosen for what it read): more
+        readings where no new partner is left, at most ``MAX_STEPS`` steps."""
+        first = next((r for r in self.rounds if r.census), None)
+        if first is None or not first.steps[0]:
+            return None
+        steps: list[tuple[Pair, ...]] = [first.steps[0]]
+        done = {frozenset(p) for p in first.steps[0]}
+        todo: list[Pair] = []
+        for node in st.suspects:
+            for p in self.pairs:
+                if p.has(node) and frozenset((p.a, p.b)) not in done:
+                    todo.append((p.a, p.b))
+                    done.add(frozenset((p.a, p.b)))
+        while todo and len(steps) < MAX_STEPS:
+            used: set[int] = set()
+            step = []
+            for a, b in list(todo):
+                if not {a, b} & used:
+                    step.append((a, b))
+                    used.update((a, b))
+                    todo.remove((a, b))
+            steps.append(tuple(step))
+        return Round(number, "pairs", tuple(steps), self.repeats, census=True)
+
+    def _firm(self, st: Status) -> set[int]:
+        """The cleared nodes whose pairs together stay past ``clear_llr`` however one more pair reads slow."""
+        by_node = _by_node(st.judged)
+        return {
+            n
+            for n in st.cleared
+            if self._evidence([j.pair for j in by_node.get(n, [])], st.scale) <= self.clear_llr - self.witness_llr
+        }
 
     def _partners(self, scale: Scale) -> int:
         """The partners each open node meets in a round: two witnesses, or as many as a healthy node needs
