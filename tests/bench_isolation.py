@@ -1,6 +1,7 @@
 """Isolation against the node count: N CPU "nodes" in network namespaces (one rank each), the last one's
 link throttled, the rail test run on every node with local-cpu's settings. Prints, per N, the node named,
-the rounds, the time to the culprit, and the setup time per node. Not a test; needs root:
+the rounds, the time to the culprit, the setup time per node and the noise estimate after each pair round.
+A count named twice is run twice (``--nodes 5,5,5,5,5``: five runs of five nodes). Not a test; needs root:
 
     python -m tests.bench_isolation --nodes 5,8,16
 """
@@ -31,6 +32,7 @@ COLUMNS = (
     "netns setup s/node",
     "rendezvous s",
     "suite wall s",
+    "noise by round",
 )
 
 
@@ -81,6 +83,7 @@ def one(nodes: int, rate: str, folder: Path, timeout_s: int) -> tuple[object, ..
         f"{statistics.mean(bed.setup_s):.3f}",
         f"{conn.get('rendezvous_s', float('nan')):.1f}",
         f"{max(r.wall_s for r in runs):.0f}",
+        " / ".join(f"{sigma:.0%}" for sigma in found.get("noise_by_round", [])),
     )
 
 
@@ -91,8 +94,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"bench_isolation: {why}", file=sys.stderr)
         return 4
     rows: list[tuple[Any, ...]] = []
-    for nodes in args.counts:
-        rows.append(one(nodes, args.rate, args.out / f"n{nodes}", args.timeout))
+    for i, nodes in enumerate(args.counts, 1):  # a folder per run: a count named twice is run twice
+        rows.append(one(nodes, args.rate, args.out / f"{i:02d}-n{nodes}", args.timeout))
         print(render(COLUMNS, rows[-1:]), flush=True)
     print(f"\nslow node: the last one, its link at {args.rate} both ways; evidence under {args.out}\n")
     print(render(COLUMNS, rows, style="markdown"))
