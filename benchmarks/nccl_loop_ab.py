@@ -18,14 +18,14 @@ import torch
 import torch.distributed as dist
 
 from acceptance.probes import nccl_calls
-from acceptance.probes.collectives import _bound, _share_id
+from acceptance.probes.collectives import HostTimed, direct_timed, share_id
 from acceptance.probes.ops import Op
 from acceptance.schema.sizes import parse_size
 
 REPEATS = 5
 
 
-def loop(issue: Callable[[], int], calls: int, marks: bool) -> tuple[float, float, float]:
+def loop(issue: Callable[[], object], calls: int, marks: bool) -> tuple[float, float, float]:
     """Host seconds per call over the loop, and the first and last fifth's per call (events) when marked."""
     stream = torch.cuda.current_stream()
     events = [torch.cuda.Event(enable_timing=True) for _ in range(6)] if marks else []
@@ -53,40 +53,35 @@ def main() -> None:
     torch.cuda.set_device(local)
     dist.init_process_group("nccl", device_id=torch.device("cuda", local))
     device = torch.device("cuda", local)
-    comms = nccl_calls.Communicators(nccl_calls.Library.load(), _share_id)
-    ctx = type("C", (), {"device": device})()
-    one = torch.zeros(1, device=device)
-    meet = _bound(Op("all_reduce", 4, "float32", device), ctx, "float32", comms, one, one)  # type: ignore[arg-type]
+    comms = nccl_calls.Communicators(nccl_calls.Library.load(), share_id)
 
-    def line_up() -> None:
-        meet()
-        torch.cuda.current_stream().synchronize()
-
-    def barrier() -> None:
+    def barrier(timed: HostTimed) -> None:
         dist.barrier()
 
-    def nothing() -> None:
+    def nothing(timed: HostTimed) -> None:
         torch.cuda.current_stream().synchronize()
 
-    variants = {
-        "suite (20, marks, own line-up)": (20, True, line_up),
-        "no marks": (20, False, line_up),
+    def own(timed: HostTimed) -> None:
+        timed.line_up()
+
+    variants: dict[str, tuple[int, bool, Callable[[HostTimed], None]]] = {
+        "suite (20, marks, own line-up)": (20, True, own),
+        "no marks": (20, False, own),
         "torch barrier": (20, True, barrier),
         "no line-up": (20, True, nothing),
-        "200 calls": (200, True, line_up),
+        "200 calls": (200, True, own),
     }
     for name in args.ops.split(","):
         for size in args.sizes.split(","):
-            op = Op(name, parse_size(size), "bfloat16", device)
-            call = _bound(op, ctx, "bfloat16", comms, op.inp, op.out)  # type: ignore[arg-type]
+            timed = direct_timed(Op(name, parse_size(size), "bfloat16", device), device, "bfloat16", comms)
             for label, (calls, marks, meet_up) in variants.items():
                 found = []
                 for _ in range(REPEATS):
                     for _ in range(5):
-                        call()
+                        timed.call()
                     torch.cuda.current_stream().synchronize()
-                    meet_up()
-                    found.append(loop(call.issue, calls, marks))
+                    meet_up(timed)
+                    found.append(loop(timed.issue, calls, marks))
                 every: list[list[tuple[float, float, float]]] = [[] for _ in range(dist.get_world_size())]
                 dist.all_gather_object(every, found)
                 if dist.get_rank() == 0:

@@ -45,7 +45,7 @@ def _library(fake: FakeNccl) -> nccl_calls.Library:
 
 def _buffers(op: str, nbytes: int, rank: int, ranks: int) -> nccl_calls.Buffers:
     s = OPS[op].sizing(nbytes, ranks, 2)
-    return nccl_calls.Buffers(1000, 9000, s.send, s.recv, s.part, s.elem, rank, ranks)
+    return nccl_calls.Buffers(1000, 9000, s.send, s.part, s.elem, rank, ranks)
 
 
 @pytest.mark.parametrize(

@@ -45,26 +45,33 @@ class HostTimed:
     call: Callable[[], object]
     issue: Callable[[], object]
     line_up: Callable[[], object]
+    # what the calls reach by address alone (the op's buffers, the line-up's element): alive as long as they are
+    held: tuple[object, ...] = ()
 
 
 def _torch_timed(op: Op) -> HostTimed:
     return HostTimed(op, op, lambda: dist.barrier(group=op.group))
 
 
-def _direct_timed(op: Op, ctx: Ctx, dtype: str, comms: nccl_calls.Communicators) -> HostTimed:
+def direct_timed(op: Op, device: torch.device, dtype: str, comms: nccl_calls.Communicators) -> HostTimed:
     """``op`` through NCCL directly, on the current stream; the ranks lined up by a one-element all_reduce on
     the same communicator, waited for on the host (every rank leaves it within the GPU's own skew, where
     torch's barrier adds its own work and watchdog)."""
-    call = _bound(op, ctx, dtype, comms, op.inp, op.out)
-    one = torch.zeros(1, dtype=torch.float32, device=ctx.device)
-    meet = _bound(Op("all_reduce", 4, "float32", ctx.device, op.group), ctx, "float32", comms, one, one)
-    stream = torch.cuda.current_stream(ctx.device)
+    sizing, place = op.sizing, op.place
+    own = nccl_calls.Buffers(
+        op.inp.data_ptr(), op.out.data_ptr(), sizing.send, sizing.part, sizing.elem, place.rank, place.ranks
+    )
+    call = _bound(op.name, op.group, own, device, dtype, comms)
+    one = torch.zeros(1, dtype=torch.float32, device=device)
+    scratch = nccl_calls.Buffers(one.data_ptr(), one.data_ptr(), 1, 1, one.element_size(), place.rank, place.ranks)
+    meet = _bound("all_reduce", op.group, scratch, device, "float32", comms)
+    stream = torch.cuda.current_stream(device)
 
     def line_up() -> None:
         meet()
         stream.synchronize()
 
-    return HostTimed(call, call.issue, line_up)
+    return HostTimed(call, call.issue, line_up, held=(op, one))
 
 
 def time_eager(timed: HostTimed, ctx: Ctx, group: Any, cfg: CollectivesConfig) -> tuple[list[float], float]:
@@ -105,7 +112,7 @@ def time_graph(op: Op, ctx: Ctx, warmup: int, iters: int) -> list[float]:
     return graph.replay()
 
 
-def _share_id(uid: bytes | None, group: Any) -> bytes:
+def share_id(uid: bytes | None, group: Any) -> bytes:
     """The group's first rank's NCCL unique id, on every rank of the group."""
     box = [uid]
     dist.broadcast_object_list(box, src=0 if group is None else dist.get_global_rank(group, 0), group=group)
@@ -119,7 +126,7 @@ def direct_nccl(ctx: Ctx) -> nccl_calls.Communicators | str:
     if not ctx.is_cuda or ctx.backend != "nccl":
         return f"no NCCL on {ctx.device.type}"
     try:
-        return nccl_calls.Communicators(nccl_calls.Library.load(), _share_id)
+        return nccl_calls.Communicators(nccl_calls.Library.load(), share_id)
     except (OSError, AttributeError) as exc:  # a build with NCCL linked in statically, or none
         return f"libnccl not callable: {str(exc)[:200]}"
 
@@ -141,17 +148,16 @@ def _mode(ctx: Ctx, asked: str, group: Any, nccl: nccl_calls.Communicators | str
 
 
 def _bound(
-    op: Op, ctx: Ctx, dtype: str, comms: nccl_calls.Communicators, inp: torch.Tensor, out: torch.Tensor
+    name: str,
+    group: Any,
+    buffers: nccl_calls.Buffers,
+    device: torch.device,
+    dtype: str,
+    comms: nccl_calls.Communicators,
 ) -> nccl_calls.Bound:
-    """One direct NCCL call of ``op`` over ``inp`` and ``out`` (its own buffers, or a scratch element), on the
-    current stream."""
-    sizing, place = op.sizing, op.place
-    buffers = nccl_calls.Buffers(
-        inp.data_ptr(), out.data_ptr(), sizing.send, sizing.recv, sizing.part, sizing.elem, place.rank, place.ranks
-    )
-    comm = comms.of(op.group, place.rank, place.ranks)
-    stream = torch.cuda.current_stream(ctx.device).cuda_stream
-    return nccl_calls.bind(comms.lib, op.name, buffers, dtype, comm, stream)
+    """One direct NCCL call of ``name`` over ``buffers``, on the group's communicator and the current stream."""
+    comm = comms.of(group, buffers.rank, buffers.ranks)
+    return nccl_calls.bind(comms.lib, name, buffers, dtype, comm, torch.cuda.current_stream(device).cuda_stream)
 
 
 def measure(
@@ -171,7 +177,7 @@ def measure(
     mode = _mode(ctx, cfg["timing"], group, nccl)
     timed = _torch_timed(op)
     if mode == "nccl" and isinstance(nccl, nccl_calls.Communicators):
-        timed = _direct_timed(op, ctx, cfg["dtype"], nccl)  # the data check goes through the timed call too
+        timed = direct_timed(op, ctx.device, cfg["dtype"], nccl)  # the data check goes through the timed call too
     wrong = 0
     if cfg.get("check_data", True):
         op.fill()

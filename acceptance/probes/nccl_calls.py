@@ -73,11 +73,6 @@ class Library:
             words = text.decode(errors="replace") if isinstance(text, bytes) else str(result)
             raise NcclCallError(f"{name} returned {result}: {words}")
 
-    def version(self) -> int:
-        found = ctypes.c_int()
-        self.check("ncclGetVersion", self.lib.ncclGetVersion(ctypes.byref(found)))
-        return found.value
-
     def unique_id(self) -> bytes:
         made = UniqueId()
         self.check("ncclGetUniqueId", self.lib.ncclGetUniqueId(ctypes.byref(made)))
@@ -100,7 +95,6 @@ class Buffers:
     inp: int
     out: int
     send: int  # elements of the input
-    recv: int  # elements of the output
     part: int  # elements of one rank's part
     elem: int  # bytes per element
     rank: int
