@@ -141,14 +141,15 @@ def test_a_pcie_node_and_an_unknown_nvlink_version_are_floored_by_pcie() -> None
         assert found["compute.d2h_gbps_min"].minimum == 12.6  # x 0.4
 
 
-def test_the_slowest_gpu_sets_the_floor_and_several_nodes_only_the_host_links() -> None:
+def test_the_slowest_gpu_sets_the_floor_and_several_nodes_only_their_own_links() -> None:
     facts = node(gpu(0, 18, pcie=(5, 16)), gpu(1, 12, pcie=(5, 8)))
     found = by_metric(floors.hardware_floors(facts, 1, ("all_reduce",), ("4G",)))
     assert found["collectives.all_reduce.busbw_gbps@4G"].minimum == 90.0  # 12 links x 25 x 0.3
     assert found["compute.h2d_gbps_min"].minimum == 12.6  # Gen5 x8: 31.5 x 0.4
-    assert set(by_metric(floors.hardware_floors(facts, 2, ("all_reduce",), ("4G",)))) == {
-        "compute.h2d_gbps_min", "compute.d2h_gbps_min",
-    }  # fmt: skip
+    # across nodes the world's collectives run over the network; each node's pairs and host links are its own
+    several = by_metric(floors.hardware_floors(facts, 2, ("all_reduce",), ("4G",)))
+    assert set(several) == {"compute.h2d_gbps_min", "compute.d2h_gbps_min", "connectivity.p2p_min_gbps"}
+    assert several["connectivity.p2p_min_gbps"].minimum == found["connectivity.p2p_min_gbps"].minimum
 
 
 # 4x H200, NV18 between every pair, measured 2026-11-27 (REFERENCE figures): healthy, and with NVLink unused
