@@ -16,8 +16,10 @@ The decision, per pair and per node, in log space (a slowdown is a ratio):
   were measured: a steady throttled pair never makes the test bolder), never less than ``SIGMA_FLOOR``;
 * the healthy level: the median of the census pairs (round 1's first step, where every node is in one
   pair), leaving out those decisively slow against a first median; never a maximum, which grows with the
-  number of noisy pairs. Its own error (the variance of a median) enters every test below, since every
-  pair is compared with the same level;
+  number of noisy pairs. Where the slow hypothesis in use is milder than ``fraction``, the pairs slow at
+  it are left out too, and where one node's pairs can be half the sample (two pairs at 4 or 5 nodes)
+  against the faster pairs instead of a median that node sets itself. Its own error (the variance of a
+  median) enters every test below, since every pair is compared with the same level;
 * the slow hypothesis: the mildest slowdown two witness pairs tell apart at this noise (``Scale``), no
   milder than ``mild`` and no bolder than ``fraction`` (the profile's ``slow_pair_fraction``);
 * each pair: Wald's sequential probability ratio test between "healthy" (its level) and "slow" (at the
@@ -35,7 +37,9 @@ The decision, per pair and per node, in log space (a slowdown is a ratio):
   ``log((1 - BETA) / WITNESS_ALPHA)`` on its own: two independent witnesses, so one bad path or partner
   convicts nobody;
 * a slow pair of two cleared nodes, each fast with two other partners, is their path, not either node,
-  named within the paths' own budget (``PATH_ALPHA`` over the node pairs tested);
+  named within the paths' own budget (``PATH_ALPHA`` over the node pairs tested), and only where it also
+  stands below each node's pairs with other cleared partners (a node too mildly slow to name is not
+  told as its paths);
 * a rail is named only when it stands below the node's other rails, by the same test.
 
 Rounds:
@@ -458,16 +462,31 @@ class Isolation:
         against mean 0."""
         return effect / variance * (log_ratio - effect / 2)
 
-    def _level(self, sigma: float) -> tuple[float, float]:
+    def _level(self, sigma: float, effect: float, robust: bool) -> tuple[float, float]:
         """ln of a healthy pair's GB/s and the variance of that estimate: the median of the census pairs,
-        leaving out those decisively slow (at ``fraction``) against a first median (a fault, not a sample of
-        the level)."""
+        leaving out those decisively slow (at ``effect``) against a first median (a fault, not a sample of
+        the level). ``robust``: where one node's pairs can be half the sample or more (two census pairs at 4
+        or 5 nodes), a slow node sets that median itself, halfway between its pairs and the healthy ones;
+        the reference is then the median of the pairs left once as many of the slowest as one node holds
+        are set aside (a fault only slows a pair, so the faster pairs are the healthy ones), with its own
+        error in the test."""
         sample = self._census_sample()
         if not sample:
             return math.nan, math.inf
-        means = [(statistics.fmean(p.logs), len(p.logs)) for p in sample]
-        first = statistics.median(x for x, _ in means)
-        kept = [(x, n) for x, n in means if self._llr(x - first, sigma**2 / n, self.bound) < self.witness_llr]
+        means = sorted(((statistics.fmean(p.logs), len(p.logs)) for p in sample), reverse=True)
+        upper = means
+        if robust:
+            held: dict[int, int] = {}
+            for p in sample:
+                for n in (p.a, p.b):
+                    held[n] = held.get(n, 0) + 1
+            most = max(held.values())
+            if 2 * most >= len(means):
+                upper = means[: max(len(means) - most, 1)]
+        first = statistics.median(x for x, _ in upper)
+        # the reference's own error where it rests on a few pairs (the census median's is small beside a pair's)
+        ref_var = sigma**2 / statistics.fmean(n for _, n in upper) / len(upper) if upper is not means else 0.0
+        kept = [(x, n) for x, n in means if self._llr(x - first, sigma**2 / n + ref_var, effect) < self.witness_llr]
         readings = statistics.fmean(n for _, n in kept)
         # the variance of a median of k means: pi / 2 of the mean's for many, the mean's itself for 1 or 2
         factor = math.pi / 2 if len(kept) > 2 else 1.0
@@ -476,15 +495,23 @@ class Isolation:
     def _scale(self) -> Scale:
         """The noise, the level and the slow hypothesis: the mildest slowdown a node's two witness pairs can
         tell apart from healthy within the node's share of the budget (90% of the time), no milder than
-        ``mild`` and no bolder than the profile's ``fraction``."""
+        ``mild`` and no bolder than the profile's ``fraction``. The level leaves out the pairs slow at the
+        hypothesis in use: first the profile's, then the one its level allows."""
         sigma, dof = self._sigma()
-        level, level_var = self._level(sigma)
+        level, level_var = self._level(sigma, self.bound, robust=False)
+        effect, resolution = self._hypothesis(sigma, level_var)
+        if effect != self.bound:
+            level, level_var = self._level(sigma, effect, robust=True)
+            effect, resolution = self._hypothesis(sigma, level_var)
+        return Scale(level, level_var, sigma, dof, effect, resolution)
+
+    def _hypothesis(self, sigma: float, level_var: float) -> tuple[float, float]:
+        """The slow hypothesis in use and the resolution, in log units, at this noise and level error."""
         # a node named on two witnesses: two pairs' readings, their mean against the level
         node_var = sigma**2 / (2 * self.repeats) + (level_var if math.isfinite(level_var) else 0.0)
         reach = RESOLUTION_Z + math.sqrt(RESOLUTION_Z**2 + 2 * self.name_llr)
         resolution = -reach * math.sqrt(node_var)
-        effect = min(max(resolution, self.bound), max(math.log(self.mild), self.bound))
-        return Scale(level, level_var, sigma, dof, effect, resolution)
+        return min(max(resolution, self.bound), max(math.log(self.mild), self.bound)), resolution
 
     def _evidence(self, pairs: Sequence[PairFigure], scale: Scale) -> float:
         """The log-likelihood ratio "slow" against "healthy" of these pairs together: their readings' mean
@@ -599,7 +626,11 @@ class Isolation:
         }
         path_llr = self.path_llr(len(per_path))
         confirmed = {n for n, others in fast_with.items() if len(others) >= 2}
-        named_paths = [key for key, llr in slow_paths.items() if llr >= path_llr and set(key) <= confirmed]
+        named_paths = [
+            key
+            for key, llr in slow_paths.items()
+            if llr >= path_llr and set(key) <= confirmed and self._below_ends(key, by_node, cleared, scale)
+        ]
         open_paths = [key for key in slow_paths if key not in named_paths]
         left = measured - cleared - set(witnesses)
 
@@ -635,6 +666,30 @@ class Isolation:
             ],
             untested=sorted(set(range(self.nodes)) - measured),
         )
+
+    def _below_ends(self, key: Pair, by_node: Mapping[int, list[Judged]], cleared: set[int], scale: Scale) -> bool:
+        """A path's pairs stand below each of its nodes' pairs with other cleared partners, by the test of a
+        witness: the path is slow, not one of its nodes at a pace of its own too mild to name (a node at 0.8x
+        among 30% noise is cleared, and its pairs, a chance low reading or two, would read as a slow path).
+        The rails' rule, for nodes: a rail is named only below the node's other rails."""
+        a, b = key
+        path = [j.pair for j in by_node[a] if j.pair.other(a) == b]
+        if any(p.broken for p in path):
+            return True
+        logs = [x for p in path for x in p.logs]
+        for node, partner in ((a, b), (b, a)):
+            others = [
+                x
+                for j in by_node[node]
+                if j.pair.other(node) not in (partner,) and j.pair.other(node) in cleared and j.verdict != "flapping"
+                for x in j.pair.logs
+            ]
+            if not logs or not others:
+                return False
+            variance = scale.sigma**2 / len(logs) + scale.sigma**2 / len(others)
+            if self._llr(statistics.fmean(logs) - statistics.fmean(others), variance, scale.effect) < self.witness_llr:
+                return False
+        return True
 
     # -- the rounds -------------------------------------------------------------------------------------
 
