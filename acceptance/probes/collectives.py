@@ -8,7 +8,9 @@ host clock times a plain loop. The timed calls are cut into up to five windows (
 GPUs a timing event captured between two windows in the graph): a rank's time per call is its median
 window's, then averaged across ranks (nccl-tests' default ``-a 1``); the slowest rank's time is kept too,
 and every window's busbw beside the figure. The transport NCCL chose between each two ranks comes from
-its own report (``probes.nccl_log``).
+its own report (``probes.nccl_log``). After the timed loop, where it applies, the spread pass: blocking calls
+through the same call, each marked on the rank's own timeline, which say which rank the others waited for
+(``collectives.lateness``).
 """
 
 from __future__ import annotations
@@ -23,10 +25,12 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from acceptance.families.collectives import CollectiveRow, CollectivesConfig, Measured, SweepResult, figures
+from acceptance.families.collectives import CollectiveRow, CollectivesConfig, Measured, SweepResult, figures, lateness
+from acceptance.families.collectives.lateness import RankPlace, Spread
 from acceptance.masking import masked_env
 from acceptance.probes import nccl_calls, nccl_log, windows
 from acceptance.probes.gpu_sampler import GpuSampler
+from acceptance.probes.links import stable_node
 from acceptance.probes.ops import Op
 from acceptance.probes.rank import Ctx, main, section, write_json
 from acceptance.schema.sizes import format_size, parse_size
@@ -112,6 +116,34 @@ def time_graph(op: Op, ctx: Ctx, warmup: int, iters: int) -> list[float]:
     return graph.replay()
 
 
+def spread_pass(ctx: Ctx, timed: HostTimed, calls: int) -> list[float]:
+    """The spread pass (``collectives.lateness``): the ranks lined up, then ``calls`` blocking calls, each marked
+    on this rank's own timeline (``windows.blocking_calls``); its seconds in each. Through the checked call of
+    the timed loop's own path: NCCL called directly where the loop was, else torch's eager op (a CUDA graph's
+    loop has no call of its own to block on)."""
+    ctx.progress()
+    timed.line_up()
+    return windows.blocking_calls(ctx, timed.call, calls)
+
+
+def spread_calls(cfg: CollectivesConfig, name: str, nbytes: int) -> int:
+    """The spread pass's calls for ``name`` at ``nbytes``: 0 where it makes none (``lateness.applies``)."""
+    calls, largest = cfg.get("spread_iters", 0), cfg.get("spread_max_size")
+    return calls if largest is not None and lateness.applies(name, nbytes, calls, largest) else 0
+
+
+def place(ctx: Ctx) -> RankPlace:
+    """Where this rank runs, as a late rank is named."""
+    uuid = f"GPU-{torch.cuda.get_device_properties(ctx.device).uuid}" if ctx.is_cuda else None
+    return {
+        "rank": ctx.rank,
+        "node": stable_node(ctx),
+        "host": ctx.host,
+        "gpu": ctx.device.index if ctx.is_cuda else None,
+        "uuid": uuid,
+    }
+
+
 def share_id(uid: bytes | None, group: Any) -> bytes:
     """The group's first rank's NCCL unique id, on every rank of the group."""
     box = [uid]
@@ -167,10 +199,12 @@ def measure(
     cfg: CollectivesConfig,
     group: Any = None,
     nccl: nccl_calls.Communicators | str | None = None,
+    spread: int = 0,
 ) -> Measured:
     """One op at one size on this rank (a member of ``group``): its #wrong, seconds per call in each timed
     window and, timed by the host (NCCL called directly, or the CPU), the whole loop's seconds per call.
-    ``nccl``: the probe's own communicators (``direct_nccl``), or why it has none.
+    ``nccl``: the probe's own communicators (``direct_nccl``), or why it has none. ``spread``: the calls of
+    the spread pass after the timed loop (``spread_pass``); 0: none.
     ``size_bytes`` is the size asked for; ``bytes`` and ``count`` what the call moved (the parts rounded)."""
     ctx.phase(f"{name} {format_size(nbytes)}")
     op = Op(name, nbytes, cfg["dtype"], ctx.device, group)
@@ -195,6 +229,10 @@ def measure(
             seconds, loop = time_eager(_torch_timed(op), ctx, group, cfg)
     else:
         seconds, loop = time_eager(timed, ctx, group, cfg)
+    blocking: list[float] | None = None
+    if spread:
+        ctx.phase(f"{name} {format_size(nbytes)} spread")
+        blocking = spread_pass(ctx, timed, spread)
     sizing = op.sizing
     del op, timed
     measured: Measured = {
@@ -209,12 +247,16 @@ def measure(
     }
     if loop is not None:
         measured["loop_seconds"] = loop
+    if blocking is not None:
+        measured["spread_seconds"] = blocking
     return measured
 
 
-def reduce_rows(ctx: Ctx, mine: list[Measured]) -> list[CollectiveRow]:
+def reduce_rows(ctx: Ctx, mine: list[Measured]) -> tuple[list[CollectiveRow], list[Spread]]:
+    """Every rank's measurements as the sweep's rows, and the spread pass's figures where it made one."""
     every = ctx.gather(mine)
     rows: list[CollectiveRow] = []
+    spreads: list[Spread] = []
     for i, row in enumerate(mine):
         seconds = [ranks[i]["seconds"] for ranks in every]
         loops = [ranks[i].get("loop_seconds") for ranks in every]
@@ -231,7 +273,10 @@ def reduce_rows(ctx: Ctx, mine: list[Measured]) -> list[CollectiveRow]:
                 **figures(row["op"], row["bytes"], seconds, ctx.world_size, loops),
             }
         )
-    return rows
+        if "spread_seconds" in row:  # every rank made the pass or none (``spread_calls`` reads the same settings)
+            blocking = [ranks[i]["spread_seconds"] for ranks in every]
+            spreads.append(lateness.spread(row["op"], row["size"], blocking))
+    return rows, spreads
 
 
 def nccl_version() -> str | None:
@@ -251,6 +296,7 @@ def nccl_settings(environ: Mapping[str, str]) -> dict[str, str]:
 def run(ctx: Ctx) -> SweepResult:
     cfg = section(ctx.spec, "collectives", CollectivesConfig)
     rows: list[CollectiveRow] = []
+    spreads: list[Spread] = []
     # another job's process that starts on a rank's GPU meanwhile slows every collective: named as the cause
     sampler = GpuSampler(ctx.device, period_s=SWEEP_SAMPLE_S)
     sampler.start()
@@ -261,7 +307,11 @@ def run(ctx: Ctx) -> SweepResult:
                 # each size's row once every rank has timed it (a gather between sizes, outside any timed
                 # region): rank 0 leaves the rows so far in partial.json, which the launcher's watcher prints
                 # as they come and keeps if the probe fails later
-                rows += reduce_rows(ctx, [measure(ctx, op, parse_size(size), cfg, nccl=nccl)])
+                nbytes = parse_size(size)
+                spread = spread_calls(cfg, op, nbytes)
+                found, spread_found = reduce_rows(ctx, [measure(ctx, op, nbytes, cfg, nccl=nccl, spread=spread)])
+                rows += found
+                spreads += spread_found
                 if ctx.rank == 0:
                     write_json(ctx.out / "partial.json", {"rows": rows}, durable=False)
     finally:
@@ -269,6 +319,7 @@ def run(ctx: Ctx) -> SweepResult:
         if isinstance(nccl, nccl_calls.Communicators):
             nccl.close()
     seen = ctx.gather(sampler.seen())
+    places = ctx.gather(place(ctx))
     result: SweepResult = {
         "world_size": ctx.world_size,
         "dtype": cfg["dtype"],
@@ -280,6 +331,8 @@ def run(ctx: Ctx) -> SweepResult:
         # every connection NCCL made in this process so far, the sweep's included (a worker's earlier probes
         # may have connected the world's ring first: the same GPUs, the same transport)
         "transport": nccl_log.record(ctx),
+        "spread": spreads,
+        "places": places,
     }
     foreign = {str(rank): found for rank, found in enumerate(seen) if found}
     if foreign:

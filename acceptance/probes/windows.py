@@ -4,7 +4,7 @@ A figure is then its median window's, so one window disturbed by something else 
 tenant's burst, a page-cache flush) cannot move it and three must; the windows' figures go into the
 evidence beside it, and their spread into the checks' messages. The loop itself is unchanged: no
 synchronisation inside it, only a mark (a CUDA event on a GPU, the host clock on the CPU) between two
-windows.
+windows. ``blocking_calls`` marks each call of a blocking loop the same way (the collectives' spread pass).
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from __future__ import annotations
 import itertools
 import time
 from collections.abc import Callable
+from typing import Protocol
 
 import torch
 
@@ -53,6 +54,69 @@ def timed_loop(ctx: Ctx, fn: Callable[[], object], calls: list[int]) -> tuple[li
     _raise_on(failed)
     per_window = [(b - a) / n for (a, b), n in zip(itertools.pairwise(stamps), calls, strict=True)]
     return per_window, (stamps[-1] - stamps[0]) / sum(calls)
+
+
+def blocking_calls(ctx: Ctx, fn: Callable[[], object], calls: int) -> list[float]:
+    """Seconds of each of ``calls`` calls of ``fn`` on this rank's own timeline, each waited for before the
+    next is issued (nccl-tests' ``-z 1``: the stream is never fed ahead, so each call starts when this rank
+    gets to it). A mark right before and after each call: CUDA events on the stream on a GPU (the one before
+    runs when this rank's GPU reaches it, late where its host issued late or another process held the GPU),
+    the host clock on the CPU (where the call returns when it is done). ``fn`` raises on an error. On a GPU the
+    mark after a call is the device's, so a host that stalls once the call is issued (most of its time: it
+    waits for the stream) issues the next call late, which is the lateness the pass reads; on the CPU a stall
+    between the call's end and the host clock's mark lengthens the rank's own call as well."""
+    marks: _Marks = _EventMarks(ctx, calls) if ctx.is_cuda else _ClockMarks()
+    for _ in range(calls):
+        ctx.progress()  # before each call: a rank that stops short of one shows less progress than its peers
+        marks.mark()
+        fn()
+        marks.mark()
+        marks.wait()
+    return marks.seconds()
+
+
+class _Marks(Protocol):
+    def mark(self) -> None: ...
+
+    def wait(self) -> None: ...
+
+    def seconds(self) -> list[float]:
+        """The time between each two marks in turn (the first and second, the third and fourth ...)."""
+        ...
+
+
+class _ClockMarks:
+    def __init__(self) -> None:
+        self.stamps: list[float] = []
+
+    def mark(self) -> None:
+        self.stamps.append(time.perf_counter())
+
+    def wait(self) -> None:
+        """Nothing to wait for: a call on the CPU has returned when it is done."""
+
+    def seconds(self) -> list[float]:
+        return [after - before for before, after in zip(self.stamps[::2], self.stamps[1::2], strict=True)]
+
+
+class _EventMarks:
+    """Every event made before the calls (making one costs host time between them), recorded in turn."""
+
+    def __init__(self, ctx: Ctx, calls: int) -> None:
+        self.stream = torch.cuda.current_stream(ctx.device)
+        self.events = [torch.cuda.Event(enable_timing=True) for _ in range(2 * calls)]
+        self.recorded = 0
+
+    def mark(self) -> None:
+        self.events[self.recorded].record(self.stream)
+        self.recorded += 1
+
+    def wait(self) -> None:
+        self.stream.synchronize()
+
+    def seconds(self) -> list[float]:
+        done = self.events[: self.recorded]
+        return [before.elapsed_time(after) / 1e3 for before, after in zip(done[::2], done[1::2], strict=True)]
 
 
 def _raise_on(failed: int | None) -> None:

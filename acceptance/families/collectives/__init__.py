@@ -10,14 +10,17 @@ from typing import Annotated, Literal, TypedDict
 from pydantic import Field
 from typing_extensions import NotRequired
 
+from acceptance.families.collectives import lateness
+from acceptance.families.collectives.lateness import RankPlace, Spread
 from acceptance.families.gpu_users import ForeignSeen
 from acceptance.families.transport import TransportRecord
 from acceptance.numbers import spread
-from acceptance.schema.bounds import must_be_zero
+from acceptance.schema.bounds import Threshold, must_be_zero
 from acceptance.schema.collectives import COLLECTIVE_OPS, OPS
 from acceptance.schema.dtypes import DTYPE_NAMES
 from acceptance.schema.family import GPU_ONLY, Family, Metric
 from acceptance.schema.fields import PositiveInt, Size, Strict
+from acceptance.schema.sizes import parse_size
 
 
 class Collectives(Strict):
@@ -36,6 +39,21 @@ class Collectives(Strict):
     # which cost a few microseconds each (measured on 2x H200: 13.5 us a call over 20 calls, 10.7 over 200)
     min_timed_s: Annotated[float, Field(ge=0, le=10)] = 0.002
     check_data: bool = True
+    # The spread pass (``collectives.lateness``), after each op's timed loop, which it leaves as it was: this
+    # many blocking calls, each marked on the rank's own timeline, for the ops whose calls end on every rank
+    # together, at the sizes up to ``spread_max_size``; 0: none. 100 calls make the p99 (nearest-rank) the
+    # second longest wait, so one lone preemption of a rank cannot name it while a rank late in a few calls
+    # of every hundred is; blocking calls up to 64 MiB take tens of microseconds to a few milliseconds on GPUs
+    spread_iters: Annotated[int, Field(ge=0, le=10000)] = 100
+    spread_max_size: Size = "64M"
+    # A rank stands out (``collectives.late_ranks``) where its lateness p99 is above spread_ratio x the
+    # median of the other ranks' plus spread_floor_us. Not yet calibrated on GPUs: the slowdowns the rule is
+    # for are late by milliseconds (a GPU time-sliced with another process runs in slices of about a
+    # millisecond or more; a host core shared under Linux's scheduler in slices of milliseconds), while a
+    # healthy rank's host issues a call a few to tens of microseconds after its peers: 4x the peers and
+    # 100 us above them leaves the healthy spread a wide margin and names a rank late by a slice
+    spread_ratio: Annotated[float, Field(ge=1)] = 4.0
+    spread_floor_us: Annotated[float, Field(ge=0)] = 100.0
 
 
 _COLL = "collectives.<op>.<busbw_gbps|time_us|wrong>@<size>"
@@ -47,6 +65,32 @@ def _ops(s: Collectives) -> Sequence[str]:
 
 def _sizes(s: Collectives) -> Sequence[str]:
     return s.sizes
+
+
+def spread_cases(s: Collectives) -> list[tuple[str, str]]:
+    """The op and size cases the spread pass measures (``lateness.applies``)."""
+    return [
+        (op, size)
+        for op in s.ops
+        for size in s.sizes
+        if lateness.applies(op, parse_size(size), s.spread_iters, s.spread_max_size)
+    ]
+
+
+def _spread_ops(s: Collectives) -> Sequence[str]:
+    return list(dict.fromkeys(op for op, _ in spread_cases(s)))
+
+
+def _spread_sizes(s: Collectives) -> Sequence[str]:
+    return list(dict.fromkeys(size for _, size in spread_cases(s)))
+
+
+def _late_bound(s: Collectives) -> Threshold:
+    return Threshold(
+        eq=0,
+        source=f"a rank's lateness p99 above collectives.spread_ratio {s.spread_ratio:g} x the other ranks' "
+        f"median + spread_floor_us {s.spread_floor_us:g}",
+    )
 
 
 _SWEEP = {"op": _ops, "size": _sizes}
@@ -64,6 +108,19 @@ COLLECTIVES = Family(
             kind="correctness",
             domains=_SWEEP,
             builtin=must_be_zero,
+        ),
+        # the worst rank's lateness p99 in the spread pass: information (the gate is late_ranks, a rank against
+        # its peers), judged by a bound alone where a profile sets one (a run's own wait noise is no baseline)
+        Metric[Collectives](
+            r"(?P<op>\w+)\.lateness_p99_us@(?P<size>\w+)",
+            "collectives.<op>.lateness_p99_us@<size>",
+            "lower",
+            scale="bound",
+            domains={"op": _spread_ops, "size": _spread_sizes},
+        ),
+        # the ranks that arrived late in the spread pass: a slow GPU, host core or NIC of the node it names
+        Metric[Collectives](
+            r"(late_ranks)", "collectives.<figure>", "lower", scale="bound", builtin=_late_bound, local=True
         ),
         # the profile's op@size cases the sweep did not measure: each would otherwise go unjudged
         Metric[Collectives](
@@ -96,6 +153,11 @@ class CollectivesConfig(TypedDict):
     min_timed_s: NotRequired[float]  # absent: ``iters`` calls, whatever they last (an isolation round's)
     ops: NotRequired[list[str]]
     sizes: NotRequired[list[str]]
+    # the spread pass's (the sweep's alone: an isolation round and the internode scopes make none)
+    spread_iters: NotRequired[int]
+    spread_max_size: NotRequired[str]
+    spread_ratio: NotRequired[float]
+    spread_floor_us: NotRequired[float]
 
 
 class Figures(TypedDict):
@@ -124,6 +186,8 @@ class Measured(TypedDict):
     loop_seconds: NotRequired[float]
     wrong: int
     timing: str  # how it was timed (nccl, eager, cuda_graph, or why the one asked for could not be)
+    # seconds in each blocking call of the spread pass, on this rank's own timeline (``collectives.lateness``)
+    spread_seconds: NotRequired[list[float]]
 
 
 class CollectiveRow(Figures):
@@ -170,6 +234,10 @@ class SweepResult(TypedDict):
     # per rank, processes not of this run seen on its GPU during the sweep: the cause of a slow collective
     foreign: NotRequired[dict[str, list[ForeignSeen]]]
     transport: NotRequired[TransportRecord]  # NotRequired: evidence from before it was recorded
+    # the spread pass's figures per op and size where it made one, and every rank's node, host and GPU, as a
+    # late rank is named (NotRequired: evidence from before the pass)
+    spread: NotRequired[list[Spread]]
+    places: NotRequired[list[RankPlace]]
 
 
 def figures(
