@@ -3,6 +3,7 @@ small synthetic test files that exercise checking, the verdict table and the ses
 
 from __future__ import annotations
 
+import json
 import re
 import signal
 import socket
@@ -132,6 +133,34 @@ def test_impossible_bound_fails_with_one_line(suite: pytest.Pytester) -> None:
     failed = [c for c in (c for t in data["tests"] for c in t["checks"]) if c["verdict"] == "fail"]
     assert [c["metric"] for c in failed] == ["collectives.all_reduce.busbw_gbps@8M"]
     assert failed[0]["threshold"]["min"] == 1e6
+
+
+@pytest.mark.e2e
+def test_a_rank_past_the_spread_bound_is_named_with_its_node_and_host(suite: pytest.Pytester) -> None:
+    """The spread rule at ratio 1 and no floor, at one op and size: of two ranks whose lateness p99s differ, the
+    later one stands out; the failure names it, and the drain list blames its node (a node's own figure)."""
+    one = ["--cluster-set", "collectives.ops=[all_reduce]", "--cluster-set", "collectives.sizes=[64K]"]
+    one += ["--cluster-set", "thresholds=null"]  # the profile's bounds at other sizes
+    rule = ["--cluster-set", "collectives.spread_ratio=1", "--cluster-set", "collectives.spread_floor_us=0"]
+    result, folder = run_suite(
+        suite, "--cluster-profile", "local-cpu", *one, *rule, "-k", "late_ranks", "tests_cluster/test_collectives.py"
+    )
+    assert counts(result) == {"failed": 1, "deselected": 6}, result.stdout.str()
+    host = socket.gethostname()
+    result.stdout.fnmatch_lines(
+        [
+            "collectives.late_ranks = 1 ranks, expected == 0 (profile local-cpu)",
+            f"rank ? (node 0: {host}, cpu) arrived late at 1 op/size case(s):",
+            "  all_reduce 64K: lateness p99 * us (mean * us); its calls median * us, p99 * us, CV *; the other "
+            "ranks' median lateness p99 * us, bound 1 x * + 0 = * us",
+            "verdict: FAIL; *",
+        ]
+    )
+    data = assert_valid(folder)
+    failed = next(c for t in data["tests"] for c in t["checks"] if c["verdict"] == "fail")
+    assert (failed["metric"], failed["value"], failed["local"]) == ("collectives.late_ranks", 1, True)
+    drained = json.loads((folder / "drain.json").read_text())["nodes"]
+    assert [(n["node"], n["node_fault"]) for n in drained] == [(host, True)]
 
 
 @pytest.mark.e2e

@@ -110,11 +110,11 @@ def test_transport_matches_the_hardware(sweep: collectives_rules.SweepResult, ch
     transport_figure(check, "collectives.transport_mismatches", sweep.get("transport"))
 
 
-def _spreads(check: Checker, sweep: collectives_rules.SweepResult, metric: str) -> list[lateness.Spread]:
+def _spreads(check: Checker, sweep: collectives_rules.SweepResult, metric: str, unit: str) -> list[lateness.Spread]:
     """The spread pass's figures; a sweep that made none where the profile asks for it fails ``metric`` as
     unmeasured (a result from before the pass, or a probe that left it out)."""
     if "spread" not in sweep:
-        check.missing(metric, "ranks", "the sweep recorded no spread pass")
+        check.missing(metric, unit, "the sweep recorded no spread pass")
     return sweep["spread"]
 
 
@@ -122,7 +122,7 @@ def test_lateness(sweep: collectives_rules.SweepResult, spread_case: tuple[str, 
     """The spread pass at one op and size: how late the latest rank arrived (its lateness p99), as information."""
     op, size = spread_case
     metric = f"collectives.{op}.lateness_p99_us@{size}"
-    found = next((s for s in _spreads(check, sweep, metric) if s["op"] == op and s["size"] == size), None)
+    found = next((s for s in _spreads(check, sweep, metric, "us") if s["op"] == op and s["size"] == size), None)
     if found is None:
         check.missing(metric, "us", f"the spread pass has no figures for {op} at {size}")
     check.measurements("spread", found)
@@ -138,7 +138,7 @@ def test_lateness(sweep: collectives_rules.SweepResult, spread_case: tuple[str, 
 def test_late_ranks(cluster: ClusterRun, sweep: collectives_rules.SweepResult, check: Checker) -> None:
     """No rank arrives late at the collectives while its peers wait (a GPU another process shares, a host core
     another task takes, a NIC that stalls): each rank's lateness p99 against the other ranks' at every op and
-    size of the spread pass (``acceptance.families.lateness``)."""
+    size of the spread pass (``acceptance.families.collectives.lateness``)."""
     cfg = COLLECTIVES.section_of(cluster.profile.model)
     cases = collectives_rules.spread_cases(cfg)
     if not cases:
@@ -148,7 +148,7 @@ def test_late_ranks(cluster: ClusterRun, sweep: collectives_rules.SweepResult, c
             f"{cfg.spread_max_size}"
         )
     metric = "collectives.late_ranks"
-    found = [s for s in _spreads(check, sweep, metric) if (s["op"], s["size"]) in cases]
+    found = [s for s in _spreads(check, sweep, metric, "ranks") if (s["op"], s["size"]) in cases]
     missed = [f"{op}@{size}" for op, size in cases if not any((s["op"], s["size"]) == (op, size) for s in found)]
     if missed:
         check.missing(metric, "ranks", f"the spread pass has no figures for {', '.join(missed)}")
