@@ -1,5 +1,5 @@
 """The collectives' figures from measured times, the way nccl-tests computes them (one helper for the sweep
-and the internode comparison)."""
+and the internode comparison); the rank the others waited for in the sweep's spread pass is ``lateness``'s."""
 
 from __future__ import annotations
 
