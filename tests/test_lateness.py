@@ -43,10 +43,10 @@ def test_the_cv_is_the_population_deviation_over_the_mean() -> None:
     assert lateness.cv([0.0, 0.0]) == 0
 
 
-def test_a_rank_s_lateness_is_how_much_less_than_the_longest_it_spent_in_each_call() -> None:
-    # call 0: rank 1 arrived last (1 s in the call against rank 0's 3 s); call 1: together; call 2: rank 0 late
-    seconds = [[3.0, 1.0, 2.0], [1.0, 1.0, 5.0]]
-    assert lateness.lateness(seconds) == [[0.0, 0.0, 3.0], [2.0, 0.0, 0.0]]
+def test_a_rank_s_lateness_is_how_much_longer_than_the_first_it_took_to_get_back_into_each_call() -> None:
+    # call 1: rank 1 came back 2 s after rank 0; call 2: together; call 3: rank 0 came back 3 s after rank 1
+    gaps = [[1.0, 1.0, 5.0], [3.0, 1.0, 2.0]]
+    assert lateness.lateness(gaps) == [[0.0, 0.0, 3.0], [2.0, 0.0, 0.0]]
 
 
 def test_every_rank_must_have_made_the_same_calls() -> None:
@@ -55,14 +55,16 @@ def test_every_rank_must_have_made_the_same_calls() -> None:
 
 
 def test_the_figures_of_each_rank_in_microseconds() -> None:
-    # rank 1 arrives 400 us late in 10 of 100 calls: rank 0 waits for it there
+    # rank 1 gets back into the next call 400 us late 10 times in 100 calls: rank 0 waits for it there
     healthy = [100e-6] * 100
     rank0 = [500e-6 if i % 10 == 0 else 100e-6 for i in range(100)]
-    found = lateness.spread("all_reduce", "1M", [rank0, healthy])
+    back = [20e-6] * 99
+    slow_back = [420e-6 if (i + 1) % 10 == 0 else 20e-6 for i in range(99)]
+    found = lateness.spread("all_reduce", "1M", [rank0, healthy], [back, slow_back])
     assert (found["op"], found["size"], found["calls"]) == ("all_reduce", "1M", 100)
     waited, late = found["ranks"]
     assert late["lateness_p99_us"] == pytest.approx(400)
-    assert late["lateness_mean_us"] == pytest.approx(40)
+    assert late["lateness_mean_us"] == pytest.approx(400 * 9 / 99)
     assert waited["lateness_p99_us"] == 0 and waited["lateness_mean_us"] == 0
     assert waited["p99_us"] == pytest.approx(500) and waited["median_us"] == pytest.approx(100)
     assert waited["cv"] == pytest.approx(lateness.cv(rank0))
@@ -177,12 +179,19 @@ def test_the_figures_are_named_only_where_the_pass_is_made_and_late_ranks_is_gat
     assert COLLECTIVES.section_of(profile).spread_iters == 100
 
 
-def test_blocking_calls_on_the_cpu_time_each_call_on_the_host_clock() -> None:
-    ctx: Any = SimpleNamespace(is_cuda=False, progress=lambda: None)
+def test_blocking_calls_on_the_cpu_time_each_call_and_the_way_back_into_the_next_on_the_host_clock() -> None:
     pauses = itertools.cycle([0.0, 0.002])
-    seconds = windows.blocking_calls(ctx, lambda: time.sleep(next(pauses)), 6)
-    assert len(seconds) == 6
-    assert all(s >= 0.002 for s in seconds[1::2])  # each call's own time, whatever the host did between them
+    ticks = itertools.count()
+
+    def progress() -> None:  # the host held back before every third call but the first
+        if next(ticks) % 3 == 2:
+            time.sleep(0.003)
+
+    ctx: Any = SimpleNamespace(is_cuda=False, progress=progress)
+    found = windows.blocking_calls(ctx, lambda: time.sleep(next(pauses)), 6)
+    assert len(found.seconds) == 6 and len(found.gaps) == 5
+    assert all(s >= 0.002 for s in found.seconds[1::2])  # each call's own time, whatever the host did between them
+    assert found.gaps[1] >= 0.003 and found.gaps[4] >= 0.003  # the way back into calls 3 and 6
 
 
 def test_a_call_that_fails_fails_the_pass() -> None:
@@ -240,8 +249,9 @@ def _member(rank: int, folder: str, late: int | None) -> None:
             "seconds": [1e-3],
             "wrong": 0,
             "timing": "eager",
-            "spread_seconds": collectives.spread_pass(ctx, timed, CALLS),
         }
+        blocking = collectives.spread_pass(ctx, timed, CALLS)
+        measured["spread_seconds"], measured["spread_gaps"] = blocking.seconds, blocking.gaps
         rows, spreads = collectives.reduce_rows(ctx, [measured])
         if rank == 0:
             (out / "result.json").write_text(json.dumps({"rows": rows, "spread": spreads}))

@@ -116,9 +116,9 @@ def time_graph(op: Op, ctx: Ctx, warmup: int, iters: int) -> list[float]:
     return graph.replay()
 
 
-def spread_pass(ctx: Ctx, timed: HostTimed, calls: int) -> list[float]:
+def spread_pass(ctx: Ctx, timed: HostTimed, calls: int) -> windows.Blocking:
     """The spread pass (``collectives.lateness``): the ranks lined up, then ``calls`` blocking calls, each marked
-    on this rank's own timeline (``windows.blocking_calls``); its seconds in each. Through the checked call of
+    on this rank's own timeline (``windows.blocking_calls``). Through the checked call of
     the timed loop's own path: NCCL called directly where the loop was, else torch's eager op (a CUDA graph's
     loop has no call of its own to block on)."""
     ctx.progress()
@@ -229,7 +229,7 @@ def measure(
             seconds, loop = time_eager(_torch_timed(op), ctx, group, cfg)
     else:
         seconds, loop = time_eager(timed, ctx, group, cfg)
-    blocking: list[float] | None = None
+    blocking: windows.Blocking | None = None
     if spread:
         ctx.phase(f"{name} {format_size(nbytes)} spread")
         blocking = spread_pass(ctx, timed, spread)
@@ -248,7 +248,8 @@ def measure(
     if loop is not None:
         measured["loop_seconds"] = loop
     if blocking is not None:
-        measured["spread_seconds"] = blocking
+        measured["spread_seconds"] = blocking.seconds
+        measured["spread_gaps"] = blocking.gaps
     return measured
 
 
@@ -275,7 +276,8 @@ def reduce_rows(ctx: Ctx, mine: list[Measured]) -> tuple[list[CollectiveRow], li
         )
         if "spread_seconds" in row:  # every rank made the pass or none (``spread_calls`` reads the same settings)
             blocking = [ranks[i]["spread_seconds"] for ranks in every]
-            spreads.append(lateness.spread(row["op"], row["size"], blocking))
+            gaps = [ranks[i].get("spread_gaps", []) for ranks in every]
+            spreads.append(lateness.spread(row["op"], row["size"], blocking, gaps))
     return rows, spreads
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import itertools
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Protocol
 
 import torch
@@ -56,15 +57,22 @@ def timed_loop(ctx: Ctx, fn: Callable[[], object], calls: list[int]) -> tuple[li
     return per_window, (stamps[-1] - stamps[0]) / sum(calls)
 
 
-def blocking_calls(ctx: Ctx, fn: Callable[[], object], calls: int) -> list[float]:
-    """Seconds of each of ``calls`` calls of ``fn`` on this rank's own timeline, each waited for before the
-    next is issued (nccl-tests' ``-z 1``: the stream is never fed ahead, so each call starts when this rank
-    gets to it). A mark right before and after each call: CUDA events on the stream on a GPU (the one before
-    runs when this rank's GPU reaches it, late where its host issued late or another process held the GPU),
-    the host clock on the CPU (where the call returns when it is done). ``fn`` raises on an error. On a GPU the
-    mark after a call is the device's, so a host that stalls once the call is issued (most of its time: it
-    waits for the stream) issues the next call late, which is the lateness the pass reads; on the CPU a stall
-    between the call's end and the host clock's mark lengthens the rank's own call as well."""
+@dataclass(frozen=True)
+class Blocking:
+    """A blocking loop on one rank's own timeline: its seconds in each call, and from the end of each call to
+    the start of the next (``calls - 1`` of them)."""
+
+    seconds: list[float]
+    gaps: list[float]
+
+
+def blocking_calls(ctx: Ctx, fn: Callable[[], object], calls: int) -> Blocking:
+    """``calls`` calls of ``fn``, each waited for before the next is issued (nccl-tests' ``-z 1``: the stream is
+    never fed ahead, so each call starts when this rank gets to it), a mark right before and after each: CUDA
+    events on the stream on a GPU, the host clock on the CPU (where a call returns when it is done). The time
+    from one call's end mark to the next call's start mark is this rank's own way back into the next call: on
+    a GPU the start mark runs when this rank's GPU reaches it, late where its host issued late (a core taken
+    by another task) or another process held the GPU. ``fn`` raises on an error."""
     marks: _Marks = _EventMarks(ctx, calls) if ctx.is_cuda else _ClockMarks()
     for _ in range(calls):
         ctx.progress()  # before each call: a rank that stops short of one shows less progress than its peers
@@ -72,7 +80,8 @@ def blocking_calls(ctx: Ctx, fn: Callable[[], object], calls: int) -> list[float
         fn()
         marks.mark()
         marks.wait()
-    return marks.seconds()
+    between = marks.intervals()
+    return Blocking(seconds=between[0::2], gaps=between[1::2])
 
 
 class _Marks(Protocol):
@@ -80,8 +89,8 @@ class _Marks(Protocol):
 
     def wait(self) -> None: ...
 
-    def seconds(self) -> list[float]:
-        """The time between each two marks in turn (the first and second, the third and fourth ...)."""
+    def intervals(self) -> list[float]:
+        """Seconds between each mark and the next, in turn."""
         ...
 
 
@@ -95,8 +104,8 @@ class _ClockMarks:
     def wait(self) -> None:
         """Nothing to wait for: a call on the CPU has returned when it is done."""
 
-    def seconds(self) -> list[float]:
-        return [after - before for before, after in zip(self.stamps[::2], self.stamps[1::2], strict=True)]
+    def intervals(self) -> list[float]:
+        return [after - before for before, after in itertools.pairwise(self.stamps)]
 
 
 class _EventMarks:
@@ -114,9 +123,9 @@ class _EventMarks:
     def wait(self) -> None:
         self.stream.synchronize()
 
-    def seconds(self) -> list[float]:
+    def intervals(self) -> list[float]:
         done = self.events[: self.recorded]
-        return [before.elapsed_time(after) / 1e3 for before, after in zip(done[::2], done[1::2], strict=True)]
+        return [before.elapsed_time(after) / 1e3 for before, after in itertools.pairwise(done)]
 
 
 def _raise_on(failed: int | None) -> None:

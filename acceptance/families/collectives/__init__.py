@@ -188,6 +188,8 @@ class Measured(TypedDict):
     timing: str  # how it was timed (nccl, eager, cuda_graph, or why the one asked for could not be)
     # seconds in each blocking call of the spread pass, on this rank's own timeline (``collectives.lateness``)
     spread_seconds: NotRequired[list[float]]
+    # from each blocking call's end to the next one's start, on the same timeline
+    spread_gaps: NotRequired[list[float]]
 
 
 class CollectiveRow(Figures):

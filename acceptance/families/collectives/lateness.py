@@ -5,13 +5,17 @@ rank's call times are the same whichever rank is slow (a GPU that another proces
 another task takes, a NIC that stalls), and a rank's p99 of them names nobody. What differs is who arrives
 late. After each op's timed loop the sweep makes ``spread_iters`` blocking calls (each waited for before the
 next is issued, as nccl-tests' ``-z 1``), each marked on the rank's own timeline right before and after it
-(CUDA events on the rank's stream, the host clock on the CPU): e_r(i) is rank r's time in call i. Where the
-op ends on every rank about when the last rank arrives (``OPS[op].waits_for_all``), the last to arrive has
-the shortest time in the call and the others waited for it:
+(CUDA events on the rank's stream, the host clock on the CPU): e_r(i) is rank r's time in call i, g_r(i) its
+time from the end of call i - 1 to the start of call i, its own way back into the next call. Where the op
+ends on every rank together (``OPS[op].waits_for_all``), the end of a call is one moment on every rank, so
+the rank that reached call i last is the one with the longest way back, and the others waited for it:
 
-    lateness_r(i) = max over ranks of e(i) - e_r(i)
+    lateness_r(i) = g_r(i) - min over ranks of g(i)
 
-the wait attribution of MPI profilers, which needs no clock shared between ranks or nodes. A rank stands
+which needs no clock shared between ranks or nodes. The time inside a call cannot tell who was late: with
+two ranks, one that arrived late and one stalled inside the call (its GPU taken by another process mid-way,
+which lets its peer finish its own part first) leave the same difference between their times in the call,
+and counting it as lateness named the healthy rank on a GPU machine (docs/measurements.md). A rank stands
 out where its lateness p99 is above ``spread_ratio`` x the median of the other ranks' lateness p99s plus
 ``spread_floor_us``: a rank against its peers of the same run, so the rule needs no measured reference.
 
@@ -81,24 +85,24 @@ def cv(values: Sequence[float]) -> float:
     return statistics.pstdev(values, mean) / mean if mean > 0 else 0.0
 
 
-def lateness(seconds: Sequence[Sequence[float]]) -> list[list[float]]:
-    """Per rank and call, how much sooner than the longest it left the call: max over ranks of e(i) - e_r(i)
-    (``seconds[r][i]`` = e_r(i), every rank the same calls). The rank that arrived last waited least."""
-    longest = [max(call) for call in zip(*seconds, strict=True)]
-    return [[top - mine for top, mine in zip(longest, rank, strict=True)] for rank in seconds]
+def lateness(gaps: Sequence[Sequence[float]]) -> list[list[float]]:
+    """Per rank and call, how much later than the first it got back into the call: g_r(i) - min over ranks of
+    g(i) (``gaps[r][i]`` = g_r(i), every rank the same calls). The rank the others waited for came back last."""
+    first = [min(call) for call in zip(*gaps, strict=True)]
+    return [[mine - soonest for soonest, mine in zip(first, rank, strict=True)] for rank in gaps]
 
 
-def spread(op: str, size: str, seconds: Sequence[Sequence[float]]) -> Spread:
+def spread(op: str, size: str, seconds: Sequence[Sequence[float]], gaps: Sequence[Sequence[float]]) -> Spread:
     """Every rank's figures of ``op`` at ``size`` from every rank's seconds in each blocking call
-    (``seconds[r][i]``)."""
-    late = lateness(seconds)
+    (``seconds[r][i]``) and between two of them (``gaps[r][i]``: from the end of call i to the start of i + 1)."""
+    late = lateness(gaps)
     ranks: list[RankSpread] = [
         {
             "median_us": statistics.median(mine) * 1e6,
             "p99_us": nearest_rank(mine, P99) * 1e6,
             "cv": cv(mine),
-            "lateness_p99_us": nearest_rank(waited, P99) * 1e6,
-            "lateness_mean_us": statistics.fmean(waited) * 1e6,
+            "lateness_p99_us": nearest_rank(waited, P99) * 1e6 if waited else 0.0,
+            "lateness_mean_us": statistics.fmean(waited) * 1e6 if waited else 0.0,
         }
         for mine, waited in zip(seconds, late, strict=True)
     ]
