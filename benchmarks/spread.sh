@@ -9,6 +9,8 @@
 #   slowed   the family again, with a bf16 matmul loop (benchmarks/matmul_loop.py) on GPU 1 started DELAY seconds
 #            in (default 15: after the preflight, which would name the process and stop the run, before the
 #            sweep): late_ranks must name rank 1, with the loop's process as the cause
+#   cpushared  the family again, rank 1's processes (RANK=1 in their environment) pinned to one core DELAY seconds
+#            in, with two busy loops on that core: late_ranks must name rank 1
 # Each run's output and evidence go under $OUT (<name>.txt, ev-<name>/); after each run, its late_ranks line and
 # every rank's lateness p99 per op and size of the spread pass are printed.
 set -euo pipefail
@@ -54,6 +56,24 @@ for step in "${steps[@]}"; do
       family slowed
       kill "$loop" 2>/dev/null || true
       wait || true ;;
+    cpushared)
+      (
+        sleep "${DELAY:-15}"
+        core=$(( $(nproc) - 1 ))
+        for env in /proc/[0-9]*/environ; do
+          pid=${env#/proc/}; pid=${pid%/environ}
+          tr '\0' '\n' < "$env" 2>/dev/null | grep -qx 'RANK=1' || continue
+          grep -q python /proc/"$pid"/cmdline 2>/dev/null && taskset -a -p -c "$core" "$pid" > /dev/null && echo "pinned $pid to core $core"
+        done
+        for _ in 1 2; do taskset -c "$core" timeout 120 python3 -c 'while True: pass' & done
+        wait
+      ) > "$OUT/hog.txt" 2>&1 &
+      hog=$!
+      family cpushared
+      pkill -f 'while True: pass' 2>/dev/null || true
+      kill "$hog" 2>/dev/null || true
+      wait || true
+      cat "$OUT/hog.txt" ;;
     *) echo "unknown step $step" >&2; exit 4 ;;
   esac
 done
