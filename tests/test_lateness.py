@@ -179,6 +179,18 @@ def test_the_figures_are_named_only_where_the_pass_is_made_and_late_ranks_is_gat
     assert COLLECTIVES.section_of(profile).spread_iters == 100
 
 
+def test_a_rank_is_named_only_where_it_stands_out_in_its_share_of_the_cases() -> None:
+    # rank 1 stands out in 1 of 4 cases (a healthy host's lone stall), rank 0 in 3 of 4 (a shared core)
+    cases = [_spread(900.0, 5.0), _spread(800.0, 5.0, size="4M"), _spread(5.0, 700.0, size="16M"),
+             _spread(950.0, 5.0, op="all_gather")]  # fmt: skip
+    assert {x.rank for x in lateness.late_ranks(cases, ratio=4, floor_us=100)} == {0, 1}
+    found = lateness.late_ranks(cases, ratio=4, floor_us=100, share=0.5)
+    assert [(x.rank, x.size) for x in found] == [(0, "1M"), (0, "4M"), (0, "1M")]
+    assert lateness.late_ranks(cases, ratio=4, floor_us=100, share=1.0) == []
+    # one case: a rank that stands out there is named whatever the share
+    assert [x.rank for x in lateness.late_ranks(cases[:1], ratio=4, floor_us=100, share=0.25)] == [0]
+
+
 def test_blocking_calls_on_the_cpu_time_each_call_and_the_way_back_into_the_next_on_the_host_clock() -> None:
     pauses = itertools.cycle([0.0, 0.002])
     ticks = itertools.count()

@@ -3,7 +3,6 @@ small synthetic test files that exercise checking, the verdict table and the ses
 
 from __future__ import annotations
 
-import json
 import re
 import signal
 import socket
@@ -138,7 +137,7 @@ def test_impossible_bound_fails_with_one_line(suite: pytest.Pytester) -> None:
 @pytest.mark.e2e
 def test_a_rank_past_the_spread_bound_is_named_with_its_node_and_host(suite: pytest.Pytester) -> None:
     """The spread rule at ratio 1 and no floor, at one op and size: of two ranks whose lateness p99s differ, the
-    later one stands out; the failure names it, and the drain list blames its node (a node's own figure)."""
+    later one stands out; the failure names it (not a node's own figure: its cause may be another task's)."""
     one = ["--cluster-set", "collectives.ops=[all_reduce]", "--cluster-set", "collectives.sizes=[64K]"]
     one += ["--cluster-set", "thresholds=null"]  # the profile's bounds at other sizes
     rule = ["--cluster-set", "collectives.spread_ratio=1", "--cluster-set", "collectives.spread_floor_us=0"]
@@ -158,9 +157,7 @@ def test_a_rank_past_the_spread_bound_is_named_with_its_node_and_host(suite: pyt
     )
     data = assert_valid(folder)
     failed = next(c for t in data["tests"] for c in t["checks"] if c["verdict"] == "fail")
-    assert (failed["metric"], failed["value"], failed["local"]) == ("collectives.late_ranks", 1, True)
-    drained = json.loads((folder / "drain.json").read_text())["nodes"]
-    assert [(n["node"], n["node_fault"]) for n in drained] == [(host, True)]
+    assert (failed["metric"], failed["value"], failed["local"]) == ("collectives.late_ranks", 1, False)
 
 
 @pytest.mark.e2e

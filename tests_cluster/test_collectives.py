@@ -153,7 +153,7 @@ def test_late_ranks(cluster: ClusterRun, sweep: collectives_rules.SweepResult, c
     if missed:
         check.missing(metric, "ranks", f"the spread pass has no figures for {', '.join(missed)}")
     ratio, floor = cfg.spread_ratio, cfg.spread_floor_us
-    late = lateness.late_ranks(found, ratio, floor)
+    late = lateness.late_ranks(found, ratio, floor, cfg.spread_min_share)
     places = sweep.get("places", [])
     latest = max(found, key=lambda s: s["ranks"][lateness.worst(s)]["lateness_p99_us"])
     worst = lateness.worst(latest)

@@ -44,6 +44,7 @@ DEFAULT_MICRO_BATCH = (4, 2)
 SPREAD_RULE: JSONObject = {
     "spread_ratio": Collectives().spread_ratio,
     "spread_floor_us": Collectives().spread_floor_us,
+    "spread_min_share": Collectives().spread_min_share,
 }
 
 

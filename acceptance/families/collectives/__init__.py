@@ -54,6 +54,10 @@ class Collectives(Strict):
     # 100 us above them leaves the healthy spread a wide margin and names a rank late by a slice
     spread_ratio: Annotated[float, Field(ge=1)] = 4.0
     spread_floor_us: Annotated[float, Field(ge=0)] = 100.0
+    # ... in at least this share of the pass's op/size cases. Measured on 2x H200 (docs/measurements.md,
+    # "The rank the others waited for"): a healthy rank's host stalls past that bound now and then (a
+    # millisecond, in 1-2 of 16 cases in four runs of five), a rank whose core two busy loops share in 14 of 16
+    spread_min_share: Annotated[float, Field(ge=0, le=1)] = 0.25
 
 
 _COLL = "collectives.<op>.<busbw_gbps|time_us|wrong>@<size>"
@@ -89,7 +93,8 @@ def _late_bound(s: Collectives) -> Threshold:
     return Threshold(
         eq=0,
         source=f"a rank's lateness p99 above collectives.spread_ratio {s.spread_ratio:g} x the other ranks' "
-        f"median + spread_floor_us {s.spread_floor_us:g}",
+        f"median + spread_floor_us {s.spread_floor_us:g}, in at least spread_min_share {s.spread_min_share:g} "
+        "of the cases",
     )
 
 
@@ -118,10 +123,10 @@ COLLECTIVES = Family(
             scale="bound",
             domains={"op": _spread_ops, "size": _spread_sizes},
         ),
-        # the ranks that arrived late in the spread pass: a slow GPU, host core or NIC of the node it names
-        Metric[Collectives](
-            r"(late_ranks)", "collectives.<figure>", "lower", scale="bound", builtin=_late_bound, local=True
-        ),
+        # the ranks that arrived late in the spread pass. Not a node's own figure: a late rank's cause may be its
+        # node's (a jittery core or NIC) or a task another job or daemon runs beside it, so across nodes the
+        # drain list marks its node for review rather than drains it
+        Metric[Collectives](r"(late_ranks)", "collectives.<figure>", "lower", scale="bound", builtin=_late_bound),
         # the profile's op@size cases the sweep did not measure: each would otherwise go unjudged
         Metric[Collectives](
             r"(missing_cases)", "collectives.<figure>", "lower", kind="correctness", builtin=must_be_zero
@@ -158,6 +163,7 @@ class CollectivesConfig(TypedDict):
     spread_max_size: NotRequired[str]
     spread_ratio: NotRequired[float]
     spread_floor_us: NotRequired[float]
+    spread_min_share: NotRequired[float]
 
 
 class Figures(TypedDict):

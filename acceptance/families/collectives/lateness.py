@@ -17,7 +17,8 @@ two ranks, one that arrived late and one stalled inside the call (its GPU taken 
 which lets its peer finish its own part first) leave the same difference between their times in the call,
 and counting it as lateness named the healthy rank on a GPU machine (docs/measurements.md). A rank stands
 out where its lateness p99 is above ``spread_ratio`` x the median of the other ranks' lateness p99s plus
-``spread_floor_us``: a rank against its peers of the same run, so the rule needs no measured reference.
+``spread_floor_us``, and is named where it stands out in at least ``spread_min_share`` of the cases: a rank
+against its peers of the same run, so the rule needs no measured reference.
 
 Percentiles are nearest-rank, as nccl-tests' per-iteration report (``-I 1``: ``computeIterStats`` in
 src/util.cu); the CV is the population standard deviation over the mean, as its ``cv`` column (a fraction here).
@@ -25,7 +26,9 @@ src/util.cu); the CV is the population standard deviation over the mean, as its 
 
 from __future__ import annotations
 
+import math
 import statistics
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TypedDict
@@ -138,9 +141,14 @@ def stands_out(found: Spread, ratio: float, floor_us: float) -> list[Late]:
     return out
 
 
-def late_ranks(cases: Sequence[Spread], ratio: float, floor_us: float) -> list[Late]:
-    """Every (rank, op, size) that stood out over the cases, in the cases' order."""
-    return [late for found in cases for late in stands_out(found, ratio, floor_us)]
+def late_ranks(cases: Sequence[Spread], ratio: float, floor_us: float, share: float = 0.0) -> list[Late]:
+    """Every (rank, op, size) that stood out over the cases, in the cases' order, of the ranks that stood out
+    in at least ``share`` of the cases (one at least): a host stalls once in a while on any healthy rank, a
+    rank held back by its core or its GPU is late case after case."""
+    found = [late for case in cases for late in stands_out(case, ratio, floor_us)]
+    least = max(1, math.ceil(share * len(cases) - 1e-9))
+    counts = Counter(late.rank for late in found)
+    return [late for late in found if counts[late.rank] >= least]
 
 
 def worst(found: Spread) -> int:
