@@ -9,7 +9,8 @@
 #            the default suite on both nodes at once, with node 1 started NCCL_P2P_DISABLE=1, then healthy.
 #            NCCL_HOSTID tells NCCL the two are different hosts (NCCL's utils.cc getHostHash), so that
 #            traffic between them takes its network transport, as between two machines; twonode-p2poff and
-#            twonode-healthy run one of the two (TWONODE_ARGS: pytest's selection for the faulty one)
+#            twonode-healthy run one of the two (TWONODE_MARK: a pytest -m selection for both, e.g.
+#            "connectivity or collectives or internode")
 # e.g. `benchmarks/anycluster.sh healthy p2poff` then `benchmarks/anycluster.sh shmoff compare` (NAME, default x4).
 [ -n "${OUT:-}" ] || { echo "OUT: name an empty folder for what the runs write" >&2; exit 2; }
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl || exit 1
@@ -30,11 +31,13 @@ suite() {  # NAME [VAR=VALUE...]: the default suite under the profile init wrote
 }
 nodes2() {  # STEP PORT [VAR=VALUE...]: both nodes at once; the VARs for node 1 only
   local step=$1 port=$2 start; shift 2; start=$(date +%s.%N)
+  local select=()
+  [ -n "${TWONODE_MARK:-}" ] && select=(-m "$TWONODE_MARK")
   for rank in 0 1; do
     if [ "$rank" = 1 ]; then set1=("$@"); else set1=(); fi
     env "${set1[@]}" NNODES=2 NODE_RANK=$rank MASTER_ADDR=127.0.0.1 MASTER_PORT=$port NCCL_HOSTID="node$rank" \
       CUDA_VISIBLE_DEVICES=$([ "$rank" = 0 ] && echo 0,1 || echo 2,3) timeout 400 python3 -m pytest -p no:cacheprovider \
-      --cluster-profile "$NAME-2n" tests_cluster/ ${TWONODE_ARGS:-} --cluster-evidence "$OUT/$step-n$rank" \
+      --cluster-profile "$NAME-2n" tests_cluster/ "${select[@]}" --cluster-evidence "$OUT/$step-n$rank" \
       > "$OUT/$step-n$rank.txt" 2>&1 &
   done
   wait
@@ -54,12 +57,12 @@ for step in "$@"; do
                                              cp "thresholds/$NAME-2n.yaml" "$OUT/"; cat "$OUT/init-2n.txt"; }
       nodes2 p2poff2n 29420 NCCL_P2P_DISABLE=1
       nodes2 healthy2n 29410 ;;
-    twonode-p2poff)  # the faulty run alone, its families chosen by TWONODE_ARGS (e.g. "-m connectivity")
+    twonode-p2poff)  # the faulty run alone
       [ -f "thresholds/$NAME-2n.yaml" ] || { CUDA_VISIBLE_DEVICES=0,1 ca init --name "$NAME-2n" --nodes 2 > "$OUT/init-2n.txt" 2>&1; }
       nodes2 p2poff2n 29420 NCCL_P2P_DISABLE=1 ;;
     twonode-healthy)
       [ -f "thresholds/$NAME-2n.yaml" ] || { CUDA_VISIBLE_DEVICES=0,1 ca init --name "$NAME-2n" --nodes 2 > "$OUT/init-2n.txt" 2>&1; }
-      TWONODE_ARGS="" nodes2 healthy2n 29410 ;;
+      nodes2 healthy2n 29410 ;;
     healthy) suite healthy ;;
     p2poff) suite p2poff NCCL_P2P_DISABLE=1 ;;
     shmoff) suite shmoff NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 ;;

@@ -14,11 +14,12 @@ import yaml
 from acceptance.cli import init as init_cli
 from acceptance.cli.main import main
 from acceptance.families.answers import NotMeasured, not_measured
+from acceptance.families.collectives import COLLECTIVES
 from acceptance.families.health import HEALTH, GpuAnswers, NodeAnswers
 from acceptance.families.training import TRAINING
 from acceptance.probes.node_survey import Sources, detect
 from acceptance.probes.nvml import GpuLinksAnswer, NvLinkAnswer
-from acceptance.profile import loader
+from acceptance.profile import initial, loader
 from acceptance.profile.node_facts import NodeFacts
 from acceptance.profile.references import Setup, load, table
 from acceptance.profile.strict_yaml import ProfileError
@@ -176,6 +177,22 @@ def test_two_nodes_bound_every_rail_by_the_nic_found(tmp_path: Path) -> None:
     assert low == pytest.approx(38.4) and "nccl-tests issue #319" in source
     # 16 GPUs over the network: no intra-node reference applies to the world's all_reduce
     assert profile.threshold("collectives.all_reduce.busbw_gbps@4G") is None
+
+
+def test_two_nodes_with_no_rdma_port_meet_over_sockets_sized_for_them_with_no_scaling_bar(tmp_path: Path) -> None:
+    src = sources(tmp_path, nvml_node(H200, 2, 18))
+    profile, _ = run_init(tmp_path, src, nodes=2)
+    assert COLLECTIVES.section_of(profile.model).sizes == list(initial.SOCKET_SIZES)
+    assert profile.threshold("training.scaling_efficiency") is None
+    assert profile.threshold("internode.rail_min_gbps") is None  # no RDMA port: no rate to floor a rail by
+    one, _ = run_init(tmp_path, sources(tmp_path / "one", nvml_node(H200, 2, 18)), name="one")
+    p2p = bound(profile, "connectivity.p2p_min_gbps")[0]
+    assert p2p is not None and p2p == bound(one, "connectivity.p2p_min_gbps")[0]  # each node's own pairs
+    assert "no RDMA port: NCCL goes over TCP sockets" in (tmp_path / "new-cluster.yaml").read_text()
+    # the same node with an InfiniBand port keeps the full sizes and the bar
+    ib, _ = run_init(tmp_path, sources(tmp_path / "ib", nvml_node(H200, 2, 18), ports=(NDR,)), nodes=2, name="ib")
+    assert COLLECTIVES.section_of(ib.model).sizes == list(initial.GPU_SIZES)
+    assert bound(ib, "training.scaling_efficiency")[0] == pytest.approx(0.846)
 
 
 def test_a_pcie_node_of_a_gpu_the_table_does_not_know_is_bounded_by_its_pcie_links(tmp_path: Path) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import socket
 import time
 from collections import Counter
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -78,12 +79,18 @@ def every_link(ctx: Ctx, ranks: list[RankDevice], cfg: ConnectivityConfig) -> Li
     nodes = list(ranks_by_node(ranks, key="node").values())
     nbytes = parse_size(cfg["p2p_size"])
 
-    def measured(rounds: list[list[connectivity.Pair]]) -> list[Link]:
-        found = [k for mine in ctx.gather(measure_rounds(ctx, rounds, nbytes, cfg["p2p_iters"])) for k in mine]
+    def measured(rounds: list[list[connectivity.Pair]], group: Any = None) -> list[Link]:
+        mine = measure_rounds(ctx, rounds, nbytes, cfg["p2p_iters"], group)
+        found = [k for theirs in ctx.gather(mine) for k in theirs]
         return name_links(found, ranks, node_of={r["rank"]: r["node"] for r in ranks})
 
     p2p_rounds, rail_rounds = connectivity.intranode_rounds(nodes), connectivity.rail_rounds(nodes)
-    p2p = measured(p2p_rounds)
+    # The links inside a node go through the node's own communicator, as a job's tensor-parallel group's do.
+    # On the world's, NCCL gives point-to-point traffic no more channels than the world's rings have (its
+    # ncclTopoComputeP2pChannels), which the network between nodes sets: two nodes joined by sockets read
+    # 48.5 GB/s over NVLink that carries 287-305 within one node (docs/measurements.md).
+    inside = ctx.subgroups(nodes) if len(nodes) > 1 else None
+    p2p = measured(p2p_rounds, inside)
     rails = measured(rail_rounds)
     return {
         "p2p": p2p,

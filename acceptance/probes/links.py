@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import statistics
 import time
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -35,8 +36,12 @@ def payload(rank: int, count: int, device: torch.device) -> torch.Tensor:
     return (torch.arange(count, device=device, dtype=torch.int64) % 1021 + rank).to(torch.float32)
 
 
-def measure_rounds(ctx: Ctx, rounds: list[list[Pair]], nbytes: int, iters: int) -> list[RoundTransfer]:
-    """The links this rank received, every round, both directions; the caller gathers and names them."""
+def measure_rounds(
+    ctx: Ctx, rounds: list[list[Pair]], nbytes: int, iters: int, group: Any = None
+) -> list[RoundTransfer]:
+    """The links this rank received, every round, both directions; the caller gathers and names them. ``group``:
+    the communicator the transfers go through (this rank's node's, for the links inside it; None: the world's).
+    """
     count = max(1, nbytes // 4)
     send = payload(ctx.rank, count, ctx.device)
     recv = torch.empty(count, device=ctx.device, dtype=torch.float32)
@@ -44,13 +49,15 @@ def measure_rounds(ctx: Ctx, rounds: list[list[Pair]], nbytes: int, iters: int) 
     for number, pairs in enumerate(rounds, start=1):
         for directed in (pairs, [(b, a) for a, b in pairs]):
             ctx.phase(f"links round {number}")
-            link = _transfer(ctx, directed, send, recv, iters)
+            link = _transfer(ctx, directed, send, recv, iters, group)
             if link is not None:
                 mine.append({**link, "round": number})
     return mine
 
 
-def _transfer(ctx: Ctx, directed: list[Pair], send: torch.Tensor, recv: torch.Tensor, iters: int) -> Transfer | None:
+def _transfer(
+    ctx: Ctx, directed: list[Pair], send: torch.Tensor, recv: torch.Tensor, iters: int, group: Any
+) -> Transfer | None:
     role = next(((src, dst) for src, dst in directed if ctx.rank in (src, dst)), None)
     times = []
     for _ in range(iters + 1):
@@ -60,7 +67,11 @@ def _transfer(ctx: Ctx, directed: list[Pair], send: torch.Tensor, recv: torch.Te
         if role is not None:
             src, dst = role
             # batched P2P: NCCL runs it on the process group's communicator without serialising warnings
-            op = dist.P2POp(dist.isend, send, dst) if ctx.rank == src else dist.P2POp(dist.irecv, recv, src)
+            op = (
+                dist.P2POp(dist.isend, send, dst, group=group)
+                if ctx.rank == src
+                else dist.P2POp(dist.irecv, recv, src, group=group)
+            )
             for work in dist.batch_isend_irecv([op]):
                 work.wait()
         ctx.sync()

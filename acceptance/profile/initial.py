@@ -22,7 +22,7 @@ import yaml
 from acceptance.families.collectives import Collectives
 from acceptance.json_types import JSONObject
 from acceptance.numbers import fmt
-from acceptance.profile.floors import P2P_SIZE, HardwareFloor, hardware_floors
+from acceptance.profile.floors import P2P_SIZE, HardwareFloor, hardware_floors, rail_path
 from acceptance.profile.node_facts import NodeFacts
 from acceptance.profile.references import Reference, ReferenceTable
 from acceptance.schema.sizes import parse_size
@@ -30,6 +30,10 @@ from acceptance.schema.sizes import parse_size
 CPU_PARENT = "local-cpu"
 GPU_OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "sendrecv")
 GPU_SIZES = ("1M", "256M", "1G", "4G")
+# Nodes with no active RDMA port talk over NCCL's TCP sockets: 3.4-3.8 GB/s all_reduce busbw at 256M-1G
+# between two nodes of one host (docs/measurements.md, "The same host as two nodes"). At that pace six ops at
+# 1G and 4G take minutes past the family's timeout; 256M is already bound by the network, not the launch.
+SOCKET_SIZES = ("1M", "64M", "256M")
 # the per-GPU figures gated on the slowest GPU of the run (compute's ``_min``)
 PER_GPU_STATISTIC = "_min"
 # The GPU workload the training references were measured with (docs/measurements.md, the Training tables):
@@ -81,11 +85,14 @@ def bounds_for(facts: NodeFacts, nodes: int, table: ReferenceTable) -> list[Boun
     world = nodes * facts.gpu_count
     trains = _trains_reference_workload(table, setup.gpu)
     out: list[Bound] = []
+    sockets = over_sockets(facts, nodes)
     for row in table.rows_for(setup):
-        out += [Bound.of_row(metric, row) for metric in _metrics(row, world, nodes, trains)]
+        out += [
+            Bound.of_row(m, row) for m in _metrics(row, world, nodes, trains, facts) if not (sockets and _rdma_bar(m))
+        ]
     bounded = {b.metric for b in out}
     ops = GPU_OPS if world >= 2 else ()
-    floors = hardware_floors(facts, nodes, ops, GPU_SIZES)
+    floors = hardware_floors(facts, nodes, ops, collective_sizes(facts, nodes))
     out += [Bound.of_floor(f) for f in floors if f.metric not in bounded]
     return out
 
@@ -95,13 +102,28 @@ def _trains_reference_workload(table: ReferenceTable, gpu: str | None) -> bool:
     return gpu is not None and any(r.gpu == gpu and r.figure.startswith("training.") for r in table.references)
 
 
-def _metrics(row: Reference, world: int, nodes: int, trains: bool) -> list[str]:
+def over_sockets(facts: NodeFacts, nodes: int) -> bool:
+    """Several nodes with no active RDMA port between them: NCCL's TCP sockets carry the traffic across."""
+    return nodes > 1 and rail_path(facts) is None
+
+
+def collective_sizes(facts: NodeFacts, nodes: int) -> tuple[str, ...]:
+    return SOCKET_SIZES if over_sockets(facts, nodes) else GPU_SIZES
+
+
+def _rdma_bar(metric: str) -> bool:
+    """A bar set on clusters whose nodes meet over RDMA (the > 90% weak scaling of a published InfiniBand
+    acceptance run): over sockets no public figure says what scaling across nodes should be."""
+    return metric == "training.scaling_efficiency"
+
+
+def _metrics(row: Reference, world: int, nodes: int, trains: bool, facts: NodeFacts) -> list[str]:
     family = row.figure.split(".", 1)[0]
     if family == "collectives":
         op = row.figure.split(".")[1]
         if world < 2 or op not in GPU_OPS:
             return []
-        return [f"{row.figure}@{s}" for s in GPU_SIZES if parse_size(s) >= row.min_bytes]
+        return [f"{row.figure}@{s}" for s in collective_sizes(facts, nodes) if parse_size(s) >= row.min_bytes]
     if family == "compute":
         return [f"{row.figure}{PER_GPU_STATISTIC}"]
     if family == "internode":
@@ -158,7 +180,8 @@ def gpu_profile(facts: NodeFacts, name: str, nodes: int, table: ReferenceTable) 
     if world >= 2:
         # the p2p floor is set for transfers bound by their links, not by their launch (acceptance.profile.floors)
         data["connectivity"] = {"p2p_size": P2P_SIZE}
-        data["collectives"] = {"ops": list(GPU_OPS), "sizes": list(GPU_SIZES), "dtype": "bfloat16", **SPREAD_RULE}
+        sizes = list(collective_sizes(facts, nodes))
+        data["collectives"] = {"ops": list(GPU_OPS), "sizes": sizes, "dtype": "bfloat16", **SPREAD_RULE}
     training = _training(table, setup.gpu, bounds, world)
     if training:
         data["training"] = training
@@ -208,6 +231,11 @@ def _header(facts: NodeFacts, table: ReferenceTable, nodes: int) -> str:
         f"#   nodes: {nodes} (--nodes)",
         *(f"#   {note}" for note in facts.notes),
     ]
+    if over_sockets(facts, nodes):
+        lines.append(
+            "#   no RDMA port: NCCL goes over TCP sockets between the nodes; collectives up to "
+            f"{SOCKET_SIZES[-1]}, and scaling across nodes recorded, not bounded (its bar is of RDMA clusters)"
+        )
     return "\n".join(lines) + "\n"
 
 
