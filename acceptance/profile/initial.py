@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import yaml
 
 from acceptance.families.collectives import Collectives
-from acceptance.json_types import JSONObject
+from acceptance.json_types import JSONObject, JSONValue
 from acceptance.numbers import fmt
 from acceptance.profile.floors import P2P_SIZE, HardwareFloor, hardware_floors, rail_path
 from acceptance.profile.node_facts import NodeFacts
@@ -180,7 +180,7 @@ def gpu_profile(facts: NodeFacts, name: str, nodes: int, table: ReferenceTable) 
     if world >= 2:
         # the p2p floor is set for transfers bound by their links, not by their launch (acceptance.profile.floors)
         data["connectivity"] = {"p2p_size": P2P_SIZE}
-        sizes = list(collective_sizes(facts, nodes))
+        sizes: list[JSONValue] = list(collective_sizes(facts, nodes))
         data["collectives"] = {"ops": list(GPU_OPS), "sizes": sizes, "dtype": "bfloat16", **SPREAD_RULE}
     training = _training(table, setup.gpu, bounds, world)
     if training:
