@@ -17,10 +17,9 @@ import torch
 import torch.distributed as dist
 from torch.multiprocessing.spawn import spawn
 
-from acceptance.families.collectives import COLLECTIVES, Collectives, Measured, lateness, spread_cases
+from acceptance.families.collectives import COLLECTIVES, Collectives, lateness, spread_cases
 from acceptance.families.collectives.lateness import RankPlace, RankSpread, Spread
 from acceptance.probes import collectives, windows
-from acceptance.probes.ops import Op
 from acceptance.probes.rank import Ctx, Heartbeat
 from acceptance.profile.metrics import builtin_bound, metric_problem
 from acceptance.profile.model import ProfileModel
@@ -140,13 +139,15 @@ def test_a_rank_on_the_cpu_or_without_a_recorded_place() -> None:
     )
 
 
-def test_the_pass_is_made_for_the_ops_that_end_on_every_rank_together_up_to_its_size() -> None:
+def test_the_pass_is_made_for_the_ops_that_end_on_every_rank_together_at_its_own_sizes() -> None:
     assert [op for op in OPS if OPS[op].waits_for_all] == ["all_reduce", "all_gather", "reduce_scatter", "all_to_all"]
-    assert lateness.applies("all_reduce", 64 << 20, 100, "64M")
-    assert not lateness.applies("all_reduce", (64 << 20) + 1, 100, "64M")
-    assert not lateness.applies("all_reduce", 1 << 20, 0, "64M")  # spread_iters 0: no pass
-    assert not lateness.applies("broadcast", 1 << 20, 100, "64M")
-    section = Collectives(ops=["all_reduce", "broadcast", "all_to_all"], sizes=["1M", "64M", "256M"])
+    assert lateness.applies("all_reduce", 100)
+    assert not lateness.applies("all_reduce", 0)  # spread_iters 0: no pass
+    assert not lateness.applies("broadcast", 100)
+    # the sweep's sizes start at 256M: the pass keeps its own
+    section = Collectives(
+        ops=["all_reduce", "broadcast", "all_to_all"], sizes=["256M", "1G"], spread_sizes=["1M", "64M"]
+    )
     assert spread_cases(section) == [
         ("all_reduce", "1M"),
         ("all_reduce", "64M"),
@@ -154,15 +155,7 @@ def test_the_pass_is_made_for_the_ops_that_end_on_every_rank_together_up_to_its_
         ("all_to_all", "64M"),
     ]
     assert spread_cases(Collectives(spread_iters=0)) == []
-
-
-def test_the_probe_makes_the_pass_from_the_profile_s_settings_and_none_without_them() -> None:
-    cfg: Any = {"dtype": "float32", "timing": "eager", "warmup_iters": 1, "iters": 5}  # an isolation round's
-    assert collectives.spread_calls(cfg, "all_reduce", 1 << 20) == 0
-    cfg.update(spread_iters=30, spread_max_size="1M")
-    assert collectives.spread_calls(cfg, "all_reduce", 1 << 20) == 30
-    assert collectives.spread_calls(cfg, "all_reduce", 2 << 20) == 0
-    assert collectives.spread_calls(cfg, "sendrecv", 1 << 20) == 0
+    assert len(spread_cases(Collectives(ops=["all_reduce", "all_gather", "reduce_scatter", "all_to_all"]))) == 16
 
 
 def test_the_figures_are_named_only_where_the_pass_is_made_and_late_ranks_is_gated() -> None:
@@ -240,8 +233,8 @@ class _Stalling(Ctx):
 
 
 def _member(rank: int, folder: str, late: int | None) -> None:
-    """One rank: the real spread pass over a real all_reduce, rank ``late`` stalling before every tenth call;
-    the sweep's own reduction of the measurements; rank 0 writes the rows and their spread."""
+    """One rank: the probe's spread pass over a real all_reduce, rank ``late`` stalling before every tenth
+    call; rank 0 writes every rank's figures."""
     out = Path(folder)
     dist.init_process_group(
         "gloo", init_method=f"file://{out / 'store'}", rank=rank, world_size=2, timeout=datetime.timedelta(seconds=120)
@@ -250,23 +243,10 @@ def _member(rank: int, folder: str, late: int | None) -> None:
     try:
         every = 10 if rank == late else 0
         ctx = _Stalling(rank, 2, rank, 2, 0, "here", torch.device("cpu"), "gloo", {}, out, beat, every=every)
-        op = Op("all_reduce", 64 << 10, "float32", ctx.device)
-        timed = collectives.HostTimed(op, op, lambda: dist.barrier())
-        measured: Measured = {
-            "op": "all_reduce",
-            "size": "64K",
-            "size_bytes": 64 << 10,
-            "bytes": 64 << 10,
-            "count": 16 << 10,
-            "seconds": [1e-3],
-            "wrong": 0,
-            "timing": "eager",
-        }
-        blocking = collectives.spread_pass(ctx, timed, CALLS)
-        measured["spread_seconds"], measured["spread_gaps"] = blocking.seconds, blocking.gaps
-        rows, spreads = collectives.reduce_rows(ctx, [measured])
+        cfg: Any = {"dtype": "float32", "timing": "eager", "warmup_iters": 2, "spread_iters": CALLS}
+        found = collectives.spread_case(ctx, "all_reduce", "64K", cfg, None)
         if rank == 0:
-            (out / "result.json").write_text(json.dumps({"rows": rows, "spread": spreads}))
+            (out / "result.json").write_text(json.dumps({"spread": [found]}))
     finally:
         beat.state["status"] = "done"
         dist.destroy_process_group()
@@ -277,7 +257,7 @@ def _pass(tmp_path: Path, late: int | None) -> Spread:
         (tmp_path / f"beat{rank}").mkdir()
     spawn(_member, args=(str(tmp_path), late), nprocs=2, join=True)
     found = json.loads((tmp_path / "result.json").read_text())
-    assert len(found["rows"]) == 1 and len(found["spread"]) == 1
+    assert len(found["spread"]) == 1
     spread: Spread = found["spread"][0]
     assert spread["calls"] == CALLS and len(spread["ranks"]) == 2
     return spread

@@ -20,7 +20,10 @@ import pytest
 from tests.harness import PLUGIN_ARGS, counts, evidence, schema
 
 # a small sweep keeps each torchrun job to a few seconds on two cores
-SMALL = ("--cluster-set", "collectives.ops=[all_reduce, all_gather]", "--cluster-set", "collectives.sizes=[64K, 8M]")
+SMALL = (
+    "--cluster-set", "collectives.ops=[all_reduce, all_gather]", "--cluster-set", "collectives.sizes=[64K, 8M]",
+    "--cluster-set", "collectives.spread_sizes=[64K]",
+)  # fmt: skip
 # the modules whose probes these tests exercise; the suite's other modules have tests of their own
 SPINE_MODULES = ("tests_cluster/test_connectivity.py", "tests_cluster/test_collectives.py")
 RUN_TIMEOUT_S = 300  # only so that a broken launcher cannot hang CI; no test here measures speed
@@ -53,7 +56,7 @@ def test_local_cpu_spine_passes_as_a_partial_run(suite: pytest.Pytester) -> None
     junit = suite.path / "junit.xml"
     result, folder = run_suite(suite, "--cluster-profile", "local-cpu", *SMALL, f"--junitxml={junit}", *SPINE_MODULES)
     # skipped: the transport NCCL used, on gloo (no NCCL to ask); recorded: among them the spread pass's
-    # lateness at 64K (local-cpu makes it up to 1M), beside the gated late_ranks
+    # lateness at 64K, beside the gated late_ranks
     assert counts(result) == {"passed": 15, "recorded": 9, "skipped": 2}
     assert result.ret == 0
     result.stdout.fnmatch_lines(
@@ -139,6 +142,7 @@ def test_a_rank_past_the_spread_bound_is_named_with_its_node_and_host(suite: pyt
     """The spread rule at ratio 1 and no floor, at one op and size: of two ranks whose lateness p99s differ, the
     later one stands out; the failure names it (not a node's own figure: its cause may be another task's)."""
     one = ["--cluster-set", "collectives.ops=[all_reduce]", "--cluster-set", "collectives.sizes=[64K]"]
+    one += ["--cluster-set", "collectives.spread_sizes=[64K]"]
     one += ["--cluster-set", "thresholds=null"]  # the profile's bounds at other sizes
     rule = ["--cluster-set", "collectives.spread_ratio=1", "--cluster-set", "collectives.spread_floor_us=0"]
     result, folder = run_suite(

@@ -144,8 +144,7 @@ def test_late_ranks(cluster: ClusterRun, sweep: collectives_rules.SweepResult, c
     if not cases:
         pytest.skip(
             "no spread pass: collectives.spread_iters is 0, or no op of collectives.ops ends on every rank "
-            "together (all_reduce, all_gather, reduce_scatter, all_to_all) at a size up to spread_max_size "
-            f"{cfg.spread_max_size}"
+            "together (all_reduce, all_gather, reduce_scatter, all_to_all), or collectives.spread_sizes is empty"
         )
     metric = "collectives.late_ranks"
     found = [s for s in _spreads(check, sweep, metric, "ranks") if (s["op"], s["size"]) in cases]

@@ -126,10 +126,25 @@ def spread_pass(ctx: Ctx, timed: HostTimed, calls: int) -> windows.Blocking:
     return windows.blocking_calls(ctx, timed.call, calls)
 
 
-def spread_calls(cfg: CollectivesConfig, name: str, nbytes: int) -> int:
-    """The spread pass's calls for ``name`` at ``nbytes``: 0 where it makes none (``lateness.applies``)."""
-    calls, largest = cfg.get("spread_iters", 0), cfg.get("spread_max_size")
-    return calls if largest is not None and lateness.applies(name, nbytes, calls, largest) else 0
+def spread_case(
+    ctx: Ctx, name: str, size: str, cfg: CollectivesConfig, nccl: nccl_calls.Communicators | str | None
+) -> Spread:
+    """The spread pass of ``name`` at ``size`` over the world: the op made and warmed up as the sweep's timed
+    loop is (its own call: NCCL directly where the sweep's loop calls it, else torch's eager op), then
+    ``spread_pass``; every rank's figures on every rank."""
+    nbytes = parse_size(size)
+    ctx.phase(f"{name} {format_size(nbytes)} spread")
+    op = Op(name, nbytes, cfg["dtype"], ctx.device)
+    timed = _torch_timed(op)
+    if _mode(ctx, cfg["timing"], None, nccl) == "nccl" and isinstance(nccl, nccl_calls.Communicators):
+        timed = direct_timed(op, ctx.device, cfg["dtype"], nccl)
+    for _ in range(max(1, cfg["warmup_iters"])):
+        timed.call()
+    ctx.sync()
+    blocking = spread_pass(ctx, timed, cfg.get("spread_iters", 0))
+    del op, timed
+    every = ctx.gather({"seconds": blocking.seconds, "gaps": blocking.gaps})
+    return lateness.spread(name, format_size(nbytes), [r["seconds"] for r in every], [r["gaps"] for r in every])
 
 
 def place(ctx: Ctx) -> RankPlace:
@@ -199,12 +214,10 @@ def measure(
     cfg: CollectivesConfig,
     group: Any = None,
     nccl: nccl_calls.Communicators | str | None = None,
-    spread: int = 0,
 ) -> Measured:
     """One op at one size on this rank (a member of ``group``): its #wrong, seconds per call in each timed
     window and, timed by the host (NCCL called directly, or the CPU), the whole loop's seconds per call.
-    ``nccl``: the probe's own communicators (``direct_nccl``), or why it has none. ``spread``: the calls of
-    the spread pass after the timed loop (``spread_pass``); 0: none.
+    ``nccl``: the probe's own communicators (``direct_nccl``), or why it has none.
     ``size_bytes`` is the size asked for; ``bytes`` and ``count`` what the call moved (the parts rounded)."""
     ctx.phase(f"{name} {format_size(nbytes)}")
     op = Op(name, nbytes, cfg["dtype"], ctx.device, group)
@@ -229,10 +242,6 @@ def measure(
             seconds, loop = time_eager(_torch_timed(op), ctx, group, cfg)
     else:
         seconds, loop = time_eager(timed, ctx, group, cfg)
-    blocking: windows.Blocking | None = None
-    if spread:
-        ctx.phase(f"{name} {format_size(nbytes)} spread")
-        blocking = spread_pass(ctx, timed, spread)
     sizing = op.sizing
     del op, timed
     measured: Measured = {
@@ -247,17 +256,12 @@ def measure(
     }
     if loop is not None:
         measured["loop_seconds"] = loop
-    if blocking is not None:
-        measured["spread_seconds"] = blocking.seconds
-        measured["spread_gaps"] = blocking.gaps
     return measured
 
 
-def reduce_rows(ctx: Ctx, mine: list[Measured]) -> tuple[list[CollectiveRow], list[Spread]]:
-    """Every rank's measurements as the sweep's rows, and the spread pass's figures where it made one."""
+def reduce_rows(ctx: Ctx, mine: list[Measured]) -> list[CollectiveRow]:
     every = ctx.gather(mine)
     rows: list[CollectiveRow] = []
-    spreads: list[Spread] = []
     for i, row in enumerate(mine):
         seconds = [ranks[i]["seconds"] for ranks in every]
         loops = [ranks[i].get("loop_seconds") for ranks in every]
@@ -274,11 +278,7 @@ def reduce_rows(ctx: Ctx, mine: list[Measured]) -> tuple[list[CollectiveRow], li
                 **figures(row["op"], row["bytes"], seconds, ctx.world_size, loops),
             }
         )
-        if "spread_seconds" in row:  # every rank made the pass or none (``spread_calls`` reads the same settings)
-            blocking = [ranks[i]["spread_seconds"] for ranks in every]
-            gaps = [ranks[i].get("spread_gaps", []) for ranks in every]
-            spreads.append(lateness.spread(row["op"], row["size"], blocking, gaps))
-    return rows, spreads
+    return rows
 
 
 def nccl_version() -> str | None:
@@ -309,13 +309,14 @@ def run(ctx: Ctx) -> SweepResult:
                 # each size's row once every rank has timed it (a gather between sizes, outside any timed
                 # region): rank 0 leaves the rows so far in partial.json, which the launcher's watcher prints
                 # as they come and keeps if the probe fails later
-                nbytes = parse_size(size)
-                spread = spread_calls(cfg, op, nbytes)
-                found, spread_found = reduce_rows(ctx, [measure(ctx, op, nbytes, cfg, nccl=nccl, spread=spread)])
-                rows += found
-                spreads += spread_found
+                rows += reduce_rows(ctx, [measure(ctx, op, parse_size(size), cfg, nccl=nccl)])
                 if ctx.rank == 0:
                     write_json(ctx.out / "partial.json", {"rows": rows}, durable=False)
+        # who the others wait for, after the sweep (which it leaves as it was), at the pass's own sizes
+        if cfg.get("spread_iters", 0) > 0:
+            for op in cfg["ops"]:
+                if lateness.applies(op, cfg["spread_iters"]):
+                    spreads += [spread_case(ctx, op, size, cfg, nccl) for size in cfg.get("spread_sizes", [])]
     finally:
         sampler.stop()
         if isinstance(nccl, nccl_calls.Communicators):

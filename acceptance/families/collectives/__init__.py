@@ -20,7 +20,6 @@ from acceptance.schema.collectives import COLLECTIVE_OPS, OPS
 from acceptance.schema.dtypes import DTYPE_NAMES
 from acceptance.schema.family import GPU_ONLY, Family, Metric
 from acceptance.schema.fields import PositiveInt, Size, Strict
-from acceptance.schema.sizes import parse_size
 
 
 class Collectives(Strict):
@@ -39,13 +38,15 @@ class Collectives(Strict):
     # which cost a few microseconds each (measured on 2x H200: 13.5 us a call over 20 calls, 10.7 over 200)
     min_timed_s: Annotated[float, Field(ge=0, le=10)] = 0.002
     check_data: bool = True
-    # The spread pass (``collectives.lateness``), after each op's timed loop, which it leaves as it was: this
-    # many blocking calls, each marked on the rank's own timeline, for the ops whose calls end on every rank
-    # together, at the sizes up to ``spread_max_size``; 0: none. 100 calls make the p99 (nearest-rank) the
-    # second longest wait, so one lone preemption of a rank cannot name it while a rank late in a few calls
-    # of every hundred is; blocking calls up to 64 MiB take tens of microseconds to a few milliseconds on GPUs
+    # The spread pass (``collectives.lateness``), after the sweep, which it leaves as it was: this many
+    # blocking calls, each marked on the rank's own timeline, for the ops whose calls end on every rank
+    # together, at the sizes of ``spread_sizes`` (its own: a profile's sweep may start at 256M, where a rule
+    # over a handful of cases would name a rank for one stall); 0: none. 100 calls make the p99 (nearest-rank)
+    # the second longest wait, so one lone preemption of a rank cannot name it while a rank late in a few calls
+    # of every hundred is; a blocking call up to 64 MiB takes tens of microseconds to a few milliseconds on GPUs
+    # (the pass took 0.22 s of a 2x H200 sweep at these four sizes)
     spread_iters: Annotated[int, Field(ge=0, le=10000)] = 100
-    spread_max_size: Size = "64M"
+    spread_sizes: list[Size] = ["1M", "4M", "16M", "64M"]
     # A rank stands out (``collectives.late_ranks``) where its lateness p99 is above spread_ratio x the
     # median of the other ranks' plus spread_floor_us. Not yet calibrated on GPUs: the slowdowns the rule is
     # for are late by milliseconds (a GPU time-sliced with another process runs in slices of about a
@@ -73,12 +74,7 @@ def _sizes(s: Collectives) -> Sequence[str]:
 
 def spread_cases(s: Collectives) -> list[tuple[str, str]]:
     """The op and size cases the spread pass measures (``lateness.applies``)."""
-    return [
-        (op, size)
-        for op in s.ops
-        for size in s.sizes
-        if lateness.applies(op, parse_size(size), s.spread_iters, s.spread_max_size)
-    ]
+    return [(op, size) for op in s.ops for size in s.spread_sizes if lateness.applies(op, s.spread_iters)]
 
 
 def _spread_ops(s: Collectives) -> Sequence[str]:
@@ -160,7 +156,7 @@ class CollectivesConfig(TypedDict):
     sizes: NotRequired[list[str]]
     # the spread pass's (the sweep's alone: an isolation round and the internode scopes make none)
     spread_iters: NotRequired[int]
-    spread_max_size: NotRequired[str]
+    spread_sizes: NotRequired[list[str]]
     spread_ratio: NotRequired[float]
     spread_floor_us: NotRequired[float]
     spread_min_share: NotRequired[float]
@@ -192,10 +188,6 @@ class Measured(TypedDict):
     loop_seconds: NotRequired[float]
     wrong: int
     timing: str  # how it was timed (nccl, eager, cuda_graph, or why the one asked for could not be)
-    # seconds in each blocking call of the spread pass, on this rank's own timeline (``collectives.lateness``)
-    spread_seconds: NotRequired[list[float]]
-    # from each blocking call's end to the next one's start, on the same timeline
-    spread_gaps: NotRequired[list[float]]
 
 
 class CollectiveRow(Figures):

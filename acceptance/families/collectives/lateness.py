@@ -35,7 +35,6 @@ from typing import TypedDict
 
 from acceptance.numbers import fmt
 from acceptance.schema.collectives import OPS
-from acceptance.schema.sizes import parse_size
 
 P99 = 99
 
@@ -69,10 +68,10 @@ class RankPlace(TypedDict):
     uuid: str | None
 
 
-def applies(op: str, nbytes: int, calls: int, max_size: str) -> bool:
-    """Whether the sweep makes the spread pass for ``op`` at ``nbytes``: an op whose calls end on every rank
-    together, at a size up to ``max_size``, with calls asked for."""
-    return calls > 0 and OPS[op].waits_for_all and nbytes <= parse_size(max_size)
+def applies(op: str, calls: int) -> bool:
+    """Whether the sweep makes the spread pass for ``op``: an op whose calls end on every rank together, with
+    calls asked for."""
+    return calls > 0 and OPS[op].waits_for_all
 
 
 def nearest_rank(values: Sequence[float], percent: int) -> float:
