@@ -78,3 +78,4 @@ def test_sweep_defaults_on_the_cpu_stop_where_gloo_finishes() -> None:
     assert sizes[0] == "1M" and sizes[-1] == sweep.CPU_MAX_BYTES == "16M"
     given = sweep.SweepArgs("1M", "64M", 2, ["all_reduce"], None, None, None, None, "local-cpu", None, None)
     assert COLLECTIVES.section_of(sweep.load_profile(given).model).sizes[-1] == "64M"
+    assert COLLECTIVES.section_of(sweep.load_profile(given).model).spread_iters == 0  # busbw alone, as nccl-tests

@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 
 import pytest
+import yaml
 
 from acceptance.cli import init as init_cli
 from acceptance.cli.main import main
@@ -140,6 +141,9 @@ def test_an_8x_h100_node_on_nvswitch_with_ndr_gets_the_nvls_references(tmp_path:
     assert profile.threshold("internode.rail_min_gbps") is None  # one node: no rail to measure
     assert "found: 8x NVIDIA H100 80GB HBM3, 18 NVLink links each, NVSwitch, NVLS on" in printed
     assert "collectives.all_reduce.busbw_gbps@4G >= 384: 80% of normal for 8x H100 SXM with NVLS" in printed
+    # the spread rule judges a rank against its peers: its bound is written out for any cluster
+    written = yaml.safe_load(profile.path.read_text())["collectives"]
+    assert (written["spread_ratio"], written["spread_floor_us"]) == (4, 100)
 
 
 def test_nvls_turned_off_in_the_environment_takes_the_ring_reference(tmp_path: Path) -> None:

@@ -20,7 +20,10 @@ import pytest
 from tests.harness import PLUGIN_ARGS, counts, evidence, schema
 
 # a small sweep keeps each torchrun job to a few seconds on two cores
-SMALL = ("--cluster-set", "collectives.ops=[all_reduce, all_gather]", "--cluster-set", "collectives.sizes=[64K, 8M]")
+SMALL = (
+    "--cluster-set", "collectives.ops=[all_reduce, all_gather]", "--cluster-set", "collectives.sizes=[64K, 8M]",
+    "--cluster-set", "collectives.spread_sizes=[64K]",
+)  # fmt: skip
 # the modules whose probes these tests exercise; the suite's other modules have tests of their own
 SPINE_MODULES = ("tests_cluster/test_connectivity.py", "tests_cluster/test_collectives.py")
 RUN_TIMEOUT_S = 300  # only so that a broken launcher cannot hang CI; no test here measures speed
@@ -52,8 +55,9 @@ def assert_no_rank_alive(probe_dir: Path) -> None:
 def test_local_cpu_spine_passes_as_a_partial_run(suite: pytest.Pytester) -> None:
     junit = suite.path / "junit.xml"
     result, folder = run_suite(suite, "--cluster-profile", "local-cpu", *SMALL, f"--junitxml={junit}", *SPINE_MODULES)
-    # skipped: the transport NCCL used, on gloo (no NCCL to ask)
-    assert counts(result) == {"passed": 14, "recorded": 7, "skipped": 2}
+    # skipped: the transport NCCL used, on gloo (no NCCL to ask); recorded: among them the spread pass's
+    # lateness at 64K, beside the gated late_ranks
+    assert counts(result) == {"passed": 15, "recorded": 9, "skipped": 2}
     assert result.ret == 0
     result.stdout.fnmatch_lines(
         [
@@ -66,6 +70,8 @@ def test_local_cpu_spine_passes_as_a_partial_run(suite: pytest.Pytester) -> None
             "collectives.all_reduce.busbw_gbps@8M * GB/s * >= 0.005 * PASS",
             "collectives.all_gather.busbw_gbps@64K * GB/s * - * INFO",
             "collectives.all_reduce.wrong@8M * 0 * elements * == 0 * PASS",
+            "collectives.all_gather.lateness_p99_us@64K * us * - * INFO",
+            "collectives.late_ranks * 0 * ranks * == 0 * PASS",
             "verdict: PARTIAL: only part of the suite was selected*; evidence: *evidence.json",
         ]
     )
@@ -80,6 +86,12 @@ def test_local_cpu_spine_passes_as_a_partial_run(suite: pytest.Pytester) -> None
     assert {(r["op"], r["size"]) for r in sweep["measurements"]["sweep"]["rows"]} == {
         (op, size) for op in ("all_reduce", "all_gather") for size in ("64K", "8M")
     }
+    found = sweep["measurements"]["sweep"]
+    assert [(s["op"], s["size"], s["calls"], len(s["ranks"])) for s in found["spread"]] == [
+        ("all_reduce", "64K", 100, 2),
+        ("all_gather", "64K", 100, 2),
+    ]
+    assert [(p["rank"], p["gpu"]) for p in found["places"]] == [(0, None), (1, None)]
     for row in sweep["measurements"]["sweep"]["rows"]:  # each rank's time is its median timed window
         windows = row["busbw_windows_gbps"]
         assert len(windows) == 5 and min(windows) <= row["busbw_gbps"] * 1.0001
@@ -91,7 +103,7 @@ def test_local_cpu_spine_passes_as_a_partial_run(suite: pytest.Pytester) -> None
         assert list((out / "logs").rglob("stdout.log")), "per-rank logs are missing"
         assert_no_rank_alive(out)
     own = ET.parse(folder / f"junit-{socket.gethostname()}.xml").getroot().find("testsuite")
-    assert own is not None and own.get("tests") == "23" and own.get("failures") == "0"
+    assert own is not None and own.get("tests") == "26" and own.get("failures") == "0"
     props = {p.get("name") for p in ET.parse(junit).getroot().iter("property")}
     assert {"collectives.all_reduce.busbw_gbps@8M", "connectivity.p2p_min_gbps"} <= props
 
@@ -102,7 +114,7 @@ def test_impossible_bound_fails_with_one_line(suite: pytest.Pytester) -> None:
     result, folder = run_suite(
         suite, "--cluster-profile", "local-cpu", *SMALL, bound, "-k", "test_busbw and all_reduce", *SPINE_MODULES
     )
-    assert counts(result) == {"failed": 1, "recorded": 1, "deselected": 21}
+    assert counts(result) == {"failed": 1, "recorded": 1, "deselected": 24}
     line = (
         r"collectives\.all_reduce\.busbw_gbps@8M = [0-9.,e+-]+ GB/s, expected >= 1e\+06 "
         r"\(profile local-cpu, --cluster-set thresholds\.collectives\.all_reduce\.busbw_gbps@8M\.min=1e6\)"
@@ -123,6 +135,33 @@ def test_impossible_bound_fails_with_one_line(suite: pytest.Pytester) -> None:
     failed = [c for c in (c for t in data["tests"] for c in t["checks"]) if c["verdict"] == "fail"]
     assert [c["metric"] for c in failed] == ["collectives.all_reduce.busbw_gbps@8M"]
     assert failed[0]["threshold"]["min"] == 1e6
+
+
+@pytest.mark.e2e
+def test_a_rank_past_the_spread_bound_is_named_with_its_node_and_host(suite: pytest.Pytester) -> None:
+    """The spread rule at ratio 1 and no floor, at one op and size: of two ranks whose lateness p99s differ, the
+    later one stands out; the failure names it (not a node's own figure: its cause may be another task's)."""
+    one = ["--cluster-set", "collectives.ops=[all_reduce]", "--cluster-set", "collectives.sizes=[64K]"]
+    one += ["--cluster-set", "collectives.spread_sizes=[64K]"]
+    one += ["--cluster-set", "thresholds=null"]  # the profile's bounds at other sizes
+    rule = ["--cluster-set", "collectives.spread_ratio=1", "--cluster-set", "collectives.spread_floor_us=0"]
+    result, folder = run_suite(
+        suite, "--cluster-profile", "local-cpu", *one, *rule, "-k", "late_ranks", "tests_cluster/test_collectives.py"
+    )
+    assert counts(result) == {"failed": 1, "deselected": 6}, result.stdout.str()
+    host = socket.gethostname()
+    result.stdout.fnmatch_lines(
+        [
+            "collectives.late_ranks = 1 ranks, expected == 0 (profile local-cpu)",
+            f"rank ? (node 0: {host}, cpu) arrived late at 1 op/size case(s):",
+            "  all_reduce 64K: lateness p99 * us (mean * us); its calls median * us, p99 * us, CV *; the other "
+            "ranks' median lateness p99 * us, bound 1 x * + 0 = * us",
+            "verdict: FAIL; *",
+        ]
+    )
+    data = assert_valid(folder)
+    failed = next(c for t in data["tests"] for c in t["checks"] if c["verdict"] == "fail")
+    assert (failed["metric"], failed["value"], failed["local"]) == ("collectives.late_ranks", 1, False)
 
 
 @pytest.mark.e2e

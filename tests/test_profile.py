@@ -48,7 +48,8 @@ def test_unknown_key_lists_the_known_ones(here: Path) -> None:
     write(here, "p", f"name: p\n{BASE}collectives:\n  sizes: [1M]\n  itres: 3\n")
     assert error_of("p") == (
         "invalid profile:\n  thresholds/p.yaml:5: collectives.itres: unknown key "
-        "(expected one of: ops, sizes, dtype, warmup_iters, iters, timing, min_timed_s, check_data)"
+        "(expected one of: ops, sizes, dtype, warmup_iters, iters, timing, min_timed_s, check_data, spread_iters, "
+        "spread_sizes, spread_ratio, spread_floor_us, spread_min_share)"
     )
 
 

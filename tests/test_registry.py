@@ -197,6 +197,9 @@ def test_the_spec_carries_each_family_s_section_under_its_name(tmp_path: Path) -
 
 # the drain list's hand-kept prefixes before the registry said which figures are a node's own (0cf54b1)
 OLD_LOCAL_PREFIXES = ("health.", "compute.", "soak.", "fabric.", "connectivity.p2p_")
+# a node's own figures added since (none: the rank that arrives late at the collectives may be held back by a
+# task beside the run, so it is named for review, not as the node's own)
+LOCAL_SINCE: tuple[str, ...] = ()
 
 
 def test_a_node_s_own_figures_are_the_registry_s() -> None:
@@ -208,5 +211,6 @@ def test_a_node_s_own_figures_are_the_registry_s() -> None:
     names = {c["metric"] for run in RUNS for c in json.loads((FIGURES / f"{run}.json").read_text())["checks"]}
     names |= {f"{f.name}.{n}" for f in FAMILIES for m in f.metrics for n in m.each_name}
     assert len(names) > 150
-    assert sorted(n for n in names if local(n) != n.startswith(OLD_LOCAL_PREFIXES)) == []
+    own = [n for n in names if n.startswith(OLD_LOCAL_PREFIXES) or n in LOCAL_SINCE]
+    assert sorted(n for n in names if local(n) != (n in own)) == []
     assert [f.name for f in FAMILIES if f.local] == ["health", "compute", "soak", "fabric"]

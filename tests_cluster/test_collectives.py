@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from acceptance.families import collectives as collectives_rules
-from acceptance.families.collectives import COLLECTIVES
+from acceptance.families.collectives import COLLECTIVES, lateness
 from acceptance.plugin.api import (
     Checker,
     ClusterRun,
@@ -26,8 +26,13 @@ def _cases(profile: ProfileModel) -> list[tuple[str, str]]:
     return [(op, size) for op in section.ops for size in section.sizes]
 
 
+def _spread_cases(profile: ProfileModel) -> list[tuple[str, str]]:
+    return collectives_rules.spread_cases(COLLECTIVES.section_of(profile))
+
+
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     parametrize_from_profile(metafunc, "coll_case", _cases, ids="-".join)
+    parametrize_from_profile(metafunc, "spread_case", _spread_cases, ids="-".join)
 
 
 @pytest.fixture(scope="module")
@@ -103,3 +108,62 @@ def test_data_correct(sweep: collectives_rules.SweepResult, coll_case: tuple[str
 def test_transport_matches_the_hardware(sweep: collectives_rules.SweepResult, check: Checker) -> None:
     """The collectives' traffic between GPUs that NVLink joins went over NVLink (NCCL's P2P)."""
     transport_figure(check, "collectives.transport_mismatches", sweep.get("transport"))
+
+
+def _spreads(check: Checker, sweep: collectives_rules.SweepResult, metric: str, unit: str) -> list[lateness.Spread]:
+    """The spread pass's figures; a sweep that made none where the profile asks for it fails ``metric`` as
+    unmeasured (a result from before the pass, or a probe that left it out)."""
+    if "spread" not in sweep:
+        check.missing(metric, unit, "the sweep recorded no spread pass")
+    return sweep["spread"]
+
+
+def test_lateness(sweep: collectives_rules.SweepResult, spread_case: tuple[str, str], check: Checker) -> None:
+    """The spread pass at one op and size: how late the latest rank arrived (its lateness p99), as information."""
+    op, size = spread_case
+    metric = f"collectives.{op}.lateness_p99_us@{size}"
+    found = next((s for s in _spreads(check, sweep, metric, "us") if s["op"] == op and s["size"] == size), None)
+    if found is None:
+        check.missing(metric, "us", f"the spread pass has no figures for {op} at {size}")
+    check.measurements("spread", found)
+    late = lateness.worst(found)
+    mine = found["ranks"][late]
+    detail = (
+        f"{op} {size}, {found['calls']} blocking calls: latest {lateness.place_text(late, sweep.get('places', []))}: "
+        f"{lateness.figures_text(mine)}"
+    )
+    check(metric, mine["lateness_p99_us"], "us", detail)
+
+
+def test_late_ranks(cluster: ClusterRun, sweep: collectives_rules.SweepResult, check: Checker) -> None:
+    """No rank arrives late at the collectives while its peers wait (a GPU another process shares, a host core
+    another task takes, a NIC that stalls): each rank's lateness p99 against the other ranks' at every op and
+    size of the spread pass (``acceptance.families.collectives.lateness``)."""
+    cfg = COLLECTIVES.section_of(cluster.profile.model)
+    cases = collectives_rules.spread_cases(cfg)
+    if not cases:
+        pytest.skip(
+            "no spread pass: collectives.spread_iters is 0, or no op of collectives.ops ends on every rank "
+            "together (all_reduce, all_gather, reduce_scatter, all_to_all), or collectives.spread_sizes is empty"
+        )
+    metric = "collectives.late_ranks"
+    found = [s for s in _spreads(check, sweep, metric, "ranks") if (s["op"], s["size"]) in cases]
+    missed = [f"{op}@{size}" for op, size in cases if not any((s["op"], s["size"]) == (op, size) for s in found)]
+    if missed:
+        check.missing(metric, "ranks", f"the spread pass has no figures for {', '.join(missed)}")
+    ratio, floor = cfg.spread_ratio, cfg.spread_floor_us
+    late = lateness.late_ranks(found, ratio, floor, cfg.spread_min_share)
+    places = sweep.get("places", [])
+    latest = max(found, key=lambda s: s["ranks"][lateness.worst(s)]["lateness_p99_us"])
+    worst = lateness.worst(latest)
+    detail = (
+        f"{len(found)} op/size cases, {found[0]['calls']} blocking calls each; the latest arrival: "
+        f"{lateness.place_text(worst, places)} at {latest['op']} {latest['size']}, "
+        f"{lateness.figures_text(latest['ranks'][worst])}"
+    )
+    if late:
+        named = {str(r): seen for r, seen in (sweep.get("foreign") or {}).items() if int(r) in {x.rank for x in late}}
+        cause = foreign_text(named)
+        detail = lateness.late_text(late, places, ratio, floor) + (f"\n{cause}" if cause else "")
+    check.measurements("late", [{"rank": x.rank, "op": x.op, "size": x.size, "bound_us": x.bound_us} for x in late])
+    check(metric, len({x.rank for x in late}), "ranks", detail)

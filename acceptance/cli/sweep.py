@@ -72,6 +72,9 @@ def overrides(args: SweepArgs, default_dtype: str, device: str) -> list[str]:
         "collectives.warmup_iters": args.warmup,
         "collectives.iters": args.iters,
         "collectives.timing": args.timing,
+        # busbw per size, as nccl-tests prints it: no spread pass (the suite's late_ranks judges it), whose
+        # blocking calls would add seconds at every size up to its bound on the CPU
+        "collectives.spread_iters": 0,
         "topology.ranks_per_node": args.nproc_per_node,
     }
     return [f"{key}={json.dumps(value)}" for key, value in sets.items() if value is not None or key == "thresholds"]

@@ -8,7 +8,9 @@ host clock times a plain loop. The timed calls are cut into up to five windows (
 GPUs a timing event captured between two windows in the graph): a rank's time per call is its median
 window's, then averaged across ranks (nccl-tests' default ``-a 1``); the slowest rank's time is kept too,
 and every window's busbw beside the figure. The transport NCCL chose between each two ranks comes from
-its own report (``probes.nccl_log``).
+its own report (``probes.nccl_log``). After the timed loop, where it applies, the spread pass: blocking calls
+through the same call, each marked on the rank's own timeline, which say which rank the others waited for
+(``collectives.lateness``).
 """
 
 from __future__ import annotations
@@ -23,10 +25,12 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from acceptance.families.collectives import CollectiveRow, CollectivesConfig, Measured, SweepResult, figures
+from acceptance.families.collectives import CollectiveRow, CollectivesConfig, Measured, SweepResult, figures, lateness
+from acceptance.families.collectives.lateness import RankPlace, Spread
 from acceptance.masking import masked_env
 from acceptance.probes import nccl_calls, nccl_log, windows
 from acceptance.probes.gpu_sampler import GpuSampler
+from acceptance.probes.links import stable_node
 from acceptance.probes.ops import Op
 from acceptance.probes.rank import Ctx, main, section, write_json
 from acceptance.schema.sizes import format_size, parse_size
@@ -110,6 +114,49 @@ def time_graph(op: Op, ctx: Ctx, warmup: int, iters: int) -> list[float]:
     ctx.progress()
     dist.barrier(group=op.group)
     return graph.replay()
+
+
+def spread_pass(ctx: Ctx, timed: HostTimed, calls: int) -> windows.Blocking:
+    """The spread pass (``collectives.lateness``): the ranks lined up, then ``calls`` blocking calls, each marked
+    on this rank's own timeline (``windows.blocking_calls``). Through the checked call of
+    the timed loop's own path: NCCL called directly where the loop was, else torch's eager op (a CUDA graph's
+    loop has no call of its own to block on)."""
+    ctx.progress()
+    timed.line_up()
+    return windows.blocking_calls(ctx, timed.call, calls)
+
+
+def spread_case(
+    ctx: Ctx, name: str, size: str, cfg: CollectivesConfig, nccl: nccl_calls.Communicators | str | None
+) -> Spread:
+    """The spread pass of ``name`` at ``size`` over the world: the op made and warmed up as the sweep's timed
+    loop is (its own call: NCCL directly where the sweep's loop calls it, else torch's eager op), then
+    ``spread_pass``; every rank's figures on every rank."""
+    nbytes = parse_size(size)
+    ctx.phase(f"{name} {format_size(nbytes)} spread")
+    op = Op(name, nbytes, cfg["dtype"], ctx.device)
+    timed = _torch_timed(op)
+    if _mode(ctx, cfg["timing"], None, nccl) == "nccl" and isinstance(nccl, nccl_calls.Communicators):
+        timed = direct_timed(op, ctx.device, cfg["dtype"], nccl)
+    for _ in range(max(1, cfg["warmup_iters"])):
+        timed.call()
+    ctx.sync()
+    blocking = spread_pass(ctx, timed, cfg.get("spread_iters", 0))
+    del op, timed
+    every = ctx.gather({"seconds": blocking.seconds, "gaps": blocking.gaps})
+    return lateness.spread(name, format_size(nbytes), [r["seconds"] for r in every], [r["gaps"] for r in every])
+
+
+def place(ctx: Ctx) -> RankPlace:
+    """Where this rank runs, as a late rank is named."""
+    uuid = f"GPU-{torch.cuda.get_device_properties(ctx.device).uuid}" if ctx.is_cuda else None
+    return {
+        "rank": ctx.rank,
+        "node": stable_node(ctx),
+        "host": ctx.host,
+        "gpu": ctx.device.index if ctx.is_cuda else None,
+        "uuid": uuid,
+    }
 
 
 def share_id(uid: bytes | None, group: Any) -> bytes:
@@ -251,6 +298,7 @@ def nccl_settings(environ: Mapping[str, str]) -> dict[str, str]:
 def run(ctx: Ctx) -> SweepResult:
     cfg = section(ctx.spec, "collectives", CollectivesConfig)
     rows: list[CollectiveRow] = []
+    spreads: list[Spread] = []
     # another job's process that starts on a rank's GPU meanwhile slows every collective: named as the cause
     sampler = GpuSampler(ctx.device, period_s=SWEEP_SAMPLE_S)
     sampler.start()
@@ -264,11 +312,17 @@ def run(ctx: Ctx) -> SweepResult:
                 rows += reduce_rows(ctx, [measure(ctx, op, parse_size(size), cfg, nccl=nccl)])
                 if ctx.rank == 0:
                     write_json(ctx.out / "partial.json", {"rows": rows}, durable=False)
+        # who the others wait for, after the sweep (which it leaves as it was), at the pass's own sizes
+        if cfg.get("spread_iters", 0) > 0:
+            for op in cfg["ops"]:
+                if lateness.applies(op, cfg["spread_iters"]):
+                    spreads += [spread_case(ctx, op, size, cfg, nccl) for size in cfg.get("spread_sizes", [])]
     finally:
         sampler.stop()
         if isinstance(nccl, nccl_calls.Communicators):
             nccl.close()
     seen = ctx.gather(sampler.seen())
+    places = ctx.gather(place(ctx))
     result: SweepResult = {
         "world_size": ctx.world_size,
         "dtype": cfg["dtype"],
@@ -280,6 +334,8 @@ def run(ctx: Ctx) -> SweepResult:
         # every connection NCCL made in this process so far, the sweep's included (a worker's earlier probes
         # may have connected the world's ring first: the same GPUs, the same transport)
         "transport": nccl_log.record(ctx),
+        "spread": spreads,
+        "places": places,
     }
     foreign = {str(rank): found for rank, found in enumerate(seen) if found}
     if foreign:

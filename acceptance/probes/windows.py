@@ -4,7 +4,7 @@ A figure is then its median window's, so one window disturbed by something else 
 tenant's burst, a page-cache flush) cannot move it and three must; the windows' figures go into the
 evidence beside it, and their spread into the checks' messages. The loop itself is unchanged: no
 synchronisation inside it, only a mark (a CUDA event on a GPU, the host clock on the CPU) between two
-windows.
+windows. ``blocking_calls`` marks each call of a blocking loop the same way (the collectives' spread pass).
 """
 
 from __future__ import annotations
@@ -12,6 +12,8 @@ from __future__ import annotations
 import itertools
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 
@@ -53,6 +55,77 @@ def timed_loop(ctx: Ctx, fn: Callable[[], object], calls: list[int]) -> tuple[li
     _raise_on(failed)
     per_window = [(b - a) / n for (a, b), n in zip(itertools.pairwise(stamps), calls, strict=True)]
     return per_window, (stamps[-1] - stamps[0]) / sum(calls)
+
+
+@dataclass(frozen=True)
+class Blocking:
+    """A blocking loop on one rank's own timeline: its seconds in each call, and from the end of each call to
+    the start of the next (``calls - 1`` of them)."""
+
+    seconds: list[float]
+    gaps: list[float]
+
+
+def blocking_calls(ctx: Ctx, fn: Callable[[], object], calls: int) -> Blocking:
+    """``calls`` calls of ``fn``, each waited for before the next is issued (nccl-tests' ``-z 1``: the stream is
+    never fed ahead, so each call starts when this rank gets to it), a mark right before and after each: CUDA
+    events on the stream on a GPU, the host clock on the CPU (where a call returns when it is done). The time
+    from one call's end mark to the next call's start mark is this rank's own way back into the next call: on
+    a GPU the start mark runs when this rank's GPU reaches it, late where its host issued late (a core taken
+    by another task) or another process held the GPU. ``fn`` raises on an error."""
+    marks: _Marks = _EventMarks(ctx, calls) if ctx.is_cuda else _ClockMarks()
+    for _ in range(calls):
+        ctx.progress()  # before each call: a rank that stops short of one shows less progress than its peers
+        marks.mark()
+        fn()
+        marks.mark()
+        marks.wait()
+    between = marks.intervals()
+    return Blocking(seconds=between[0::2], gaps=between[1::2])
+
+
+class _Marks(Protocol):
+    def mark(self) -> None: ...
+
+    def wait(self) -> None: ...
+
+    def intervals(self) -> list[float]:
+        """Seconds between each mark and the next, in turn."""
+        ...
+
+
+class _ClockMarks:
+    def __init__(self) -> None:
+        self.stamps: list[float] = []
+
+    def mark(self) -> None:
+        self.stamps.append(time.perf_counter())
+
+    def wait(self) -> None:
+        """Nothing to wait for: a call on the CPU has returned when it is done."""
+
+    def intervals(self) -> list[float]:
+        return [after - before for before, after in itertools.pairwise(self.stamps)]
+
+
+class _EventMarks:
+    """Every event made before the calls (making one costs host time between them), recorded in turn."""
+
+    def __init__(self, ctx: Ctx, calls: int) -> None:
+        self.stream = torch.cuda.current_stream(ctx.device)
+        self.events = [torch.cuda.Event(enable_timing=True) for _ in range(2 * calls)]
+        self.recorded = 0
+
+    def mark(self) -> None:
+        self.events[self.recorded].record(self.stream)
+        self.recorded += 1
+
+    def wait(self) -> None:
+        self.stream.synchronize()
+
+    def intervals(self) -> list[float]:
+        done = self.events[: self.recorded]
+        return [before.elapsed_time(after) / 1e3 for before, after in itertools.pairwise(done)]
 
 
 def _raise_on(failed: int | None) -> None:

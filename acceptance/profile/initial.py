@@ -2,13 +2,13 @@
 
 On GPUs: the topology found, NVLS pinned as found (``NCCL_NVLS_ENABLE``: the references differ with it on
 and off), the NVLink link count as the health gate, a collectives sweep of every operation up to 4 GiB (the
-size the public busbw figures are measured at), the datasheet's peak for MFU, the training workload the
-references were measured with where the table has them for this GPU, and a bound for every figure a floor or
-a reference describes: one per reference row that fits the node (the row's floor times its value, sourced to
-the row), then the floors of the node's own links (``acceptance.profile.floors``) for the figures no row
-describes, so that a GPU the table does not know is still judged on its fabric and host links. A figure
-neither describes is recorded as information until a run on the cluster sets it (``cluster-acceptance
-rebaseline``).
+size the public busbw figures are measured at) with the spread rule's bound (a rank against its peers, so
+any cluster's), the datasheet's peak for MFU, the training workload the references were measured with where
+the table has them for this GPU, and a bound for every figure a floor or a reference describes: one per
+reference row that fits the node (the row's floor times its value, sourced to the row), then the floors of
+the node's own links (``acceptance.profile.floors``) for the figures no row describes, so that a GPU the
+table does not know is still judged on its fabric and host links. A figure neither describes is recorded
+as information until a run on the cluster sets it (``cluster-acceptance rebaseline``).
 
 On a node without GPUs: a child of ``local-cpu`` (its floors, sourced there), for this machine's nodes.
 """
@@ -19,7 +19,8 @@ from dataclasses import dataclass
 
 import yaml
 
-from acceptance.json_types import JSONObject
+from acceptance.families.collectives import Collectives
+from acceptance.json_types import JSONObject, JSONValue
 from acceptance.numbers import fmt
 from acceptance.profile.floors import P2P_SIZE, HardwareFloor, hardware_floors, rail_path
 from acceptance.profile.node_facts import NodeFacts
@@ -42,6 +43,13 @@ GPU_WORKLOAD: JSONObject = {"model": "llama-1b", "seq_len": 2048, "precision": "
 GPU_STRATEGIES = ["ddp", "fsdp", "zero1", "zero2", "zero3"]
 MICRO_BATCH = {"h200": (8, 1)}  # the table's GPU key -> (micro-batch, gradient accumulation)
 DEFAULT_MICRO_BATCH = (4, 2)
+# The spread rule's bound (``collectives.late_ranks``), written out for any cluster: it judges a rank against
+# its peers of the same run, so it needs no reference for the hardware
+SPREAD_RULE: JSONObject = {
+    "spread_ratio": Collectives().spread_ratio,
+    "spread_floor_us": Collectives().spread_floor_us,
+    "spread_min_share": Collectives().spread_min_share,
+}
 
 
 @dataclass(frozen=True)
@@ -172,7 +180,8 @@ def gpu_profile(facts: NodeFacts, name: str, nodes: int, table: ReferenceTable) 
     if world >= 2:
         # the p2p floor is set for transfers bound by their links, not by their launch (acceptance.profile.floors)
         data["connectivity"] = {"p2p_size": P2P_SIZE}
-        data["collectives"] = {"ops": list(GPU_OPS), "sizes": list(collective_sizes(facts, nodes)), "dtype": "bfloat16"}
+        sizes: list[JSONValue] = list(collective_sizes(facts, nodes))
+        data["collectives"] = {"ops": list(GPU_OPS), "sizes": sizes, "dtype": "bfloat16", **SPREAD_RULE}
     training = _training(table, setup.gpu, bounds, world)
     if training:
         data["training"] = training

@@ -49,6 +49,12 @@ class Collective:
     name: str
     layout: Layout
     busbw_factor: Callable[[int], float]  # busbw = algbw * factor(ranks)
+    # every rank's result needs every rank's input, so the call ends on every rank about when the last rank
+    # arrives: who waited for whom is then read from each rank's time in the call (``collectives.lateness``).
+    # Not so for broadcast (the root waits for nobody's data), reduce (only the root needs everyone's) and
+    # the sendrecv ring (a rank waits for its two neighbours only, so a late rank's far peers wait as little
+    # as it does and it would not stand out)
+    waits_for_all: bool = False
 
     def sizing(self, nbytes: int, ranks: int, elem: int) -> Sizing:
         """Buffers for a message of ``nbytes`` over ``ranks`` ranks, ``elem`` bytes per element."""
@@ -67,10 +73,10 @@ class Collective:
 OPS: dict[str, Collective] = {
     c.name: c
     for c in (
-        Collective("all_reduce", "whole", lambda n: 2 * (n - 1) / n),
-        Collective("all_gather", "gather", lambda n: (n - 1) / n),
-        Collective("reduce_scatter", "scatter", lambda n: (n - 1) / n),
-        Collective("all_to_all", "exchange", lambda n: (n - 1) / n),
+        Collective("all_reduce", "whole", lambda n: 2 * (n - 1) / n, waits_for_all=True),
+        Collective("all_gather", "gather", lambda n: (n - 1) / n, waits_for_all=True),
+        Collective("reduce_scatter", "scatter", lambda n: (n - 1) / n, waits_for_all=True),
+        Collective("all_to_all", "exchange", lambda n: (n - 1) / n, waits_for_all=True),
         Collective("broadcast", "whole", lambda n: 1.0),
         Collective("reduce", "whole", lambda n: 1.0),
         Collective("sendrecv", "whole", lambda n: 1.0),

@@ -1,5 +1,5 @@
 """The collectives' figures from measured times, the way nccl-tests computes them (one helper for the sweep
-and the internode comparison)."""
+and the internode comparison); the rank the others waited for in the sweep's spread pass is ``lateness``'s."""
 
 from __future__ import annotations
 
@@ -10,10 +10,12 @@ from typing import Annotated, Literal, TypedDict
 from pydantic import Field
 from typing_extensions import NotRequired
 
+from acceptance.families.collectives import lateness
+from acceptance.families.collectives.lateness import RankPlace, Spread
 from acceptance.families.gpu_users import ForeignSeen
 from acceptance.families.transport import TransportRecord
 from acceptance.numbers import spread
-from acceptance.schema.bounds import must_be_zero
+from acceptance.schema.bounds import Threshold, must_be_zero
 from acceptance.schema.collectives import COLLECTIVE_OPS, OPS
 from acceptance.schema.dtypes import DTYPE_NAMES
 from acceptance.schema.family import GPU_ONLY, Family, Metric
@@ -36,6 +38,27 @@ class Collectives(Strict):
     # which cost a few microseconds each (measured on 2x H200: 13.5 us a call over 20 calls, 10.7 over 200)
     min_timed_s: Annotated[float, Field(ge=0, le=10)] = 0.002
     check_data: bool = True
+    # The spread pass (``collectives.lateness``), after the sweep, which it leaves as it was: this many
+    # blocking calls, each marked on the rank's own timeline, for the ops whose calls end on every rank
+    # together, at the sizes of ``spread_sizes`` (its own: a profile's sweep may start at 256M, where a rule
+    # over a handful of cases would name a rank for one stall); 0: none. 100 calls make the p99 (nearest-rank)
+    # the second longest wait, so one lone preemption of a rank cannot name it while a rank late in a few calls
+    # of every hundred is; a blocking call up to 64 MiB takes tens of microseconds to a few milliseconds on GPUs
+    # (the pass took 0.22 s of a 2x H200 sweep at these four sizes)
+    spread_iters: Annotated[int, Field(ge=0, le=10000)] = 100
+    spread_sizes: list[Size] = ["1M", "4M", "16M", "64M"]
+    # A rank stands out (``collectives.late_ranks``) where its lateness p99 is above spread_ratio x the
+    # median of the other ranks' plus spread_floor_us. Not yet calibrated on GPUs: the slowdowns the rule is
+    # for are late by milliseconds (a GPU time-sliced with another process runs in slices of about a
+    # millisecond or more; a host core shared under Linux's scheduler in slices of milliseconds), while a
+    # healthy rank's host issues a call a few to tens of microseconds after its peers: 4x the peers and
+    # 100 us above them leaves the healthy spread a wide margin and names a rank late by a slice
+    spread_ratio: Annotated[float, Field(ge=1)] = 4.0
+    spread_floor_us: Annotated[float, Field(ge=0)] = 100.0
+    # ... in at least this share of the pass's op/size cases. Measured on 2x H200 (docs/measurements.md,
+    # "The rank the others waited for"): a healthy rank's host stalls past that bound now and then (a
+    # millisecond, in 1-2 of 16 cases in four runs of five), a rank whose core two busy loops share in 14 of 16
+    spread_min_share: Annotated[float, Field(ge=0, le=1)] = 0.25
 
 
 _COLL = "collectives.<op>.<busbw_gbps|time_us|wrong>@<size>"
@@ -47,6 +70,28 @@ def _ops(s: Collectives) -> Sequence[str]:
 
 def _sizes(s: Collectives) -> Sequence[str]:
     return s.sizes
+
+
+def spread_cases(s: Collectives) -> list[tuple[str, str]]:
+    """The op and size cases the spread pass measures (``lateness.applies``)."""
+    return [(op, size) for op in s.ops for size in s.spread_sizes if lateness.applies(op, s.spread_iters)]
+
+
+def _spread_ops(s: Collectives) -> Sequence[str]:
+    return list(dict.fromkeys(op for op, _ in spread_cases(s)))
+
+
+def _spread_sizes(s: Collectives) -> Sequence[str]:
+    return list(dict.fromkeys(size for _, size in spread_cases(s)))
+
+
+def _late_bound(s: Collectives) -> Threshold:
+    return Threshold(
+        eq=0,
+        source=f"a rank's lateness p99 above collectives.spread_ratio {s.spread_ratio:g} x the other ranks' "
+        f"median + spread_floor_us {s.spread_floor_us:g}, in at least spread_min_share {s.spread_min_share:g} "
+        "of the cases",
+    )
 
 
 _SWEEP = {"op": _ops, "size": _sizes}
@@ -65,6 +110,19 @@ COLLECTIVES = Family(
             domains=_SWEEP,
             builtin=must_be_zero,
         ),
+        # the worst rank's lateness p99 in the spread pass: information (the gate is late_ranks, a rank against
+        # its peers), judged by a bound alone where a profile sets one (a run's own wait noise is no baseline)
+        Metric[Collectives](
+            r"(?P<op>\w+)\.lateness_p99_us@(?P<size>\w+)",
+            "collectives.<op>.lateness_p99_us@<size>",
+            "lower",
+            scale="bound",
+            domains={"op": _spread_ops, "size": _spread_sizes},
+        ),
+        # the ranks that arrived late in the spread pass. Not a node's own figure: a late rank's cause may be its
+        # node's (a jittery core or NIC) or a task another job or daemon runs beside it, so across nodes the
+        # drain list marks its node for review rather than drains it
+        Metric[Collectives](r"(late_ranks)", "collectives.<figure>", "lower", scale="bound", builtin=_late_bound),
         # the profile's op@size cases the sweep did not measure: each would otherwise go unjudged
         Metric[Collectives](
             r"(missing_cases)", "collectives.<figure>", "lower", kind="correctness", builtin=must_be_zero
@@ -96,6 +154,12 @@ class CollectivesConfig(TypedDict):
     min_timed_s: NotRequired[float]  # absent: ``iters`` calls, whatever they last (an isolation round's)
     ops: NotRequired[list[str]]
     sizes: NotRequired[list[str]]
+    # the spread pass's (the sweep's alone: an isolation round and the internode scopes make none)
+    spread_iters: NotRequired[int]
+    spread_sizes: NotRequired[list[str]]
+    spread_ratio: NotRequired[float]
+    spread_floor_us: NotRequired[float]
+    spread_min_share: NotRequired[float]
 
 
 class Figures(TypedDict):
@@ -170,6 +234,10 @@ class SweepResult(TypedDict):
     # per rank, processes not of this run seen on its GPU during the sweep: the cause of a slow collective
     foreign: NotRequired[dict[str, list[ForeignSeen]]]
     transport: NotRequired[TransportRecord]  # NotRequired: evidence from before it was recorded
+    # the spread pass's figures per op and size where it made one, and every rank's node, host and GPU, as a
+    # late rank is named (NotRequired: evidence from before the pass)
+    spread: NotRequired[list[Spread]]
+    places: NotRequired[list[RankPlace]]
 
 
 def figures(
