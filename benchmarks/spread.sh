@@ -8,7 +8,8 @@
 #   healthy  the collectives family (pytest -m collectives) RUNS times (default 5): late_ranks must be 0 each time
 #   slowed   the family again, with a bf16 matmul loop (benchmarks/matmul_loop.py) on GPU 1 started DELAY seconds
 #            in (default 15: after the preflight, which would name the process and stop the run, before the
-#            sweep): late_ranks must name rank 1, with the loop's process as the cause
+#            sweep): the loop's process named as the cause (late_ranks read 1 case of 16 for rank 1 on 2x H200:
+#            a GPU time-sliced with another process is named by the sweep's GPU sampler, not by lateness)
 #   cpushared  the family again, rank 1's processes (RANK=1 in their environment) pinned to one core DELAY seconds
 #            in, with two busy loops on that core: late_ranks must name rank 1
 # Each run's output and evidence go under $OUT (<name>.txt, ev-<name>/); after each run, its late_ranks line and
@@ -32,7 +33,7 @@ family() {  # family NAME: one run of the collectives family
   echo "rc=$rc wall=$(($(date +%s) - start)) s" >> "$OUT/$name.txt"
   echo "== $name: $(tail -1 "$OUT/$name.txt")"
   grep -E "^collectives.late_ranks|^verdict" "$OUT/$name.txt" || true
-  python3 - "$OUT/ev-$name/evidence.json" <<'PY'
+  python3 - "$OUT/ev-$name/evidence.json" <<'PY' || echo "  (no spread figures: the run wrote no evidence)"
 import json, sys
 doc = json.load(open(sys.argv[1]))
 for test in doc["tests"]:
@@ -62,15 +63,17 @@ for step in "${steps[@]}"; do
         core=$(( $(nproc) - 1 ))
         for env in /proc/[0-9]*/environ; do
           pid=${env#/proc/}; pid=${pid%/environ}
-          tr '\0' '\n' < "$env" 2>/dev/null | grep -qx 'RANK=1' || continue
+          tr '\0' '\n' 2>/dev/null < "$env" | grep -qx 'RANK=1' || continue
           grep -q python /proc/"$pid"/cmdline 2>/dev/null && taskset -a -p -c "$core" "$pid" > /dev/null && echo "pinned $pid to core $core"
         done
-        for _ in 1 2; do taskset -c "$core" timeout 120 python3 -c 'while True: pass' & done
+        # two busy loops on that core, ended with this subshell (their own pids: nothing else is matched)
+        loops=()
+        for _ in 1 2; do taskset -c "$core" timeout 120 python3 -c 'while True: pass' & loops+=($!); done
+        trap 'kill "${loops[@]}" 2>/dev/null' TERM EXIT
         wait
       ) > "$OUT/hog.txt" 2>&1 &
       hog=$!
       family cpushared
-      pkill -f 'while True: pass' 2>/dev/null || true
       kill "$hog" 2>/dev/null || true
       wait || true
       cat "$OUT/hog.txt" ;;

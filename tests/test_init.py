@@ -193,6 +193,12 @@ def test_two_nodes_with_no_rdma_port_meet_over_sockets_sized_for_them_with_no_sc
     ib, _ = run_init(tmp_path, sources(tmp_path / "ib", nvml_node(H200, 2, 18), ports=(NDR,)), nodes=2, name="ib")
     assert COLLECTIVES.section_of(ib.model).sizes == list(initial.GPU_SIZES)
     assert bound(ib, "training.scaling_efficiency")[0] == pytest.approx(0.846)
+    # ports that are there but down are a fault, not a socket cluster: the profile stays whole
+    down = ("400 Gb/sec (4X NDR)", "InfiniBand", "1: DOWN")
+    src = sources(tmp_path / "down", nvml_node(H200, 2, 18), ports=(down,))
+    broken, _ = run_init(tmp_path, src, nodes=2, name="down")
+    assert COLLECTIVES.section_of(broken.model).sizes == list(initial.GPU_SIZES)
+    assert bound(broken, "training.scaling_efficiency")[0] == pytest.approx(0.846)
 
 
 def test_a_pcie_node_of_a_gpu_the_table_does_not_know_is_bounded_by_its_pcie_links(tmp_path: Path) -> None:

@@ -8,9 +8,9 @@ host clock times a plain loop. The timed calls are cut into up to five windows (
 GPUs a timing event captured between two windows in the graph): a rank's time per call is its median
 window's, then averaged across ranks (nccl-tests' default ``-a 1``); the slowest rank's time is kept too,
 and every window's busbw beside the figure. The transport NCCL chose between each two ranks comes from
-its own report (``probes.nccl_log``). After the timed loop, where it applies, the spread pass: blocking calls
-through the same call, each marked on the rank's own timeline, which say which rank the others waited for
-(``collectives.lateness``).
+its own report (``probes.nccl_log``). After the sweep, the spread pass at sizes of its own: blocking calls
+through the sweep's own call, each marked on the rank's own timeline, which say which rank the others waited
+for (``collectives.lateness``).
 """
 
 from __future__ import annotations

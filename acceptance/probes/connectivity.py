@@ -90,6 +90,8 @@ def every_link(ctx: Ctx, ranks: list[RankDevice], cfg: ConnectivityConfig) -> Li
     # ncclTopoComputeP2pChannels), which the network between nodes sets: two nodes joined by sockets read
     # 48.5 GB/s over NVLink that carries 287-305 within one node (docs/measurements.md).
     inside = ctx.subgroups(nodes) if len(nodes) > 1 else None
+    if inside is not None:  # every member meets on it once: a node of odd size leaves one rank out of round 1
+        dist.barrier(group=inside)
     p2p = measured(p2p_rounds, inside)
     rails = measured(rail_rounds)
     return {

@@ -22,7 +22,7 @@ import yaml
 from acceptance.families.collectives import Collectives
 from acceptance.json_types import JSONObject, JSONValue
 from acceptance.numbers import fmt
-from acceptance.profile.floors import P2P_SIZE, HardwareFloor, hardware_floors, rail_path
+from acceptance.profile.floors import P2P_SIZE, HardwareFloor, hardware_floors
 from acceptance.profile.node_facts import NodeFacts
 from acceptance.profile.references import Reference, ReferenceTable
 from acceptance.schema.sizes import parse_size
@@ -103,8 +103,10 @@ def _trains_reference_workload(table: ReferenceTable, gpu: str | None) -> bool:
 
 
 def over_sockets(facts: NodeFacts, nodes: int) -> bool:
-    """Several nodes with no active RDMA port between them: NCCL's TCP sockets carry the traffic across."""
-    return nodes > 1 and rail_path(facts) is None
+    """Several nodes with no RDMA port at all: NCCL's TCP sockets carry the traffic across. A node whose ports
+    are there but down is not one of them: its profile keeps the full sizes and the scaling bar, so the
+    fault fails the run rather than weakening the profile."""
+    return nodes > 1 and not facts.ports
 
 
 def collective_sizes(facts: NodeFacts, nodes: int) -> tuple[str, ...]:

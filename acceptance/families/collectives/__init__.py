@@ -7,7 +7,7 @@ import statistics
 from collections.abc import Sequence
 from typing import Annotated, Literal, TypedDict
 
-from pydantic import Field
+from pydantic import Field, field_validator
 from typing_extensions import NotRequired
 
 from acceptance.families.collectives import lateness
@@ -41,24 +41,38 @@ class Collectives(Strict):
     # The spread pass (``collectives.lateness``), after the sweep, which it leaves as it was: this many
     # blocking calls, each marked on the rank's own timeline, for the ops whose calls end on every rank
     # together, at the sizes of ``spread_sizes`` (its own: a profile's sweep may start at 256M, where a rule
-    # over a handful of cases would name a rank for one stall); 0: none. 100 calls make the p99 (nearest-rank)
-    # the second longest wait, so one lone preemption of a rank cannot name it while a rank late in a few calls
-    # of every hundred is; a blocking call up to 64 MiB takes tens of microseconds to a few milliseconds on GPUs
-    # (the pass took 0.22 s of a 2x H200 sweep at these four sizes)
+    # over a handful of cases would name a rank for one stall); 0: none. 100 calls give 99 ways back into a
+    # call, whose nearest-rank p99 is the largest: one stall makes a case stand out, and what keeps a healthy
+    # rank's lone stalls from naming it is ``spread_min_share`` (a quarter of the cases). A blocking call up to
+    # 64 MiB takes tens of microseconds to a few milliseconds on GPUs (the pass took 0.22 s of a 2x H200 sweep)
     spread_iters: Annotated[int, Field(ge=0, le=10000)] = 100
     spread_sizes: list[Size] = ["1M", "4M", "16M", "64M"]
     # A rank stands out (``collectives.late_ranks``) where its lateness p99 is above spread_ratio x the
-    # median of the other ranks' plus spread_floor_us. Not yet calibrated on GPUs: the slowdowns the rule is
-    # for are late by milliseconds (a GPU time-sliced with another process runs in slices of about a
-    # millisecond or more; a host core shared under Linux's scheduler in slices of milliseconds), while a
-    # healthy rank's host issues a call a few to tens of microseconds after its peers: 4x the peers and
-    # 100 us above them leaves the healthy spread a wide margin and names a rank late by a slice
+    # median of the other ranks' plus spread_floor_us. The slowdowns the rule is for are late by milliseconds
+    # (a host core shared under Linux's scheduler: 4.0-12.1 ms on 2x H200), while a healthy rank comes back
+    # into a call tens of microseconds after its peers (11-88 us there): 4x the peers and 100 us above them.
+    # Measured on one node of 2x H200 only: a cluster of several nodes, or one joined by sockets, is not
     spread_ratio: Annotated[float, Field(ge=1)] = 4.0
     spread_floor_us: Annotated[float, Field(ge=0)] = 100.0
     # ... in at least this share of the pass's op/size cases. Measured on 2x H200 (docs/measurements.md,
     # "The rank the others waited for"): a healthy rank's host stalls past that bound now and then (a
     # millisecond, in 1-2 of 16 cases in four runs of five), a rank whose core two busy loops share in 14 of 16
     spread_min_share: Annotated[float, Field(ge=0, le=1)] = 0.25
+
+    @field_validator("spread_iters")
+    @classmethod
+    def _a_way_back(cls, calls: int) -> int:
+        if calls == 1:
+            raise ValueError("spread_iters is 0 (no pass) or at least 2: one call has no way back into another")
+        return calls
+
+    @field_validator("spread_sizes")
+    @classmethod
+    def _each_once(cls, sizes: list[str]) -> list[str]:
+        twice = sorted({s for s in sizes if sizes.count(s) > 1})
+        if twice:  # a case counted twice would weigh twice in spread_min_share
+            raise ValueError(f"spread_sizes names {', '.join(twice)} more than once")
+        return sizes
 
 
 _COLL = "collectives.<op>.<busbw_gbps|time_us|wrong>@<size>"

@@ -466,10 +466,10 @@ class Isolation:
         """ln of a healthy pair's GB/s and the variance of that estimate: the median of the census pairs,
         leaving out those decisively slow (at ``effect``) against a first median (a fault, not a sample of
         the level). ``robust``: where one node's pairs can be half the sample or more (two census pairs at 4
-        or 5 nodes), a slow node sets that median itself, halfway between its pairs and the healthy ones;
-        the reference is then the median of the pairs left once as many of the slowest as one node holds
-        are set aside (a fault only slows a pair, so the faster pairs are the healthy ones), with its own
-        error in the test."""
+        or 5 nodes; the one pair at 2 or 3), a slow node sets that median itself, halfway between its pairs
+        and the healthy ones; the reference is then the median of the pairs left once as many of the slowest
+        as one node holds are set aside (a fault only slows a pair, so the faster pairs are the healthy ones),
+        with its own error in the test."""
         sample = self._census_sample()
         if not sample:
             return math.nan, math.inf
@@ -681,7 +681,7 @@ class Isolation:
             others = [
                 x
                 for j in by_node[node]
-                if j.pair.other(node) not in (partner,) and j.pair.other(node) in cleared and j.verdict != "flapping"
+                if j.pair.other(node) != partner and j.pair.other(node) in cleared and j.verdict != "flapping"
                 for x in j.pair.logs
             ]
             if not logs or not others:
