@@ -97,6 +97,10 @@ def test_standard_runs_both_and_the_profile_s_tier_is_the_default(pytester: pyte
     pytester.makefile(".yaml", synthetic=PROFILE + "tier: quick\n")
     again = pytester.runpytest(*PLUGIN_ARGS, "--cluster-profile", "synthetic.yaml", "--cluster-evidence", "ev2")
     again.assert_outcomes(passed=QUICK, deselected=1)
+    # the deselection names where the tier came from: the profile, not an option the run never had
+    again.stdout.fnmatch_lines(
+        ["cluster tier: quick (*); deselected 1 test(s), not in the quick tier (profile key tier):*"]
+    )
     # the option wins over the profile's tier
     third = pytester.runpytest(
         *PLUGIN_ARGS, "--cluster-profile", "synthetic.yaml", "--cluster-evidence", "ev3", "--cluster-tier", "standard"

@@ -91,7 +91,7 @@ class ClusterSession:
         self.preflight: PreflightResult | None = None
         self.started = time.monotonic()
         tier = settings.tier.value
-        self.tier = Selection(tier, run.profile.model.tiers.get(tier.name, {}))
+        self.tier = Selection(tier, run.profile.model.tiers.get(tier.name, {}), origin=str(settings.tier.origin))
         self.drain: DrainList | None = None
         self.drain_way = settings.drain.value
         run.evidence.strict = False  # a full disk stops the run with one line (``pytest_runtest_logfinish``)

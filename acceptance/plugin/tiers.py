@@ -22,7 +22,7 @@ from acceptance.profile.registry import family_of_module
 from acceptance.profile.tiers import Tier
 from acceptance.schema.family import Device, Family
 
-REASON = "not in the {tier} tier (--cluster-tier)"
+REASON = "not in the {tier} tier ({origin})"
 
 
 @dataclass
@@ -32,6 +32,7 @@ class Selection:
 
     tier: Tier
     settings: Mapping[str, JsonValue] = field(default_factory=dict)  # the profile's for the tier (tiers.NAME)
+    origin: str = "--cluster-tier"  # where the tier was chosen (the option, the profile's key, the default)
     left_out: set[str] = field(default_factory=set)
     by_family: Counter[str] = field(default_factory=Counter)
     added: list[str] = field(default_factory=list)
@@ -86,6 +87,6 @@ class Selection:
             text += ", ".join(f"{key}={value}" for key, value in self.settings.items())
         if self.by_family:
             parts = ", ".join(f"{name} {count}" for name, count in self.by_family.items())
-            why = REASON.format(tier=self.tier.name)
+            why = REASON.format(tier=self.tier.name, origin=self.origin)
             text += f"; deselected {sum(self.by_family.values())} test(s), {why}: {parts}"
         return text
