@@ -210,9 +210,10 @@ def hardware_floors(facts: NodeFacts, nodes: int, ops: tuple[str, ...], sizes: t
     the network between nodes does not set it), the collectives inside one node (one node only: across nodes
     the world's collectives run over the network), the rails across nodes (2+ nodes), and each GPU's host
     link."""
-    out = _p2p_floor(facts)
+    p2p = p2p_path(facts)
+    out = _p2p_floor(p2p)
     if nodes == 1:
-        out += _busbw_floors(facts, ops, sizes)
+        out += _busbw_floors(facts, p2p, ops, sizes)
     rail = rail_path(facts) if nodes > 1 else None
     if rail is not None:
         low = round(rail.gbps * NIC_FRACTION, 1)
@@ -227,17 +228,17 @@ def hardware_floors(facts: NodeFacts, nodes: int, ops: tuple[str, ...], sizes: t
 PAIR_BOUND_OPS = ("sendrecv", "broadcast")
 
 
-def _p2p_floor(facts: NodeFacts) -> list[HardwareFloor]:
-    p2p = p2p_path(facts)
+def _p2p_floor(p2p: Path | None) -> list[HardwareFloor]:
     if p2p is None:
         return []
     low = round(p2p.gbps * P2P_FRACTION, 1)
     return [HardwareFloor("connectivity.p2p_min_gbps", low, p2p.fact, P2P_FRACTION, f"at {P2P_SIZE}: {P2P_WHY}")]
 
 
-def _busbw_floors(facts: NodeFacts, ops: tuple[str, ...], sizes: tuple[str, ...]) -> list[HardwareFloor]:
+def _busbw_floors(
+    facts: NodeFacts, p2p: Path | None, ops: tuple[str, ...], sizes: tuple[str, ...]
+) -> list[HardwareFloor]:
     out: list[HardwareFloor] = []
-    p2p = p2p_path(facts)
     bus = busbw_path(facts)
     if bus is None:
         return out

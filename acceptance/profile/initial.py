@@ -84,15 +84,13 @@ def bounds_for(facts: NodeFacts, nodes: int, table: ReferenceTable) -> list[Boun
     setup = facts.setup(table, nodes)
     world = nodes * facts.gpu_count
     trains = _trains_reference_workload(table, setup.gpu)
-    out: list[Bound] = []
     sockets = over_sockets(facts, nodes)
+    out: list[Bound] = []
     for row in table.rows_for(setup):
-        out += [
-            Bound.of_row(m, row) for m in _metrics(row, world, nodes, trains, facts) if not (sockets and _rdma_bar(m))
-        ]
+        out += [Bound.of_row(metric, row) for metric in _metrics(row, world, nodes, trains, sockets)]
     bounded = {b.metric for b in out}
     ops = GPU_OPS if world >= 2 else ()
-    floors = hardware_floors(facts, nodes, ops, collective_sizes(facts, nodes))
+    floors = hardware_floors(facts, nodes, ops, collective_sizes(sockets))
     out += [Bound.of_floor(f) for f in floors if f.metric not in bounded]
     return out
 
@@ -109,33 +107,29 @@ def over_sockets(facts: NodeFacts, nodes: int) -> bool:
     return nodes > 1 and not facts.ports
 
 
-def collective_sizes(facts: NodeFacts, nodes: int) -> tuple[str, ...]:
-    return SOCKET_SIZES if over_sockets(facts, nodes) else GPU_SIZES
+def collective_sizes(sockets: bool) -> tuple[str, ...]:
+    return SOCKET_SIZES if sockets else GPU_SIZES
 
 
-def _rdma_bar(metric: str) -> bool:
-    """A bar set on clusters whose nodes meet over RDMA (the > 90% weak scaling of a published InfiniBand
-    acceptance run): over sockets no public figure says what scaling across nodes should be."""
-    return metric == "training.scaling_efficiency"
-
-
-def _metrics(row: Reference, world: int, nodes: int, trains: bool, facts: NodeFacts) -> list[str]:
+def _metrics(row: Reference, world: int, nodes: int, trains: bool, sockets: bool) -> list[str]:
     family = row.figure.split(".", 1)[0]
     if family == "collectives":
         op = row.figure.split(".")[1]
         if world < 2 or op not in GPU_OPS:
             return []
-        return [f"{row.figure}@{s}" for s in collective_sizes(facts, nodes) if parse_size(s) >= row.min_bytes]
+        return [f"{row.figure}@{s}" for s in collective_sizes(sockets) if parse_size(s) >= row.min_bytes]
     if family == "compute":
         return [f"{row.figure}{PER_GPU_STATISTIC}"]
     if family == "internode":
         return [row.figure] if nodes >= 2 else []
-    return _training_metrics(row, world, trains) if family == "training" else []
+    return _training_metrics(row, world, trains, sockets) if family == "training" else []
 
 
-def _training_metrics(row: Reference, world: int, trains: bool) -> list[str]:
+def _training_metrics(row: Reference, world: int, trains: bool, sockets: bool) -> list[str]:
     if row.figure == "training.scaling_efficiency":
-        return [row.figure] if world >= 2 else []  # one GPU is its own baseline
+        # one GPU is its own baseline; over sockets no public figure says what scaling across nodes should be
+        # (the > 90% bar is of a published acceptance run over InfiniBand)
+        return [row.figure] if world >= 2 and not sockets else []
     return [row.figure] if trains and row.figure.split(".")[1] in GPU_STRATEGIES else []
 
 
@@ -182,7 +176,7 @@ def gpu_profile(facts: NodeFacts, name: str, nodes: int, table: ReferenceTable) 
     if world >= 2:
         # the p2p floor is set for transfers bound by their links, not by their launch (acceptance.profile.floors)
         data["connectivity"] = {"p2p_size": P2P_SIZE}
-        sizes: list[JSONValue] = list(collective_sizes(facts, nodes))
+        sizes: list[JSONValue] = list(collective_sizes(over_sockets(facts, nodes)))
         data["collectives"] = {"ops": list(GPU_OPS), "sizes": sizes, "dtype": "bfloat16", **SPREAD_RULE}
     training = _training(table, setup.gpu, bounds, world)
     if training:
