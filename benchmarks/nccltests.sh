@@ -6,10 +6,16 @@
 # and CV); then, in the same call, `cluster-acceptance sweep` over the same sizes with each timing named in
 # TIMINGS (default: auto, the gated figure, then cuda_graph); then one side-by-side table per timing
 # (nccltests_table.py): ratio of nccl-tests' time to ours, flagged outside 0.95-1.05 from 1 MiB and 0.9-1.1 below.
+# LAYOUTS: "threads" (default: -t N -g 1, one process), "mpi" (mpirun -np N -g 1: one process per GPU, the suite's
+# own layout; built where the machine has MPI), or both; one table per layout.
 # e.g. `benchmarks/nccltests.sh` (about 3 minutes on 2x H200). NGPUS: default every GPU; STEP: default 2
 # (-f 2 reaches 4G; -f 8 stops at 1G: 8 * 8^9); MAXBYTES (-e): default 4G; WARMUP, ITERS (-w, -n): default
 # 5 and 20; REPEATS: each side run this many times, alternating (run r's files end in -r), for how far each
 # side moves from one run to the next on the same machine (nccltests_repeat.py).
+# `benchmarks/nccltests.sh loop`: what the direct loop's time is made of (nccl_loop_ab.py, ops LOOP_OPS at
+# LOOP_SIZES) beside nccl-tests at -n 20 and -n 200 over 8 B-4 MiB, one GPU per thread and, where the machine
+# has MPI, one process per GPU (mpirun), each LOOP_RUNS times (default 3; LOOP_NCCL_TESTS=0: the loop's variants
+# alone). PER_ITER=0: no -I 1 run of nccl-tests.
 [ -n "${OUT:-}" ] || { echo "OUT: name an empty folder for what the runs write" >&2; exit 2; }
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl || exit 1
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 PYTHONPATH=/tmp/site:$PWD
@@ -37,14 +43,25 @@ compare() {
   build || return 1
   export LD_LIBRARY_PATH=/tmp/nccl-home/lib:${LD_LIBRARY_PATH:-}
   local r sfx w=${WARMUP:-5} n=${ITERS:-20} e=${MAXBYTES:-4G}
+  local layouts=${LAYOUTS:-threads} layout mpi=0
+  [[ $layouts == *mpi* ]] && mpi_build && mpi=1
   for r in $(seq 1 "${REPEATS:-1}"); do
     sfx=$([ "${REPEATS:-1}" -gt 1 ] && echo "-$r")
     mkdir -p "$OUT/nccl-tests$sfx" "$OUT/nccl-tests-I$sfx"
-    local flags=(-t "$NGPUS" -g 1 -b 8 -e "$e" -f "$STEP" -d bfloat16 -w "$w" -n "$n") start=$(date +%s)
-    for op in "${OPS[@]}"; do
-      timeout 120 /tmp/nccl-tests/build/${op}_perf "${flags[@]}" > "$OUT/nccl-tests$sfx/$op.txt" 2>&1
-      timeout 120 /tmp/nccl-tests/build/${op}_perf "${flags[@]}" -I 1 > "$OUT/nccl-tests-I$sfx/$op.txt" 2>&1
-      echo "== nccl-tests $op rc=$?: $(grep -c '^ ' "$OUT/nccl-tests$sfx/$op.txt") rows"
+    local flags=(-g 1 -b 8 -e "$e" -f "$STEP" -d bfloat16 -w "$w" -n "$n") start=$(date +%s) run
+    for layout in $layouts; do
+      case $layout in
+        threads) run=(/tmp/nccl-tests/build); flags+=(-t "$NGPUS"); dir=nccl-tests ;;
+        mpi) [ $mpi = 1 ] || continue; run=(mpirun --allow-run-as-root -np "$NGPUS" --bind-to none /tmp/nccl-tests-mpi/build); dir=nccl-tests-mpi ;;
+      esac
+      mkdir -p "$OUT/$dir$sfx"
+      for op in "${OPS[@]}"; do
+        # mpirun takes the program as its last word: the folder and the name are joined
+        timeout 120 "${run[@]:0:${#run[@]}-1}" "${run[-1]}/${op}_perf" "${flags[@]}" > "$OUT/$dir$sfx/$op.txt" 2>&1
+        [ "${PER_ITER:-1}" = 1 ] && [ $layout = threads ] && timeout 120 /tmp/nccl-tests/build/${op}_perf "${flags[@]}" -I 1 > "$OUT/nccl-tests-I$sfx/$op.txt" 2>&1
+        echo "== nccl-tests ($layout) $op: $(grep -c '^ ' "$OUT/$dir$sfx/$op.txt") rows"
+      done
+      [ $layout = threads ] && flags=("${flags[@]:0:${#flags[@]}-2}")
     done
     echo "== nccl-tests: $(( $(date +%s) - start )) s"
     local timing
@@ -54,12 +71,51 @@ compare() {
         --timeout 280 --timing "$timing" --ops all_reduce,all_gather,reduce_scatter,all_to_all,broadcast,sendrecv \
         --evidence "$OUT/sweep-$timing$sfx" > "$OUT/sweep-$timing$sfx.txt" 2>&1
       echo "== sweep --timing $timing rc=$? in $(( $(date +%s) - start )) s"; tail -3 "$OUT/sweep-$timing$sfx.txt"
-      python3 benchmarks/nccltests_table.py "$OUT/nccl-tests$sfx" "$OUT/sweep-$timing$sfx" \
-        --per-iter "$OUT/nccl-tests-I$sfx" > "$OUT/table-${NGPUS}gpu-$timing$sfx.md"
-      tail -1 "$OUT/table-${NGPUS}gpu-$timing$sfx.md"
+      for layout in $layouts; do
+        dir=$([ $layout = mpi ] && echo nccl-tests-mpi || echo nccl-tests)
+        [ -d "$OUT/$dir$sfx" ] || continue
+        python3 benchmarks/nccltests_table.py "$OUT/$dir$sfx" "$OUT/sweep-$timing$sfx" \
+          $([ "${PER_ITER:-1}" = 1 ] && [ $layout = threads ] && echo --per-iter "$OUT/nccl-tests-I$sfx") \
+          > "$OUT/table-${NGPUS}gpu-$layout-$timing$sfx.md"
+        echo "$layout: $(tail -1 "$OUT/table-${NGPUS}gpu-$layout-$timing$sfx.md")"
+      done
     done
   done
 }
 
-compare
+mpi_build() {  # nccl-tests with MPI=1 into /tmp/nccl-tests-mpi, where mpicc and mpi.h are found
+  [ -x /tmp/nccl-tests-mpi/build/all_reduce_perf ] && return 0
+  local mpi; mpi=$(dirname "$(dirname "$(command -v mpicc 2>/dev/null || echo /nonexistent/bin/x)")")
+  [ -f "$mpi/include/mpi.h" ] || mpi=$(dirname "$(dirname "$(find / -name mpi.h -path '*include*' 2>/dev/null | head -1)")")
+  [ -f "$mpi/include/mpi.h" ] || { echo "== no MPI here (mpicc $(command -v mpicc), mpirun $(command -v mpirun))"; return 1; }
+  rm -rf /tmp/nccl-tests-mpi && cp -r .gpu/nccl-tests /tmp/nccl-tests-mpi
+  make -C /tmp/nccl-tests-mpi -j16 MPI=1 MPI_HOME="$mpi" CUDA_HOME=/usr/local/cuda NCCL_HOME=/tmp/nccl-home \
+    NVCC_GENCODE="-gencode=arch=compute_90,code=sm_90" > "$OUT/build-mpi.txt" 2>&1 || { tail -5 "$OUT/build-mpi.txt"; return 1; }
+  echo "== nccl-tests MPI=1 built against $mpi"
+}
+
+loop() {
+  build || return 1
+  export LD_LIBRARY_PATH=/tmp/nccl-home/lib:${LD_LIBRARY_PATH:-}
+  local mpi=0 r n op
+  mpi_build && mpi=1
+  mkdir -p "$OUT/loop"
+  for r in $(seq 1 "${LOOP_RUNS:-3}"); do
+    [ "${LOOP_NCCL_TESTS:-1}" = 1 ] && for n in 20 200; do
+      for op in all_reduce all_gather sendrecv alltoall; do
+        timeout 60 /tmp/nccl-tests/build/${op}_perf -t "$NGPUS" -g 1 -b 8 -e 4M -f 2 -d bfloat16 -w 5 -n $n \
+          > "$OUT/loop/threads-$op-n$n-$r.txt" 2>&1
+        [ $mpi = 1 ] && timeout 60 mpirun --allow-run-as-root -np "$NGPUS" --bind-to none \
+          /tmp/nccl-tests-mpi/build/${op}_perf -g 1 -b 8 -e 4M -f 2 -d bfloat16 -w 5 -n $n \
+          > "$OUT/loop/mpi-$op-n$n-$r.txt" 2>&1
+      done
+    done
+    timeout 240 torchrun --nproc-per-node "$NGPUS" benchmarks/nccl_loop_ab.py --ops "${LOOP_OPS:-all_reduce,all_gather,sendrecv,all_to_all}" \
+      --sizes "${LOOP_SIZES:-32,64K,1M}" > "$OUT/loop/ab-$r.txt" 2>&1
+    echo "== loop run $r rc=$?"; grep -E "us/call" "$OUT/loop/ab-$r.txt" | head -40
+  done
+  python3 benchmarks/nccl_loop_table.py "$OUT/loop" | tee "$OUT/loop-table.md"
+}
+
+for mode in "${@:-compare}"; do "$mode"; done
 cd "$OUT" && tar czf r.tgz --exclude='*.tgz' ./* 2> /dev/null; ls

@@ -12,7 +12,7 @@ import torch
 import torch.distributed as dist
 
 from acceptance.families.collectives import figures
-from acceptance.probes import collectives, nccl_calls
+from acceptance.probes import collectives, nccl_calls, nccl_loop, ops, windows
 from acceptance.schema.collectives import OPS
 
 
@@ -40,6 +40,7 @@ class FakeNccl:
 def _library(fake: FakeNccl) -> nccl_calls.Library:
     lib = nccl_calls.Library.__new__(nccl_calls.Library)
     lib.lib, lib.has_all_to_all = fake, hasattr(fake, "ncclAlltoAll")
+    lib.looper = "no C compiler ('cc' not on PATH)"  # the Python loop: the C loop's own tests, test_nccl_loop
     return lib
 
 
@@ -133,7 +134,13 @@ def _ctx(device: str) -> Any:
 
 
 def test_auto_is_direct_nccl_for_the_world_on_gpus_a_graph_in_subgroups_and_the_host_on_the_cpu() -> None:
-    comms = nccl_calls.Communicators(_library(FakeNccl()), lambda uid, group: b"")
+    lib = _library(FakeNccl())
+    comms = nccl_calls.Communicators(lib, lambda uid, group: b"")
+    # issued from Python where the C loop could not be built: the figure says so, and why
+    assert collectives._mode(_ctx("cuda"), "auto", None, comms) == (
+        "nccl (issued from Python: no C compiler ('cc' not on PATH))"
+    )
+    lib.looper = nccl_loop.Looper.__new__(nccl_loop.Looper)
     assert collectives._mode(_ctx("cuda"), "auto", None, comms) == "nccl"
     assert collectives._mode(_ctx("cuda"), "auto", object(), comms) == "cuda_graph"
     assert collectives._mode(_ctx("cpu"), "auto", None, "no NCCL on cpu") == "eager"
@@ -166,13 +173,12 @@ def test_auto_without_communicators_asked_is_a_graph_and_says_nothing_more() -> 
 
 
 def test_the_timed_loop_fails_on_a_result_code_and_takes_any_other_return() -> None:
-    from acceptance.probes import windows
-
     cpu = _ctx("cpu")
     codes = iter([0, 0, 5, 0])
     with pytest.raises(RuntimeError, match="a timed call returned 5"):
-        windows.timed_loop(cpu, lambda: next(codes), [2, 2])
-    per_window, whole = windows.timed_loop(cpu, lambda: torch.ones(3), [2, 1])  # a tensor is no result code
+        windows.timed_loop(cpu, windows.repeat(lambda: next(codes)), [2, 2])
+    # a tensor is no result code
+    per_window, whole = windows.timed_loop(cpu, windows.repeat(lambda: torch.ones(3)), [2, 1])
     assert len(per_window) == 2 and whole > 0
 
 
@@ -189,7 +195,7 @@ def test_a_host_timed_loop_fills_its_least_time_with_more_calls_than_iters() -> 
     dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)  # type: ignore[attr-defined]
     try:
         issued: list[int] = []
-        timed = collectives.HostTimed(lambda: None, lambda: issued.append(1), lambda: None)
+        timed = collectives.HostTimed(lambda: None, windows.repeat(lambda: issued.append(1)), lambda: None)
         ctx = SimpleNamespace(is_cuda=False, device=torch.device("cpu"), sync=lambda: None, progress=lambda: None)
         cfg: Any = {"dtype": "float32", "timing": "eager", "warmup_iters": 3, "iters": 5, "min_timed_s": 0.05}
         collectives.time_eager(timed, ctx, None, cfg)  # type: ignore[arg-type]
@@ -202,5 +208,27 @@ def test_a_host_timed_loop_fills_its_least_time_with_more_calls_than_iters() -> 
         issued.clear()
         collectives.time_eager(timed, ctx, None, cfg)  # type: ignore[arg-type]
         assert len(issued) == 5
+    finally:
+        dist.destroy_process_group()
+
+
+def test_an_op_in_an_arena_holds_its_buffers_at_the_start_and_counts_the_calls_that_fit_after() -> None:
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)  # type: ignore[attr-defined]
+    try:
+        cpu = torch.device("cpu")
+        arena = ops.Arena.for_sweep("all_gather", [64, 1024], "bfloat16", cpu)
+        assert arena.size == 1024 and arena.recv is not None  # the largest size's larger buffer
+        small = ops.Op("all_gather", 64, "bfloat16", cpu, arena=arena)
+        assert small.inp.data_ptr() == arena.send.data_ptr() and small.out.data_ptr() == arena.recv.data_ptr()
+        assert small.footprint == 64 and small.slots == 16
+        small.fill()
+        small()
+        assert small.wrong() == 0
+        assert ops.Op("all_gather", 1024, "bfloat16", cpu, arena=arena).slots == 1
+        in_place = ops.Arena.for_sweep("all_reduce", [256], "float32", cpu)
+        assert in_place.recv is None
+        reduced = ops.Op("all_reduce", 128, "float32", cpu, arena=in_place)
+        assert reduced.out.data_ptr() == reduced.inp.data_ptr() == in_place.send.data_ptr() and reduced.slots == 2
+        assert ops.Op("all_gather", 64, "bfloat16", cpu).slots == 1  # no arena: every call on its own buffers
     finally:
         dist.destroy_process_group()

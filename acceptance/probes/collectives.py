@@ -15,6 +15,7 @@ for (``collectives.lateness``).
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import time
@@ -31,7 +32,7 @@ from acceptance.masking import masked_env
 from acceptance.probes import nccl_calls, nccl_log, windows
 from acceptance.probes.gpu_sampler import GpuSampler
 from acceptance.probes.links import stable_node
-from acceptance.probes.ops import Op
+from acceptance.probes.ops import Arena, Op
 from acceptance.probes.rank import Ctx, main, section, write_json
 from acceptance.schema.sizes import format_size, parse_size
 
@@ -42,19 +43,19 @@ SWEEP_SAMPLE_S = 1.0
 
 @dataclass(frozen=True)
 class HostTimed:
-    """A host-timed loop's parts: the call the warm-up and the data check make (raising on an error), the one
-    the timed loop issues (NCCL's bare call, its result code checked by the loop), and how the ranks line up
-    before the loop (nccl-tests' ``Barrier``)."""
+    """A host-timed loop's parts: the call the warm-up and the data check make (raising on an error), the
+    burst the timed loop issues (NCCL's bare calls from the C loop, their result code checked by the loop:
+    ``windows.Burst``), and how the ranks line up before the loop (nccl-tests' ``Barrier``)."""
 
     call: Callable[[], object]
-    issue: Callable[[], object]
+    burst: windows.Burst
     line_up: Callable[[], object]
     # what the calls reach by address alone (the op's buffers, the line-up's element): alive as long as they are
     held: tuple[object, ...] = ()
 
 
 def _torch_timed(op: Op) -> HostTimed:
-    return HostTimed(op, op, lambda: dist.barrier(group=op.group))
+    return HostTimed(op, windows.repeat(op), lambda: dist.barrier(group=op.group))
 
 
 def direct_timed(op: Op, device: torch.device, dtype: str, comms: nccl_calls.Communicators) -> HostTimed:
@@ -63,7 +64,15 @@ def direct_timed(op: Op, device: torch.device, dtype: str, comms: nccl_calls.Com
     torch's barrier adds its own work and watchdog)."""
     sizing, place = op.sizing, op.place
     own = nccl_calls.Buffers(
-        op.inp.data_ptr(), op.out.data_ptr(), sizing.send, sizing.part, sizing.elem, place.rank, place.ranks
+        op.inp.data_ptr(),
+        op.out.data_ptr(),
+        sizing.send,
+        sizing.part,
+        sizing.elem,
+        place.rank,
+        place.ranks,
+        slot=op.footprint,
+        slots=op.slots,
     )
     call = _bound(op.name, op.group, own, device, dtype, comms)
     one = torch.zeros(1, dtype=torch.float32, device=device)
@@ -75,7 +84,7 @@ def direct_timed(op: Op, device: torch.device, dtype: str, comms: nccl_calls.Com
         meet()
         stream.synchronize()
 
-    return HostTimed(call, call.issue, line_up, held=(op, one))
+    return HostTimed(call, call.burst, line_up, held=(op, one))
 
 
 def time_eager(timed: HostTimed, ctx: Ctx, group: Any, cfg: CollectivesConfig) -> tuple[list[float], float]:
@@ -97,7 +106,7 @@ def time_eager(timed: HostTimed, ctx: Ctx, group: Any, cfg: CollectivesConfig) -
         dist.all_reduce(agreed, op=dist.ReduceOp.MAX, group=group)
         calls = int(agreed.item())
     timed.line_up()
-    return windows.timed_loop(ctx, timed.issue, windows.split(calls))
+    return windows.timed_loop(ctx, timed.burst, windows.split(calls))
 
 
 def time_graph(op: Op, ctx: Ctx, warmup: int, iters: int) -> list[float]:
@@ -191,6 +200,8 @@ def _mode(ctx: Ctx, asked: str, group: Any, nccl: nccl_calls.Communicators | str
         asked = "nccl"
     if asked == "nccl" and not direct:
         return f"{fallback} ({nccl or 'no NCCL communicator given'})"
+    if asked == "nccl" and isinstance(nccl, nccl_calls.Communicators) and isinstance(nccl.lib.looper, str):
+        return f"nccl (issued from Python: {nccl.lib.looper})"  # slower than nccl-tests below 1 MiB: said
     return asked
 
 
@@ -214,13 +225,15 @@ def measure(
     cfg: CollectivesConfig,
     group: Any = None,
     nccl: nccl_calls.Communicators | str | None = None,
+    arena: Arena | None = None,
 ) -> Measured:
     """One op at one size on this rank (a member of ``group``): its #wrong, seconds per call in each timed
     window and, timed by the host (NCCL called directly, or the CPU), the whole loop's seconds per call.
-    ``nccl``: the probe's own communicators (``direct_nccl``), or why it has none.
+    ``nccl``: the probe's own communicators (``direct_nccl``), or why it has none; ``arena``: the op's buffers
+    for the sweep, which the direct loop's calls move on into (``ops.Arena``).
     ``size_bytes`` is the size asked for; ``bytes`` and ``count`` what the call moved (the parts rounded)."""
     ctx.phase(f"{name} {format_size(nbytes)}")
-    op = Op(name, nbytes, cfg["dtype"], ctx.device, group)
+    op = Op(name, nbytes, cfg["dtype"], ctx.device, group, arena)
     mode = _mode(ctx, cfg["timing"], group, nccl)
     timed = _torch_timed(op)
     if mode == "nccl" and isinstance(nccl, nccl_calls.Communicators):
@@ -295,6 +308,34 @@ def nccl_settings(environ: Mapping[str, str]) -> dict[str, str]:
     return masked_env({k: v for k, v in sorted(environ.items()) if k.startswith("NCCL_") and k not in ours})
 
 
+def _sweep(
+    ctx: Ctx,
+    cfg: CollectivesConfig,
+    nccl: nccl_calls.Communicators | str | None,
+    rows: list[CollectiveRow],
+    spreads: list[Spread],
+) -> None:
+    """Every op at every size into ``rows``, then the spread pass into ``spreads``."""
+    sizes = [parse_size(size) for size in cfg["sizes"]]
+    for op in cfg["ops"]:
+        # the C loop moves each call on into buffers as large as the op's largest size, as nccl-tests does
+        shifted = _mode(ctx, cfg["timing"], None, nccl) == "nccl"
+        arena = Arena.for_sweep(op, sizes, cfg["dtype"], ctx.device) if shifted else None
+        for nbytes in sizes:
+            # each size's row once every rank has timed it (a gather between sizes, outside any timed
+            # region): rank 0 leaves the rows so far in partial.json, which the launcher's watcher prints
+            # as they come and keeps if the probe fails later
+            rows += reduce_rows(ctx, [measure(ctx, op, nbytes, cfg, nccl=nccl, arena=arena)])
+            if ctx.rank == 0:
+                write_json(ctx.out / "partial.json", {"rows": rows}, durable=False)
+        del arena
+    # who the others wait for, after the sweep (which it leaves as it was), at the pass's own sizes
+    if cfg.get("spread_iters", 0) > 0:
+        for op in cfg["ops"]:
+            if lateness.applies(op, cfg["spread_iters"]):
+                spreads += [spread_case(ctx, op, size, cfg, nccl) for size in cfg.get("spread_sizes", [])]
+
+
 def run(ctx: Ctx) -> SweepResult:
     cfg = section(ctx.spec, "collectives", CollectivesConfig)
     rows: list[CollectiveRow] = []
@@ -303,20 +344,12 @@ def run(ctx: Ctx) -> SweepResult:
     sampler = GpuSampler(ctx.device, period_s=SWEEP_SAMPLE_S)
     sampler.start()
     nccl = direct_nccl(ctx) if cfg["timing"] in ("auto", "nccl") else None
+    # the sweep on a stream of its own, non-blocking as nccl-tests' (src/common.cu): NCCL on the legacy default
+    # stream cost 1-2 us more a call on an H200 host (docs/measurements.md)
+    own = torch.cuda.stream(torch.cuda.Stream(ctx.device)) if ctx.is_cuda else contextlib.nullcontext()
     try:
-        for op in cfg["ops"]:
-            for size in cfg["sizes"]:
-                # each size's row once every rank has timed it (a gather between sizes, outside any timed
-                # region): rank 0 leaves the rows so far in partial.json, which the launcher's watcher prints
-                # as they come and keeps if the probe fails later
-                rows += reduce_rows(ctx, [measure(ctx, op, parse_size(size), cfg, nccl=nccl)])
-                if ctx.rank == 0:
-                    write_json(ctx.out / "partial.json", {"rows": rows}, durable=False)
-        # who the others wait for, after the sweep (which it leaves as it was), at the pass's own sizes
-        if cfg.get("spread_iters", 0) > 0:
-            for op in cfg["ops"]:
-                if lateness.applies(op, cfg["spread_iters"]):
-                    spreads += [spread_case(ctx, op, size, cfg, nccl) for size in cfg.get("spread_sizes", [])]
+        with own:
+            _sweep(ctx, cfg, nccl, rows, spreads)
     finally:
         sampler.stop()
         if isinstance(nccl, nccl_calls.Communicators):

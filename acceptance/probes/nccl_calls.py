@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from acceptance.probes import nccl_loop, windows
 from acceptance.schema.collectives import OPS
 
 SONAME = "libnccl.so.2"
@@ -55,17 +56,23 @@ def loaded_library(maps: Iterable[str] | None = None) -> str:
 
 
 class Library:
-    """libnccl's entry points, each result checked."""
+    """libnccl's entry points, each result checked; ``looper``: the timed loop in C (``nccl_loop``), or why
+    the calls are issued from Python."""
 
-    def __init__(self, lib: Any) -> None:
+    def __init__(self, lib: Any, looper: nccl_loop.Looper | str) -> None:
         self.lib = lib
         lib.ncclGetErrorString.restype = ctypes.c_char_p
         lib.ncclGetErrorString.argtypes = [ctypes.c_int]
         self.has_all_to_all = hasattr(lib, "ncclAlltoAll")
+        self.looper = looper
 
     @classmethod
     def load(cls) -> Library:
-        return cls(ctypes.CDLL(loaded_library()))
+        return cls(ctypes.CDLL(loaded_library()), nccl_loop.build())
+
+    def address(self, name: str) -> int:
+        """An entry point's address, for the C loop."""
+        return int(ctypes.cast(getattr(self.lib, name), ctypes.c_void_p).value or 0)
 
     def check(self, name: str, result: int) -> None:
         if result != 0:
@@ -99,6 +106,10 @@ class Buffers:
     elem: int  # bytes per element
     rank: int
     ranks: int
+    # the timed loop's call i on buffers moved on by slot * (i % slots) bytes (nccl-tests' shift: each call
+    # on memory the previous ones did not leave in the GPU's cache); 1 slot: every call on the same buffers
+    slot: int = 0
+    slots: int = 1
 
 
 _Args = tuple[Any, ...]
@@ -107,15 +118,27 @@ _Args = tuple[Any, ...]
 @dataclass(frozen=True)
 class Bound:
     """One call of an op, its arguments converted once: ``issue`` is the bare C call (or the group of them)
-    returning NCCL's result code, for a timed loop that checks the codes itself (``windows.timed_loop``), as
-    lean as nccl-tests' loop; calling the object issues it and raises on an error (warm-up, data check)."""
+    returning NCCL's result code; ``burst(n)`` issues it ``n`` times back to back from the C loop
+    (``nccl_loop``), or from Python where there is none, and returns the first code other than 0, for a timed
+    loop that checks the codes itself (``windows.timed_loop``), as lean as nccl-tests' loop; calling the
+    object issues it once and raises on an error (warm-up, data check)."""
 
     lib: Library
     name: str
     issue: Callable[[], int]
+    burst: Callable[[int], int | None]
 
     def __call__(self) -> None:
         self.lib.check(self.name, self.issue())
+
+
+def _made(lib: Library, name: str, b: Buffers, calls: list[tuple[str, _Args]], issue: Callable[[], int]) -> Bound:
+    """The call's ``Bound``: its burst from the C loop where there is one (each call on its slot of the
+    buffers); from Python, every call on the first slot."""
+    if isinstance(lib.looper, nccl_loop.Looper):
+        steps = [nccl_loop.step(entry, lib.address(entry), args, b.slot, b.slots) for entry, args in calls]
+        return Bound(lib, name, issue, lib.looper.burst(steps))
+    return Bound(lib, name, issue, windows.repeat(issue))
 
 
 def _grouped(lib: Library, calls: list[tuple[str, _Args]]) -> Callable[[], int]:
@@ -154,17 +177,18 @@ def bind(lib: Library, op: str, b: Buffers, dtype: str, comm: int, stream: int) 
         single["all_to_all"] = ("ncclAlltoAll", (inp, out, part, t, c, s))
     if op in single:
         name, args = single[op]
-        return Bound(lib, name, functools.partial(getattr(lib.lib, name), *args))
+        return _made(lib, name, b, [single[op]], functools.partial(getattr(lib.lib, name), *args))
+    calls: list[tuple[str, _Args]] = []
     if op == "sendrecv":
         nxt, prev = ctypes.c_int((b.rank + 1) % b.ranks), ctypes.c_int((b.rank - 1) % b.ranks)
         calls = [("ncclSend", (inp, total, t, nxt, c, s)), ("ncclRecv", (out, total, t, prev, c, s))]
-        return Bound(lib, "ncclSend/ncclRecv", _grouped(lib, calls))
-    step = b.part * b.elem  # all_to_all before NCCL 2.28: a send and a receive per peer, in one group
-    calls = []
-    for peer in range(b.ranks):
-        calls.append(("ncclSend", (ctypes.c_void_p(b.inp + peer * step), part, t, ctypes.c_int(peer), c, s)))
-        calls.append(("ncclRecv", (ctypes.c_void_p(b.out + peer * step), part, t, ctypes.c_int(peer), c, s)))
-    return Bound(lib, "ncclSend/ncclRecv", _grouped(lib, calls))
+    else:
+        step = b.part * b.elem  # all_to_all before NCCL 2.28: a send and a receive per peer, in one group
+        for peer in range(b.ranks):
+            calls.append(("ncclSend", (ctypes.c_void_p(b.inp + peer * step), part, t, ctypes.c_int(peer), c, s)))
+            calls.append(("ncclRecv", (ctypes.c_void_p(b.out + peer * step), part, t, ctypes.c_int(peer), c, s)))
+    group: list[tuple[str, _Args]] = [("ncclGroupStart", ()), *calls, ("ncclGroupEnd", ())]
+    return _made(lib, "ncclSend/ncclRecv", b, group, _grouped(lib, calls))
 
 
 class Communicators:

@@ -107,20 +107,64 @@ UNITS: dict[str, Unit] = {
 }
 
 
+@dataclass(frozen=True)
+class Arena:
+    """One op's buffers for a whole sweep, each as large as the op's largest size needs (bytes): nccl-tests
+    allocates its buffers once at ``maxbytes`` and moves each timed call on into them (``Op.slots``). No
+    receive buffer for an op whose result lands in its input."""
+
+    send: torch.Tensor
+    recv: torch.Tensor | None
+    size: int
+
+    @classmethod
+    def for_sweep(cls, name: str, sizes: list[int], dtype: str, device: torch.device) -> Arena:
+        elem, ranks = DTYPES[dtype].nbytes, dist.get_world_size()
+        size = max(max(s.send, s.recv) * elem for s in (OPS[name].sizing(n, ranks, elem) for n in sizes))
+        send = torch.empty(size, dtype=torch.uint8, device=device)
+        recv = None if UNITS[name].in_place else torch.empty(size, dtype=torch.uint8, device=device)
+        return cls(send, recv, size)
+
+    def holds(self, footprint: int) -> bool:
+        return footprint <= self.size
+
+
 class Op:
     """This rank's buffers for one collective, and one call of it.
 
     ``group`` (default: every rank) lets a probe measure inside a subset, e.g. one node; ranks and
     sizes are then the group's, and only its members may build the op."""
 
-    def __init__(self, name: str, nbytes: int, dtype: str, device: torch.device, group: Any = None) -> None:
+    def __init__(
+        self, name: str, nbytes: int, dtype: str, device: torch.device, group: Any = None, arena: Arena | None = None
+    ) -> None:
         self.name, self.group, self.unit = name, group, UNITS[name]
         ranks = dist.get_world_size(group)
         self.sizing = OPS[name].sizing(nbytes, ranks, DTYPES[dtype].nbytes)
         self.place = Place(dist.get_rank(group), ranks, self.sizing.part, DTYPES[dtype].exact_integers)
         torch_dtype = TORCH_DTYPES[dtype]
-        self.inp = torch.empty(self.sizing.send, dtype=torch_dtype, device=device)
-        self.out = self.inp if self.unit.in_place else torch.empty(self.sizing.recv, dtype=torch_dtype, device=device)
+        # in an arena, the buffers are its first bytes and the rest is the timed loop's to move on into
+        self.arena = arena if arena is not None and arena.holds(self.footprint) else None
+        if self.arena is not None:
+            self.inp = self.arena.send[: self.sizing.send * self.sizing.elem].view(torch_dtype)
+            recv = self.arena.recv
+            self.out = self.inp if recv is None else recv[: self.sizing.recv * self.sizing.elem].view(torch_dtype)
+        else:
+            self.inp = torch.empty(self.sizing.send, dtype=torch_dtype, device=device)
+            self.out = (
+                self.inp if self.unit.in_place else torch.empty(self.sizing.recv, dtype=torch_dtype, device=device)
+            )
+
+    @property
+    def footprint(self) -> int:
+        """Bytes of this rank's larger buffer (nccl-tests' ``totalnbytes``: max(sendBytes, expectedBytes))."""
+        return max(self.sizing.send, self.sizing.recv) * self.sizing.elem
+
+    @property
+    def slots(self) -> int:
+        """How many calls in turn find buffers of their own in the arena before the first is used again
+        (nccl-tests' ``maxbytes / totalnbytes``); 1 without an arena."""
+        return self.arena.size // self.footprint if self.arena is not None and self.footprint else 1
 
     def global_rank(self, group_rank: int) -> int:
         return group_rank if self.group is None else dist.get_global_rank(self.group, group_rank)

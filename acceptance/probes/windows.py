@@ -28,29 +28,47 @@ def split(iters: int) -> list[int]:
     return [iters // count + (1 if i < iters % count else 0) for i in range(count)]
 
 
+Burst = Callable[[int], int | None]
+
+
+def repeat(fn: Callable[[], object]) -> Burst:
+    """A burst of ``fn``: called ``n`` times back to back from Python; the last int result other than 0, if any.
+    A call that returns an int is a C library's result code, checked by the loop rather than by a wrapper
+    around each call (kept as lean as nccl-tests' loop); anything else (a tensor) is no result code."""
+
+    def burst(n: int) -> int | None:
+        failed = None
+        for _ in range(n):
+            if type(code := fn()) is int and code:
+                failed = code
+        return failed
+
+    return burst
+
+
 def timed_windows(ctx: Ctx, fn: Callable[[], object], calls: list[int]) -> list[float]:
     """Seconds per call in each window of back-to-back calls, one loop: CUDA events between windows on a GPU,
     the host clock on the CPU."""
-    return timed_loop(ctx, fn, calls)[0]
+    return timed_loop(ctx, repeat(fn), calls)[0]
 
 
-def timed_loop(ctx: Ctx, fn: Callable[[], object], calls: list[int]) -> tuple[list[float], float]:
-    """``timed_windows``, and the whole loop's seconds per call on the host's clock from before the first call
-    to the end of the last (the device synchronised): nccl-tests' time (``BenchTime`` in src/common.cu:
-    a timer started before the loop, read after ``cudaStreamSynchronize``, divided by the calls). A call that
-    returns an int is a C library's result code, checked here rather than by a wrapper around each call (kept
-    as lean as nccl-tests' loop): one other than 0 fails the loop."""
+def timed_loop(ctx: Ctx, burst: Burst, calls: list[int]) -> tuple[list[float], float]:
+    """``timed_windows`` of a burst (``repeat``, or a C loop's: ``probes.nccl_loop``), and the whole loop's
+    seconds per call on the host's clock from before the first call to the end of the last (the device
+    synchronised): nccl-tests' time (``BenchTime`` in src/common.cu: a timer started before the loop, read
+    after ``cudaStreamSynchronize``, divided by the calls). A burst's result code other than 0 fails the
+    loop."""
     if ctx.is_cuda:
         marks = [torch.cuda.Event(enable_timing=True) for _ in range(len(calls) + 1)]
         start = time.perf_counter()
-        failed = _marked_loop(fn, calls, marks)
+        failed = _marked_loop(burst, calls, marks)
         torch.cuda.current_stream(ctx.device).synchronize()
         whole = time.perf_counter() - start
         _raise_on(failed)
         return _per_call(marks, calls), whole / sum(calls)
     stamps, failed = [time.perf_counter()], None
     for n in calls:
-        failed = _issue(fn, n) or failed
+        failed = burst(n) or failed
         stamps.append(time.perf_counter())
     _raise_on(failed)
     per_window = [(b - a) / n for (a, b), n in zip(itertools.pairwise(stamps), calls, strict=True)]
@@ -146,7 +164,7 @@ class GraphWindows:
         self.marks = [torch.cuda.Event(enable_timing=True, external=True) for _ in range(len(calls) + 1)]
         self.graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(self.graph, stream=stream):
-            _raise_on(_marked_loop(fn, calls, self.marks))
+            _raise_on(_marked_loop(repeat(fn), calls, self.marks))
 
     def replay(self) -> list[float]:
         """One replay; the seconds per call in each window."""
@@ -154,25 +172,16 @@ class GraphWindows:
         return _per_call(self.marks, self.calls)
 
 
-def _marked_loop(fn: Callable[[], object], calls: list[int], marks: list[torch.cuda.Event]) -> int | None:
+def _marked_loop(burst: Burst, calls: list[int], marks: list[torch.cuda.Event]) -> int | None:
     """The loop, a mark before it and after each window (recorded now, or captured into a graph), on the
-    stream taken once (looking it up at each mark would cost more than a small call); the last int result
+    stream taken once (looking it up at each mark would cost more than a small call); the last result code
     other than 0 (``timed_loop``), if any."""
     stream = torch.cuda.current_stream()
     failed: int | None = None
     marks[0].record(stream)
     for n, mark in zip(calls, marks[1:], strict=True):
-        failed = _issue(fn, n) or failed
+        failed = burst(n) or failed
         mark.record(stream)
-    return failed
-
-
-def _issue(fn: Callable[[], object], n: int) -> int | None:
-    """``n`` calls back to back; the last int result other than 0, if any (``timed_loop``)."""
-    failed = None
-    for _ in range(n):
-        if type(code := fn()) is int and code:
-            failed = code
     return failed
 
 
