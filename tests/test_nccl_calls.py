@@ -140,8 +140,10 @@ def test_auto_is_direct_nccl_for_the_world_on_gpus_a_graph_in_subgroups_and_the_
     assert collectives._mode(_ctx("cuda"), "auto", None, comms) == (
         "nccl (issued from Python: no C compiler ('cc' not on PATH))"
     )
+    assert collectives.direct(collectives._mode(_ctx("cuda"), "auto", None, comms))  # NCCL still called directly
     lib.looper = nccl_loop.Looper.__new__(nccl_loop.Looper)
     assert collectives._mode(_ctx("cuda"), "auto", None, comms) == "nccl"
+    assert collectives.direct("nccl") and not collectives.direct("cuda_graph (libnccl not callable: x)")
     assert collectives._mode(_ctx("cuda"), "auto", object(), comms) == "cuda_graph"
     assert collectives._mode(_ctx("cpu"), "auto", None, "no NCCL on cpu") == "eager"
     # asked for and not to be had: the figure says how it was timed instead, and why

@@ -145,7 +145,7 @@ def spread_case(
     ctx.phase(f"{name} {format_size(nbytes)} spread")
     op = Op(name, nbytes, cfg["dtype"], ctx.device)
     timed = _torch_timed(op)
-    if _mode(ctx, cfg["timing"], None, nccl) == "nccl" and isinstance(nccl, nccl_calls.Communicators):
+    if isinstance(nccl, nccl_calls.Communicators) and direct(_mode(ctx, cfg["timing"], None, nccl)):
         timed = direct_timed(op, ctx.device, cfg["dtype"], nccl)
     for _ in range(max(1, cfg["warmup_iters"])):
         timed.call()
@@ -205,6 +205,12 @@ def _mode(ctx: Ctx, asked: str, group: Any, nccl: nccl_calls.Communicators | str
     return asked
 
 
+def direct(mode: str) -> bool:
+    """Whether an op timed in ``mode`` calls NCCL directly: from the C loop (``nccl``), or from Python where the
+    loop could not be built (``nccl (issued from Python: ...)``)."""
+    return mode == "nccl" or mode.startswith("nccl (")
+
+
 def _bound(
     name: str,
     group: Any,
@@ -236,7 +242,7 @@ def measure(
     op = Op(name, nbytes, cfg["dtype"], ctx.device, group, arena)
     mode = _mode(ctx, cfg["timing"], group, nccl)
     timed = _torch_timed(op)
-    if mode == "nccl" and isinstance(nccl, nccl_calls.Communicators):
+    if isinstance(nccl, nccl_calls.Communicators) and direct(mode):
         timed = direct_timed(op, ctx.device, cfg["dtype"], nccl)  # the data check goes through the timed call too
     wrong = 0
     if cfg.get("check_data", True):
@@ -318,7 +324,8 @@ def _sweep(
     """Every op at every size into ``rows``, then the spread pass into ``spreads``."""
     sizes = [parse_size(size) for size in cfg["sizes"]]
     for op in cfg["ops"]:
-        # the C loop moves each call on into buffers as large as the op's largest size, as nccl-tests does
+        # the C loop moves each call on into buffers as large as the op's largest size, as nccl-tests does (the
+        # Python loop does not: its label says it is issued from Python)
         shifted = _mode(ctx, cfg["timing"], None, nccl) == "nccl"
         arena = Arena.for_sweep(op, sizes, cfg["dtype"], ctx.device) if shifted else None
         for nbytes in sizes:

@@ -119,7 +119,8 @@ _Args = tuple[Any, ...]
 class Bound:
     """One call of an op, its arguments converted once: ``issue`` is the bare C call (or the group of them)
     returning NCCL's result code; ``burst(n)`` issues it ``n`` times back to back from the C loop
-    (``nccl_loop``), or from Python where there is none, and returns the first code other than 0, for a timed
+    (``nccl_loop``), or from Python where there is none, and returns a code other than 0 if any call failed
+    (every call issued all the same: peers must not wait for calls never made), for a timed
     loop that checks the codes itself (``windows.timed_loop``), as lean as nccl-tests' loop; calling the
     object issues it once and raises on an error (warm-up, data check)."""
 

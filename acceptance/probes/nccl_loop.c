@@ -62,18 +62,16 @@ static int issue(const struct step *s, int64_t iter) {
 }
 
 /* `steps` issued in order, `times` times, as the loop's calls `first`, `first + 1`, ...; the first result
- * other than 0, once the call it belongs to has issued every step (a group once started is always ended),
- * else 0. */
+ * other than 0, else 0. Every call is issued even after one failed (a group once started is always ended):
+ * a rank that stopped short would leave its peers waiting in collectives it never joins. */
 int nccl_loop(const struct step *steps, int nsteps, int64_t first, int64_t times) {
+    int failed = 0;
     for (int64_t t = first; t < first + times; t++) {
-        int failed = 0;
         for (int i = 0; i < nsteps; i++) {
             int code = issue(steps + i, t);
             if (code != 0 && failed == 0)
                 failed = code;
         }
-        if (failed != 0)
-            return failed;
     }
-    return 0;
+    return failed;
 }

@@ -133,4 +133,7 @@ def build(environ: dict[str, str] | None = None) -> Looper | str:
         if done.returncode != 0:
             last = (done.stderr.strip().splitlines() or ["no output"])[-1][:200]
             return f"{Path(cc[0]).name} could not build {SOURCE} (exit {done.returncode}): {last}"
-        return Looper(ctypes.CDLL(str(built)))
+        try:
+            return Looper(ctypes.CDLL(str(built)))
+        except OSError as exc:  # a temporary folder mounted noexec: TMPDIR names another
+            return f"{SOURCE} built but not loadable from {folder} (TMPDIR): {str(exc)[:200]}"

@@ -118,8 +118,12 @@ class Arena:
     size: int
 
     @classmethod
-    def for_sweep(cls, name: str, sizes: list[int], dtype: str, device: torch.device) -> Arena:
-        elem, ranks = DTYPES[dtype].nbytes, dist.get_world_size()
+    def for_sweep(
+        cls, name: str, sizes: list[int], dtype: str, device: torch.device, ranks: int | None = None
+    ) -> Arena:
+        """Both buffers at the op's largest footprint, as nccl-tests' (so all_gather's input and
+        reduce_scatter's output take n times what one call needs); ``ranks``: the world's by default."""
+        elem, ranks = DTYPES[dtype].nbytes, ranks or dist.get_world_size()
         size = max(max(s.send, s.recv) * elem for s in (OPS[name].sizing(n, ranks, elem) for n in sizes))
         send = torch.empty(size, dtype=torch.uint8, device=device)
         recv = None if UNITS[name].in_place else torch.empty(size, dtype=torch.uint8, device=device)
