@@ -218,15 +218,21 @@ def test_an_op_in_an_arena_holds_its_buffers_at_the_start_and_counts_the_calls_t
     dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)  # type: ignore[attr-defined]
     try:
         cpu = torch.device("cpu")
+        # each buffer at its own largest size: at 4 ranks all_gather's input is a quarter of its output
+        wide = ops.Arena.for_sweep("all_gather", [64, 1024], "bfloat16", cpu, ranks=4)
+        assert wide.send.numel() == 256 and wide.recv is not None and wide.recv.numel() == 1024
+        assert wide.slots(16, 64) == 16 and wide.slots(256, 1024) == 1 and wide.slots(512, 2048) == 0
         arena = ops.Arena.for_sweep("all_gather", [64, 1024], "bfloat16", cpu)
-        assert arena.size == 1024 and arena.recv is not None  # the largest size's larger buffer
         small = ops.Op("all_gather", 64, "bfloat16", cpu, arena=arena)
+        assert arena.recv is not None
         assert small.inp.data_ptr() == arena.send.data_ptr() and small.out.data_ptr() == arena.recv.data_ptr()
-        assert small.footprint == 64 and small.slots == 16
+        assert small.send_bytes == small.recv_bytes == 64 and small.slots == 16
         small.fill()
         small()
         assert small.wrong() == 0
         assert ops.Op("all_gather", 1024, "bfloat16", cpu, arena=arena).slots == 1
+        bigger = ops.Op("all_gather", 4096, "bfloat16", cpu, arena=arena)  # does not fit: buffers of its own
+        assert bigger.slots == 1 and bigger.inp.data_ptr() != arena.send.data_ptr()
         in_place = ops.Arena.for_sweep("all_reduce", [256], "float32", cpu)
         assert in_place.recv is None
         reduced = ops.Op("all_reduce", 128, "float32", cpu, arena=in_place)

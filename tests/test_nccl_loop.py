@@ -11,8 +11,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import torch
 
 from acceptance.probes import nccl_calls, nccl_loop
+from acceptance.probes.ops import Arena
 from acceptance.schema.collectives import OPS
 
 FAKE = Path(__file__).parent / "data" / "fake_nccl.c"
@@ -100,7 +102,7 @@ def test_each_call_of_a_loop_moves_on_one_slot_across_bursts_as_nccl_tests_shift
 ) -> None:
     fake = fakes[True]
     fake.fake_reset(-1, 0)
-    b = nccl_calls.Buffers(0x10000, 0x90000, 8, 8, 2, 0, 2, slot=0x100, slots=3)
+    b = nccl_calls.Buffers(0x10000, 0x90000, 8, 8, 2, 0, 2, send_slot=0x100, recv_slot=0x100, slots=3)
     burst = nccl_calls.bind(nccl_calls.Library(fake, looper), "sendrecv", b, "bfloat16", comm=1, stream=2).burst
     assert burst(2) == 0 and burst(3) == 0  # one loop's windows: its calls 0, 1 then 2, 3, 4
     sends = [int(line.split()[1]) for line in _log(fake) if line.startswith("ncclSend")]
@@ -113,27 +115,21 @@ def test_each_call_of_a_loop_moves_on_one_slot_across_bursts_as_nccl_tests_shift
     assert {line.split()[1] for line in _log(fake) if line.startswith("ncclSend")} == {str(0x10000)}
 
 
+def _bytes(name: str, which: str, count: int, ranks: int) -> int:
+    """The bytes a logged call reaches from one of its pointers: counts are elements, of one rank's part for
+    all_gather's input, reduce_scatter's output and all_to_all (per peer)."""
+    whole = {"ncclAllGather": "recv", "ncclReduceScatter": "send", "ncclAlltoAll": "send recv"}
+    return count * ELEM * (ranks if which in whole.get(name, "") else 1)
+
+
 # each entry point's logged buffers: (the field of the line, the buffer it is: send or recv)
+COLLECTIVES = ("ncclAllReduce", "ncclReduceScatter", "ncclBroadcast", "ncclAllGather", "ncclAlltoAll", "ncclReduce")
 BUFFERS = {
-    "ncclAllReduce": [(1, "send"), (2, "recv")],
-    "ncclReduceScatter": [(1, "send"), (2, "recv")],
-    "ncclBroadcast": [(1, "send"), (2, "recv")],
-    "ncclAllGather": [(1, "send"), (2, "recv")],
-    "ncclAlltoAll": [(1, "send"), (2, "recv")],
-    "ncclReduce": [(1, "send"), (2, "recv")],
-    "ncclSend": [(1, "send")],
-    "ncclRecv": [(1, "recv")],
+    **{name: ((1, "send"), (2, "recv")) for name in COLLECTIVES},
+    "ncclSend": ((1, "send"),),
+    "ncclRecv": ((1, "recv"),),
 }
 ELEM = 2  # bfloat16
-SEND, RECV = 1 << 40, 2 << 40  # the arenas' addresses, far apart
-
-
-def _bytes(name: str, line: list[str], ranks: int) -> int:
-    """The bytes a logged call reads or writes from its pointer: counts are elements (of one rank's part for
-    all_gather's input, reduce_scatter's output and all_to_all's per peer)."""
-    count = int(line[3] if name not in ("ncclSend", "ncclRecv") else line[2])
-    per_rank = name in ("ncclAllGather", "ncclReduceScatter", "ncclAlltoAll")
-    return count * ELEM * (ranks if per_rank else 1)
 
 
 @pytest.mark.parametrize("all_to_all", [True, False], ids=["nccl-2.28", "before-2.28"])
@@ -142,27 +138,33 @@ def _bytes(name: str, line: list[str], ranks: int) -> int:
 def test_no_call_of_a_shifted_loop_reaches_past_its_arena(
     fakes: dict[bool, ctypes.CDLL], looper: nccl_loop.Looper, op: str, ranks: int, all_to_all: bool
 ) -> None:
-    """Every op at sizes from one part to the largest, at 2, 3 and 8 ranks: each call's buffers, moved on by
-    their slot, lie inside the arena sized for the sweep (as ``Arena.for_sweep`` sizes it)."""
+    """Every op at sizes from one part to the largest, at 2, 3 and 8 ranks: each call's buffers, each moved
+    on by its own slot, lie inside the arena ``Arena.for_sweep`` makes for the sweep, and every one moves."""
     fake = fakes[all_to_all]
     sizes = [16, 1000, 4096, 96 * 1024, 1 << 20]
-    size = max(OPS[op].sizing(n, ranks, ELEM).count * ELEM for n in sizes)
+    arena = Arena.for_sweep(op, sizes, "bfloat16", torch.device("cpu"), ranks)
+    recv = arena.send if arena.recv is None else arena.recv
+    spans = {"send": (arena.send.data_ptr(), arena.send.numel()), "recv": (recv.data_ptr(), recv.numel())}
     for nbytes in sizes:
         s = OPS[op].sizing(nbytes, ranks, ELEM)
-        footprint = s.count * ELEM
-        out = SEND if op in ("all_reduce", "broadcast", "reduce") else RECV
-        b = nccl_calls.Buffers(SEND, out, s.send, s.part, s.elem, ranks - 1, ranks, footprint, size // footprint)
+        slots = arena.slots(s.send * ELEM, s.recv * ELEM)
+        assert slots >= 1
+        b = nccl_calls.Buffers(
+            spans["send"][0], spans["recv"][0], s.send, s.part, s.elem, ranks - 1, ranks, s.send * ELEM,
+            s.recv * ELEM, slots,
+        )  # fmt: skip
         fake.fake_reset(-1, 0)
         bound = nccl_calls.bind(nccl_calls.Library(fake, looper), op, b, "bfloat16", comm=1, stream=2)
-        calls = min(2 * b.slots + 3, 40)  # round the slots twice where there are few (the log holds 64 KiB)
+        calls = min(2 * slots + 3, 40)  # round the slots twice where there are few (the log holds 64 KiB)
         assert bound.burst(calls) == 0
         starts: dict[tuple[str, str], set[int]] = {}
         for text in _log(fake):
             line = text.split()
-            for field, which in BUFFERS.get(line[0], []):
-                start = int(line[field]) - (SEND if which == "send" or out == SEND else RECV)
-                end = start + _bytes(line[0], line, ranks)  # the larger buffer's bytes for both: on the safe side
-                assert start >= 0 and end <= size, (op, nbytes, text)
+            for field, which in BUFFERS.get(line[0], ()):
+                base, size = spans[which]
+                start = int(line[field]) - base
+                count = int(line[2] if line[0] in ("ncclSend", "ncclRecv") else line[3])
+                assert start >= 0 and start + _bytes(line[0], which, count, ranks) <= size, (op, nbytes, text)
                 starts.setdefault((line[0], which), set()).add(start)
         # the calls did move on, each of their buffers
-        assert b.slots == 1 or all(len(found) >= min(b.slots, calls) for found in starts.values())
+        assert slots == 1 or all(len(found) >= min(slots, calls) for found in starts.values())

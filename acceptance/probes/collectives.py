@@ -71,7 +71,8 @@ def direct_timed(op: Op, device: torch.device, dtype: str, comms: nccl_calls.Com
         sizing.elem,
         place.rank,
         place.ranks,
-        slot=op.footprint,
+        send_slot=op.send_bytes,
+        recv_slot=op.recv_bytes,
         slots=op.slots,
     )
     call = _bound(op.name, op.group, own, device, dtype, comms)
@@ -323,10 +324,10 @@ def _sweep(
 ) -> None:
     """Every op at every size into ``rows``, then the spread pass into ``spreads``."""
     sizes = [parse_size(size) for size in cfg["sizes"]]
+    # the C loop moves each call on into buffers as large as the op's largest size, as nccl-tests does (the
+    # Python loop does not: its label says it is issued from Python)
+    shifted = _mode(ctx, cfg["timing"], None, nccl) == "nccl"
     for op in cfg["ops"]:
-        # the C loop moves each call on into buffers as large as the op's largest size, as nccl-tests does (the
-        # Python loop does not: its label says it is issued from Python)
-        shifted = _mode(ctx, cfg["timing"], None, nccl) == "nccl"
         arena = Arena.for_sweep(op, sizes, cfg["dtype"], ctx.device) if shifted else None
         for nbytes in sizes:
             # each size's row once every rank has timed it (a gather between sizes, outside any timed

@@ -106,9 +106,10 @@ class Buffers:
     elem: int  # bytes per element
     rank: int
     ranks: int
-    # the timed loop's call i on buffers moved on by slot * (i % slots) bytes (nccl-tests' shift: each call
-    # on memory the previous ones did not leave in the GPU's cache); 1 slot: every call on the same buffers
-    slot: int = 0
+    # the timed loop's call i on buffers moved on by each buffer's slot x (i % slots) bytes (nccl-tests' shift:
+    # each call on memory the previous ones did not leave in the GPU's cache); 1 slot: every call on the same
+    send_slot: int = 0
+    recv_slot: int = 0
     slots: int = 1
 
 
@@ -137,7 +138,8 @@ def _made(lib: Library, name: str, b: Buffers, calls: list[tuple[str, _Args]], i
     """The call's ``Bound``: its burst from the C loop where there is one (each call on its slot of the
     buffers); from Python, every call on the first slot."""
     if isinstance(lib.looper, nccl_loop.Looper):
-        steps = [nccl_loop.step(entry, lib.address(entry), args, b.slot, b.slots) for entry, args in calls]
+        slots = nccl_loop.Slots(b.send_slot, b.recv_slot, b.slots)
+        steps = [nccl_loop.step(entry, lib.address(entry), args, slots) for entry, args in calls]
         return Bound(lib, name, issue, lib.looper.burst(steps))
     return Bound(lib, name, issue, windows.repeat(issue))
 

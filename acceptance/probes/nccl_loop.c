@@ -29,7 +29,8 @@ struct step {
     size_t count;
     void *comm;
     void *stream;
-    size_t slot;  /* bytes between two calls' buffers; 0: every call on the same buffers */
+    size_t send_slot; /* bytes between two calls' send buffers; 0: every call on the same buffer */
+    size_t recv_slot; /* and their receive buffers */
     int64_t slots;
 };
 
@@ -39,12 +40,13 @@ typedef int (*coll6_fn)(const void *, void *, size_t, int, void *, void *);
 typedef int (*reduce_fn)(const void *, void *, size_t, int, int, int, void *, void *);
 typedef int (*p2p_fn)(void *, size_t, int, int, void *, void *);
 
-/* Call number `iter` of a loop moves its buffers on by one slot, as nccl-tests' startColl does ("to avoid
- * cache effects": shift = totalnbytes * (iter % (maxbytes / totalnbytes))), so each call reads memory the
- * previous ones did not leave in the GPU's cache. */
+/* Call number `iter` of a loop moves each buffer on by one slot of its own size, as nccl-tests' startColl
+ * moves them ("to avoid cache effects": shift = totalnbytes * (iter % (maxbytes / totalnbytes))), so each call
+ * reads memory the previous ones did not leave in the GPU's cache. */
 static int issue(const struct step *s, int64_t iter) {
-    size_t shift = s->slot * (size_t)(s->slots > 1 ? iter % s->slots : 0);
-    char *send = s->send ? s->send + shift : s->send, *recv = s->recv ? s->recv + shift : s->recv;
+    size_t k = (size_t)(s->slots > 1 ? iter % s->slots : 0);
+    char *send = s->send ? s->send + s->send_slot * k : s->send;
+    char *recv = s->recv ? s->recv + s->recv_slot * k : s->recv;
     switch (s->shape) {
     case GROUP:
         return ((group_fn)s->fn)();

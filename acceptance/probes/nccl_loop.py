@@ -17,6 +17,7 @@ import shutil
 import subprocess
 import tempfile
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
@@ -51,7 +52,8 @@ class Step(ctypes.Structure):
         ("count", ctypes.c_size_t),
         ("comm", ctypes.c_void_p),
         ("stream", ctypes.c_void_p),
-        ("slot", ctypes.c_size_t),
+        ("send_slot", ctypes.c_size_t),
+        ("recv_slot", ctypes.c_size_t),
         ("slots", ctypes.c_int64),
     ]
 
@@ -62,21 +64,32 @@ def _value(arg: object) -> int:
     return int(found) if isinstance(found, int) else 0
 
 
-def step(name: str, fn: int, args: Sequence[object], slot: int = 0, slots: int = 1) -> Step:
-    """The step that calls ``name`` (at address ``fn``) with ``args`` in nccl.h's order; call ``i`` of a
-    loop on its buffers moved on by ``slot * (i % slots)`` bytes (nccl-tests' shift)."""
-    shape = SHAPES[name]
+@dataclass(frozen=True)
+class Slots:
+    """Call ``i`` of a loop on its send and receive buffers moved on by ``send`` and ``recv`` bytes times
+    ``i % count`` (nccl-tests' shift); a count of 1: every call on the same buffers."""
+
+    send: int = 0
+    recv: int = 0
+    count: int = 1
+
+
+def step(name: str, fn: int, args: Sequence[object], slots: Slots | None = None) -> Step:
+    """The step that calls ``name`` (at address ``fn``) with ``args`` in nccl.h's order, moved on by ``slots``."""
+    shape, moved = SHAPES[name], slots or Slots()
     v = [_value(a) for a in args]
     if shape == 0:
         return Step(shape=shape, fn=fn)
+    both = (moved.send, moved.recv, moved.count)
     if shape == 1:  # send, recv, count, type, op or root, comm, stream
-        return Step(shape, v[3], v[4], 0, fn, v[0], v[1], v[2], v[5], v[6], slot, slots)
+        return Step(shape, v[3], v[4], 0, fn, v[0], v[1], v[2], v[5], v[6], *both)
     if shape == 2:  # send, recv, count, type, comm, stream
-        return Step(shape, v[3], 0, 0, fn, v[0], v[1], v[2], v[4], v[5], slot, slots)
+        return Step(shape, v[3], 0, 0, fn, v[0], v[1], v[2], v[4], v[5], *both)
     if shape == 3:  # send, recv, count, type, op, root, comm, stream
-        return Step(shape, v[3], v[4], v[5], fn, v[0], v[1], v[2], v[6], v[7], slot, slots)
-    # buffer, count, type, peer, comm, stream
-    return Step(shape, v[2], v[3], 0, fn, v[0], None, v[1], v[4], v[5], slot, slots)
+        return Step(shape, v[3], v[4], v[5], fn, v[0], v[1], v[2], v[6], v[7], *both)
+    # buffer, count, type, peer, comm, stream: the buffer in ``send``, moved on as the buffer it is
+    own = moved.recv if name == "ncclRecv" else moved.send
+    return Step(shape, v[2], v[3], 0, fn, v[0], None, v[1], v[4], v[5], own, 0, moved.count)
 
 
 class Looper:
@@ -92,11 +105,12 @@ class Looper:
     def burst(self, steps: Sequence[Step]) -> Callable[[int], int]:
         array = (Step * len(steps))(*steps)
         count, fn = len(steps), self.fn
-        done = [0]
+        done = 0
 
         def issue(times: int) -> int:
-            code = int(fn(array, count, done[0], times))
-            done[0] += times
+            nonlocal done
+            code = int(fn(array, count, done, times))
+            done += times
             return code
 
         return issue

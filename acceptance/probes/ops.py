@@ -109,28 +109,31 @@ UNITS: dict[str, Unit] = {
 
 @dataclass(frozen=True)
 class Arena:
-    """One op's buffers for a whole sweep, each as large as the op's largest size needs (bytes): nccl-tests
-    allocates its buffers once at ``maxbytes`` and moves each timed call on into them (``Op.slots``). No
-    receive buffer for an op whose result lands in its input."""
+    """One op's buffers for a whole sweep, each as large as the op's largest size needs it: nccl-tests
+    allocates its buffers once at ``maxbytes`` and moves each timed call on into them (``Op.slots``). Each
+    buffer at its own largest size (all_gather's input is 1/n of its output), so the sweep needs no more memory
+    than its largest size alone; no receive buffer for an op whose result lands in its input."""
 
     send: torch.Tensor
     recv: torch.Tensor | None
-    size: int
 
     @classmethod
     def for_sweep(
         cls, name: str, sizes: list[int], dtype: str, device: torch.device, ranks: int | None = None
     ) -> Arena:
-        """Both buffers at the op's largest footprint, as nccl-tests' (so all_gather's input and
-        reduce_scatter's output take n times what one call needs); ``ranks``: the world's by default."""
+        """``ranks``: the world's by default."""
         elem, ranks = DTYPES[dtype].nbytes, ranks or dist.get_world_size()
-        size = max(max(s.send, s.recv) * elem for s in (OPS[name].sizing(n, ranks, elem) for n in sizes))
-        send = torch.empty(size, dtype=torch.uint8, device=device)
-        recv = None if UNITS[name].in_place else torch.empty(size, dtype=torch.uint8, device=device)
-        return cls(send, recv, size)
+        sizings = [OPS[name].sizing(n, ranks, elem) for n in sizes]
+        send = torch.empty(max(s.send for s in sizings) * elem, dtype=torch.uint8, device=device)
+        recv_bytes = max(s.recv for s in sizings) * elem
+        recv = None if UNITS[name].in_place else torch.empty(recv_bytes, dtype=torch.uint8, device=device)
+        return cls(send, recv)
 
-    def holds(self, footprint: int) -> bool:
-        return footprint <= self.size
+    def slots(self, send_bytes: int, recv_bytes: int) -> int:
+        """How many calls of these buffers' sizes find buffers of their own here before the first is used
+        again (nccl-tests' ``maxbytes / totalnbytes``); 0: they do not fit."""
+        fits = self.send.numel() // send_bytes
+        return fits if self.recv is None else min(fits, self.recv.numel() // recv_bytes)
 
 
 class Op:
@@ -147,12 +150,13 @@ class Op:
         self.sizing = OPS[name].sizing(nbytes, ranks, DTYPES[dtype].nbytes)
         self.place = Place(dist.get_rank(group), ranks, self.sizing.part, DTYPES[dtype].exact_integers)
         torch_dtype = TORCH_DTYPES[dtype]
-        # in an arena, the buffers are its first bytes and the rest is the timed loop's to move on into
-        self.arena = arena if arena is not None and arena.holds(self.footprint) else None
-        if self.arena is not None:
-            self.inp = self.arena.send[: self.sizing.send * self.sizing.elem].view(torch_dtype)
-            recv = self.arena.recv
-            self.out = self.inp if recv is None else recv[: self.sizing.recv * self.sizing.elem].view(torch_dtype)
+        # in an arena, the buffers are its first bytes and the rest is the timed loop's to move on into; slots:
+        # how many calls in turn find buffers of their own there (1: every call on the same buffers)
+        fits = arena.slots(self.send_bytes, self.recv_bytes) if arena is not None else 0
+        self.slots = max(1, fits)
+        if arena is not None and fits > 0:
+            self.inp = arena.send[: self.send_bytes].view(torch_dtype)
+            self.out = self.inp if arena.recv is None else arena.recv[: self.recv_bytes].view(torch_dtype)
         else:
             self.inp = torch.empty(self.sizing.send, dtype=torch_dtype, device=device)
             self.out = (
@@ -160,15 +164,12 @@ class Op:
             )
 
     @property
-    def footprint(self) -> int:
-        """Bytes of this rank's larger buffer (nccl-tests' ``totalnbytes``: max(sendBytes, expectedBytes))."""
-        return max(self.sizing.send, self.sizing.recv) * self.sizing.elem
+    def send_bytes(self) -> int:
+        return self.sizing.send * self.sizing.elem
 
     @property
-    def slots(self) -> int:
-        """How many calls in turn find buffers of their own in the arena before the first is used again
-        (nccl-tests' ``maxbytes / totalnbytes``); 1 without an arena."""
-        return self.arena.size // self.footprint if self.arena is not None and self.footprint else 1
+    def recv_bytes(self) -> int:
+        return self.sizing.recv * self.sizing.elem
 
     def global_rank(self, group_rank: int) -> int:
         return group_rank if self.group is None else dist.get_global_rank(self.group, group_rank)
