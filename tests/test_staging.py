@@ -178,3 +178,20 @@ def test_a_failed_preload_is_left_to_the_strategy_that_needs_it(monkeypatch: pyt
     preload(spec)  # ddp's job goes on; zero1 fails alone when it imports deepspeed itself
     with pytest.raises(ImportError):
         import deepspeed  # noqa: F401
+
+
+@pytest.mark.parametrize("fails", [False, True])
+def test_a_compiling_job_warms_its_compile_workers_while_it_waits(monkeypatch: pytest.MonkeyPatch, fails: bool) -> None:
+    import torch._inductor.async_compile as async_compile
+
+    calls: list[str] = []
+
+    def warm() -> None:
+        calls.append("warm")
+        if fails:
+            raise RuntimeError("no process pool here")
+
+    monkeypatch.setattr(async_compile, "maybe_warm_pool", warm)
+    for mode in ("none", "blocks"):
+        preload(cast(ProbeSpec, {"training": {"model": "tiny", "compile": mode}, "strategies": ["ddp"]}))
+    assert calls == ["warm"]  # the compiled job alone; a failure is left to its first compile
