@@ -9,7 +9,7 @@
 # Each run's output (tier-N-NAME.txt, with its rc and wall) and its evidence (one archive, ev.tgz) go to $OUT.
 set -uo pipefail
 : "${OUT:?set OUT to the folder whose contents come back}"
-python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl || exit 1
+python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl || exit 1  # bytecode compiled, as an install is
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0
 PROFILE=${PROFILE:-h100-x1}
 nvidia-smi -L

@@ -22,6 +22,7 @@ from acceptance.plugin.training_stage import TrainingStage, stage_point
 from acceptance.probes.rank import Heartbeat, ProbeSpec, wait_at_gate
 from acceptance.probes.train_strategies import preload
 from acceptance.profile.loader import load
+from acceptance.run import staged_jobs
 from acceptance.run.cluster_run import ClusterRun
 from acceptance.run.placement import Placement
 from tests.test_faults import HARNESS_TIMEOUT_S, MARK, assert_nothing_left
@@ -132,14 +133,52 @@ def _cluster(device: str, timing: str = "auto") -> Any:
 def test_the_training_job_starts_beside_the_probes_timed_on_the_gpu_before_it() -> None:
     order = ("test_connectivity", "test_storage", "test_compute", "test_collectives", "test_internode", "test_training")
     assert stage_point(_cluster("cuda"), _items(*order)) == "tests_cluster/test_compute.py::t1"
-    assert stage_point(_cluster("cuda"), _items("test_collectives", "test_training")) == (
+    # sweeps in CUDA graphs: timed on the GPU's clock, the job may import beside them
+    assert stage_point(_cluster("cuda", "cuda_graph"), _items("test_collectives", "test_training")) == (
         "tests_cluster/test_collectives.py::t1"
     )
-    # sweeps timed eagerly: their small sizes are timed from the host, so only the per-GPU speed stays
-    assert stage_point(_cluster("cuda", "eager"), _items("test_compute", "test_collectives", "test_training")) is None
+    # sweeps whose loops the host times (auto and nccl: nccl-tests' clock; eager): never the job's start, and
+    # they wait for its imports where it started before them
+    for timing in ("auto", "nccl", "eager"):
+        assert stage_point(_cluster("cuda", timing), _items("test_collectives", "test_training")) is None
+        assert stage_point(_cluster("cuda", timing), _items("test_compute", "test_collectives", "test_training")) == (
+            "tests_cluster/test_compute.py::t1"
+        )
     assert stage_point(_cluster("cuda", "eager"), _items("test_storage", "test_compute", "test_training")) == (
         "tests_cluster/test_compute.py::t1"
     )
+
+
+def test_a_probe_timed_by_the_host_waits_until_a_staged_jobs_ranks_are_past_their_imports(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def beat(rank: int, phase: str) -> None:
+        (tmp_path / f"rank-{rank}.json").write_text(json.dumps({"rank": rank, "phase": phase}))
+
+    polls: list[float] = []
+
+    def poll(seconds: float) -> None:
+        polls.append(seconds)
+        if len(polls) == 2:
+            beat(1, "preload")  # the second rank's first heartbeat: still importing
+        if len(polls) == 3:
+            beat(0, "wait for the node")
+            beat(1, "init process group")
+
+    monkeypatch.setattr(time, "sleep", poll)  # the module the wait polls through
+    ended: list[int | None] = [None]
+    job = SimpleNamespace(proc=SimpleNamespace(poll=lambda: ended[0]), out_dir=tmp_path)
+    jobs = staged_jobs.StagedJobs()
+    jobs.add("training-0", 7, {}, cast(Any, job))
+    beat(0, "preload")
+    jobs.wait_for_imports(2, limit_s=3600)
+    assert len(polls) == 3  # one rank without a heartbeat, then one still importing, then both at the gate
+    beat(0, "preload")
+    ended[0] = 1  # a job that ended imports no more
+    jobs.wait_for_imports(2, limit_s=3600)
+    assert len(polls) == 3
+    ended[0] = None
+    assert jobs.wait_for_imports(2, limit_s=0) >= 0 and len(polls) == 3  # past its limit the probe starts
 
 
 @pytest.mark.parametrize(
@@ -180,18 +219,18 @@ def test_a_failed_preload_is_left_to_the_strategy_that_needs_it(monkeypatch: pyt
         import deepspeed  # noqa: F401
 
 
-@pytest.mark.parametrize("fails", [False, True])
-def test_a_compiling_job_warms_its_compile_workers_while_it_waits(monkeypatch: pytest.MonkeyPatch, fails: bool) -> None:
-    import torch._inductor.async_compile as async_compile
-
-    calls: list[str] = []
-
-    def warm() -> None:
-        calls.append("warm")
-        if fails:
-            raise RuntimeError("no process pool here")
-
-    monkeypatch.setattr(async_compile, "maybe_warm_pool", warm)
-    for mode in ("none", "blocks"):
-        preload(cast(ProbeSpec, {"training": {"model": "tiny", "compile": mode}, "strategies": ["ddp"]}))
-    assert calls == ["warm"]  # the compiled job alone; a failure is left to its first compile
+@pytest.mark.parametrize(
+    ("probe", "timing", "beside"),
+    [
+        ("compute", "auto", True),  # CUDA events around its kernels
+        ("collectives", "cuda_graph", True),
+        ("collectives", "auto", False),  # NCCL called from a loop the host times, as nccl-tests
+        ("collectives", "eager", False),
+        ("isolation", "nccl", False),
+        ("connectivity", "cuda_graph", False),
+        ("no-such-probe", "cuda_graph", False),
+    ],
+)
+def test_only_a_probe_timed_on_the_gpu_runs_beside_a_staged_jobs_imports(probe: str, timing: str, beside: bool) -> None:
+    run = cast(ClusterRun, _cluster("cuda", timing))
+    assert ClusterRun._timed_on_gpu(run, probe) is beside

@@ -3,9 +3,12 @@
 The training job runs as a job of its own, whose start (torchrun, ``import torch``, transformers, DeepSpeed)
 costs seconds before its first step. It is started ahead of its turn (``training_jobs.stage_first``) when
 the modules right before the training tests measure on the GPU's own clock: CUDA events around launched
-work (compute) or CUDA graphs (the sweeps), which the job's imports on the host cannot move. Its ranks
-then wait at their gate, touching no GPU, until the node is free. Elsewhere (the CPU, where every probe is
-timed by the host, or a storage probe just before) it starts at its turn, through the same gate.
+work (compute) or CUDA graphs (the sweeps under ``collectives.timing: cuda_graph``), which the job's imports
+on the host cannot move. Its ranks then wait at their gate, touching no GPU, until the node is free. A
+module of that stretch whose loops the host times (the sweeps under auto, nccl or eager: nccl-tests' own
+clock) runs after the job's imports are over (``ClusterRun``), so it is never the one the job starts at.
+Elsewhere (the CPU, where every probe is timed by the host, or a storage probe just before) it starts at
+its turn, through the same gate.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ import pytest
 from acceptance.families import training as plan
 from acceptance.families.collectives import COLLECTIVES
 from acceptance.families.training import TRAINING
-from acceptance.profile.registry import FAMILIES, family_of_module
+from acceptance.profile.registry import family_of_module
 from acceptance.run.cluster_run import ClusterRun
 from acceptance.run.training_jobs import stage_first
 
@@ -50,24 +53,28 @@ def baseline(cluster: ClusterRun, items: list[pytest.Item]) -> plan.Baseline | s
 
 
 def stage_point(cluster: ClusterRun, items: list[pytest.Item]) -> str | None:
-    """The test at whose setup the training job starts: the first of the modules timed on the GPU that run
-    right before the training tests (a module that skips on this cluster, such as the sweeps across nodes
-    on one node, measures nothing and does not end the stretch); None to start it at its turn."""
+    """The test at whose setup the training job starts: the first module timed on the GPU's clock alone in
+    the stretch of GPU-timed modules right before the training tests (a module that skips on this cluster,
+    such as the sweeps across nodes on one node, measures nothing and does not end the stretch; one whose
+    loops the host times waits there for the job's imports); None to start it at its turn."""
     first = next((i for i, item in enumerate(items) if item.path.stem == TRAINING_MODULE), None)
     if first is None or cluster.topology.device != "cuda":
         return None
-    # the sweeps' small sizes timed from the host
-    eager = COLLECTIVES.section_of(cluster.profile.model).timing == "eager"
-    timed = {f.name for f in FAMILIES if f.gpu_timed and not (eager and f.eager_timed)}
     start = first
-    while start > 0 and _family_name(items[start - 1]) in timed:
+    while start > 0 and _gpu_timed(items[start - 1], None):
         start -= 1
-    return items[start].nodeid if start < first else None
+    timing = COLLECTIVES.section_of(cluster.profile.model).timing
+    at = next((i for i in range(start, first) if _gpu_timed(items[i], timing)), None)
+    return items[at].nodeid if at is not None else None
 
 
-def _family_name(item: pytest.Item) -> str | None:
+def _gpu_timed(item: pytest.Item, timing: str | None) -> bool:
+    """Whether the item's family is timed on the GPU's clock: as the family declares (``timing`` None), or
+    with every figure so under this ``collectives.timing``."""
     family = family_of_module(item.path.stem)
-    return family.name if family is not None else None
+    if family is None:
+        return False
+    return family.gpu_timed if timing is None else family.timed_on_gpu(timing)
 
 
 class TrainingStage:

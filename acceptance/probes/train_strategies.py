@@ -261,27 +261,17 @@ def global_mean(values: list[torch.Tensor], ctx: Ctx) -> list[float]:
 
 
 def preload(spec: ProbeSpec) -> None:
-    """What a staged training job prepares while it waits for the node (``rank.wait_at_gate``): transformers'
-    model classes, DeepSpeed where a strategy runs on it, TorchInductor and its pool of compile workers where
-    layers are compiled; seconds that a job started on a free node spends before its first step. No GPU: the
-    node belongs to the probe before. One that fails is left to the strategy that needs it, which fails alone
-    with the same error."""
+    """What a staged training job imports while it waits for the node (``rank.wait_at_gate``): transformers'
+    model classes, DeepSpeed where a strategy runs on it, TorchInductor where layers are compiled; seconds
+    of imports that a job started on a free node spends before its first step. Imports only: no GPU. One
+    that fails is left to the strategy that needs it, which fails alone with the same error."""
     t = section(spec, "training", TrainingConfig)
     family = SHAPES[t["model"]][0]
     wanted = ["transformers", f"transformers.models.{family}.modeling_{family}"]  # with torch's DTensor
     if any(s in (t.get("deepspeed") or {}) or s in STAGE for s in spec["strategies"]):
         wanted.append("deepspeed")
-    compiled = t.get("compile", "none") != "none"
-    if compiled:
+    if t.get("compile", "none") != "none":
         wanted.append("torch._inductor.compile_fx")
     for module in wanted:
         with contextlib.suppress(Exception):
             importlib.import_module(module)
-    if compiled:
-        with contextlib.suppress(Exception):
-            # torch starts these workers at its first compile ("the AsyncCompile subproc pool can be slow to
-            # start, so warm it up as early as possible": torch/_dynamo/backends/inductor.py); each imports
-            # torch, seconds of a cold node's first compile. The same call, made while the job waits.
-            from torch._inductor.async_compile import maybe_warm_pool
-
-            maybe_warm_pool()

@@ -56,5 +56,10 @@ def family_of_module(module: str) -> Family[Any] | None:
     return next((f for f in FAMILIES if f.module == module), None)
 
 
+def family_of_probe(probe: str) -> Family[Any] | None:
+    """The family that runs the probe ``probe`` (``collectives``, ``isolation``), else None."""
+    return next((f for f in FAMILIES if probe in f.probes), None)
+
+
 def family_of_metric(metric: str) -> Family[Any] | None:
     return BY_NAME.get(metric.split(".", 1)[0])

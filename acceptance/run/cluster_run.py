@@ -20,12 +20,13 @@ from pathlib import Path
 from acceptance.evidence.folder import LOCK_NAME, FolderLock, claim
 from acceptance.evidence.model import Check
 from acceptance.evidence.store import Evidence
+from acceptance.families.collectives import COLLECTIVES
 from acceptance.json_types import JSONObject
 from acceptance.multinode.meeting import Meeting
 from acceptance.profile.judge import BaselineFigures, Judge, Judgement
 from acceptance.profile.loader import Profile
 from acceptance.profile.metrics import local
-from acceptance.profile.registry import WORKER_PROBES
+from acceptance.profile.registry import WORKER_PROBES, family_of_probe
 from acceptance.run import launcher as launch
 from acceptance.run.executor import Executor
 from acceptance.run.placement import Placement
@@ -184,6 +185,12 @@ class ClusterRun:
         """The parts a failed probe finished before it failed (its ``partial.json``: ``{"parts": {...}}``)."""
         return self._partials.get(key, {})
 
+    def _timed_on_gpu(self, probe: str) -> bool:
+        """Whether the probe's figures are all timed on the GPU's clock, so that it may run beside a staged
+        job's imports (``plugin.training_stage``)."""
+        family = family_of_probe(probe)
+        return family is not None and family.timed_on_gpu(COLLECTIVES.section_of(self.profile.model).timing)
+
     def _shrink(self, ranks_per_node: int | None, nodes: int | None) -> tuple[Topology, Placement]:
         topo, place = self.topology, self.placement
         if ranks_per_node is not None:
@@ -205,6 +212,8 @@ class ClusterRun:
         timeout_s: float = 0.0,
     ) -> JSONObject | launch.ProbeError:
         where = self.executor.place(key, spec, env, topo or self.topology, placement or self.placement)
+        if where.staged is None and not self._timed_on_gpu(name):
+            self.executor.quiet_host(key)
         record = self.recorder.started(name, key, env, where, timeout_s)
         start = time.monotonic()
         try:

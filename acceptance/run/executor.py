@@ -21,6 +21,10 @@ from acceptance.run.staged_jobs import StagedJob, StagedJobs
 from acceptance.run.worker_pool import Workers
 from acceptance.schema.topology import Topology
 
+# the longest a probe timed on the host waits for a staged job's imports (seconds of torchrun, torch,
+# transformers and DeepSpeed: 15-17 s on a cold H200 node); past it, the probe starts and says so
+IMPORTS_WAIT_S = 120.0
+
 
 @dataclass(frozen=True)
 class Where:
@@ -79,6 +83,16 @@ class Executor:
         self._staged.add(key, seq, spec, job)
         self.say(f"{key}: staged (its job imports what it needs, then waits for the node)")
         return True
+
+    def quiet_host(self, key: str) -> None:
+        """Before ``key``'s probe, timed on the host's clock: wait for the staged jobs' imports to end."""
+        if not self._staged.jobs:
+            return
+        waited = self._staged.wait_for_imports(self.topology.nproc_per_node, IMPORTS_WAIT_S)
+        if waited >= IMPORTS_WAIT_S:
+            self.say(f"{key}: starts beside a staged job still importing after {waited:.0f} s")
+        elif waited >= 0.1:
+            self.say(f"{key}: waited {waited:.1f} s for the staged job's imports (its loops are timed by the host)")
 
     def place(
         self, key: str, spec: Mapping[str, object], env: Mapping[str, str], topo: Topology, placement: Placement

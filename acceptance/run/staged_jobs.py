@@ -10,9 +10,12 @@ would meet at one rendezvous port that the running job still holds.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from acceptance.families import staging
+from acceptance.run import diagnose
 from acceptance.run import launcher as launch
 
 
@@ -47,6 +50,17 @@ class StagedJobs:
         """Hand the job to the run that opens its gate (``launcher.run``), which ends it from then on."""
         return self.jobs.pop(key)
 
+    def wait_for_imports(self, ranks: int, limit_s: float) -> float:
+        """Wait until every staged job's ``ranks`` have imported what they need and wait at their gate (or the
+        job has ended), at most ``limit_s``: a probe timed on the host's clock then runs on a quiet host. The
+        seconds waited."""
+        start = time.monotonic()
+        while not all(_imported(found.job, ranks) for found in self.jobs.values()):
+            if time.monotonic() - start >= limit_s:
+                break
+            time.sleep(staging.POLL_S)
+        return time.monotonic() - start
+
     def cancel_all(self) -> None:
         """The session is over: end every job no run took (each exits at its gate)."""
         while self.jobs:
@@ -57,3 +71,11 @@ def staged_s(staged: StagedJob | None) -> float | None:
     """How long a staged job had imported and waited when its gate opened; None for a job started at its turn."""
     opened = staged.job.opened if staged is not None else None
     return None if staged is None or opened is None else round(opened - staged.job.started, 3)
+
+
+def _imported(job: launch.Staged, ranks: int) -> bool:
+    """Whether each of the job's ``ranks`` is past its imports (its heartbeat beyond ``preload``), or it ended."""
+    if job.proc.poll() is not None:
+        return True
+    states = diagnose.rank_states(job.out_dir)
+    return len(states) >= ranks and all(state.get("phase") != "preload" for state in states)

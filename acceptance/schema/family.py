@@ -105,7 +105,10 @@ class Family(Generic[S]):
     # its figures are timed on the GPU's own clock (CUDA events, CUDA graphs), so that a job importing on the
     # host beside them cannot move one (``plugin.training_stage``)
     gpu_timed: bool = False
-    eager_timed: bool = False  # with ``collectives.timing: eager`` its small sizes are timed on the host
+    # ... except under a ``collectives.timing`` other than ``cuda_graph``: its loops are then timed on the host's
+    # clock (auto and nccl: NCCL called from a loop the host times, as nccl-tests does; eager: torch's calls),
+    # and its probe waits until a staged job's imports are over (``ClusterRun``)
+    host_loops: bool = False
     # its result lists every rank's host and device: the evidence's ``cluster.nodes`` is taken from it
     describes_nodes: bool = False
     # in the quick tier too (``acceptance.profile.tiers``): its probes take seconds and judge a node on their
@@ -117,6 +120,10 @@ class Family(Generic[S]):
     # its figures are of a node's own hardware (``Metric.local``, which a metric may set otherwise), and so
     # is a failure of its tests that checked no figure (a probe that failed on the node)
     local: bool = False
+
+    def timed_on_gpu(self, timing: str) -> bool:
+        """Whether every figure of the family is timed on the GPU's clock under this ``collectives.timing``."""
+        return self.gpu_timed and not (self.host_loops and timing != "cuda_graph")
 
     @property
     def module(self) -> str:

@@ -83,7 +83,7 @@ INTERNODE = Family(
     probes=("internode", "isolation"),
     in_worker=("internode", "isolation"),
     gpu_timed=True,
-    eager_timed=True,
+    host_loops=True,
 )
 
 
