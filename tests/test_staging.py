@@ -17,6 +17,7 @@ import pytest
 from acceptance.families import staging
 from acceptance.families.collectives import Collectives
 from acceptance.families.heartbeat import RankIdentity
+from acceptance.plugin import training_stage
 from acceptance.plugin.settings import PytestModes
 from acceptance.plugin.training_stage import TrainingStage, stage_point
 from acceptance.probes.rank import Heartbeat, ProbeSpec, wait_at_gate
@@ -34,25 +35,38 @@ def _phases(path: Path) -> list[str]:
     return [name for name, _ in json.loads(path.read_text())["phases"]]
 
 
+def _say(gate: Path, word: str) -> None:
+    (gate.parent / "word").write_text(word)
+    (gate.parent / "word").rename(gate)  # atomically, as the launcher writes it
+
+
 @pytest.mark.parametrize(
-    ("word", "goes_on", "status"), [(staging.GO, True, "running"), (staging.CANCEL, False, "cancelled")]
+    ("first", "then", "imported", "goes_on", "phases"),
+    [
+        (staging.IMPORT, staging.GO, True, True, ["preload", "wait for the node", "init process group"]),
+        (staging.GO, None, True, True, ["preload", "wait for the node", "init process group"]),  # its turn came first
+        (staging.IMPORT, staging.CANCEL, True, False, ["preload", "wait for the node", "end"]),
+        (staging.CANCEL, None, False, False, ["end"]),  # the run ended before the job's imports
+    ],
 )
-def test_a_rank_imports_then_waits_for_the_word(tmp_path: Path, word: str, goes_on: bool, status: str) -> None:
-    beat = Heartbeat(tmp_path, IDENT, phase="preload")
-    gate, loaded = tmp_path / staging.GATE, threading.Event()
+def test_a_rank_imports_on_its_word_then_waits_for_the_node(
+    tmp_path: Path, first: str, then: str | None, imported: bool, goes_on: bool, phases: list[str]
+) -> None:
+    beat = Heartbeat(tmp_path, IDENT, phase=staging.WAIT_TO_IMPORT)
+    gate, calls = tmp_path / staging.GATE, []
 
-    def say_word() -> None:
-        loaded.wait()
-        (tmp_path / "word").write_text(word)
-        (tmp_path / "word").rename(gate)  # atomically, as the launcher writes it
+    def preload() -> None:
+        calls.append(json.loads(beat.path.read_text())["phase"])  # what a probe timed on the host waits out
+        if then is not None:
+            _say(gate, then)
 
-    writer = threading.Thread(target=say_word)
-    writer.start()
-    assert wait_at_gate(gate, beat, loaded.set) is goes_on
-    writer.join()
-    state = json.loads(beat.path.read_text())
-    assert state["status"] == status
-    assert _phases(beat.path) == ["preload", "wait for the node", "init process group" if goes_on else "end"]
+    waiting = threading.Timer(0.05, _say, (gate, first))  # the word comes while the rank waits for one
+    waiting.start()
+    assert wait_at_gate(gate, beat, preload) is goes_on
+    waiting.join()
+    assert calls == ([staging.IMPORTING] if imported else [])
+    assert json.loads(beat.path.read_text())["status"] == ("running" if goes_on else "cancelled")
+    assert _phases(beat.path) == [staging.WAIT_TO_IMPORT, *phases]
 
 
 def _run(tmp_path: Path) -> ClusterRun:
@@ -75,19 +89,24 @@ def test_a_staged_job_runs_when_its_probe_comes(tmp_path: Path, monkeypatch: pyt
     folder = run.evidence_dir / cast(str, record.out_dir)
     assert folder.name == "01-connectivity" and (folder / staging.GATE).read_text() == staging.GO
     assert json.loads((folder / "spec.json").read_text())["gate"] == str(folder / staging.GATE)
-    assert _phases(folder / "rank-1.json")[:3] == ["preload", "wait for the node", "init process group"]
+    assert _phases(folder / "rank-1.json")[:4] == [
+        "wait to import",
+        "preload",
+        "wait for the node",
+        "init process group",
+    ]
     assert json.loads((folder / "rank-0.json").read_text())["cuda_at_gate"] is False
     assert_nothing_left(f"staged-{tmp_path.name}")
 
 
-def _wait_at_gate(folder: Path, ranks: int = 2) -> None:
-    """Until every rank of a staged job waits at its gate: a rank cancelled before it gets there (a loaded
-    machine can take longer than the launcher's grace to start torchrun and import torch) is killed instead,
-    and leaves no word of its own."""
+def _wait_at_gate(folder: Path, phase: str, ranks: int = 2) -> None:
+    """Until every rank of a staged job waits at its gate in ``phase``: a rank cancelled before it gets there
+    (a loaded machine can take longer than the launcher's grace to start torchrun and import torch) is killed
+    instead, and leaves no word of its own."""
     deadline = time.monotonic() + HARNESS_TIMEOUT_S
     while time.monotonic() < deadline:
         states = [p.read_text() for p in folder.glob("rank-*.json")]
-        if len(states) == ranks and all(json.loads(s)["phases"][-1][0] == "wait for the node" for s in states):
+        if len(states) == ranks and all(json.loads(s)["phases"][-1][0] == phase for s in states):
             return
         time.sleep(0.2)
     raise AssertionError(f"the ranks of {folder} did not reach their gate in {HARNESS_TIMEOUT_S} s")
@@ -99,11 +118,13 @@ def test_a_job_the_run_never_reaches_is_cancelled(tmp_path: Path, monkeypatch: p
     run = _run(tmp_path)
     spec = run.spec("connectivity")
     assert run.stage("connectivity", spec, "connectivity")
-    _wait_at_gate(run.evidence_dir / "probes" / "01-connectivity")
+    _wait_at_gate(run.evidence_dir / "probes" / "01-connectivity", staging.WAIT_TO_IMPORT)
+    assert run.let_import("connectivity") and not run.let_import("no-such-key")
+    _wait_at_gate(run.evidence_dir / "probes" / "01-connectivity", staging.WAIT_FOR_NODE)
     # the same key with another spec: the staged job is cancelled and a fresh one runs in a folder of its own
     result = run.probe("connectivity", {**spec, "note": "another spec"})
     assert run.stage("compute", run.spec("compute"), "compute")
-    _wait_at_gate(run.evidence_dir / "probes" / "03-compute")
+    _wait_at_gate(run.evidence_dir / "probes" / "03-compute", staging.WAIT_TO_IMPORT)  # never let import
     run.close()  # the session ends before compute's turn
     assert result["missing_ranks"] == []
     record = run.evidence.doc.probes[0]
@@ -160,7 +181,7 @@ def test_a_probe_timed_by_the_host_waits_until_a_staged_jobs_ranks_are_past_thei
     def poll(seconds: float) -> None:
         polls.append(seconds)
         if len(polls) == 2:
-            beat(1, "preload")  # the second rank's first heartbeat: still importing
+            beat(1, staging.IMPORTING)  # the second rank's first heartbeat: still importing
         if len(polls) == 3:
             beat(0, "wait for the node")
             beat(1, "init process group")
@@ -170,10 +191,10 @@ def test_a_probe_timed_by_the_host_waits_until_a_staged_jobs_ranks_are_past_thei
     job = SimpleNamespace(proc=SimpleNamespace(poll=lambda: ended[0]), out_dir=tmp_path)
     jobs = staged_jobs.StagedJobs()
     jobs.add("training-0", 7, {}, cast(Any, job))
-    beat(0, "preload")
+    beat(0, staging.IMPORTING)
     jobs.wait_for_imports(2, limit_s=3600)
     assert len(polls) == 3  # one rank without a heartbeat, then one still importing, then both at the gate
-    beat(0, "preload")
+    beat(0, staging.IMPORTING)
     ended[0] = 1  # a job that ended imports no more
     jobs.wait_for_imports(2, limit_s=3600)
     assert len(polls) == 3
@@ -194,20 +215,45 @@ def test_otherwise_the_training_job_starts_at_its_turn(device: str, modules: tup
     assert stage_point(_cluster(device), _items(*modules)) is None
 
 
-def _stage_at(preflight_ok: bool | None, setupplan: bool = False) -> str | None:
+def _stage_at(
+    monkeypatch: pytest.MonkeyPatch, preflight_ok: bool | None, setupplan: bool = False
+) -> tuple[str | None, list[str]]:
+    """Where the training job is let import, and what happened to it: ``staged`` at collection, ``import``."""
     order = ("test_storage", "test_compute", "test_training")
     preflight = None if preflight_ok is None else SimpleNamespace(ok=preflight_ok)
     settings = SimpleNamespace(modes=PytestModes(probes=not setupplan))
-    owner = SimpleNamespace(collect_only=False, preflight=preflight, run=_cluster("cuda"), settings=settings)
+    events: list[str] = []
+    run = _cluster("cuda")
+
+    def let_import(key: str) -> bool:
+        events.append(f"import {key}")
+        return True
+
+    def stage_first(run: object, strategies: list[str], base: object) -> bool:
+        events.append("staged")
+        return True
+
+    run.let_import = let_import
+    owner = SimpleNamespace(collect_only=False, preflight=preflight, run=run, settings=settings)
+    monkeypatch.setattr(training_stage, "needed", lambda run, items: ["ddp"])
+    monkeypatch.setattr(training_stage, "baseline", lambda run, items: None)
+    monkeypatch.setattr(training_stage, "stage_first", stage_first)
     stage = TrainingStage(owner)
-    stage.pytest_collection_finish(cast(pytest.Session, SimpleNamespace(items=_items(*order))))
-    return stage.at
+    items = _items(*order)
+    stage.pytest_collection_finish(cast(pytest.Session, SimpleNamespace(items=items)))
+    at = stage.at
+    for item in items:
+        stage.pytest_runtest_setup(cast(pytest.Item, item))
+    return at, events
 
 
-def test_no_job_is_staged_for_tests_that_will_not_run() -> None:
-    assert _stage_at(True) == _stage_at(None) == "tests_cluster/test_compute.py::t1"
-    assert _stage_at(False) is None  # the node lacks its GPUs: the training tests skip
-    assert _stage_at(True, setupplan=True) is None  # --setup-plan runs no fixture, so no probe
+def test_the_job_starts_at_collection_and_imports_at_the_first_module_timed_on_the_gpu(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    for preflight in (True, None):
+        assert _stage_at(monkeypatch, preflight) == ("tests_cluster/test_compute.py::t1", ["staged", "import training"])
+    assert _stage_at(monkeypatch, False) == (None, [])  # the node lacks its GPUs: the training tests skip
+    assert _stage_at(monkeypatch, True, setupplan=True) == (None, [])  # --setup-plan runs no fixture, so no probe
 
 
 def test_a_failed_preload_is_left_to_the_strategy_that_needs_it(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,14 +1,16 @@
 """Which strategies the selected training tests need, and when their job starts.
 
-The training job runs as a job of its own, whose start (torchrun, ``import torch``, transformers, DeepSpeed)
-costs seconds before its first step. It is started ahead of its turn (``training_jobs.stage_first``) when
-the modules right before the training tests measure on the GPU's own clock: CUDA events around launched
-work (compute) or CUDA graphs (the sweeps under ``collectives.timing: cuda_graph``), which the job's imports
-on the host cannot move. Its ranks then wait at their gate, touching no GPU, until the node is free. A
-module of that stretch whose loops the host times (the sweeps under auto, nccl or eager: nccl-tests' own
-clock) runs after the job's imports are over (``ClusterRun``), so it is never the one the job starts at.
-Elsewhere (the CPU, where every probe is timed by the host, or a storage probe just before) it starts at
-its turn, through the same gate.
+The training job runs as a job of its own, whose start costs seconds before its first step: torchrun and
+``import torch`` (10 s on a cold 2x H200, where the session's own probe worker starts the same way), then
+transformers, DeepSpeed and TorchInductor (16 s). Where the modules right before the training tests measure
+on the GPU's own clock (CUDA events around launched work in compute, CUDA graphs in the sweeps under
+``collectives.timing: cuda_graph``), which imports on the host cannot move, the job is started ahead of its
+turn (``training_jobs.stage_first``): at the session's start, beside the probe worker's own start, its ranks
+start and wait at their gate; at the first of those modules they import what they need, then wait again,
+touching no GPU, until the node is free. A probe timed on the host (the sweeps under auto, nccl or eager:
+nccl-tests' own clock) starts only once no staged rank is importing (``ClusterRun``), so it is never where
+the imports start. Elsewhere (the CPU, where every probe is timed by the host, or a storage probe just
+before) the job starts at its turn, through the same gate.
 """
 
 from __future__ import annotations
@@ -83,18 +85,23 @@ class TrainingStage:
     def __init__(self, session: Any) -> None:
         self.session = session  # the ClusterSession: its run, and whether it only collects
         self.at: str | None = None
+        self.staged = False  # whether the first training job was started at collection
         self.items: list[pytest.Item] = []
 
+    @pytest.hookimpl(trylast=True)  # after the session's own checks of the selection, which may end the run
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         preflight = self.session.preflight  # a node without its GPUs skips the training tests
         if self.session.collect_only or not self.session.settings.modes.probes or (preflight and not preflight.ok):
             return
         self.items = list(session.items)
         self.at = stage_point(self.session.run, self.items)
+        if self.at is not None:  # its ranks start now and wait for their word to import
+            run = self.session.run
+            self.staged = stage_first(run, needed(run, self.items), baseline(run, self.items))
 
     @pytest.hookimpl(tryfirst=True)  # before the module's fixtures start its probe
     def pytest_runtest_setup(self, item: pytest.Item) -> None:
         if item.nodeid == self.at:
             self.at = None
-            run = self.session.run
-            stage_first(run, needed(run, self.items), baseline(run, self.items))
+            if self.staged:
+                self.session.run.let_import(plan.job_key(0))

@@ -302,7 +302,7 @@ def _main(
 ) -> None:
     spec, out = parse_args(argv)
     gate = spec.get("gate")
-    beat = Heartbeat(out, identity(), phase="preload" if gate else "init process group")
+    beat = Heartbeat(out, identity(), phase=staging.WAIT_TO_IMPORT if gate else "init process group")
     if gate and not wait_at_gate(Path(gate), beat, lambda: preload(spec) if preload else None):
         return
     t0 = time.perf_counter()
@@ -311,20 +311,30 @@ def _main(
 
 
 def wait_at_gate(gate: Path, beat: Heartbeat, preload: Callable[[], None]) -> bool:
-    """A staged job (``acceptance.run.launcher.stage``), started while another probe still has the node:
-    import what the probe needs, then wait, touching no GPU and no process group, for the plugin's word in
-    ``gate``: ``staging.GO`` (the node is free: go on) or ``staging.CANCEL`` (the run ended without this job: False)."""
+    """A staged job (``acceptance.run.launcher.stage``), started while other probes still have the node: wait
+    for the plugin's word in ``gate`` (``acceptance.families.staging``), touching no GPU and no process group:
+    ``IMPORT`` (import what the probe needs, then wait again) or ``GO`` (the node is free: import if not yet,
+    and go on); ``CANCEL``: the run ended without this job (False)."""
+    if _word(gate, (staging.IMPORT, staging.GO)) == staging.CANCEL:
+        beat.update(phase="end", status="cancelled")
+        return False
+    beat.update(phase=staging.IMPORTING)
     preload()
     # whether an import initialised CUDA in this process (the evidence that waiting touched no GPU)
-    beat.update(phase="wait for the node", cuda_at_gate=torch.cuda.is_initialized())
+    beat.update(phase=staging.WAIT_FOR_NODE, cuda_at_gate=torch.cuda.is_initialized())
+    if _word(gate, (staging.GO,)) == staging.CANCEL:
+        beat.update(phase="end", status="cancelled")
+        return False
+    beat.update(phase="init process group")
+    return True
+
+
+def _word(gate: Path, wanted: tuple[str, ...]) -> str:
+    """The first of ``wanted`` (or CANCEL) that ``gate`` holds, once it holds one."""
     while True:
         word = gate.read_text().strip() if gate.is_file() else ""  # written atomically: whole, or not there
-        if word == staging.GO:
-            beat.update(phase="init process group")
-            return True
-        if word == staging.CANCEL:
-            beat.update(phase="end", status="cancelled")
-            return False
+        if word in wanted or word == staging.CANCEL:
+            return word
         time.sleep(staging.POLL_S)
 
 

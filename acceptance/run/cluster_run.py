@@ -181,6 +181,10 @@ class ClusterRun:
             return False
         return self.executor.stage(name, spec, key, self.timeout(name, parts))
 
+    def let_import(self, key: str) -> bool:
+        """Let the job staged for ``key`` import what it needs (``Executor.let_import``)."""
+        return self.executor.let_import(key)
+
     def partial(self, key: str) -> JSONObject:
         """The parts a failed probe finished before it failed (its ``partial.json``: ``{"parts": {...}}``)."""
         return self._partials.get(key, {})

@@ -84,6 +84,14 @@ class Executor:
         self.say(f"{key}: staged (its job imports what it needs, then waits for the node)")
         return True
 
+    def let_import(self, key: str) -> bool:
+        """Let the job staged for ``key`` import what it needs now (the probes from here on are timed on the GPU)."""
+        try:
+            return self._staged.let_import(key)
+        except OSError as exc:  # its gate stays shut: GO at its turn lets it import then
+            self.say(f"{key}: imports at its turn: {exc}")
+            return False
+
     def quiet_host(self, key: str) -> None:
         """Before ``key``'s probe, timed on the host's clock: wait for the staged jobs' imports to end."""
         if not self._staged.jobs:

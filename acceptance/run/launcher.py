@@ -229,6 +229,11 @@ def stage(
         raise
 
 
+def let_import(staged: Staged) -> None:
+    """Let a staged job's ranks import what their probe needs (``staging.IMPORT``), then wait for GO."""
+    write_atomic(staged.out_dir / staging.GATE, staging.IMPORT)
+
+
 def cancel(staged: Staged) -> None:
     """A staged job the run ended without: tell its ranks (they exit at the gate), give them CANCEL_GRACE_S,
     then end whatever is left."""

@@ -50,6 +50,14 @@ class StagedJobs:
         """Hand the job to the run that opens its gate (``launcher.run``), which ends it from then on."""
         return self.jobs.pop(key)
 
+    def let_import(self, key: str) -> bool:
+        """Let the job staged for ``key`` import (``launcher.let_import``); False where none is."""
+        found = self.jobs.get(key)
+        if found is None:
+            return False
+        launch.let_import(found.job)
+        return True
+
     def wait_for_imports(self, ranks: int, limit_s: float) -> float:
         """Wait until every staged job's ``ranks`` have imported what they need and wait at their gate (or the
         job has ended), at most ``limit_s``: a probe timed on the host's clock then runs on a quiet host. The
@@ -78,4 +86,4 @@ def _imported(job: launch.Staged, ranks: int) -> bool:
     if job.proc.poll() is not None:
         return True
     states = diagnose.rank_states(job.out_dir)
-    return len(states) >= ranks and all(state.get("phase") != "preload" for state in states)
+    return len(states) >= ranks and all(state.get("phase") != staging.IMPORTING for state in states)
