@@ -8,11 +8,13 @@ import json
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, cast
 
 import pytest
+import torch.distributed
 
 from acceptance.families import staging
 from acceptance.families.collectives import Collectives
@@ -20,7 +22,9 @@ from acceptance.families.heartbeat import RankIdentity
 from acceptance.plugin import training_stage
 from acceptance.plugin.settings import PytestModes
 from acceptance.plugin.training_stage import TrainingStage, stage_point
-from acceptance.probes.rank import Heartbeat, ProbeSpec, wait_at_gate
+from acceptance.probes import compute as compute_probe
+from acceptance.probes import rank as rank_module
+from acceptance.probes.rank import Ctx, Heartbeat, ProbeSpec, wait_at_gate
 from acceptance.probes.train_strategies import preload
 from acceptance.profile.loader import load
 from acceptance.run import staged_jobs
@@ -233,7 +237,12 @@ def _stage_at(
         events.append("staged")
         return True
 
+    def let_import_within(key: str, probe: str) -> bool:
+        events.append(f"import {key} within {probe}")
+        return True
+
     run.let_import = let_import
+    run.let_import_within = let_import_within
     owner = SimpleNamespace(collect_only=False, preflight=preflight, run=run, settings=settings)
     monkeypatch.setattr(training_stage, "needed", lambda run, items: ["ddp"])
     monkeypatch.setattr(training_stage, "baseline", lambda run, items: None)
@@ -251,7 +260,9 @@ def test_the_job_starts_at_collection_and_imports_at_the_first_module_timed_on_t
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     for preflight in (True, None):
-        assert _stage_at(monkeypatch, preflight) == ("tests_cluster/test_compute.py::t1", ["staged", "import training"])
+        # compute lets it import once its host links are measured (imports beside them slow their copies)
+        staged = ["staged", "import training within compute"]
+        assert _stage_at(monkeypatch, preflight) == ("tests_cluster/test_compute.py::t1", staged)
     assert _stage_at(monkeypatch, False) == (None, [])  # the node lacks its GPUs: the training tests skip
     assert _stage_at(monkeypatch, True, setupplan=True) == (None, [])  # --setup-plan runs no fixture, so no probe
 
@@ -280,3 +291,40 @@ def test_a_failed_preload_is_left_to_the_strategy_that_needs_it(monkeypatch: pyt
 def test_only_a_probe_timed_on_the_gpu_runs_beside_a_staged_jobs_imports(probe: str, timing: str, beside: bool) -> None:
     run = cast(ClusterRun, _cluster("cuda", timing))
     assert ClusterRun._timed_on_gpu(run, probe) is beside
+
+
+@pytest.mark.parametrize(("rank", "writes"), [(0, True), (1, False)])
+def test_a_probe_lets_the_staged_job_import_once_every_rank_is_there(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, rank: int, writes: bool
+) -> None:
+    gate, met = tmp_path / staging.GATE, []
+    monkeypatch.setattr(torch.distributed, "barrier", lambda: met.append(rank))
+    rank_module.let_staged_import(cast(Ctx, SimpleNamespace(spec={"let_import": str(gate)}, rank=rank)))
+    assert met == [rank]  # every rank waits for the others first
+    assert (gate.read_text() if gate.exists() else None) == (staging.IMPORT if writes else None)
+    rank_module.let_staged_import(cast(Ctx, SimpleNamespace(spec={}, rank=rank)))
+    assert met == [rank]  # no gate named: nothing to wait for
+
+
+def test_the_per_gpu_probe_measures_the_host_links_before_it_lets_the_staged_job_import(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    order: list[str] = []
+
+    def measure(figure: str) -> Callable[..., tuple[float, None, list[float]]]:
+        def run(*args: object) -> tuple[float, None, list[float]]:
+            order.append(figure)
+            return 1.0, None, []
+
+        return run
+
+    monkeypatch.setattr(compute_probe, "MEASURES", {"matmul_tflops": measure("matmul_tflops")})
+    monkeypatch.setattr(
+        compute_probe, "host_links", lambda ctx, cfg, only: {f: measure(f)() for f in compute_probe.HOST_LINKS}
+    )
+    monkeypatch.setattr(compute_probe, "let_staged_import", lambda ctx: order.append("let import"))
+    monkeypatch.setattr(compute_probe, "identity", lambda ctx: {"host": "here", "rank": 0, "gpu": None})
+    cfg = {"figures": None, "duration_s": 0}
+    ctx = SimpleNamespace(spec={"compute": cfg}, phase=lambda name: None, gather=lambda row: [row])
+    compute_probe.run(cast(Ctx, ctx))
+    assert order == ["h2d_gbps", "d2h_gbps", "let import", "matmul_tflops"]

@@ -85,6 +85,7 @@ COMPUTE = Family(
     probes=("compute",),
     in_worker=("compute",),
     gpu_timed=True,
+    lets_import=True,
     quick=True,
 )
 

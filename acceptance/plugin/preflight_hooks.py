@@ -34,9 +34,10 @@ def run_preflight(run: ClusterRun, items: list[pytest.Item], probes: bool) -> pr
     gpu = run.topology.device == "cuda"
     # the GPUs' users before the worker's ranks put anything on them (``preflight.detect_users``)
     users = preflight.detect_users(child_env(run.profile.model.env)) if gpu else None
-    if probes and run.persist and any(set(_probes_of(item)) & WORKER_PROBES for item in items):
+    served = [p for p in PROBES if p in WORKER_PROBES and any(p in _probes_of(item) for item in items)]
+    if probes and run.persist and served:
         # its join limit: that of the first probe in the run's order that a worker serves
-        run.workers.start_early(run.tag, run.timeout(next(p for p in PROBES if p in WORKER_PROBES)))
+        run.workers.start_early(run.tag, run.timeout(next(p for p in PROBES if p in WORKER_PROBES)), tuple(served))
     result = preflight.injected(os.environ)
     if result is None:
         if not gpu:

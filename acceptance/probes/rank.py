@@ -329,6 +329,18 @@ def wait_at_gate(gate: Path, beat: Heartbeat, preload: Callable[[], None]) -> bo
     return True
 
 
+def let_staged_import(ctx: Ctx) -> None:
+    """Once every rank has measured what host activity moves: the word IMPORT to the job staged beside this
+    probe (``let_import`` in its spec: the job's gate, ``acceptance.families.staging``), whose ranks then
+    import while this probe measures on the GPU's clock. Nothing where the spec names no gate."""
+    gate = ctx.spec.get("let_import")
+    if not isinstance(gate, str):
+        return
+    dist.barrier()
+    if ctx.rank == 0:
+        write_atomic(Path(gate), staging.IMPORT)
+
+
 def _word(gate: Path, wanted: tuple[str, ...]) -> str:
     """The first of ``wanted`` (or CANCEL) that ``gate`` holds, once it holds one."""
     while True:

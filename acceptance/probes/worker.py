@@ -21,13 +21,14 @@ its own, so a rank that hangs in the rendezvous is named and killed by pid.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import importlib
 import itertools
 import json
 import time
 from pathlib import Path
-from typing import TypedDict
+from typing import TypedDict, cast
 
 import torch.distributed as dist
 from torch.distributed.elastic.multiprocessing.errors import record
@@ -58,6 +59,10 @@ def _work(argv: list[str] | None) -> None:
     parser.add_argument("--requests", required=True, help="the requests' path, with {number} for 1, 2, 3, ...")
     args = parser.parse_args(argv)
     group_spec: ProbeSpec = json.loads(args.spec.read_text())
+    for probe in cast(list[str], group_spec.get("preload", [])):
+        # before any probe measures: a module that fails to import fails its own probe, with its error
+        with contextlib.suppress(Exception):
+            importlib.import_module(f"acceptance.probes.{probe}")
     ctx: Ctx | None = None
     for number in itertools.count(1):
         request = _take(Path(args.requests.format(number=number)))

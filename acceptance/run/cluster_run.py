@@ -57,6 +57,7 @@ class ClusterRun:
     checked: set[str] = field(default_factory=set)
     _probes: dict[str, JSONObject | launch.ProbeError] = field(default_factory=dict)
     _partials: dict[str, JSONObject] = field(default_factory=dict)
+    _let_import: dict[str, str] = field(default_factory=dict)  # probe -> the gate its next run opens to IMPORT
     _say_lock: threading.Lock = field(default_factory=threading.Lock)
     executor: Executor = field(init=False)
     recorder: Recorder = field(init=False)
@@ -168,6 +169,8 @@ class ClusterRun:
         if key not in self._probes:
             where = self._shrink(ranks_per_node, nodes)
             spec = spec if spec is not None else self.spec(name)
+            if name in self._let_import:  # its run lets a staged job import (``let_import_within``)
+                spec = {**spec, "let_import": self._let_import.pop(name)}
             self._probes[key] = self._run(name, spec, key, env or {}, *where, timeout_s=self.timeout(name, parts))
         found = self._probes[key]
         if isinstance(found, launch.ProbeError):
@@ -184,6 +187,15 @@ class ClusterRun:
     def let_import(self, key: str) -> bool:
         """Let the job staged for ``key`` import what it needs (``Executor.let_import``)."""
         return self.executor.let_import(key)
+
+    def let_import_within(self, key: str, probe: str) -> bool:
+        """Let the job staged for ``key`` import once ``probe``'s next run has measured what host activity
+        moves (``let_import`` in its spec: ``Family.lets_import``); False where no job is staged for it."""
+        gate = self.executor.gate(key)
+        if gate is None:
+            return False
+        self._let_import[probe] = str(gate)
+        return True
 
     def partial(self, key: str) -> JSONObject:
         """The parts a failed probe finished before it failed (its ``partial.json``: ``{"parts": {...}}``)."""

@@ -92,6 +92,10 @@ class Executor:
             self.say(f"{key}: imports at its turn: {exc}")
             return False
 
+    def gate(self, key: str) -> Path | None:
+        """The gate of the job staged for ``key``, else None."""
+        return self._staged.gate(key)
+
     def quiet_host(self, key: str) -> None:
         """Before ``key``'s probe, timed on the host's clock: wait for the staged jobs' imports to end."""
         if not self._staged.jobs:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 from acceptance.families import staging
 from acceptance.run import diagnose
@@ -49,6 +50,11 @@ class StagedJobs:
     def take(self, key: str) -> StagedJob:
         """Hand the job to the run that opens its gate (``launcher.run``), which ends it from then on."""
         return self.jobs.pop(key)
+
+    def gate(self, key: str) -> Path | None:
+        """The gate of the job staged for ``key`` (``staging.GATE`` in its folder), else None."""
+        found = self.jobs.get(key)
+        return None if found is None else found.job.out_dir / staging.GATE
 
     def let_import(self, key: str) -> bool:
         """Let the job staged for ``key`` import (``launcher.let_import``); False where none is."""

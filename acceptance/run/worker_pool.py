@@ -54,13 +54,16 @@ class Worker:
         env: Mapping[str, str],
         timeouts: tuple[float, float],
         early: bool = False,
+        preload: tuple[str, ...] = (),
     ) -> None:
         """``timeouts``: the process group's and the rendezvous' (the first probe's), in seconds; ``early``:
-        started before the session knew its first probe (``Workers.start_early``)."""
+        started before the session knew its first probe (``Workers.start_early``); ``preload``: the probes
+        whose modules its ranks import before they take a request."""
         pg_timeout_s, join_timeout_s = timeouts
         folder.mkdir(parents=True, exist_ok=True)
         spec = folder / "spec.json"
-        spec.write_text(json.dumps({"backend": topo.backend, "device": topo.device, "pg_timeout_s": pg_timeout_s}))
+        group = {"backend": topo.backend, "device": topo.device, "pg_timeout_s": pg_timeout_s, "preload": list(preload)}
+        spec.write_text(json.dumps(group))
         self.folder, self.spec, self.ranks, self.nodes = folder, str(spec), topo.nproc_per_node, placement.nodes
         program = ["-m", "acceptance.probes.worker", "--spec", self.spec]
         program += ["--requests", str(folder / "requests" / "{number}.json")]
@@ -253,21 +256,25 @@ class Workers:
                 worker.end(out_dir)
             raise
 
-    def start(self, name: str, run_id: str, join_timeout_s: float, early: bool = False) -> None:
+    def start(
+        self, name: str, run_id: str, join_timeout_s: float, early: bool = False, preload: tuple[str, ...] = ()
+    ) -> None:
         """A fresh worker in ``folder/name`` (the name every node gives it), joining the rendezvous ``run_id``
         within ``join_timeout_s``."""
         self.close()
         self.started_at = name
         timeouts = (self.pg_timeout_s, join_timeout_s)
-        self.current = Worker(self.folder / name, self.topo, self.placement, run_id, self.env, timeouts, early)
+        self.current = Worker(self.folder / name, self.topo, self.placement, run_id, self.env, timeouts, early, preload)
 
-    def start_early(self, tag: str, join_timeout_s: float) -> bool:
+    def start_early(self, tag: str, join_timeout_s: float, preload: tuple[str, ...] = ()) -> bool:
         """Start the worker with the session, before its first probe is known, when it can be: one node under
         torchrun (several nodes start theirs together at their first probe's barrier). Its start (torchrun,
-        ``import torch`` in every rank, the process group) then runs beside the preflight."""
+        ``import torch`` in every rank, the process group) then runs beside the preflight, and so do its
+        imports of the ``preload`` probes (the session's: ``torch.distributed.checkpoint`` for storage is
+        4.5 s of a cold 2x H200's storage probe), before any probe measures."""
         if not self.enabled or self.placement.nodes != 1 or self.topo.launcher != "torchrun":
             return False
-        self.start(EARLY, f"{tag}-worker-0", join_timeout_s, early=True)
+        self.start(EARLY, f"{tag}-worker-0", join_timeout_s, early=True, preload=preload)
         return True
 
     def close(self) -> None:

@@ -109,6 +109,10 @@ class Family(Generic[S]):
     # clock (auto and nccl: NCCL called from a loop the host times, as nccl-tests does; eager: torch's calls),
     # and its probe waits until a staged job's imports are over (``ClusterRun``)
     host_loops: bool = False
+    # its probe measures first what activity on the host moves (compute's host links: DMA to and from host
+    # memory read 22-25% slower on 4x H200 beside a staged job's imports), then lets a staged job import
+    # (``let_import`` in its spec: ``acceptance.probes.rank.let_staged_import``)
+    lets_import: bool = False
     # its result lists every rank's host and device: the evidence's ``cluster.nodes`` is taken from it
     describes_nodes: bool = False
     # in the quick tier too (``acceptance.profile.tiers``): its probes take seconds and judge a node on their
