@@ -8,9 +8,9 @@ on the GPU's own clock (CUDA events around launched work in compute, CUDA graphs
 turn (``training_jobs.stage_first``): at the session's start, beside the probe worker's own start, its ranks
 start and wait at their gate; at the first of those modules they import what they need (in compute, once
 its host links are measured: DMA to and from host memory read 22-25% slower beside the imports on 4x H200),
-then wait again, touching no GPU, until the node is free. A probe timed on the host (the sweeps under auto, nccl or eager:
-nccl-tests' own clock) starts only once no staged rank is importing (``ClusterRun``), so it is never where
-the imports start. Elsewhere (the CPU, where every probe is timed by the host, or a storage probe just
+then wait again, touching no GPU, until the node is free. A probe timed on the host (the sweeps under auto,
+nccl or eager: nccl-tests' own clock) starts only once no staged rank is importing (``ClusterRun``), so it
+is never where the imports start. Elsewhere (the CPU, where every probe is timed by the host, or a storage probe just
 before) the job starts at its turn, through the same gate.
 """
 
