@@ -4,6 +4,7 @@ only beside probes timed on the GPU."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 import threading
@@ -27,9 +28,10 @@ from acceptance.probes import rank as rank_module
 from acceptance.probes.rank import Ctx, Heartbeat, ProbeSpec, wait_at_gate
 from acceptance.probes.train_strategies import preload
 from acceptance.profile.loader import load
-from acceptance.run import staged_jobs
+from acceptance.run import cluster_run, executor, staged_jobs
 from acceptance.run.cluster_run import ClusterRun
 from acceptance.run.placement import Placement
+from acceptance.schema.family import Family
 from tests.test_faults import HARNESS_TIMEOUT_S, MARK, assert_nothing_left
 
 IDENT: RankIdentity = {"rank": 0, "node_rank": 0, "local_rank": 0, "host": "here"}
@@ -155,21 +157,17 @@ def _cluster(device: str, timing: str = "auto") -> Any:
     )
 
 
-def test_the_training_job_starts_beside_the_probes_timed_on_the_gpu_before_it() -> None:
+def test_the_training_job_imports_at_the_first_probe_that_lets_it() -> None:
     order = ("test_connectivity", "test_storage", "test_compute", "test_collectives", "test_internode", "test_training")
     assert stage_point(_cluster("cuda"), _items(*order)) == "tests_cluster/test_compute.py::t1"
-    # sweeps in CUDA graphs: timed on the GPU's clock, the job may import beside them
-    assert stage_point(_cluster("cuda", "cuda_graph"), _items("test_collectives", "test_training")) == (
-        "tests_cluster/test_collectives.py::t1"
-    )
-    # sweeps whose loops the host times (auto and nccl: nccl-tests' clock; eager): never the job's start, and
-    # they wait for its imports where it started before them
-    for timing in ("auto", "nccl", "eager"):
+    # the sweeps' loops and their spread pass are timed by the host, under every timing: they wait for the
+    # imports, and are never where they start
+    for timing in ("auto", "nccl", "eager", "cuda_graph"):
         assert stage_point(_cluster("cuda", timing), _items("test_collectives", "test_training")) is None
         assert stage_point(_cluster("cuda", timing), _items("test_compute", "test_collectives", "test_training")) == (
             "tests_cluster/test_compute.py::t1"
         )
-    assert stage_point(_cluster("cuda", "eager"), _items("test_storage", "test_compute", "test_training")) == (
+    assert stage_point(_cluster("cuda"), _items("test_storage", "test_compute", "test_training")) == (
         "tests_cluster/test_compute.py::t1"
     )
 
@@ -203,7 +201,33 @@ def test_a_probe_timed_by_the_host_waits_until_a_staged_jobs_ranks_are_past_thei
     jobs.wait_for_imports(2, limit_s=3600)
     assert len(polls) == 3
     ended[0] = None
-    assert jobs.wait_for_imports(2, limit_s=0) >= 0 and len(polls) == 3  # past its limit the probe starts
+    jobs.wait_for_imports(2, limit_s=0)
+    assert len(polls) == 3  # past its limit the probe starts, without another look
+
+
+def test_a_rank_told_to_import_counts_as_importing_before_it_starts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def beat(phase: str) -> None:
+        for rank in (0, 1):
+            (tmp_path / f"rank-{rank}.json").write_text(json.dumps({"rank": rank, "phase": phase}))
+
+    polls: list[float] = []
+
+    def poll(seconds: float) -> None:  # the ranks are past their imports by the next look
+        polls.append(seconds)
+        beat(staging.WAIT_FOR_NODE)
+
+    monkeypatch.setattr(time, "sleep", poll)
+    job = SimpleNamespace(proc=SimpleNamespace(poll=lambda: None), out_dir=tmp_path)
+    jobs = staged_jobs.StagedJobs()
+    jobs.add("training", 1, {}, cast(Any, job))
+    beat(staging.WAIT_TO_IMPORT)
+    jobs.wait_for_imports(2, limit_s=3600)
+    assert polls == []  # no word yet: waiting to import is quiet
+    _say(tmp_path / staging.GATE, staging.IMPORT)
+    jobs.wait_for_imports(2, limit_s=3600)
+    assert len(polls) == 1  # the word is there: about to import, so the probe waits
 
 
 @pytest.mark.parametrize(
@@ -276,34 +300,91 @@ def test_a_failed_preload_is_left_to_the_strategy_that_needs_it(monkeypatch: pyt
         import deepspeed  # noqa: F401
 
 
+@pytest.mark.parametrize("probe", ["compute", "collectives", "internode", "isolation", "connectivity", "storage", "x"])
+def test_a_probe_whose_figures_the_hosts_activity_moves_waits_for_a_staged_jobs_imports(probe: str) -> None:
+    # compute lets the imports start itself, once its host links are measured; the sweeps time loops on the host
+    assert ClusterRun._beside_imports(probe) is False
+
+
+def test_only_a_probe_timed_on_the_gpu_alone_runs_beside_them(monkeypatch: pytest.MonkeyPatch) -> None:
+    gpu_only = Family("gpu_only", "figures in CUDA events alone", Collectives, (), probes=("p",), gpu_timed=True)
+    monkeypatch.setattr(cluster_run, "family_of_probe", lambda probe: gpu_only)
+    assert ClusterRun._beside_imports("p") is True
+    for flag in ("host_loops", "lets_import"):
+        flagged = dataclasses.replace(gpu_only, host_loops=flag == "host_loops", lets_import=flag == "lets_import")
+        monkeypatch.setattr(cluster_run, "family_of_probe", lambda probe, found=flagged: found)
+        assert ClusterRun._beside_imports("p") is False
+
+
+def test_a_probe_waits_for_a_stuck_staged_job_once_then_cancels_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    said: list[str] = []
+    cancelled: list[bool] = []
+    waits = iter([0.0, 5.0, executor.IMPORTS_WAIT_S])
+    staged = SimpleNamespace(
+        jobs={"training": object()},
+        wait_for_imports=lambda ranks, limit: next(waits),
+        cancel_all=lambda: cancelled.append(True),
+    )
+    fake = SimpleNamespace(_staged=staged, topology=SimpleNamespace(nproc_per_node=2), say=said.append)
+    for key in ("connectivity", "collectives", "storage"):
+        executor.Executor.quiet_host(cast(executor.Executor, fake), key)
+    assert said == [
+        "collectives: waited 5.0 s for the staged job's imports (its loops are timed by the host)",
+        f"storage: a staged job still starting or importing after {executor.IMPORTS_WAIT_S:.0f} s is cancelled",
+    ]
+    assert cancelled == [True]  # its probe starts a job of its own at its turn
+
+
+def test_the_compute_run_after_the_stage_point_carries_the_gate_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run = _run(tmp_path)
+    specs: dict[str, Any] = {}
+
+    def record(name: str, spec: Any, key: str, *args: object, **kwargs: object) -> dict[str, Any]:
+        specs[key] = spec
+        return {}
+
+    monkeypatch.setattr(run, "_run", record)
+    monkeypatch.setattr(
+        run.executor, "gate", lambda key: tmp_path / "01-training" / staging.GATE if key == "training" else None
+    )
+    try:
+        assert not run.let_import_within("no-such-job", "compute")
+        assert run.let_import_within("training", "compute")
+        run.probe("compute")
+        run.probe("compute", key="compute-again-1")
+    finally:
+        run.close()
+    assert specs["compute"]["let_import"] == str(tmp_path / "01-training" / staging.GATE)
+    assert "let_import" not in specs["compute-again-1"]  # a re-measure lets nothing import
+
+
 @pytest.mark.parametrize(
-    ("probe", "timing", "beside"),
-    [
-        ("compute", "auto", True),  # CUDA events around its kernels
-        ("collectives", "cuda_graph", True),
-        ("collectives", "auto", False),  # NCCL called from a loop the host times, as nccl-tests
-        ("collectives", "eager", False),
-        ("isolation", "nccl", False),
-        ("connectivity", "cuda_graph", False),
-        ("no-such-probe", "cuda_graph", False),
-    ],
+    ("rank", "before", "after"), [(0, None, "import"), (1, None, None), (0, "go", "go"), (0, "cancel", "cancel")]
 )
-def test_only_a_probe_timed_on_the_gpu_runs_beside_a_staged_jobs_imports(probe: str, timing: str, beside: bool) -> None:
-    run = cast(ClusterRun, _cluster("cuda", timing))
-    assert ClusterRun._timed_on_gpu(run, probe) is beside
-
-
-@pytest.mark.parametrize(("rank", "writes"), [(0, True), (1, False)])
-def test_a_probe_lets_the_staged_job_import_once_every_rank_is_there(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, rank: int, writes: bool
+def test_a_probe_lets_the_staged_job_import_once_every_rank_is_there_and_never_over_the_plugins_word(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, rank: int, before: str | None, after: str | None
 ) -> None:
     gate, met = tmp_path / staging.GATE, []
+    if before is not None:
+        _say(gate, before)
     monkeypatch.setattr(torch.distributed, "barrier", lambda: met.append(rank))
     rank_module.let_staged_import(cast(Ctx, SimpleNamespace(spec={"let_import": str(gate)}, rank=rank)))
     assert met == [rank]  # every rank waits for the others first
-    assert (gate.read_text() if gate.exists() else None) == (staging.IMPORT if writes else None)
+    assert (gate.read_text() if gate.exists() else None) == after
+    assert sorted(p.name for p in tmp_path.iterdir()) == ([staging.GATE] if after else [])  # no file left behind
     rank_module.let_staged_import(cast(Ctx, SimpleNamespace(spec={}, rank=rank)))
     assert met == [rank]  # no gate named: nothing to wait for
+
+
+def test_a_gate_that_cannot_be_written_leaves_the_probe_standing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(torch.distributed, "barrier", lambda: None)
+    gate = tmp_path / "gone" / staging.GATE  # its folder removed: the job imports at GO instead
+    rank_module.let_staged_import(cast(Ctx, SimpleNamespace(spec={"let_import": str(gate)}, rank=0)))
+    assert not gate.exists()
 
 
 def test_the_per_gpu_probe_measures_the_host_links_before_it_lets_the_staged_job_import(

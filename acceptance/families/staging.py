@@ -6,7 +6,8 @@ and waits for the file (``acceptance.probes.rank.wait_at_gate``), touching no GP
 group: IMPORT lets it import what its probe needs (the probes then running are timed on the GPU's clock,
 which imports on the host cannot move), after which it waits again; GO (the node is free) lets it go on,
 importing first if it had not; CANCEL tells it the run ended without the job. Each word is written
-atomically, replacing the one before.
+atomically; the plugin's replace the one before, and a probe's IMPORT (``rank.let_staged_import``) is
+written only as the first word, never over the plugin's.
 """
 
 from __future__ import annotations

@@ -1,31 +1,31 @@
 """Which strategies the selected training tests need, and when their job starts.
 
 The training job runs as a job of its own, whose start costs seconds before its first step: torchrun and
-``import torch`` (10 s on a cold 2x H200, where the session's own probe worker starts the same way), then
-transformers, DeepSpeed and TorchInductor (16 s). Where the modules right before the training tests measure
-on the GPU's own clock (CUDA events around launched work in compute, CUDA graphs in the sweeps under
-``collectives.timing: cuda_graph``), which imports on the host cannot move, the job is started ahead of its
-turn (``training_jobs.stage_first``): at the session's start, beside the probe worker's own start, its ranks
-start and wait at their gate; at the first of those modules they import what they need (in compute, once
-its host links are measured: DMA to and from host memory read 22-25% slower beside the imports on 4x H200),
-then wait again, touching no GPU, until the node is free. A probe timed on the host (the sweeps under auto,
-nccl or eager: nccl-tests' own clock) starts only once no staged rank is importing (``ClusterRun``), so it
-is never where the imports start. Elsewhere (the CPU, where every probe is timed by the host, or a storage probe just
-before) the job starts at its turn, through the same gate.
+``import torch`` (10-18 s on a fresh 2x or 4x H200, beside the session's own probe worker starting the same
+way), then transformers, DeepSpeed and TorchInductor (14-16 s). On a GPU node it is started ahead of its turn
+(``training_jobs.stage_first``) where the modules right before the training tests include one timed on the
+GPU's own clock (CUDA events around launched work in compute), which imports on the host cannot move: at the
+session's start its ranks start and wait at their gate; in compute, once its host links are measured (DMA
+to and from host memory read 22-25% slower beside the imports on 4x H200), they import what they need, then
+wait again, touching no GPU, until the node is free. A probe with a figure the host's activity moves (the
+sweeps' loops, timed by the host as nccl-tests times them, and their spread pass; the host links) starts
+only once no staged rank is importing (``ClusterRun``). Elsewhere (the CPU, where every probe is timed by
+the host, or a storage probe just before training) the job starts at its turn, through the same gate.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
 from acceptance.families import training as plan
-from acceptance.families.collectives import COLLECTIVES
 from acceptance.families.training import TRAINING
 from acceptance.profile.registry import family_of_module
 from acceptance.run.cluster_run import ClusterRun
 from acceptance.run.training_jobs import stage_first
+from acceptance.schema.family import Family
 
 TRAINING_MODULE = TRAINING.module
 
@@ -56,28 +56,25 @@ def baseline(cluster: ClusterRun, items: list[pytest.Item]) -> plan.Baseline | s
 
 
 def stage_point(cluster: ClusterRun, items: list[pytest.Item]) -> str | None:
-    """The test at whose setup the training job starts: the first module timed on the GPU's clock alone in
-    the stretch of GPU-timed modules right before the training tests (a module that skips on this cluster,
-    such as the sweeps across nodes on one node, measures nothing and does not end the stretch; one whose
-    loops the host times waits there for the job's imports); None to start it at its turn."""
+    """The test at whose setup the training job is let import: in the stretch of GPU-timed modules right
+    before the training tests (a module that skips on this cluster, such as the sweeps across nodes on one
+    node, measures nothing and does not end the stretch), the first whose probe may run beside the imports
+    or lets them start itself once what they move is measured (``Family.beside_imports``, ``lets_import``);
+    None to start the job at its turn. The stretch's other modules wait for the imports to end."""
     first = next((i for i, item in enumerate(items) if item.path.stem == TRAINING_MODULE), None)
     if first is None or cluster.topology.device != "cuda":
         return None
     start = first
-    while start > 0 and _gpu_timed(items[start - 1], None):
+    while start > 0 and _family_is(items[start - 1], lambda f: f.gpu_timed):
         start -= 1
-    timing = COLLECTIVES.section_of(cluster.profile.model).timing
-    at = next((i for i in range(start, first) if _gpu_timed(items[i], timing)), None)
+    lets = (i for i in range(start, first) if _family_is(items[i], lambda f: f.beside_imports or f.lets_import))
+    at = next(lets, None)
     return items[at].nodeid if at is not None else None
 
 
-def _gpu_timed(item: pytest.Item, timing: str | None) -> bool:
-    """Whether the item's family is timed on the GPU's clock: as the family declares (``timing`` None), or
-    with every figure so under this ``collectives.timing``."""
+def _family_is(item: pytest.Item, test: Callable[[Family[Any]], bool]) -> bool:
     family = family_of_module(item.path.stem)
-    if family is None:
-        return False
-    return family.gpu_timed if timing is None else family.timed_on_gpu(timing)
+    return family is not None and test(family)
 
 
 class TrainingStage:

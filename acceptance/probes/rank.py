@@ -13,7 +13,7 @@ that every node's pytest sees the same figures, and writes:
 
 ``acceptance.probes.worker`` runs probe after probe in one process group through the same steps
 (``identity``, ``connect``, ``serve``), each with its own Heartbeat and Ctx on the probe's folder. A staged
-job's ranks (a ``gate`` in the spec) first import and wait at the gate (``wait_at_gate``).
+job's ranks (a ``gate`` in the spec) wait at the gate for their words (``wait_at_gate``).
 """
 
 from __future__ import annotations
@@ -63,6 +63,8 @@ class ProbeSpec(TypedDict, total=False):
     device: str
     pg_timeout_s: float
     gate: str  # a staged job's gate file
+    let_import: str  # the gate of a job staged beside this probe, told IMPORT by it (``let_staged_import``)
+    preload: list[str]  # a probe worker's: the probes whose modules it imports before its first request
     expected_world_size: int
     ranks_per_node: int
     nodes: int
@@ -337,8 +339,18 @@ def let_staged_import(ctx: Ctx) -> None:
     if not isinstance(gate, str):
         return
     dist.barrier()
-    if ctx.rank == 0:
-        write_atomic(Path(gate), staging.IMPORT)
+    if ctx.rank != 0:
+        return
+    word = Path(gate).with_name(f".{staging.GATE}.{os.getpid()}")
+    try:
+        word.write_text(staging.IMPORT)
+        os.link(word, gate)  # the first word only: never over a GO or CANCEL the plugin wrote
+    except FileExistsError:
+        pass
+    except OSError as exc:  # the job imports at GO instead; this probe's figures stand
+        print(f"could not tell the staged job to import ({gate}): {exc}", file=sys.stderr)
+    finally:
+        word.unlink(missing_ok=True)
 
 
 def _word(gate: Path, wanted: tuple[str, ...]) -> str:

@@ -28,7 +28,7 @@ import itertools
 import json
 import time
 from pathlib import Path
-from typing import TypedDict, cast
+from typing import TypedDict
 
 import torch.distributed as dist
 from torch.distributed.elastic.multiprocessing.errors import record
@@ -59,7 +59,7 @@ def _work(argv: list[str] | None) -> None:
     parser.add_argument("--requests", required=True, help="the requests' path, with {number} for 1, 2, 3, ...")
     args = parser.parse_args(argv)
     group_spec: ProbeSpec = json.loads(args.spec.read_text())
-    for probe in cast(list[str], group_spec.get("preload", [])):
+    for probe in group_spec.get("preload", []):
         # before any probe measures: a module that fails to import fails its own probe, with its error
         with contextlib.suppress(Exception):
             importlib.import_module(f"acceptance.probes.{probe}")

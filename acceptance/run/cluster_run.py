@@ -20,7 +20,6 @@ from pathlib import Path
 from acceptance.evidence.folder import LOCK_NAME, FolderLock, claim
 from acceptance.evidence.model import Check
 from acceptance.evidence.store import Evidence
-from acceptance.families.collectives import COLLECTIVES
 from acceptance.json_types import JSONObject
 from acceptance.multinode.meeting import Meeting
 from acceptance.profile.judge import BaselineFigures, Judge, Judgement
@@ -201,11 +200,12 @@ class ClusterRun:
         """The parts a failed probe finished before it failed (its ``partial.json``: ``{"parts": {...}}``)."""
         return self._partials.get(key, {})
 
-    def _timed_on_gpu(self, probe: str) -> bool:
-        """Whether the probe's figures are all timed on the GPU's clock, so that it may run beside a staged
-        job's imports (``plugin.training_stage``)."""
+    @staticmethod
+    def _beside_imports(probe: str) -> bool:
+        """Whether the probe may run while a staged job imports (``Family.beside_imports``): else it waits
+        for the imports to end (``plugin.training_stage``); compute too, which lets them start itself."""
         family = family_of_probe(probe)
-        return family is not None and family.timed_on_gpu(COLLECTIVES.section_of(self.profile.model).timing)
+        return family is not None and family.beside_imports
 
     def _shrink(self, ranks_per_node: int | None, nodes: int | None) -> tuple[Topology, Placement]:
         topo, place = self.topology, self.placement
@@ -228,7 +228,7 @@ class ClusterRun:
         timeout_s: float = 0.0,
     ) -> JSONObject | launch.ProbeError:
         where = self.executor.place(key, spec, env, topo or self.topology, placement or self.placement)
-        if where.staged is None and not self._timed_on_gpu(name):
+        if where.staged is None and not self._beside_imports(name):
             self.executor.quiet_host(key)
         record = self.recorder.started(name, key, env, where, timeout_s)
         start = time.monotonic()

@@ -1,11 +1,12 @@
 """Jobs started ahead of their turn (``launcher.stage``), by probe key, until their run takes them.
 
 A probe that runs as a job of its own pays torchrun's start and its ranks' imports before it measures
-anything: about 9 s for the training job on 2x H200, and its first model build another 4-5 s of imports.
-Started while the node's GPU-timed probes run, a job does that work in their shadow and waits at its gate;
-the run that reaches its key opens the gate once the node is free (``ClusterRun._launch``). Only on one
-node under torchrun: each job there gets a free port of its own (``--standalone``), where several nodes
-would meet at one rendezvous port that the running job still holds.
+anything: 10-18 s to start the training job's ranks and import torch on a fresh 2x or 4x H200, then 14-16 s
+of transformers, DeepSpeed and TorchInductor. Started at the session's start, a job does that work in the
+shadow of the probes that its imports cannot move and waits at its gate (``acceptance.families.staging``);
+the run that reaches its key opens the gate once the node is free (``Executor.launch``). Only on one node
+under torchrun: each job there gets a free port of its own (``--standalone``), where several nodes would
+meet at one rendezvous port that the running job still holds.
 """
 
 from __future__ import annotations
@@ -65,9 +66,9 @@ class StagedJobs:
         return True
 
     def wait_for_imports(self, ranks: int, limit_s: float) -> float:
-        """Wait until every staged job's ``ranks`` have imported what they need and wait at their gate (or the
-        job has ended), at most ``limit_s``: a probe timed on the host's clock then runs on a quiet host. The
-        seconds waited."""
+        """Wait until no rank of a staged job is starting or importing (each of its ``ranks`` waits at its gate
+        with no word to act on, or the job has ended), at most ``limit_s``: a probe whose figures the host's
+        activity moves then runs on a quiet host. The seconds waited."""
         start = time.monotonic()
         while not all(_imported(found.job, ranks) for found in self.jobs.values()):
             if time.monotonic() - start >= limit_s:
@@ -88,8 +89,12 @@ def staged_s(staged: StagedJob | None) -> float | None:
 
 
 def _imported(job: launch.Staged, ranks: int) -> bool:
-    """Whether each of the job's ``ranks`` is past its imports (its heartbeat beyond ``preload``), or it ended."""
+    """Whether each of the job's ``ranks`` has a heartbeat and is not importing, nor about to (waiting to
+    import while its gate already says IMPORT or GO), or the job ended."""
     if job.proc.poll() is not None:
         return True
+    busy = {staging.IMPORTING}
+    if launch.gate_word(job) in (staging.IMPORT, staging.GO):
+        busy.add(staging.WAIT_TO_IMPORT)
     states = diagnose.rank_states(job.out_dir)
-    return len(states) >= ranks and all(state.get("phase") != staging.IMPORTING for state in states)
+    return len(states) >= ranks and all(state.get("phase") not in busy for state in states)

@@ -105,9 +105,10 @@ class Family(Generic[S]):
     # its figures are timed on the GPU's own clock (CUDA events, CUDA graphs), so that a job importing on the
     # host beside them cannot move one (``plugin.training_stage``)
     gpu_timed: bool = False
-    # ... except under a ``collectives.timing`` other than ``cuda_graph``: its loops are then timed on the host's
-    # clock (auto and nccl: NCCL called from a loop the host times, as nccl-tests does; eager: torch's calls),
-    # and its probe waits until a staged job's imports are over (``ClusterRun``)
+    # ... but some of its gated figures come from loops the host times: the sweeps under ``collectives.timing``
+    # auto and nccl (NCCL called from a loop the host times, as nccl-tests does) or eager (torch's calls), and
+    # the spread pass under any timing (how late each host comes back into a call); its probe waits until a
+    # staged job's imports are over (``ClusterRun``)
     host_loops: bool = False
     # its probe measures first what activity on the host moves (compute's host links: DMA to and from host
     # memory read 22-25% slower on 4x H200 beside a staged job's imports), then lets a staged job import
@@ -125,9 +126,11 @@ class Family(Generic[S]):
     # is a failure of its tests that checked no figure (a probe that failed on the node)
     local: bool = False
 
-    def timed_on_gpu(self, timing: str) -> bool:
-        """Whether every figure of the family is timed on the GPU's clock under this ``collectives.timing``."""
-        return self.gpu_timed and not (self.host_loops and timing != "cuda_graph")
+    @property
+    def beside_imports(self) -> bool:
+        """Whether its probe may run while a staged job imports: every figure timed on the GPU's clock, and
+        none that the host's activity moves (``host_loops``, ``lets_import``)."""
+        return self.gpu_timed and not self.host_loops and not self.lets_import
 
     @property
     def module(self) -> str:
