@@ -125,7 +125,7 @@ def test_a_job_the_run_never_reaches_is_cancelled(tmp_path: Path, monkeypatch: p
     spec = run.spec("connectivity")
     assert run.stage("connectivity", spec, "connectivity")
     _wait_at_gate(run.evidence_dir / "probes" / "01-connectivity", staging.WAIT_TO_IMPORT)
-    assert run.let_import("connectivity") and not run.let_import("no-such-key")
+    _say(run.evidence_dir / "probes" / "01-connectivity" / staging.GATE, staging.IMPORT)  # as compute says it
     _wait_at_gate(run.evidence_dir / "probes" / "01-connectivity", staging.WAIT_FOR_NODE)
     # the same key with another spec: the staged job is cancelled and a fresh one runs in a folder of its own
     result = run.probe("connectivity", {**spec, "note": "another spec"})
@@ -253,19 +253,14 @@ def _stage_at(
     events: list[str] = []
     run = _cluster("cuda")
 
-    def let_import(key: str) -> bool:
-        events.append(f"import {key}")
+    def let_import_within(key: str, probe: str) -> bool:
+        events.append(f"import {key} within {probe}")
         return True
 
     def stage_first(run: object, strategies: list[str], base: object) -> bool:
         events.append("staged")
         return True
 
-    def let_import_within(key: str, probe: str) -> bool:
-        events.append(f"import {key} within {probe}")
-        return True
-
-    run.let_import = let_import
     run.let_import_within = let_import_within
     owner = SimpleNamespace(collect_only=False, preflight=preflight, run=run, settings=settings)
     monkeypatch.setattr(training_stage, "needed", lambda run, items: ["ddp"])
@@ -329,7 +324,7 @@ def test_a_probe_waits_for_a_stuck_staged_job_once_then_cancels_it(monkeypatch: 
     for key in ("connectivity", "collectives", "storage"):
         executor.Executor.quiet_host(cast(executor.Executor, fake), key)
     assert said == [
-        "collectives: waited 5.0 s for the staged job's imports (its loops are timed by the host)",
+        "collectives: waited 5.0 s for the staged job's imports (its figures move with the host)",
         f"storage: a staged job still starting or importing after {executor.IMPORTS_WAIT_S:.0f} s is cancelled",
     ]
     assert cancelled == [True]  # its probe starts a job of its own at its turn

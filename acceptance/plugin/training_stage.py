@@ -56,19 +56,18 @@ def baseline(cluster: ClusterRun, items: list[pytest.Item]) -> plan.Baseline | s
 
 
 def stage_point(cluster: ClusterRun, items: list[pytest.Item]) -> str | None:
-    """The test at whose setup the training job is let import: in the stretch of GPU-timed modules right
-    before the training tests (a module that skips on this cluster, such as the sweeps across nodes on one
-    node, measures nothing and does not end the stretch), the first whose probe may run beside the imports
-    or lets them start itself once what they move is measured (``Family.beside_imports``, ``lets_import``);
-    None to start the job at its turn. The stretch's other modules wait for the imports to end."""
+    """The test at whose setup the training job's imports are arranged: in the stretch of GPU-timed modules
+    right before the training tests (a module that skips on this cluster, such as the sweeps across nodes on
+    one node, measures nothing and does not end the stretch), the first whose probe lets them start itself
+    once what they move is measured (``Family.lets_import``: compute, after its host links); None to start
+    the job at its turn. The stretch's other modules wait for the imports to end."""
     first = next((i for i, item in enumerate(items) if item.path.stem == TRAINING_MODULE), None)
     if first is None or cluster.topology.device != "cuda":
         return None
     start = first
     while start > 0 and _family_is(items[start - 1], lambda f: f.gpu_timed):
         start -= 1
-    lets = (i for i in range(start, first) if _family_is(items[i], lambda f: f.beside_imports or f.lets_import))
-    at = next(lets, None)
+    at = next((i for i in range(start, first) if _family_is(items[i], lambda f: f.lets_import)), None)
     return items[at].nodeid if at is not None else None
 
 
@@ -101,10 +100,6 @@ class TrainingStage:
     def pytest_runtest_setup(self, item: pytest.Item) -> None:
         if item.nodeid == self.at:
             self.at = None
-            if not self.staged:
-                return
-            run, family = self.session.run, family_of_module(item.path.stem)
-            if family is not None and family.lets_import:  # once its probe has measured the host links
-                run.let_import_within(plan.job_key(0), family.probes[0])
-            else:
-                run.let_import(plan.job_key(0))
+            family = family_of_module(item.path.stem)
+            if self.staged and family is not None:  # its probe tells the job once it measured the host links
+                self.session.run.let_import_within(plan.job_key(0), family.probes[0])

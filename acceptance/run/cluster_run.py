@@ -183,10 +183,6 @@ class ClusterRun:
             return False
         return self.executor.stage(name, spec, key, self.timeout(name, parts))
 
-    def let_import(self, key: str) -> bool:
-        """Let the job staged for ``key`` import what it needs (``Executor.let_import``)."""
-        return self.executor.let_import(key)
-
     def let_import_within(self, key: str, probe: str) -> bool:
         """Let the job staged for ``key`` import once ``probe``'s next run has measured what host activity
         moves (``let_import`` in its spec: ``Family.lets_import``); False where no job is staged for it."""

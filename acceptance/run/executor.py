@@ -85,20 +85,13 @@ class Executor:
         self.say(f"{key}: staged (its job starts now, imports what it needs when told, then waits for the node)")
         return True
 
-    def let_import(self, key: str) -> bool:
-        """Let the job staged for ``key`` import what it needs now (the probes from here on are timed on the GPU)."""
-        try:
-            return self._staged.let_import(key)
-        except OSError as exc:  # its gate stays shut: GO at its turn lets it import then
-            self.say(f"{key}: imports at its turn: {exc}")
-            return False
-
     def gate(self, key: str) -> Path | None:
         """The gate of the job staged for ``key``, else None."""
         return self._staged.gate(key)
 
     def quiet_host(self, key: str) -> None:
-        """Before ``key``'s probe, timed on the host's clock: wait for the staged jobs' imports to end."""
+        """Before ``key``'s probe, one with figures the host's activity moves: wait for the staged jobs' start
+        and imports to end."""
         if not self._staged.jobs:
             return
         waited = self._staged.wait_for_imports(self.topology.nproc_per_node, IMPORTS_WAIT_S)
@@ -106,7 +99,7 @@ class Executor:
             self.say(f"{key}: a staged job still starting or importing after {waited:.0f} s is cancelled")
             self._staged.cancel_all()
         elif waited >= 0.1:
-            self.say(f"{key}: waited {waited:.1f} s for the staged job's imports (its loops are timed by the host)")
+            self.say(f"{key}: waited {waited:.1f} s for the staged job's imports (its figures move with the host)")
 
     def place(
         self, key: str, spec: Mapping[str, object], env: Mapping[str, str], topo: Topology, placement: Placement

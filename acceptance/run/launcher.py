@@ -237,11 +237,6 @@ def gate_word(staged: Staged) -> str:
         return ""
 
 
-def let_import(staged: Staged) -> None:
-    """Let a staged job's ranks import what their probe needs (``staging.IMPORT``), then wait for GO."""
-    write_atomic(staged.out_dir / staging.GATE, staging.IMPORT)
-
-
 def cancel(staged: Staged) -> None:
     """A staged job the run ended without: tell its ranks (those waiting at the gate exit; one still importing
     reads the word only after its imports), give them CANCEL_GRACE_S, then end whatever is left."""

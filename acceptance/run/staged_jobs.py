@@ -57,14 +57,6 @@ class StagedJobs:
         found = self.jobs.get(key)
         return None if found is None else found.job.out_dir / staging.GATE
 
-    def let_import(self, key: str) -> bool:
-        """Let the job staged for ``key`` import (``launcher.let_import``); False where none is."""
-        found = self.jobs.get(key)
-        if found is None:
-            return False
-        launch.let_import(found.job)
-        return True
-
     def wait_for_imports(self, ranks: int, limit_s: float) -> float:
         """Wait until no rank of a staged job is starting or importing (each of its ``ranks`` waits at its gate
         with no word to act on, or the job has ended), at most ``limit_s``: a probe whose figures the host's
