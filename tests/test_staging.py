@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import sys
 import threading
 import time
@@ -25,8 +26,9 @@ from acceptance.plugin.settings import PytestModes
 from acceptance.plugin.training_stage import TrainingStage, stage_point
 from acceptance.probes import compute as compute_probe
 from acceptance.probes import rank as rank_module
+from acceptance.probes import train_strategies
 from acceptance.probes.rank import Ctx, Heartbeat, ProbeSpec, wait_at_gate
-from acceptance.probes.train_strategies import preload
+from acceptance.probes.train_strategies import compile_threads, preload, start_compile_workers
 from acceptance.profile.loader import load
 from acceptance.run import cluster_run, executor, staged_jobs
 from acceptance.run.cluster_run import ClusterRun
@@ -404,3 +406,52 @@ def test_the_per_gpu_probe_measures_the_host_links_before_it_lets_the_staged_job
     ctx = SimpleNamespace(spec={"compute": cfg}, phase=lambda name: None, gather=lambda row: [row])
     compute_probe.run(cast(Ctx, ctx))
     assert order == ["h2d_gbps", "d2h_gbps", "let import", "matmul_tflops"]
+
+
+@pytest.mark.parametrize(
+    ("cores", "ranks", "threads"), [(64, 4, 16), (32, 2, 16), (16, 1, 16), (16, 4, 4), (2, 4, 1), (256, 2, 32)]
+)
+def test_each_rank_compiles_on_its_share_of_the_nodes_cores(cores: int, ranks: int, threads: int) -> None:
+    assert compile_threads(cores, ranks) == threads
+
+
+def test_a_staged_job_starts_its_compile_workers_before_it_waits(monkeypatch: pytest.MonkeyPatch) -> None:
+    from torch._inductor import config
+
+    monkeypatch.delenv("TORCHINDUCTOR_COMPILE_THREADS", raising=False)
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "3")
+    monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: set(range(12)))
+    started: list[str] = []
+    monkeypatch.setattr(train_strategies, "start_compile_workers", _recording(started, train_strategies))
+    spec = cast(ProbeSpec, {"training": {"model": "tiny", "compile": "blocks"}, "strategies": ["ddp"]})
+    with config.patch(compile_threads=None):  # torch's way to change its config for a while
+        preload(spec)
+        assert started == ["start 3", "up"]  # three ranks on this node (LOCAL_WORLD_SIZE), up before it waits
+        assert config.compile_threads == 4
+    started.clear()
+    preload(cast(ProbeSpec, {"training": {"model": "tiny", "compile": "none"}, "strategies": ["ddp"]}))
+    assert started == []  # nothing compiles, nothing starts
+
+
+def _recording(started: list[str], module: Any) -> Any:
+    real = module.start_compile_workers
+
+    def start(local_ranks: int) -> Any:
+        started.append(f"start {local_ranks}")
+        real(local_ranks)
+        return lambda: started.append("up")
+
+    return start
+
+
+def test_the_compile_workers_follow_the_users_setting(monkeypatch: pytest.MonkeyPatch) -> None:
+    from torch._inductor import config
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: set(range(12)))
+    monkeypatch.setenv("TORCHINDUCTOR_COMPILE_THREADS", "5")
+    with config.patch(compile_threads=None):
+        start_compile_workers(3)
+        assert config.compile_threads is None  # Inductor reads the variable itself, when it first compiles
+        monkeypatch.delenv("TORCHINDUCTOR_COMPILE_THREADS")
+        start_compile_workers(3)
+        assert config.compile_threads == 4

@@ -29,6 +29,7 @@ from acceptance.probes.train_model import SHAPES, decoder_layers
 DTYPE = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": None}
 # GPT-3 / nanoGPT's AdamW settings (Brown et al. 2020, appendix B)
 BETAS, WEIGHT_DECAY = (0.9, 0.95), 0.1
+INDUCTOR_MAX_THREADS = 32  # TorchInductor's own cap on compile threads (torch/_inductor/config.py)
 
 
 def _nothing() -> None:
@@ -260,13 +261,43 @@ def global_mean(values: list[torch.Tensor], ctx: Ctx) -> list[float]:
     return [float(x) for x in (stacked / ctx.world_size).tolist()]
 
 
+def compile_threads(cores: int, local_ranks: int) -> int:
+    """Each rank's share of the node's cores, for TorchInductor's compile workers: its default is every core
+    (up to its cap) for one process, and every rank of the job compiles at the same time."""
+    return max(1, min(INDUCTOR_MAX_THREADS, cores // max(1, local_ranks)))
+
+
+def start_compile_workers(local_ranks: int) -> Callable[[], None]:
+    """Start TorchInductor's compile workers now, while the job waits, and return the wait for them to be up.
+
+    Inductor starts them at the first compiled call otherwise, ~3 s of the first step on 4x H200 (measured by
+    benchmarks/compile_start.sh, docs/measurements.md). TORCHINDUCTOR_COMPILE_THREADS, where set, decides the
+    workers' number; nothing starts without Triton (a CPU build compiles in the process)."""
+    from torch._inductor import config
+    from torch.utils._triton import has_triton_package
+
+    if "TORCHINDUCTOR_COMPILE_THREADS" not in os.environ:
+        config.compile_threads = compile_threads(len(os.sched_getaffinity(0)), local_ranks)
+    if not has_triton_package():
+        return _nothing
+    from torch._inductor.async_compile import AsyncCompile, maybe_warm_pool
+
+    maybe_warm_pool()
+    return AsyncCompile.wait_pool_ready
+
+
 def preload(spec: ProbeSpec) -> None:
     """What a staged training job imports while it waits for the node (``rank.wait_at_gate``): transformers'
-    model classes, DeepSpeed where a strategy runs on it, TorchInductor where layers are compiled; seconds
-    of imports that a job started on a free node spends before its first step. Imports only: no GPU. One
+    model classes, DeepSpeed where a strategy runs on it, TorchInductor and its compile workers where layers
+    are compiled; seconds of start-up that a job started on a free node spends before its first step. No
+    GPU: the workers are waited for here, so none is still starting when the node's next probe measures. One
     that fails is left to the strategy that needs it, which fails alone with the same error."""
     t = section(spec, "training", TrainingConfig)
     family = SHAPES[t["model"]][0]
+    workers_up: Callable[[], None] = _nothing
+    if t.get("compile", "none") != "none":
+        with contextlib.suppress(Exception):
+            workers_up = start_compile_workers(int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
     wanted = ["transformers", f"transformers.models.{family}.modeling_{family}"]  # with torch's DTensor
     if any(s in (t.get("deepspeed") or {}) or s in STAGE for s in spec["strategies"]):
         wanted.append("deepspeed")
@@ -275,3 +306,5 @@ def preload(spec: ProbeSpec) -> None:
     for module in wanted:
         with contextlib.suppress(Exception):
             importlib.import_module(module)
+    with contextlib.suppress(Exception):
+        workers_up()
