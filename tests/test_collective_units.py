@@ -101,6 +101,25 @@ def test_a_ranks_time_is_its_median_window() -> None:
     assert found["window_spread"] == pytest.approx((max(windows) - min(windows)) / statistics.median(windows))
 
 
+def test_one_stall_moves_nccl_tests_time_but_not_the_latency() -> None:
+    # all_to_all at 64 B on a healthy 4x H200 (docs/measurements.md): five timed windows whose times per call,
+    # from the evidence's window busbw, were 68.3 (a stall of the host), 13.9, 13.9, 14.0 and 13.3 us; the
+    # whole loop read 28.6 us a call (nccl-tests' time)
+    windows = [68.3e-6, 13.9e-6, 13.9e-6, 14.0e-6, 13.3e-6]
+    found = figures("all_to_all", 64, [windows] * 4, 4, [28.6e-6] * 4)
+    assert found["time_us"] == pytest.approx(28.6)
+    assert found["latency_us"] == pytest.approx(13.9)  # the median window
+    assert found["latency_us"] < found["time_us"] / 2  # a bound between them fails the stall alone
+
+
+def test_a_slow_path_moves_the_latency() -> None:
+    # every window twice as slow (a node whose small messages take a slower path): the latency moves with it
+    fast = figures("all_reduce", 64, [[10e-6] * 5, [10.2e-6] * 5], 2)
+    slow = figures("all_reduce", 64, [[20e-6] * 5, [20.4e-6] * 5], 2)
+    assert fast["latency_us"] == pytest.approx(10.1)
+    assert slow["latency_us"] == pytest.approx(20.2)
+
+
 def test_figures_need_every_rank_to_time_the_same_windows() -> None:
     with pytest.raises(ValueError):
         figures("all_reduce", 1000, [[1e-3, 1e-3], [1e-3]], 2)

@@ -26,12 +26,18 @@ def _cases(profile: ProfileModel) -> list[tuple[str, str]]:
     return [(op, size) for op in section.ops for size in section.sizes]
 
 
+def _latency_cases(profile: ProfileModel) -> list[tuple[str, str]]:
+    section = COLLECTIVES.section_of(profile)
+    return [(op, size) for op in section.ops for size in collectives_rules.latency_sizes(section)]
+
+
 def _spread_cases(profile: ProfileModel) -> list[tuple[str, str]]:
     return collectives_rules.spread_cases(COLLECTIVES.section_of(profile))
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     parametrize_from_profile(metafunc, "coll_case", _cases, ids="-".join)
+    parametrize_from_profile(metafunc, "latency_case", _latency_cases, ids="-".join)
     parametrize_from_profile(metafunc, "spread_case", _spread_cases, ids="-".join)
 
 
@@ -95,9 +101,24 @@ def window_text(row: collectives_rules.CollectiveRow) -> str:
     )
 
 
-def test_latency(sweep: collectives_rules.SweepResult, coll_case: tuple[str, str], check: Checker) -> None:
+def test_time_per_call(sweep: collectives_rules.SweepResult, coll_case: tuple[str, str], check: Checker) -> None:
+    """nccl-tests' time per call: the whole timed loop's, the mean over ranks."""
     metric = "collectives.{}.time_us@{}".format(*coll_case)
     check(metric, _row(check, sweep, coll_case, metric, "us")["time_us"], "us")
+
+
+def test_latency(sweep: collectives_rules.SweepResult, latency_case: tuple[str, str], check: Checker) -> None:
+    """A small message's latency: the median timed window's time per call, which one stall leaves alone."""
+    metric = "collectives.{}.latency_us@{}".format(*latency_case)
+    row = _row(check, sweep, latency_case, metric, "us")
+    if "latency_us" not in row:  # a result from before the figure
+        check.missing(metric, "us", "the sweep's rows have no latency_us")
+    factor = row["busbw_gbps"] / row["algbw_gbps"]  # the op's busbw factor (a window's time from its busbw)
+    windows = [row["bytes"] * factor / gbps / 1e3 for gbps in row.get("busbw_windows_gbps") or []]
+    detail = f"{latency_case[0]} {latency_case[1]}: the whole loop's {row['time_us']:.1f} us a call (nccl-tests' time)"
+    if windows:
+        detail += f"; {len(windows)} timed windows {min(windows):.1f}-{max(windows):.1f} us a call"
+    check(metric, row["latency_us"], "us", detail)
 
 
 def test_data_correct(sweep: collectives_rules.SweepResult, coll_case: tuple[str, str], check: Checker) -> None:

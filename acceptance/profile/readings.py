@@ -181,7 +181,7 @@ def _training(evidence: StoredRun, strategy: str, baseline: bool = False) -> Noi
 
 
 def _of_collectives(evidence: StoredRun, parts: list[str], size: str) -> Noise | None:
-    if size and len(parts) == 2 and parts[1] in ("busbw_gbps", "time_us"):
+    if size and len(parts) == 2 and parts[1] in ("busbw_gbps", "time_us", "latency_us"):  # each from the windows
         return _collective(evidence, parts[0], size)
     return None
 

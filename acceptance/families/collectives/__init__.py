@@ -20,6 +20,11 @@ from acceptance.schema.collectives import COLLECTIVE_OPS, OPS
 from acceptance.schema.dtypes import DTYPE_NAMES
 from acceptance.schema.family import GPU_ONLY, Family, Metric
 from acceptance.schema.fields import PositiveInt, Size, Strict
+from acceptance.schema.sizes import parse_size
+
+# Below 1 MiB a collective is bound by its launch and NCCL's latency protocol (LL), not by its links: on 2x
+# H200 nccl-tests' all_reduce took 21 us a call at 1 MiB and ~10 us at 64 B (REFERENCE.md; docs/measurements.md)
+LATENCY_BELOW = parse_size("1M")
 
 
 class Collectives(Strict):
@@ -80,6 +85,7 @@ class Collectives(Strict):
 
 
 _COLL = "collectives.<op>.<busbw_gbps|time_us|wrong>@<size>"
+_LATENCY = "collectives.<op>.latency_us@<size>"
 
 
 def _ops(s: Collectives) -> Sequence[str]:
@@ -88,6 +94,11 @@ def _ops(s: Collectives) -> Sequence[str]:
 
 def _sizes(s: Collectives) -> Sequence[str]:
     return s.sizes
+
+
+def latency_sizes(s: Collectives) -> list[str]:
+    """The sweep's sizes below LATENCY_BELOW, where ``latency_us`` is a figure."""
+    return [size for size in s.sizes if parse_size(size) < LATENCY_BELOW]
 
 
 def spread_cases(s: Collectives) -> list[tuple[str, str]]:
@@ -120,6 +131,11 @@ COLLECTIVES = Family(
     (
         Metric[Collectives](r"(?P<op>\w+)\.busbw_gbps@(?P<size>\w+)", _COLL, "higher", domains=_SWEEP),
         Metric[Collectives](r"(?P<op>\w+)\.time_us@(?P<size>\w+)", _COLL, "lower", domains=_SWEEP),
+        # a small message's latency: the median window's time per call (``figures``), which one stall of the
+        # host does not move; nccl-tests' time (the whole loop's) carries such a stall whole
+        Metric[Collectives](
+            r"(?P<op>\w+)\.latency_us@(?P<size>\w+)", _LATENCY, "lower", domains={"op": _ops, "size": latency_sizes}
+        ),
         Metric[Collectives](
             r"(?P<op>\w+)\.wrong@(?P<size>\w+)",
             _COLL,
@@ -185,6 +201,7 @@ class Figures(TypedDict):
 
     time_us: float
     time_us_max: float
+    latency_us: float  # the median window's time per call, each window's the mean over ranks
     algbw_gbps: float
     busbw_gbps: float
     slowest_rank: int
@@ -232,6 +249,7 @@ class GroupFigure(TypedDict):
     ranks: int
     time_us: float
     time_us_max: float
+    latency_us: float
     algbw_gbps: float
     busbw_gbps: float
     slowest_rank: int  # a global rank
@@ -269,16 +287,20 @@ def figures(
     algbw = bytes / time (GB = 1e9 B), busbw = algbw x the op's factor for ``ranks``. The slowest rank's time
     is kept beside the mean, and which rank it was (index into ``seconds``). Each window's busbw (its time
     the mean over ranks: a collective keeps them in step) and their spread, (max - min) / median, say how
-    steady the figure was."""
+    steady the figure was. ``latency_us`` is the median window's time: a small message's latency that one
+    stall of the host (~17 ms in a 20 ms loop of 64 B calls on a healthy 4x H200: 28.6 us a call for the
+    loop, 13.9 for its median window) leaves alone, where nccl-tests' time carries it whole."""
     whole = list(loops) if loops and all(t is not None for t in loops) else [None] * len(seconds)
     per_rank = [t if t is not None else statistics.median(w) for w, t in zip(seconds, whole, strict=True)]
     mean = statistics.fmean(per_rank)
     factor = OPS[op].busbw_factor(ranks)
     slowest = max(range(len(per_rank)), key=per_rank.__getitem__)
-    busbw_windows = [nbytes / statistics.fmean(t) / 1e9 * factor for t in zip(*seconds, strict=True)]
+    window_times = [statistics.fmean(t) for t in zip(*seconds, strict=True)]
+    busbw_windows = [nbytes / t / 1e9 * factor for t in window_times]
     return {
         "time_us": mean * 1e6,
         "time_us_max": per_rank[slowest] * 1e6,
+        "latency_us": statistics.median(window_times) * 1e6,
         "algbw_gbps": nbytes / mean / 1e9,
         "busbw_gbps": nbytes / mean / 1e9 * factor,
         "slowest_rank": slowest,
