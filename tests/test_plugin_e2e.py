@@ -56,8 +56,8 @@ def test_local_cpu_spine_passes_as_a_partial_run(suite: pytest.Pytester) -> None
     junit = suite.path / "junit.xml"
     result, folder = run_suite(suite, "--cluster-profile", "local-cpu", *SMALL, f"--junitxml={junit}", *SPINE_MODULES)
     # skipped: the transport NCCL used, on gloo (no NCCL to ask); recorded: among them the spread pass's
-    # lateness at 64K, beside the gated late_ranks
-    assert counts(result) == {"passed": 15, "recorded": 9, "skipped": 2}
+    # lateness at 64K, beside the gated late_ranks, and each op's latency at 64K (below 1M)
+    assert counts(result) == {"passed": 15, "recorded": 11, "skipped": 2}
     assert result.ret == 0
     result.stdout.fnmatch_lines(
         [
@@ -69,6 +69,7 @@ def test_local_cpu_spine_passes_as_a_partial_run(suite: pytest.Pytester) -> None
             "connectivity.world_size * 2 * ranks * == 2 * PASS",
             "collectives.all_reduce.busbw_gbps@8M * GB/s * >= 0.005 * PASS",
             "collectives.all_gather.busbw_gbps@64K * GB/s * - * INFO",
+            "collectives.all_reduce.latency_us@64K * us * - * INFO",
             "collectives.all_reduce.wrong@8M * 0 * elements * == 0 * PASS",
             "collectives.all_gather.lateness_p99_us@64K * us * - * INFO",
             "collectives.late_ranks * 0 * ranks * == 0 * PASS",
@@ -103,7 +104,7 @@ def test_local_cpu_spine_passes_as_a_partial_run(suite: pytest.Pytester) -> None
         assert list((out / "logs").rglob("stdout.log")), "per-rank logs are missing"
         assert_no_rank_alive(out)
     own = ET.parse(folder / f"junit-{socket.gethostname()}.xml").getroot().find("testsuite")
-    assert own is not None and own.get("tests") == "26" and own.get("failures") == "0"
+    assert own is not None and own.get("tests") == "28" and own.get("failures") == "0"
     props = {p.get("name") for p in ET.parse(junit).getroot().iter("property")}
     assert {"collectives.all_reduce.busbw_gbps@8M", "connectivity.p2p_min_gbps"} <= props
 
@@ -114,7 +115,7 @@ def test_impossible_bound_fails_with_one_line(suite: pytest.Pytester) -> None:
     result, folder = run_suite(
         suite, "--cluster-profile", "local-cpu", *SMALL, bound, "-k", "test_busbw and all_reduce", *SPINE_MODULES
     )
-    assert counts(result) == {"failed": 1, "recorded": 1, "deselected": 24}
+    assert counts(result) == {"failed": 1, "recorded": 1, "deselected": 26}
     line = (
         r"collectives\.all_reduce\.busbw_gbps@8M = [0-9.,e+-]+ GB/s, expected >= 1e\+06 "
         r"\(profile local-cpu, --cluster-set thresholds\.collectives\.all_reduce\.busbw_gbps@8M\.min=1e6\)"
@@ -148,7 +149,7 @@ def test_a_rank_past_the_spread_bound_is_named_with_its_node_and_host(suite: pyt
     result, folder = run_suite(
         suite, "--cluster-profile", "local-cpu", *one, *rule, "-k", "late_ranks", "tests_cluster/test_collectives.py"
     )
-    assert counts(result) == {"failed": 1, "deselected": 6}, result.stdout.str()
+    assert counts(result) == {"failed": 1, "deselected": 7}, result.stdout.str()
     host = socket.gethostname()
     result.stdout.fnmatch_lines(
         [
