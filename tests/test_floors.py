@@ -263,7 +263,7 @@ def test_a_nic_the_table_knows_is_bounded_by_its_row_and_one_it_does_not_by_the_
     table = load_table()
     h200 = dataclasses.replace(node(*(gpu(i, 18) for i in range(8)), nvswitch=True), gpu_names=("NVIDIA H200",) * 8)
     known = {b.metric: b for b in bounds_for(with_ports(h200, ports(*[400] * 8)), 2, table)}
-    assert known["internode.rail_min_gbps"].minimum == pytest.approx(38.4)  # the NDR row: 48 x 0.8
+    assert known["internode.rail_min_gbps"].value == pytest.approx(38.4)  # the NDR row: 48 x 0.8
     edr = {b.metric: b for b in bounds_for(with_ports(h200, ports(*[100] * 8)), 2, table)}
-    assert edr["internode.rail_min_gbps"].minimum == pytest.approx(9.4)  # 100 Gb/s = 12.5 GB/s, x 0.75
+    assert edr["internode.rail_min_gbps"].value == pytest.approx(9.4)  # 100 Gb/s = 12.5 GB/s, x 0.75
     assert edr["internode.rail_min_gbps"].source.startswith("hardware floor: an InfiniBand port at 100 Gb/s")

@@ -105,7 +105,7 @@ def _report(
         print(f"  {note}", file=out)
     print(f"wrote {path}: profile {written.name} ({written.device})", file=out)
     for bound in written.bounds:
-        print(f"  {bound.metric} >= {fmt(bound.minimum)}: {bound.words}", file=out)
+        print(f"  {bound.text()}: {bound.words}", file=out)
     if written.device == "cuda" and not written.bounds:
         print("  no reference fits these GPUs and NVML told no link: every figure is recorded, none is gated", file=out)
     where = "" if path.parent.resolve() == profiles.LOCAL_DIR.resolve() else f" (run from {path.parent.parent})"
@@ -141,13 +141,16 @@ def _setup_words(refs: ReferenceTable, row: Reference) -> str:
         parts.append(refs.nics[row.nic].label)
     if row.min_size is not None:
         parts.append(f"messages >= {row.min_size}")
+    if row.max_size is not None:
+        parts.append(f"messages <= {row.max_size}")
     return ", ".join(parts) or "any"
 
 
 def _row(refs: ReferenceTable, row: Reference) -> list[object]:
     gpu = refs.gpus[row.gpu].label if row.gpu else "any"
     kind = {"typical": "~", "peak": "peak ", "line_rate": "line rate ", "bar": "bar "}[row.kind]
-    bound = f">= {fmt(round(row.floor.fraction * row.value, 1 if row.value > 10 else 3))} ({row.floor.fraction:.0%})"
+    share = f"{row.floor.fraction:.0%}" if row.bound == "min" else f"{1 / row.floor.fraction:.2g}x"
+    bound = f"{'>=' if row.bound == 'min' else '<='} {fmt(row.limit())} ({share})"
     value = f"{kind}{fmt(row.value)} {row.unit}".rstrip()
     return [row.figure, gpu, _setup_words(refs, row), value, bound, row.source]
 

@@ -1,14 +1,15 @@
 """A cluster's first profile, from what one of its nodes is (``node_facts``) and the reference table.
 
 On GPUs: the topology found, NVLS pinned as found (``NCCL_NVLS_ENABLE``: the references differ with it on
-and off), the NVLink link count as the health gate, a collectives sweep of every operation up to 4 GiB (the
-size the public busbw figures are measured at) with the spread rule's bound (a rank against its peers, so
-any cluster's), the datasheet's peak for MFU, the training workload the references were measured with where
-the table has them for this GPU, and a bound for every figure a floor or a reference describes: one per
-reference row that fits the node (the row's floor times its value, sourced to the row), then the floors of
-the node's own links (``acceptance.profile.floors``) for the figures no row describes, so that a GPU the
-table does not know is still judged on its fabric and host links. A figure neither describes is recorded
-as information until a run on the cluster sets it (``cluster-acceptance rebaseline``).
+and off), the NVLink link count as the health gate, a collectives sweep of every operation from 64 B (its
+latency) up to 4 GiB (the size the public busbw figures are measured at) with the spread rule's bound (a rank
+against its peers, so any cluster's), the datasheet's peak for MFU, the training workload the references
+were measured with where the table has them for this GPU, and a bound for every figure a floor or a
+reference describes: one per reference row that fits the node (the row's floor times its value, or for a
+time its value over its floor as a maximum, sourced to the row), then the floors of the node's own links
+(``acceptance.profile.floors``) for the figures no row describes, so that a GPU the table does not know is
+still judged on its fabric and host links. A figure neither describes is recorded as information until a
+run on the cluster sets it (``cluster-acceptance rebaseline``).
 
 On a node without GPUs: a child of ``local-cpu`` (its floors, sourced there), for this machine's nodes.
 """
@@ -16,6 +17,7 @@ On a node without GPUs: a child of ``local-cpu`` (its floors, sourced there), fo
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 import yaml
 
@@ -29,7 +31,8 @@ from acceptance.schema.sizes import parse_size
 
 CPU_PARENT = "local-cpu"
 GPU_OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "sendrecv")
-GPU_SIZES = ("1M", "256M", "1G", "4G")
+# 64 B: a call bound by its launch, where the latency rows are measured; 1M and up: by the links
+GPU_SIZES = ("64", "1M", "256M", "1G", "4G")
 # Nodes with no active RDMA port talk over NCCL's TCP sockets: 3.4-3.8 GB/s all_reduce busbw at 256M-1G
 # between two nodes of one host (docs/measurements.md, "The same host as two nodes"). At that pace six ops at
 # 1G and 4G take minutes past the family's timeout; 256M is already bound by the network, not the launch.
@@ -55,19 +58,23 @@ SPREAD_RULE: JSONObject = {
 @dataclass(frozen=True)
 class Bound:
     metric: str
-    minimum: float
+    value: float
     source: str  # as the profile records it
     words: str  # as init prints it
     reference: Reference | None = None  # the row it was written from; None: a hardware floor
+    key: Literal["min", "max"] = "min"  # the threshold's key: a minimum, or a maximum (a time)
 
     @classmethod
     def of_row(cls, metric: str, row: Reference) -> Bound:
-        return cls(metric, round(row.floor.fraction * row.value, 1 if row.value > 10 else 3), row.bound_source(),
-                   f"{row.floor.fraction:.0%} of {row.words()}", row)  # fmt: skip
+        return cls(metric, row.limit(), row.bound_source(), f"{row.share()} {row.words()}", row, row.bound)
 
     @classmethod
     def of_floor(cls, floor: HardwareFloor) -> Bound:
         return cls(floor.metric, floor.minimum, floor.source, floor.words())
+
+    def text(self) -> str:
+        """``metric >= value`` (or ``<=``), as init prints it."""
+        return f"{self.metric} {'>=' if self.key == 'min' else '<='} {fmt(self.value)}"
 
 
 @dataclass(frozen=True)
@@ -117,7 +124,7 @@ def _metrics(row: Reference, world: int, nodes: int, trains: bool, sockets: bool
         op = row.figure.split(".")[1]
         if world < 2 or op not in GPU_OPS:
             return []
-        return [f"{row.figure}@{s}" for s in collective_sizes(sockets) if parse_size(s) >= row.min_bytes]
+        return [f"{row.figure}@{s}" for s in collective_sizes(sockets) if row.holds_at(parse_size(s))]
     if family == "compute":
         return [f"{row.figure}{PER_GPU_STATISTIC}"]
     if family == "internode":
@@ -182,7 +189,7 @@ def gpu_profile(facts: NodeFacts, name: str, nodes: int, table: ReferenceTable) 
     if training:
         data["training"] = training
     if bounds:
-        data["thresholds"] = {b.metric: {"min": b.minimum, "source": b.source} for b in bounds}
+        data["thresholds"] = {b.metric: {b.key: b.value, "source": b.source} for b in bounds}
     head = _header(facts, table, nodes) + _bounds_comment(bounds, setup.gpu is None, facts)
     return InitialProfile(name, head + _dump(data), tuple(bounds), "cuda")
 
@@ -244,7 +251,7 @@ def _bounds_comment(bounds: list[Bound], unknown_gpu: bool, facts: NodeFacts) ->
         )
     if bounds:
         lines.append("# Bounds from the reference table and from the node's links (each bound's source says which):")
-        lines += [f"#   {b.metric} >= {fmt(b.minimum)}: {b.words}" for b in bounds]
+        lines += [f"#   {b.text()}: {b.words}" for b in bounds]
     lines.append(
         "# Figures neither describes are recorded as information until a run sets them: after a healthy run,\n"
         "# `cluster-acceptance rebaseline EVIDENCE --profile NAME` writes bounds from it."

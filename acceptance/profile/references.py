@@ -53,7 +53,8 @@ class NicKind(Strict):
 
 
 class Floor(Strict):
-    """The bound ``init`` writes from a row: ``fraction`` of its value, for the reason ``why``."""
+    """The bound ``init`` writes from a row: ``fraction`` of its value, for the reason ``why``; for a row of a
+    time (``bound: max``), the value at ``fraction`` of its speed: the value / ``fraction``."""
 
     fraction: Annotated[float, Field(gt=0, le=1)]
     why: str
@@ -67,6 +68,9 @@ class Reference(Strict):
     nvls: bool | None = None
     nic: str | None = None  # a key of ``nics``
     min_size: Size | None = None  # the row holds for messages of this size and up
+    max_size: Size | None = None  # and of this size and below
+    # min: the figure must stay above the bound (a rate); max: below it (a time, where lower is better)
+    bound: Literal["min", "max"] = "min"
     value: Annotated[float, Field(gt=0)]
     unit: str
     # typical: what healthy machines measure; peak: a datasheet's maximum; line_rate: a link's signalling rate;
@@ -80,6 +84,21 @@ class Reference(Strict):
     def min_bytes(self) -> int:
         return parse_size(self.min_size) if self.min_size else 0
 
+    def holds_at(self, size_bytes: int | None) -> bool:
+        """Whether the row describes messages of ``size_bytes`` (None: a figure without a size)."""
+        if self.min_size is not None and (size_bytes is None or size_bytes < self.min_bytes):
+            return False
+        return self.max_size is None or (size_bytes is not None and size_bytes <= parse_size(self.max_size))
+
+    def limit(self) -> float:
+        """The bound init writes: ``fraction`` of the value, or for a time the value / ``fraction``."""
+        value = self.value * self.floor.fraction if self.bound == "min" else self.value / self.floor.fraction
+        return round(value, 1 if self.value > 10 else 3)
+
+    def share(self) -> str:
+        """How the bound stands to the value, in words: "80% of", "1.5x"."""
+        return f"{self.floor.fraction:.0%} of" if self.bound == "min" else f"{1 / self.floor.fraction:.2g}x"
+
     def words(self) -> str:
         """The row as the report shows it beside a figure."""
         lead = {"typical": "normal for", "peak": "peak of", "line_rate": "line rate of", "bar": "the bar of"}[self.kind]
@@ -90,7 +109,7 @@ class Reference(Strict):
     def bound_source(self) -> str:
         """The words a bound written from this row carries as its source (``reference:`` first: the run's
         summary counts the figures it bounds as bounded by a reference row)."""
-        return f"reference: {self.floor.fraction:.0%} of {self.words()}; {self.floor.why}"
+        return f"reference: {self.share()} {self.words()}; {self.floor.why}"
 
 
 class ReferenceTable(Strict):
@@ -127,9 +146,7 @@ class ReferenceTable(Strict):
         name = _STATISTIC.sub("", name)
         size_bytes = _bytes(size)
         for row in self.references:
-            if row.figure != name or not setup.fits(row):
-                continue
-            if row.min_size is not None and (size_bytes is None or size_bytes < row.min_bytes):
+            if row.figure != name or not setup.fits(row) or not row.holds_at(size_bytes):
                 continue
             return row
         return None
