@@ -15,7 +15,7 @@ for way in ${WAYS:-healthy p2p_off sockets}; do
     p2p_off) faults=(NCCL_P2P_DISABLE=1) ;;
     sockets) faults=(NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1) ;;
   esac
-  env "${faults[@]}" python3 -m pytest -p no:cacheprovider --cluster-profile "$PROFILE" tests_cluster/test_collectives.py \
+  env ${faults[@]+"${faults[@]}"} python3 -m pytest -p no:cacheprovider --cluster-profile "$PROFILE" tests_cluster/test_collectives.py \
     --cluster-evidence "$OUT/ev-$way" > "$OUT/$way.txt" 2>&1
   echo "== $way rc=$?"
   grep -E "latency_us@|time_us@|busbw_gbps@|late_ranks|transport" "$OUT/$way.txt" | grep -v "^ " | head -40

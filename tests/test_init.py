@@ -288,7 +288,8 @@ def test_every_reference_row_names_its_source_and_a_floor_under_its_value() -> N
     assert {"ib-ndr", "ib-xdr", "eth-400g", "eth-200g", "eth-100g"} <= set(refs.nics)
     for row in refs.references:
         assert row.source.strip() and row.basis.strip()
-        assert 0 < row.floor.fraction <= 1
+        # a rate's floor is a fraction of it (a minimum), a time's a factor of it (a maximum)
+        assert 0 < (row.floor.fraction or 0) <= 1 if row.bound == "min" else (row.floor.factor or 0) >= 1
         # a time's row writes a maximum, every other row a minimum: as the registry says the figure is judged
         size = f"@{row.max_size or row.min_size}" if (row.max_size or row.min_size) else ""
         lower = better(f"{row.figure}{size}") == "lower"
@@ -314,6 +315,14 @@ def test_a_figure_matches_its_row_by_statistic_size_and_setup() -> None:
     assert refs.for_figure("internode.rail_min_gbps", Setup(None, 2, 8, None, ("eth-200g",))).value == 25  # type: ignore[union-attr]
 
 
+def test_a_time_s_row_writes_its_factor_times_its_value_rounded_up_as_a_maximum() -> None:
+    refs = table()
+    two = Setup("h200", 1, 2, False)
+    rows = {op: refs.for_figure(f"collectives.{op}.latency_us@64", two) for op in ("reduce_scatter", "all_to_all")}
+    assert [r.limit() for r in rows.values() if r is not None] == [17.9, 22.1]  # 17.85, 22.05: never tighter
+    assert refs.for_figure("collectives.all_to_all.latency_us@64", Setup("h200", 1, 4, True)) is None  # on NVSwitch
+
+
 def test_a_broken_table_is_refused_naming_the_file_and_key(tmp_path: Path) -> None:
     text = (ROOT / "acceptance" / "profile" / "references.yaml").read_text()
     bad = tmp_path / "references.yaml"
@@ -322,6 +331,12 @@ def test_a_broken_table_is_refused_naming_the_file_and_key(tmp_path: Path) -> No
         load(bad)
     bad.write_text(text.replace("    unit: GB/s\n", "    unit: GB/s\n    units: GB/s\n", 1))
     with pytest.raises(ProfileError, match=r"references\.yaml: references\.0\.units: Extra inputs"):
+        load(bad)
+    bad.write_text(text.replace("    factor: 1.5\n", "    fraction: 0.667\n", 1))  # a time's floor as a rate's
+    with pytest.raises(ProfileError, match=r"references\.yaml: .*a row of bound max needs a floor with a factor"):
+        load(bad)
+    bad.write_text(text.replace("    factor: 1.5\n", "    factor: 1.5\n    fraction: 0.667\n", 1))
+    with pytest.raises(ProfileError, match=r"references\.yaml: floors\.latency: .*a fraction .* or a factor"):
         load(bad)
 
 

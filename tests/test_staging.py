@@ -422,6 +422,7 @@ def test_a_staged_job_starts_its_compile_workers_before_it_waits(monkeypatch: py
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "3")
     monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: set(range(12)))
     started: list[str] = []
+    monkeypatch.setattr("torch.utils._triton.has_triton_package", lambda: False)  # no pool started in pytest
     monkeypatch.setattr(train_strategies, "start_compile_workers", _recording(started, train_strategies))
     spec = cast(ProbeSpec, {"training": {"model": "tiny", "compile": "blocks"}, "strategies": ["ddp"]})
     with config.patch(compile_threads=None):  # torch's way to change its config for a while
@@ -448,10 +449,32 @@ def test_the_compile_workers_follow_the_users_setting(monkeypatch: pytest.Monkey
     from torch._inductor import config
 
     monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: set(range(12)))
+    monkeypatch.setattr("torch.utils._triton.has_triton_package", lambda: False)  # no pool started in pytest
     monkeypatch.setenv("TORCHINDUCTOR_COMPILE_THREADS", "5")
     with config.patch(compile_threads=None):
         start_compile_workers(3)
-        assert config.compile_threads is None  # Inductor reads the variable itself, when it first compiles
+        assert config.compile_threads is None  # Inductor decides from the variable itself (decide_compile_threads)
         monkeypatch.delenv("TORCHINDUCTOR_COMPILE_THREADS")
         start_compile_workers(3)
         assert config.compile_threads == 4
+
+
+@pytest.mark.parametrize(
+    ("warm_pool", "start_method", "started"),
+    [("1", "subprocess", True), ("0", "subprocess", False), ("1", "fork", False)],
+)
+def test_the_compile_workers_start_early_only_apart_from_the_rank_and_where_the_user_lets_them(
+    monkeypatch: pytest.MonkeyPatch, warm_pool: str, start_method: str, started: bool
+) -> None:
+    """Inductor's own switch (TORCH_WARM_POOL=0) is kept; workers forked from the rank would have it prepare the
+    fork itself, CUDA included: only a pool of its own process (Inductor's default, subprocess) starts early."""
+    from torch._inductor import async_compile, config
+
+    warmed: list[bool] = []
+    monkeypatch.setattr("torch.utils._triton.has_triton_package", lambda: True)
+    monkeypatch.setattr(async_compile, "maybe_warm_pool", lambda: warmed.append(True))
+    monkeypatch.setenv("TORCH_WARM_POOL", warm_pool)
+    with config.patch(worker_start_method=start_method, compile_threads=None):
+        wait = start_compile_workers(2)
+    assert bool(warmed) is started
+    assert (wait == async_compile.AsyncCompile.wait_pool_ready) is started  # a bound method: equal, not the same

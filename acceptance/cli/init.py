@@ -142,15 +142,14 @@ def _setup_words(refs: ReferenceTable, row: Reference) -> str:
     if row.min_size is not None:
         parts.append(f"messages >= {row.min_size}")
     if row.max_size is not None:
-        parts.append(f"messages <= {row.max_size}")
+        parts.append(f"messages <= {row.max_size}{' B' if row.max_size.isdigit() else ''}")
     return ", ".join(parts) or "any"
 
 
 def _row(refs: ReferenceTable, row: Reference) -> list[object]:
     gpu = refs.gpus[row.gpu].label if row.gpu else "any"
     kind = {"typical": "~", "peak": "peak ", "line_rate": "line rate ", "bar": "bar "}[row.kind]
-    share = f"{row.floor.fraction:.0%}" if row.bound == "min" else f"{1 / row.floor.fraction:.2g}x"
-    bound = f"{'>=' if row.bound == 'min' else '<='} {fmt(row.limit())} ({share})"
+    bound = f"{'>=' if row.bound == 'min' else '<='} {fmt(row.limit())} ({row.floor.share()})"
     value = f"{kind}{fmt(row.value)} {row.unit}".rstrip()
     return [row.figure, gpu, _setup_words(refs, row), value, bound, row.source]
 
@@ -173,7 +172,7 @@ def markdown(refs: ReferenceTable) -> str:
         cells = [str(c).replace("|", "\\|") for c in _row(refs, row)]
         lines.append("| " + " | ".join(cells) + " |")
     lines += ["", "## Why each bound is that fraction of its reference", ""]
-    lines += [f"- **{key}** ({floor.fraction:.0%}): {floor.why}" for key, floor in refs.floors.items()]
+    lines += [f"- **{key}** ({floor.share()}): {floor.why}" for key, floor in refs.floors.items()]
     lines += ["", "## GPU models and network adapters", ""]
     lines += [f"- **{m.label}** (`{key}`): NVML names matching `{m.name_pattern}`; NVLS on NVSwitch systems: "
               f"{'yes' if m.nvls else 'no'}" for key, m in refs.gpus.items()]  # fmt: skip

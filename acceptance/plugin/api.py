@@ -69,9 +69,11 @@ def parametrize_from_profile(
     argname: str,
     cases: Callable[[ProfileModel], Sequence[Any]],
     ids: Callable[[Any], str] = str,
+    none: str | None = None,
 ) -> None:
     """Parametrize ``argname`` with the profile's cases (``test_busbw[all_reduce-1G]``), so that each figure
-    is its own JUnit case; without a profile, one case that skips and says how to pick one."""
+    is its own JUnit case; without a profile, one case that skips and says how to pick one; a profile with no
+    case, one that skips saying ``none`` where given (pytest's own words otherwise: an empty parameter set)."""
     if argname not in metafunc.fixturenames:
         return
     run = current(metafunc.config)
@@ -79,6 +81,9 @@ def parametrize_from_profile(
         metafunc.parametrize(argname, [pytest.param(None, marks=pytest.mark.skip(reason=NO_PROFILE))])
         return
     chosen = list(cases(run.profile.model))
+    if not chosen and none:
+        metafunc.parametrize(argname, [pytest.param(None, marks=pytest.mark.skip(reason=none))], ids=["none"])
+        return
     metafunc.parametrize(argname, chosen, ids=[ids(case) for case in chosen])
 
 

@@ -270,15 +270,22 @@ def compile_threads(cores: int, local_ranks: int) -> int:
 def start_compile_workers(local_ranks: int) -> Callable[[], None]:
     """Start TorchInductor's compile workers now, while the job waits, and return the wait for them to be up.
 
-    Inductor starts them at the first compiled call otherwise, ~3 s of the first step on 4x H200 (measured by
-    benchmarks/compile_start.sh, docs/measurements.md). TORCHINDUCTOR_COMPILE_THREADS, where set, decides the
-    workers' number; nothing starts without Triton (a CPU build compiles in the process)."""
+    Inductor starts them at the first compiled call otherwise: on 4x H200 DDP's first step took 10.7 s with
+    them up beforehand and 13.9 s without, at 8 threads per rank (benchmarks/compile_start.sh,
+    docs/measurements.md). TORCHINDUCTOR_COMPILE_THREADS, where set, decides the workers' number. Nothing
+    starts without Triton (a CPU build compiles in the process), where the user turned the early start off
+    (TORCH_WARM_POOL=0, Inductor's own switch), or where the workers would be forked from this process
+    (TORCHINDUCTOR_WORKER_START other than subprocess: that prepares the fork here, CUDA included). The
+    workers' parent, started by Inductor as a child of this rank, reads the GPUs' properties before it forks
+    them: it initialises the CUDA driver, creating no context and taking no GPU memory."""
     from torch._inductor import config
     from torch.utils._triton import has_triton_package
 
     if "TORCHINDUCTOR_COMPILE_THREADS" not in os.environ:
         config.compile_threads = compile_threads(len(os.sched_getaffinity(0)), local_ranks)
-    if not has_triton_package():
+    started_apart = getattr(config, "worker_start_method", "subprocess") == "subprocess"
+    early = os.environ.get("TORCH_WARM_POOL", "1") == "1" and started_apart
+    if not early or not has_triton_package():
         return _nothing
     from torch._inductor.async_compile import AsyncCompile, maybe_warm_pool
 
@@ -289,9 +296,10 @@ def start_compile_workers(local_ranks: int) -> Callable[[], None]:
 def preload(spec: ProbeSpec) -> None:
     """What a staged training job imports while it waits for the node (``rank.wait_at_gate``): transformers'
     model classes, DeepSpeed where a strategy runs on it, TorchInductor and its compile workers where layers
-    are compiled; seconds of start-up that a job started on a free node spends before its first step. No
-    GPU: the workers are waited for here, so none is still starting when the node's next probe measures. One
-    that fails is left to the strategy that needs it, which fails alone with the same error."""
+    are compiled; seconds of start-up that a job started on a free node spends before its first step. The
+    rank touches no GPU; the workers are waited for here, so none is still starting when the node's next
+    probe measures. One that fails is left to the strategy that needs it, which fails alone with the same
+    error."""
     t = section(spec, "training", TrainingConfig)
     family = SHAPES[t["model"]][0]
     workers_up: Callable[[], None] = _nothing

@@ -5,8 +5,8 @@ and off), the NVLink link count as the health gate, a collectives sweep of every
 latency) up to 4 GiB (the size the public busbw figures are measured at) with the spread rule's bound (a rank
 against its peers, so any cluster's), the datasheet's peak for MFU, the training workload the references
 were measured with where the table has them for this GPU, and a bound for every figure a floor or a
-reference describes: one per reference row that fits the node (the row's floor times its value, or for a
-time its value over its floor as a maximum, sourced to the row), then the floors of the node's own links
+reference describes: one per reference row that fits the node (the row's floor times its value, a minimum,
+or for a time a maximum, sourced to the row), then the floors of the node's own links
 (``acceptance.profile.floors``) for the figures no row describes, so that a GPU the table does not know is
 still judged on its fabric and host links. A figure neither describes is recorded as information until a
 run on the cluster sets it (``cluster-acceptance rebaseline``).

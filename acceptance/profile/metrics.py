@@ -72,7 +72,9 @@ def metric_problem(name: str, profile: ProfileModel) -> str | None:
                 except SizeError as exc:
                     return str(exc)
             if value not in allowed:
-                return f"{group} {value!r} is not in this profile's list {list(allowed)}"
+                about = (domain.__doc__ or "").strip().split("\n")[0]  # a domain narrower than its section's list
+                words = f"{group} {value!r} is not in this profile's list {list(allowed)}"
+                return f"{words} ({about})" if about else words
         return None
     shapes = ", ".join(dict.fromkeys(s.doc for s in SHAPES))
     return f"no probe measures a metric of this name (known shapes: {shapes})"

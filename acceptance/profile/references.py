@@ -10,6 +10,7 @@ NVLS, NIC kind); a row applies when each of its keys that is set matches the set
 from __future__ import annotations
 
 import functools
+import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -53,11 +54,22 @@ class NicKind(Strict):
 
 
 class Floor(Strict):
-    """The bound ``init`` writes from a row: ``fraction`` of its value, for the reason ``why``; for a row of a
-    time (``bound: max``), the value at ``fraction`` of its speed: the value / ``fraction``."""
+    """The bound ``init`` writes from a row, for the reason ``why``: ``fraction`` of its value as a minimum (a
+    rate), or ``factor`` times its value as a maximum (a time, a row of ``bound: max``)."""
 
-    fraction: Annotated[float, Field(gt=0, le=1)]
+    fraction: Annotated[float, Field(gt=0, le=1)] | None = None
+    factor: Annotated[float, Field(ge=1)] | None = None
     why: str
+
+    @model_validator(mode="after")
+    def _one_way(self) -> Floor:
+        if (self.fraction is None) == (self.factor is None):
+            raise ValueError("a floor has a fraction (of a rate: a minimum) or a factor (of a time: a maximum)")
+        return self
+
+    def share(self) -> str:
+        """How the bound stands to the value: "80%", "1.5x"."""
+        return f"{self.fraction:.0%}" if self.fraction is not None else f"{self.factor:g}x"
 
 
 class Reference(Strict):
@@ -91,13 +103,17 @@ class Reference(Strict):
         return self.max_size is None or (size_bytes is not None and size_bytes <= parse_size(self.max_size))
 
     def limit(self) -> float:
-        """The bound init writes: ``fraction`` of the value, or for a time the value / ``fraction``."""
-        value = self.value * self.floor.fraction if self.bound == "min" else self.value / self.floor.fraction
-        return round(value, 1 if self.value > 10 else 3)
+        """The bound init writes: ``fraction`` of the value, or for a time ``factor`` times it, rounded up (a
+        maximum no tighter than its factor says)."""
+        digits = 1 if self.value > 10 else 3
+        if self.floor.fraction is not None:
+            return round(self.value * self.floor.fraction, digits)
+        scale = 10**digits
+        return math.ceil(self.value * (self.floor.factor or 1) * scale - 1e-6) / scale
 
     def share(self) -> str:
         """How the bound stands to the value, in words: "80% of", "1.5x"."""
-        return f"{self.floor.fraction:.0%} of" if self.bound == "min" else f"{1 / self.floor.fraction:.2g}x"
+        return f"{self.floor.share()} of" if self.floor.fraction is not None else self.floor.share()
 
     def words(self) -> str:
         """The row as the report shows it beside a figure."""
@@ -121,6 +137,9 @@ class ReferenceTable(Strict):
     @model_validator(mode="after")
     def _known_keys(self) -> ReferenceTable:
         for i, row in enumerate(self.references):
+            if (row.bound == "max") != (row.floor.factor is not None):
+                raise ValueError(f"references[{i}].floor: a row of bound {row.bound} needs a floor with a "
+                                 f"{'factor' if row.bound == 'max' else 'fraction'}")  # fmt: skip
             if row.gpu is not None and row.gpu not in self.gpus:
                 raise ValueError(f"references[{i}].gpu: {row.gpu!r} is not one of gpus: {', '.join(self.gpus)}")
             if row.nic is not None and row.nic not in self.nics:

@@ -97,7 +97,7 @@ def _sizes(s: Collectives) -> Sequence[str]:
 
 
 def latency_sizes(s: Collectives) -> list[str]:
-    """The sweep's sizes below LATENCY_BELOW, where ``latency_us`` is a figure."""
+    """the sweep's sizes below 1M, where latency_us is a figure (LATENCY_BELOW)"""
     return [size for size in s.sizes if parse_size(size) < LATENCY_BELOW]
 
 
