@@ -9,12 +9,15 @@ import subprocess
 import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
+from typing import cast
 
 import jsonschema
 import pytest
 import yaml
 
 from acceptance.cli.main import main
+from acceptance.cli.sweep import row_text
+from acceptance.families.collectives import CollectiveRow
 from acceptance.profile import loader as profiles
 from tests.harness import ROOT, schema
 
@@ -49,6 +52,26 @@ def test_sweep_prints_an_nccl_tests_table(swept: tuple[Path, str]) -> None:
         # two ranks: all_reduce moves 2(n-1)/n = 1x algbw, all_gather (n-1)/n = 0.5x (rounded to 2 places)
         assert busbw == pytest.approx(algbw * (1.0 if row[3] == "all_reduce" else 0.5), abs=0.011)
     assert "# Out of bounds values : 0 OK" in lines
+
+
+def test_a_sweep_prints_each_call_once_where_small_sizes_round_up_to_the_same_parts() -> None:
+    """``-b 8`` on two ranks in float: all_gather's parts are at least 16 B per rank, so 8, 16 and 32 B asked
+    all move 32 B; the first is printed, the others said in a comment (all_reduce moves what was asked)."""
+    moved: set[tuple[str, int]] = set()
+
+    def row(op: str, asked: int, moved_bytes: int) -> CollectiveRow:
+        figures = {"time_us": 10.0, "time_us_max": 10.0, "latency_us": 10.0, "algbw_gbps": 0.0, "busbw_gbps": 0.0}
+        return cast(CollectiveRow, {"op": op, "size": str(asked), "size_bytes": asked, "bytes": moved_bytes,
+                                    "count": moved_bytes // 4, "wrong": 0, "timing": "eager", "slowest_rank": 0,
+                                    "busbw_windows_gbps": [], "window_spread": 0.0, **figures})  # fmt: skip
+
+    lines = [row_text(row("all_gather", a, 32), "float32", moved) for a in (8, 16, 32)]
+    lines += [
+        row_text(row("all_reduce", 8, 8), "float32", moved),
+        row_text(row("all_gather", 64, 64), "float32", moved),
+    ]
+    assert [line.split()[0] for line in lines] == ["32", "#", "#", "8", "64"]
+    assert lines[1] == "# all_gather at 16 B asked: the same 32 B call as above (parts of at least 16 B per rank)"
 
 
 @pytest.mark.e2e

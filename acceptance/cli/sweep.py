@@ -21,6 +21,7 @@ from acceptance.profile import loader as profiles
 from acceptance.run.cluster_run import ClusterRun
 from acceptance.run.launcher import ProbeError
 from acceptance.run.placement import resolve
+from acceptance.schema.collectives import PART_ALIGN_BYTES
 from acceptance.schema.dtypes import DTYPES
 from acceptance.schema.sizes import format_size, parse_size
 from acceptance.verdicts import decide, figure_failed
@@ -108,10 +109,11 @@ def run(args: SweepArgs, out: TextIO) -> int:
     placement = resolve(os.environ, profile.model.topology.nodes, default_port=profile.model.topology.rdzv_port)
     folder = args.out or default_folder("sweep")
     dtype, printed = COLLECTIVES.section_of(profile.model).dtype, list[JSONObject]()
+    moved: set[tuple[str, int]] = set()
 
     def live(row: JSONObject) -> None:  # each row as the probe measures it, as nccl-tests prints
         printed.append(row)
-        print(row_line(cast(CollectiveRow, row), dtype), file=out, flush=True)
+        print(row_text(cast(CollectiveRow, row), dtype, moved), file=out, flush=True)
 
     run_tag = os.environ.get("CLUSTER_RUN_ID", "")
     # one probe: a worker would only add its exit to the probe's own job
@@ -127,7 +129,7 @@ def run(args: SweepArgs, out: TextIO) -> int:
         cluster.close()
         raise
     for row in result["rows"][len(printed) :]:  # none, unless the watcher missed the last ones
-        print(row_line(row, dtype), file=out)
+        print(row_text(row, dtype, moved), file=out)
     print(footer(result), file=out)
     failed = _record(cluster, result)
     print(f"# evidence: {cluster.evidence.path}", file=out)
@@ -185,6 +187,19 @@ def row_line(row: CollectiveRow, dtype: str) -> str:
          f"{row['algbw_gbps']:.2f}", f"{row['busbw_gbps']:.2f}", str(row["wrong"]),
          "-" if spread is None else f"{100 * spread:.1f}")
     )  # fmt: skip
+
+
+def row_text(row: CollectiveRow, dtype: str, moved: set[tuple[str, int]]) -> str:
+    """The row, or where the op already moved these bytes at a smaller size asked (its parts rounded up to
+    PART_ALIGN_BYTES per rank, as ``-b 8`` does for all_gather), a comment saying so: each call printed once."""
+    key = (row["op"], row["bytes"])
+    if key in moved:
+        return (
+            f"# {row['op']} at {row['size_bytes']} B asked: the same {row['bytes']} B call as above "
+            f"(parts of at least {PART_ALIGN_BYTES} B per rank)"
+        )
+    moved.add(key)
+    return row_line(row, dtype)
 
 
 def footer(result: SweepResult) -> str:
