@@ -267,6 +267,16 @@ def compile_threads(cores: int, local_ranks: int) -> int:
     return max(1, min(INDUCTOR_MAX_THREADS, cores // max(1, local_ranks)))
 
 
+def share_compile_threads(local_ranks: int) -> None:
+    """This rank's share of the node's cores for TorchInductor's compile workers, unless
+    TORCHINDUCTOR_COMPILE_THREADS says (before the workers start: a staged job's ``preload``, or the job's
+    start)."""
+    from torch._inductor import config
+
+    if "TORCHINDUCTOR_COMPILE_THREADS" not in os.environ:
+        config.compile_threads = compile_threads(len(os.sched_getaffinity(0)), local_ranks)
+
+
 def start_compile_workers(local_ranks: int) -> Callable[[], None]:
     """Start TorchInductor's compile workers now, while the job waits, and return the wait for them to be up.
 
@@ -281,8 +291,7 @@ def start_compile_workers(local_ranks: int) -> Callable[[], None]:
     from torch._inductor import config
     from torch.utils._triton import has_triton_package
 
-    if "TORCHINDUCTOR_COMPILE_THREADS" not in os.environ:
-        config.compile_threads = compile_threads(len(os.sched_getaffinity(0)), local_ranks)
+    share_compile_threads(local_ranks)
     started_apart = getattr(config, "worker_start_method", "subprocess") == "subprocess"
     early = os.environ.get("TORCH_WARM_POOL", "1") == "1" and started_apart
     if not early or not has_triton_package():
@@ -303,13 +312,14 @@ def preload(spec: ProbeSpec) -> None:
     t = section(spec, "training", TrainingConfig)
     family = SHAPES[t["model"]][0]
     workers_up: Callable[[], None] = _nothing
-    if t.get("compile", "none") != "none":
+    compiles = t.get("compile", "none") != "none"
+    if compiles:
         with contextlib.suppress(Exception):
             workers_up = start_compile_workers(int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
     wanted = ["transformers", f"transformers.models.{family}.modeling_{family}"]  # with torch's DTensor
     if any(s in (t.get("deepspeed") or {}) or s in STAGE for s in spec["strategies"]):
         wanted.append("deepspeed")
-    if t.get("compile", "none") != "none":
+    if compiles:
         wanted.append("torch._inductor.compile_fx")
     for module in wanted:
         with contextlib.suppress(Exception):

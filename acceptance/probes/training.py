@@ -46,7 +46,7 @@ from acceptance.probes.host_load import HostLoad
 from acceptance.probes.rank import Ctx, main, section, write_json
 from acceptance.probes.train_baseline import run_baseline
 from acceptance.probes.train_model import build_model, describe
-from acceptance.probes.train_strategies import Runner, global_mean, make_runner, preload
+from acceptance.probes.train_strategies import Runner, global_mean, make_runner, preload, share_compile_threads
 from acceptance.probes.train_trace import traced_steps
 
 DATA_VOCAB = 1024  # the synthetic text's alphabet: small enough that a few steps visibly learn it
@@ -279,6 +279,8 @@ def unwinding_on_term() -> Iterator[None]:
 
 def run(ctx: Ctx) -> TrainingResult:
     torch.set_float32_matmul_precision("high")  # fp32 matrix products on tensor cores (TF32), as training code does
+    if section(ctx.spec, "training", TrainingConfig)["compile"] != "none":  # a staged job's preload did it too
+        share_compile_threads(ctx.local_world_size)
     store = job_store()
     results: dict[str, StrategyResult] = {}
     for name in ctx.spec["strategies"]:

@@ -55,7 +55,7 @@ class NicKind(Strict):
 
 class Floor(Strict):
     """The bound ``init`` writes from a row, for the reason ``why``: ``fraction`` of its value as a minimum (a
-    rate), or ``factor`` times its value as a maximum (a time, a row of ``bound: max``)."""
+    rate), or ``factor`` times its value as a maximum (a time, where lower is better)."""
 
     fraction: Annotated[float, Field(gt=0, le=1)] | None = None
     factor: Annotated[float, Field(ge=1)] | None = None
@@ -81,8 +81,6 @@ class Reference(Strict):
     nic: str | None = None  # a key of ``nics``
     min_size: Size | None = None  # the row holds for messages of this size and up
     max_size: Size | None = None  # and of this size and below
-    # min: the figure must stay above the bound (a rate); max: below it (a time, where lower is better)
-    bound: Literal["min", "max"] = "min"
     value: Annotated[float, Field(gt=0)]
     unit: str
     # typical: what healthy machines measure; peak: a datasheet's maximum; line_rate: a link's signalling rate;
@@ -96,6 +94,12 @@ class Reference(Strict):
     def min_bytes(self) -> int:
         return parse_size(self.min_size) if self.min_size else 0
 
+    @property
+    def bound(self) -> Literal["min", "max"]:
+        """min: the figure must stay above the bound (a rate: its floor a fraction); max: below it (a time,
+        where lower is better: its floor a factor)."""
+        return "min" if self.floor.fraction is not None else "max"
+
     def holds_at(self, size_bytes: int | None) -> bool:
         """Whether the row describes messages of ``size_bytes`` (None: a figure without a size)."""
         if self.min_size is not None and (size_bytes is None or size_bytes < self.min_bytes):
@@ -106,14 +110,14 @@ class Reference(Strict):
         """The bound init writes: ``fraction`` of the value, or for a time ``factor`` times it, rounded up (a
         maximum no tighter than its factor says)."""
         digits = 1 if self.value > 10 else 3
-        if self.floor.fraction is not None:
+        if self.floor.fraction is not None:  # a minimum
             return round(self.value * self.floor.fraction, digits)
         scale = 10**digits
         return math.ceil(self.value * (self.floor.factor or 1) * scale - 1e-6) / scale
 
     def share(self) -> str:
         """How the bound stands to the value, in words: "80% of", "1.5x"."""
-        return f"{self.floor.share()} of" if self.floor.fraction is not None else self.floor.share()
+        return f"{self.floor.share()} of" if self.bound == "min" else self.floor.share()
 
     def words(self) -> str:
         """The row as the report shows it beside a figure."""
@@ -137,9 +141,6 @@ class ReferenceTable(Strict):
     @model_validator(mode="after")
     def _known_keys(self) -> ReferenceTable:
         for i, row in enumerate(self.references):
-            if (row.bound == "max") != (row.floor.factor is not None):
-                raise ValueError(f"references[{i}].floor: a row of bound {row.bound} needs a floor with a "
-                                 f"{'factor' if row.bound == 'max' else 'fraction'}")  # fmt: skip
             if row.gpu is not None and row.gpu not in self.gpus:
                 raise ValueError(f"references[{i}].gpu: {row.gpu!r} is not one of gpus: {', '.join(self.gpus)}")
             if row.nic is not None and row.nic not in self.nics:
