@@ -10,12 +10,19 @@
 # own layout; built where the machine has MPI), or both; one table per layout.
 # e.g. `benchmarks/nccltests.sh` (about 3 minutes on 2x H200). NGPUS: default every GPU; STEP: default 2
 # (-f 2 reaches 4G; -f 8 stops at 1G: 8 * 8^9); MAXBYTES (-e): default 4G; WARMUP, ITERS (-w, -n): default
-# 5 and 20; REPEATS: each side run this many times, alternating (run r's files end in -r), for how far each
-# side moves from one run to the next on the same machine (nccltests_repeat.py).
+# 5 and 20; MINBYTES (-b): default 8; OPS: nccl-tests' programs to run, default every op (e.g. OPS=alltoall);
+# REPEATS: each side run this many times, alternating (run r's files end in -r), for how far each side moves
+# from one run to the next on the same machine (nccltests_repeat.py) and the medians of the runs side by side
+# (sidebyside_medians.py).
 # `benchmarks/nccltests.sh loop`: what the direct loop's time is made of (nccl_loop_ab.py, ops LOOP_OPS at
 # LOOP_SIZES) beside nccl-tests at -n 20 and -n 200 over 8 B-4 MiB, one GPU per thread and, where the machine
 # has MPI, one process per GPU (mpirun), each LOOP_RUNS times (default 3; LOOP_NCCL_TESTS=0: the loop's variants
 # alone). PER_ITER=0: no -I 1 run of nccl-tests.
+# `benchmarks/nccltests.sh placement`: whether where the processes run moves the small sizes: for each CPU set
+# in PLACES ("all", "low": the first half of the cores, "high": the second half), PLACE_RUNS times (default 3,
+# the sets alternating), nccl-tests one GPU per thread and under MPI and the suite's sweep, each started under
+# `taskset -c SET`, ops OPS at -b 8 -e PLACE_MAX (default 64K) -f 4 -w 20 -n 200; then per set the medians of its
+# runs side by side (sidebyside_medians.py OUT/place-SET), with the machine's CPU and NUMA layout.
 [ -n "${OUT:-}" ] || { echo "OUT: name an empty folder for what the runs write" >&2; exit 2; }
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl || exit 1
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 PYTHONPATH=/tmp/site:$PWD
@@ -24,7 +31,8 @@ NGPUS=${NGPUS:-$(nvidia-smi -L | wc -l)}
 STEP=${STEP:-2}
 GPUS=$(seq -s, 0 $((NGPUS - 1)))
 export CUDA_VISIBLE_DEVICES=$GPUS
-OPS=(all_reduce all_gather reduce_scatter alltoall broadcast sendrecv)
+read -r -a OPS <<< "${OPS:-all_reduce all_gather reduce_scatter alltoall broadcast sendrecv}"
+SUITE_OPS=$(printf '%s\n' "${OPS[@]}" | sed 's/^alltoall$/all_to_all/' | paste -sd,)
 
 build() {  # nccl-tests against torch's own NCCL (/work/shared/gpu/README.md), into /tmp/nccl-tests
   [ -x /tmp/nccl-tests/build/sendrecv_perf ] && return 0
@@ -42,13 +50,13 @@ build() {  # nccl-tests against torch's own NCCL (/work/shared/gpu/README.md), i
 compare() {
   build || return 1
   export LD_LIBRARY_PATH=/tmp/nccl-home/lib:${LD_LIBRARY_PATH:-}
-  local r sfx w=${WARMUP:-5} n=${ITERS:-20} e=${MAXBYTES:-4G}
+  local r sfx w=${WARMUP:-5} n=${ITERS:-20} b=${MINBYTES:-8} e=${MAXBYTES:-4G}
   local layouts=${LAYOUTS:-threads} layout mpi=0
   [[ $layouts == *mpi* ]] && mpi_build && mpi=1
   for r in $(seq 1 "${REPEATS:-1}"); do
     sfx=$([ "${REPEATS:-1}" -gt 1 ] && echo "-$r")
     mkdir -p "$OUT/nccl-tests$sfx" "$OUT/nccl-tests-I$sfx"
-    local flags=(-g 1 -b 8 -e "$e" -f "$STEP" -d bfloat16 -w "$w" -n "$n") start=$(date +%s) run
+    local flags=(-g 1 -b "$b" -e "$e" -f "$STEP" -d bfloat16 -w "$w" -n "$n") start=$(date +%s) run
     for layout in $layouts; do
       case $layout in
         threads) run=(/tmp/nccl-tests/build); flags+=(-t "$NGPUS"); dir=nccl-tests ;;
@@ -67,8 +75,8 @@ compare() {
     local timing
     for timing in ${TIMINGS:-auto cuda_graph}; do
       start=$(date +%s)
-      timeout 300 python3 -m acceptance.cli.main sweep -b 8 -e "$e" -f "$STEP" --dtype bfloat16 -w "$w" -n "$n" \
-        --timeout 280 --timing "$timing" --ops all_reduce,all_gather,reduce_scatter,all_to_all,broadcast,sendrecv \
+      timeout 300 python3 -m acceptance.cli.main sweep -b "$b" -e "$e" -f "$STEP" --dtype bfloat16 -w "$w" -n "$n" \
+        --timeout 280 --timing "$timing" --ops "$SUITE_OPS" \
         --evidence "$OUT/sweep-$timing$sfx" > "$OUT/sweep-$timing$sfx.txt" 2>&1
       echo "== sweep --timing $timing rc=$? in $(( $(date +%s) - start )) s"; tail -3 "$OUT/sweep-$timing$sfx.txt"
       for layout in $layouts; do
@@ -115,6 +123,36 @@ loop() {
     echo "== loop run $r rc=$?"; grep -E "us/call" "$OUT/loop/ab-$r.txt" | head -40
   done
   python3 benchmarks/nccl_loop_table.py "$OUT/loop" | tee "$OUT/loop-table.md"
+}
+
+placement() {
+  build || return 1
+  export LD_LIBRARY_PATH=/tmp/nccl-home/lib:${LD_LIBRARY_PATH:-}
+  local mpi=0 r set cpus op cores half max=${PLACE_MAX:-64K}
+  mpi_build && mpi=1
+  lscpu | grep -E '^(CPU\(s\)|Model name|Socket|NUMA|Thread|Core)' ; cat /sys/bus/pci/devices/*/numa_node 2>/dev/null | sort | uniq -c
+  cores=$(nproc); half=$((cores / 2))
+  declare -A sets=([all]="0-$((cores - 1))" [low]="0-$((half - 1))" [high]="$half-$((cores - 1))")
+  local flags=(-g 1 -b 8 -e "$max" -f 4 -d bfloat16 -w 20 -n 200)
+  for r in $(seq 1 "${PLACE_RUNS:-3}"); do
+    for set in ${PLACES:-all low high}; do
+      cpus=${sets[$set]}
+      mkdir -p "$OUT/place-$set/nccl-tests-$r" "$OUT/place-$set/nccl-tests-mpi-$r"
+      for op in "${OPS[@]}"; do
+        timeout 60 taskset -c "$cpus" /tmp/nccl-tests/build/${op}_perf -t "$NGPUS" "${flags[@]}" \
+          > "$OUT/place-$set/nccl-tests-$r/$op.txt" 2>&1
+        [ $mpi = 1 ] && timeout 60 taskset -c "$cpus" mpirun --allow-run-as-root -np "$NGPUS" --bind-to none \
+          /tmp/nccl-tests-mpi/build/${op}_perf "${flags[@]}" > "$OUT/place-$set/nccl-tests-mpi-$r/$op.txt" 2>&1
+      done
+      timeout 200 taskset -c "$cpus" python3 -m acceptance.cli.main sweep -b 8 -e "$max" -f 4 --dtype bfloat16 -w 20 \
+        -n 200 --timeout 180 --timing auto --ops "$SUITE_OPS" --evidence "$OUT/place-$set/sweep-auto-$r" \
+        > "$OUT/place-$set/sweep-auto-$r.txt" 2>&1
+      echo "== placement $set ($cpus) run $r: sweep rc=$?"
+    done
+  done
+  for set in ${PLACES:-all low high}; do
+    echo "== $set (${sets[$set]})"; python3 benchmarks/sidebyside_medians.py "$OUT/place-$set" | tee "$OUT/place-$set.md"
+  done
 }
 
 for mode in "${@:-compare}"; do "$mode"; done
