@@ -1,7 +1,8 @@
 """Side by side over repeated runs: per op and size, the median time per call of nccl-tests' runs (one GPU per
 thread, one process per GPU under MPI) and of the suite's sweeps, each with how far its runs spread, the ratio of
 the medians, and, where that ratio is outside nccl-tests' bound, whether the suite's median lies among
-nccl-tests' own runs on the same machine (then the reference itself read that time: no bound can be held there).
+nccl-tests' own runs on the same machine (then the reference itself read that time: no bound can be held there),
+or else whether the two sides' runs overlap (some run of each read a time the other side read too).
 
     python3 benchmarks/sidebyside_medians.py OUT [OUT...] [--timing auto]
 
@@ -69,14 +70,18 @@ def gather(outs: list[Path], timing: str) -> dict[str, dict[Key, list[float]]]:
 
 
 def verdict(key: Key, theirs: list[Side], ours: Side) -> tuple[str, str]:
-    """``within``, ``among nccl-tests' runs`` or ``outside``; and the text of the row's last cell."""
+    """``within``, ``among`` (the suite's median among nccl-tests' runs), ``overlap`` (some run of each side
+    among the other's) or ``outside``; and the text of the row's last cell."""
     low, high = table.BOUNDS[key[1] >= table.MIB]
     ratios = [side.median / ours.median for side in theirs if side.runs]
     if any(low <= r <= high for r in ratios):
         return "within", ""
     every = [us for side in theirs for us in side.runs]
+    span = f"{_us(min(every))}-{_us(max(every))}"
     if min(every) <= ours.median <= max(every):
-        return "among", f"among nccl-tests' runs ({_us(min(every))}-{_us(max(every))})"
+        return "among", f"among nccl-tests' runs ({span})"
+    if min(ours.runs) <= max(every) and min(every) <= max(ours.runs):
+        return "overlap", f"the runs overlap (nccl-tests {span}, the suite {_us(min(ours.runs))}-{_us(max(ours.runs))})"
     return "outside", "**outside**"
 
 
@@ -103,10 +108,11 @@ def main() -> int:
         cells = [key[0], str(key[1]), theirs[0].text(), theirs[1].text(), ours.text(), ratios, note]
         print("| " + " | ".join(cells) + " |")
     print()
-    print("| band | sizes | within the bound (either layout's median) | among nccl-tests' own runs | outside |")
-    print("|---|---:|---:|---:|---:|")
+    columns = "within the bound (either layout's median) | among nccl-tests' own runs | the runs overlap | outside"
+    print(f"| band | sizes | {columns} |")
+    print("|---|---:|---:|---:|---:|---:|")
     for big, label in ((False, "8 B to 512 KiB (0.9-1.1)"), (True, "1 MiB to 4 GiB (0.95-1.05)")):
-        row = [counts.get((big, v), 0) for v in ("within", "among", "outside")]
+        row = [counts.get((big, v), 0) for v in ("within", "among", "overlap", "outside")]
         if sum(row):
             print(f"| {label} | {sum(row)} | " + " | ".join(map(str, row)) + " |")
     return 0
