@@ -3,14 +3,20 @@ recorded NVML answers: the parser, each transport, the expectation from NVLink, 
 
 from __future__ import annotations
 
+from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
 from acceptance.families import transport
 from acceptance.families.transport import RankLog
+from acceptance.plugin import drain_hooks
 from acceptance.probes import nvml
+from acceptance.profile.loader import load
+from acceptance.run.cluster_run import ClusterRun
+from acceptance.run.placement import Placement
+from tests_cluster import test_collectives
 
 HOST = "gpu-node-1"
 
@@ -166,6 +172,45 @@ def test_a_figure_slowed_by_a_forced_transport_names_the_setting_as_its_cause() 
     assert transport.forced(transport.record(_logs(SHM), NVLINK, {})) == ""
     assert transport.forced(transport.record(_logs(P2P), NVLINK, {"NCCL_P2P_DISABLE": "1"})) == ""
     assert transport.forced(None) == ""
+
+
+class _Recorded:
+    """The checker a test of ``tests_cluster`` is handed, keeping each figure's detail."""
+
+    def __init__(self) -> None:
+        self.details: dict[str, str] = {}
+
+    def __call__(self, metric: str, value: float, unit: str, detail: str = "") -> None:
+        self.details[metric] = detail
+
+    def missing(self, metric: str, unit: str, why: str) -> None:
+        raise AssertionError(f"{metric}: {why}")
+
+
+@pytest.mark.parametrize(("latency_us", "blamed"), [(25.8, True), (9.6, False)])
+def test_a_small_message_slowed_by_a_forced_transport_is_the_setting_s(
+    tmp_path: Path, latency_us: float, blamed: bool
+) -> None:
+    """NCCL over sockets (NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1) fails a 64 B call's latency on 2x H200 as
+    surely as a large one's busbw: its failure names the setting, and is then the setting's (environment),
+    not the node's; a latency within its bound names no cause."""
+    over_sockets = transport.record(_logs(SOCKET), NVLINK, {"NCCL_P2P_DISABLE": "1", "NCCL_SHM_DISABLE": "1"})
+    row = {"op": "all_reduce", "size": "64", "bytes": 64, "time_us": latency_us, "latency_us": latency_us}
+    sweep = {"rows": [row | {"busbw_gbps": 0.005, "algbw_gbps": 0.0025}], "transport": over_sockets}
+    run = ClusterRun(load("h200-x2"), Placement(1, 0, "127.0.0.1", 29400, "default"), tmp_path / "ev", worker=False)
+    check = _Recorded()
+    try:
+        test_collectives.test_latency(run, cast(Any, sweep), ("all_reduce", "64"), cast(Any, check))
+    finally:
+        run.close()
+    detail = check.details["collectives.all_reduce.latency_us@64"]
+    assert ("NCCL_P2P_DISABLE=1, NCCL_SHM_DISABLE=1" in detail) is blamed
+    assert ("culprit: " in detail) is blamed
+    cases: dict[str, SimpleNamespace] = {}
+    found = SimpleNamespace(test=lambda nodeid: cases.setdefault(nodeid, SimpleNamespace(category=None)))
+    report = SimpleNamespace(failed=True, longrepr=f"collectives.all_reduce.latency_us@64 ... {detail}", nodeid="t")
+    drain_hooks.categorize(SimpleNamespace(excinfo=None), report, SimpleNamespace(evidence=found))  # type: ignore[arg-type]
+    assert getattr(cases.get("t"), "category", None) == ("environment" if blamed else None)
 
 
 def test_a_healthy_node_reads_every_pair_over_p2p() -> None:

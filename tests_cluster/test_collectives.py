@@ -10,9 +10,8 @@ from acceptance.plugin.api import (
     Checker,
     ClusterRun,
     ProfileModel,
-    collective_culprit,
+    collective_causes,
     fmt,
-    forced_transport,
     foreign_text,
     parametrize_from_profile,
     probe_result,
@@ -83,12 +82,13 @@ def test_busbw(
         f"{op} {size}: {row['time_us']:.1f} us mean over ranks (longest {row['time_us_max']:.1f} us); "
         f"algbw {row['algbw_gbps']:.2f} GB/s; timing {row['timing']}{window_text(row)}"
     )
-    if cluster.judge.fails(metric, row["busbw_gbps"]):
-        detail += f"\n{collective_culprit(cluster)}"
-        for cause in (forced_transport(sweep.get("transport")), foreign_text(sweep.get("foreign"))):
-            detail += f"\n{cause}" if cause else ""
+    detail += _causes(cluster, sweep, metric, row["busbw_gbps"])
     check.measurements("row", row)
     check(metric, row["busbw_gbps"], "GB/s", detail)
+
+
+def _causes(cluster: ClusterRun, sweep: collectives_rules.SweepResult, metric: str, value: float) -> str:
+    return collective_causes(cluster, metric, value, sweep.get("transport"), sweep.get("foreign"))
 
 
 def window_text(row: collectives_rules.CollectiveRow) -> str:
@@ -102,13 +102,18 @@ def window_text(row: collectives_rules.CollectiveRow) -> str:
     )
 
 
-def test_time_per_call(sweep: collectives_rules.SweepResult, coll_case: tuple[str, str], check: Checker) -> None:
+def test_time_per_call(
+    cluster: ClusterRun, sweep: collectives_rules.SweepResult, coll_case: tuple[str, str], check: Checker
+) -> None:
     """nccl-tests' time per call: the whole timed loop's, the mean over ranks."""
     metric = "collectives.{}.time_us@{}".format(*coll_case)
-    check(metric, _row(check, sweep, coll_case, metric, "us")["time_us"], "us")
+    value = _row(check, sweep, coll_case, metric, "us")["time_us"]
+    check(metric, value, "us", _causes(cluster, sweep, metric, value).lstrip("\n"))
 
 
-def test_latency(sweep: collectives_rules.SweepResult, latency_case: tuple[str, str], check: Checker) -> None:
+def test_latency(
+    cluster: ClusterRun, sweep: collectives_rules.SweepResult, latency_case: tuple[str, str], check: Checker
+) -> None:
     """A small message's latency: the median timed window's time per call, which one stall leaves alone."""
     metric = "collectives.{}.latency_us@{}".format(*latency_case)
     row = _row(check, sweep, latency_case, metric, "us")
@@ -119,7 +124,7 @@ def test_latency(sweep: collectives_rules.SweepResult, latency_case: tuple[str, 
     detail = f"{latency_case[0]} {latency_case[1]}: the whole loop's {row['time_us']:.1f} us a call (nccl-tests' time)"
     if windows:
         detail += f"; {len(windows)} timed windows {min(windows):.1f}-{max(windows):.1f} us a call"
-    check(metric, row["latency_us"], "us", detail)
+    check(metric, row["latency_us"], "us", detail + _causes(cluster, sweep, metric, row["latency_us"]))
 
 
 def test_data_correct(sweep: collectives_rules.SweepResult, coll_case: tuple[str, str], check: Checker) -> None:

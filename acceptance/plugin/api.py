@@ -43,6 +43,7 @@ __all__ = [
     "Threshold",
     "baseline_run",
     "clock_events_text",
+    "collective_causes",
     "collective_culprit",
     "compute_figures",
     "earlier_isolation",
@@ -129,6 +130,24 @@ def isolate_if_failing(run: ClusterRun, metric: str, value: float) -> Isolation 
 def collective_culprit(run: ClusterRun) -> str:
     """Where a slow collective's culprit is, from this run's link figures and isolation rounds, never a rank."""
     return isolation_rounds.collective_culprit(run)
+
+
+def collective_causes(
+    run: ClusterRun,
+    metric: str,
+    value: float,
+    found: transport.TransportRecord | None,
+    foreign: dict[str, list[ForeignSeen]] | None,
+) -> str:
+    """The causes a collective's figure past its bound names, each on a line of its own after a newline: where
+    its culprit is to be found, the setting of the run that sent NVLink pairs another way (the drain list then
+    blames the setting, not the node), another job's process seen on a GPU (a rerun, no drain); "" for a figure
+    within its bound. Every gated figure of a sweep (busbw, time per call, latency) names them alike: NCCL over
+    sockets fails a small message's latency as surely as a large one's busbw."""
+    if not run.judge.fails(metric, value):
+        return ""
+    lines = (collective_culprit(run), transport.forced(found), foreign_text(foreign))
+    return "".join(f"\n{line}" for line in lines if line)
 
 
 def isolation_env(run: ClusterRun) -> dict[str, str]:
