@@ -19,10 +19,12 @@
 # has MPI, one process per GPU (mpirun), each LOOP_RUNS times (default 3; LOOP_NCCL_TESTS=0: the loop's variants
 # alone). PER_ITER=0: no -I 1 run of nccl-tests.
 # `benchmarks/nccltests.sh placement`: whether where the processes run moves the small sizes: for each CPU set
-# in PLACES ("all", "low": the first half of the cores, "high": the second half), PLACE_RUNS times (default 3,
-# the sets alternating), nccl-tests one GPU per thread and under MPI and the suite's sweep, each started under
-# `taskset -c SET`, ops OPS at -b 8 -e PLACE_MAX (default 64K) -f 4 -w 20 -n 200; then per set the medians of its
-# runs side by side (sidebyside_medians.py OUT/place-SET), with the machine's CPU and NUMA layout.
+# in PLACES ("all": every CPU this process may use, "low": the first half of them, "high": the second half; a
+# hardware thread is a CPU), PLACE_RUNS times (default 3, the sets alternating), nccl-tests one GPU per thread
+# and, where the machine has MPI, under MPI, and the suite's sweep, each started under `taskset -c SET`, ops OPS
+# at -b 8 -e PLACE_MAX (default 64K) -f 4 -w 20 -n 200; then per set the medians of its runs side by side
+# (sidebyside_medians.py OUT/place-SET, and --between for the first two sets), with the machine's CPU and NUMA
+# layout.
 [ -n "${OUT:-}" ] || { echo "OUT: name an empty folder for what the runs write" >&2; exit 2; }
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl || exit 1
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 PYTHONPATH=/tmp/site:$PWD
@@ -125,14 +127,20 @@ loop() {
   python3 benchmarks/nccl_loop_table.py "$OUT/loop" | tee "$OUT/loop-table.md"
 }
 
+csv() { local IFS=,; echo "$*"; }  # the words given, joined by commas (a CPU list for taskset -c)
+
 placement() {
   build || return 1
   export LD_LIBRARY_PATH=/tmp/nccl-home/lib:${LD_LIBRARY_PATH:-}
-  local mpi=0 r set cpus op cores half max=${PLACE_MAX:-64K}
+  local mpi=0 r set cpus op allowed half max=${PLACE_MAX:-64K}
   mpi_build && mpi=1
   lscpu | grep -E '^(CPU\(s\)|Model name|Socket|NUMA|Thread|Core)' ; cat /sys/bus/pci/devices/*/numa_node 2>/dev/null | sort | uniq -c
-  cores=$(nproc); half=$((cores / 2))
-  declare -A sets=([all]="0-$((cores - 1))" [low]="0-$((half - 1))" [high]="$half-$((cores - 1))")
+  read -r -a allowed <<< "$(python3 -c 'import os; print(*sorted(os.sched_getaffinity(0)))')"
+  half=$(( ${#allowed[@]} / 2 ))
+  declare -A sets=([all]="$(csv "${allowed[@]}")" [low]="$(csv "${allowed[@]:0:$half}")" [high]="$(csv "${allowed[@]:$half}")")
+  for set in ${PLACES:-all low high}; do
+    [ -n "${sets[$set]:-}" ] || { echo "PLACES: $set is not one of all, low, high" >&2; return 1; }
+  done
   local flags=(-g 1 -b 8 -e "$max" -f 4 -d bfloat16 -w 20 -n 200)
   for r in $(seq 1 "${PLACE_RUNS:-3}"); do
     for set in ${PLACES:-all low high}; do
@@ -150,9 +158,12 @@ placement() {
       echo "== placement $set ($cpus) run $r: sweep rc=$?"
     done
   done
+  local named=()
   for set in ${PLACES:-all low high}; do
     echo "== $set (${sets[$set]})"; python3 benchmarks/sidebyside_medians.py "$OUT/place-$set" | tee "$OUT/place-$set.md"
+    named+=("$OUT/place-$set")
   done
+  [ ${#named[@]} -ge 2 ] && python3 benchmarks/sidebyside_medians.py --between "${named[0]}" "${named[1]}"
 }
 
 for mode in "${@:-compare}"; do "$mode"; done

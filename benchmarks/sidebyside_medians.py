@@ -5,10 +5,14 @@ nccl-tests' own runs on the same machine (then the reference itself read that ti
 or else whether the two sides' runs overlap (some run of each read a time the other side read too).
 
     python3 benchmarks/sidebyside_medians.py OUT [OUT...] [--timing auto]
+    python3 benchmarks/sidebyside_medians.py --between A B     # how far each side's medians moved from A to B
 
-Each OUT is a folder of ``REPEATS=N LAYOUTS="threads mpi" benchmarks/nccltests.sh`` (``nccl-tests-R``,
-``nccl-tests-mpi-R``, ``sweep-auto-R``); several OUT folders (two bands of sizes run apart) are merged per op and
-size. The bound is nccltests_table's: 0.95-1.05 from 1 MiB up, 0.9-1.1 below.
+Each OUT is a folder of ``REPEATS=N LAYOUTS="threads mpi" benchmarks/nccltests.sh`` with N of 2 or more (its run
+folders ``nccl-tests-R``, ``nccl-tests-mpi-R``, ``sweep-auto-R``; a single run's have no ``-R``), or of its
+``placement`` mode (``OUT/place-SET``); several OUT folders (two bands of sizes run apart) are merged per op and
+size. The bound is nccltests_table's: 0.95-1.05 from 1 MiB up, 0.9-1.1 below. ``--between A B``: per side, the
+lowest and highest ratio of B's median to A's over the op and sizes both measured, and the widest spread of one
+op and size's runs in either (the ``placement`` mode's two CPU sets).
 """
 
 from __future__ import annotations
@@ -87,9 +91,15 @@ def verdict(key: Key, theirs: list[Side], ours: Side) -> tuple[str, str]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("outs", nargs="+", type=Path)
+    parser.add_argument("outs", nargs="*", type=Path)
     parser.add_argument("--timing", default="auto")
+    parser.add_argument("--between", nargs=2, type=Path, metavar=("A", "B"))
     args = parser.parse_args()
+    if args.between:
+        a, b = args.between
+        return between(a, b, args.timing)
+    if not args.outs:
+        parser.error("name at least one OUT folder, or --between A B")
     sides = gather(args.outs, args.timing)
     keys = sorted(sides["suite"].keys() & (sides["threads"].keys() | sides["mpi"].keys()), key=_order)
     if not keys:
@@ -99,22 +109,48 @@ def main() -> int:
     print(f"| op | size (B) | {head} | MPI | suite | ratio threads / MPI | |")
     print("|---|---:|---:|---:|---:|---:|---|")
     counts: dict[tuple[bool, str], int] = {}
+    sizes: dict[bool, list[int]] = {}
     for key in keys:
         theirs = [Side(sides[layout].get(key, [])) for layout in LAYOUTS]
         ours = Side(sides["suite"][key])
         found, note = verdict(key, theirs, ours)
         counts[(key[1] >= table.MIB, found)] = counts.get((key[1] >= table.MIB, found), 0) + 1
+        sizes.setdefault(key[1] >= table.MIB, []).append(key[1])
         ratios = " / ".join(f"{s.median / ours.median:.2f}" if s.runs else "-" for s in theirs)
         cells = [key[0], str(key[1]), theirs[0].text(), theirs[1].text(), ours.text(), ratios, note]
         print("| " + " | ".join(cells) + " |")
     print()
     columns = "within the bound (either layout's median) | among nccl-tests' own runs | the runs overlap | outside"
-    print(f"| band | sizes | {columns} |")
+    print(f"| band (bound) | op and size pairs | {columns} |")
     print("|---|---:|---:|---:|---:|---:|")
-    for big, label in ((False, "8 B to 512 KiB (0.9-1.1)"), (True, "1 MiB to 4 GiB (0.95-1.05)")):
+    for big in (False, True):
         row = [counts.get((big, v), 0) for v in ("within", "among", "overlap", "outside")]
         if sum(row):
+            low, high = table.BOUNDS[big]
+            label = f"{_bytes(min(sizes[big]))} to {_bytes(max(sizes[big]))} ({low}-{high})"
             print(f"| {label} | {sum(row)} | " + " | ".join(map(str, row)) + " |")
+    return 0
+
+
+def _bytes(n: int) -> str:
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= scale:
+            return f"{n / scale:g} {unit}"
+    return f"{n} B"
+
+
+def between(a: Path, b: Path, timing: str) -> int:
+    """Per side, B's medians over A's (lowest-highest) and the widest spread of one op and size's runs."""
+    first, second = gather([a], timing), gather([b], timing)
+    print(f"| side | {b.name} median / {a.name} median | widest spread of one op and size's runs |")
+    print("|---|---:|---:|")
+    for side in first:
+        keys = first[side].keys() & second[side].keys()
+        if not keys:
+            continue
+        ratios = [Side(second[side][k]).median / Side(first[side][k]).median for k in keys]
+        spread = max(Side(runs).span for runs in [*first[side].values(), *second[side].values()])
+        print(f"| {side} | {min(ratios):.2f}-{max(ratios):.2f} | {spread:.2f} |")
     return 0
 
 

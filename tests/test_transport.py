@@ -3,6 +3,7 @@ recorded NVML answers: the parser, each transport, the expectation from NVLink, 
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 from pathlib import Path
 from types import SimpleNamespace
@@ -13,10 +14,12 @@ import pytest
 from acceptance.families import transport
 from acceptance.families.transport import RankLog
 from acceptance.plugin import drain_hooks
+from acceptance.plugin.checker import Checker
 from acceptance.probes import nvml
 from acceptance.profile.loader import load
 from acceptance.run.cluster_run import ClusterRun
 from acceptance.run.placement import Placement
+from acceptance.schema.sizes import parse_size
 
 HOST = "gpu-node-1"
 
@@ -185,43 +188,55 @@ def _shipped_module(name: str) -> Any:
     return module
 
 
-class _Recorded:
-    """The checker a test of ``tests_cluster`` is handed, keeping each figure's detail."""
-
-    def __init__(self) -> None:
-        self.details: dict[str, str] = {}
-
-    def __call__(self, metric: str, value: float, unit: str, detail: str = "") -> None:
-        self.details[metric] = detail
-
-    def missing(self, metric: str, unit: str, why: str) -> None:
-        raise AssertionError(f"{metric}: {why}")
+SOCKETS_SET = {"NCCL_P2P_DISABLE": "1", "NCCL_SHM_DISABLE": "1"}
+HOST_MEMORY_SET = {"NCCL_P2P_DISABLE": "1"}
 
 
-@pytest.mark.parametrize(("latency_us", "blamed"), [(25.8, True), (9.6, False)])
-def test_a_small_message_slowed_by_a_forced_transport_is_the_setting_s(
-    tmp_path: Path, latency_us: float, blamed: bool
+@pytest.mark.parametrize(
+    ("test", "case", "value", "logs", "settings", "category"),
+    [
+        # a 64 B call over sockets: the setting's; within its bound: no cause at all
+        ("test_latency", ("all_reduce", "64"), 25.8, SOCKET, SOCKETS_SET, "environment"),
+        ("test_latency", ("all_reduce", "64"), 9.6, SOCKET, SOCKETS_SET, "passed"),
+        # over host memory a 64 B call is as fast as over NVLink: a slow one is not the setting's
+        ("test_latency", ("all_reduce", "64"), 25.8, SHM, HOST_MEMORY_SET, None),
+        # a 1 MiB call's time and a 1 GiB call's busbw over host memory are
+        ("test_time_per_call", ("all_reduce", "1M"), 456.5, SHM, HOST_MEMORY_SET, "environment"),
+        ("test_busbw", ("all_reduce", "1G"), 28.7, SHM, HOST_MEMORY_SET, "environment"),
+    ],
+)  # fmt: skip
+def test_a_collective_slowed_by_a_forced_transport_is_the_setting_s(
+    tmp_path: Path,
+    test: str,
+    case: tuple[str, str],
+    value: float,
+    logs: dict[int, list[str]],
+    settings: dict[str, str],
+    category: str | None,
 ) -> None:
-    """NCCL over sockets (NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1) fails a 64 B call's latency on 2x H200 as
-    surely as a large one's busbw: its failure names the setting, and is then the setting's (environment),
-    not the node's; a latency within its bound names no cause."""
-    over_sockets = transport.record(_logs(SOCKET), NVLINK, {"NCCL_P2P_DISABLE": "1", "NCCL_SHM_DISABLE": "1"})
-    row = {"op": "all_reduce", "size": "64", "bytes": 64, "time_us": latency_us, "latency_us": latency_us}
-    sweep = {"rows": [row | {"busbw_gbps": 0.005, "algbw_gbps": 0.0025}], "transport": over_sockets}
+    """A collective's figure past its bound (h200-x2's) where a setting sent the NVLink pairs another way that
+    slows it names the setting, and its failure is then the setting's (environment), not the node's: NCCL over
+    sockets for a 64 B call's latency, over host memory for a 1 MiB call's time and a 1 GiB call's busbw. Host
+    memory is no cause of a slow 64 B call (as fast as NVLink there); a figure within its bound names none."""
+    op, size = case
+    row = {"op": op, "size": size, "bytes": parse_size(size), "time_us": value, "time_us_max": value}
+    row |= {"latency_us": value, "busbw_gbps": value, "algbw_gbps": value / 2, "timing": "nccl"}
+    sweep = {"rows": [row], "transport": transport.record(_logs(logs), NVLINK, settings)}
     run = ClusterRun(load("h200-x2"), Placement(1, 0, "127.0.0.1", 29400, "default"), tmp_path / "ev", worker=False)
-    check = _Recorded()
+    item = SimpleNamespace(nodeid=f"tests_cluster/test_collectives.py::{test}", user_properties=[])
     try:
-        _shipped_module("test_collectives").test_latency(run, cast(Any, sweep), ("all_reduce", "64"), cast(Any, check))
+        with pytest.raises(pytest.fail.Exception) if category != "passed" else contextlib.nullcontext() as failed:
+            function = getattr(_shipped_module("test_collectives"), test)
+            function(run, sweep, case, Checker(run, cast(Any, item)))
+        message = str(failed.value) if failed is not None else ""
+        cases: dict[str, SimpleNamespace] = {}
+        found = SimpleNamespace(test=lambda nodeid: cases.setdefault(nodeid, SimpleNamespace(category=None)))
+        report = SimpleNamespace(failed=bool(message), longrepr=message, nodeid=item.nodeid)
+        drain_hooks.categorize(SimpleNamespace(excinfo=None), report, SimpleNamespace(evidence=found))  # type: ignore[arg-type]
     finally:
         run.close()
-    detail = check.details["collectives.all_reduce.latency_us@64"]
-    assert ("NCCL_P2P_DISABLE=1, NCCL_SHM_DISABLE=1" in detail) is blamed
-    assert ("culprit: " in detail) is blamed
-    cases: dict[str, SimpleNamespace] = {}
-    found = SimpleNamespace(test=lambda nodeid: cases.setdefault(nodeid, SimpleNamespace(category=None)))
-    report = SimpleNamespace(failed=True, longrepr=f"collectives.all_reduce.latency_us@64 ... {detail}", nodeid="t")
-    drain_hooks.categorize(SimpleNamespace(excinfo=None), report, SimpleNamespace(evidence=found))  # type: ignore[arg-type]
-    assert getattr(cases.get("t"), "category", None) == ("environment" if blamed else None)
+    assert ("set in the environment" in message) is (category == "environment")
+    assert getattr(cases.get(item.nodeid), "category", None) == (None if category == "passed" else category)
 
 
 def test_a_healthy_node_reads_every_pair_over_p2p() -> None:

@@ -318,13 +318,24 @@ def summary(pairs: Sequence[PairTransport], forcing: Mapping[str, str]) -> str:
     return f"{len(bad)} of {len(joined)} rank pairs joined by NVLink went another way: {named}"
 
 
-def forced(found: TransportRecord | None) -> str:
+# the transports a setting can force that slow a small message's call: NCCL over the network. At 64 B NCCL over
+# host memory (SHM, NCCL_P2P_DISABLE=1) read as fast as NVLink on 2x H200, NCCL over sockets 2-3x slower
+# (docs/measurements.md, "Latency at 64 B")
+SLOWS_SMALL_MESSAGES = ("NET/",)
+
+
+def forced(found: TransportRecord | None, slowing: tuple[str, ...] = ()) -> str:
     """Where a setting of the run's environment sent pairs that NVLink joins another way, the line a slowed
     figure (a p2p or busbw under its floor) names as its cause: the setting's, not the node's
-    (``plugin.drain_hooks.categorize``); "" where no setting did."""
+    (``plugin.drain_hooks.categorize``); "" where no setting did. ``slowing``: where only some transports slow
+    the figure (``SLOWS_SMALL_MESSAGES``), the pairs that went another way over none of them are no cause."""
     if found is None or not found["settings"]:
         return ""
-    bad = [p for p in mismatches(inside_nodes(found["pairs"])) if _forcing(p, found["settings"])]
+    bad = [
+        p
+        for p in mismatches(inside_nodes(found["pairs"]))
+        if _forcing(p, found["settings"]) and (not slowing or any(t.startswith(slowing) for t in p["transports"]))
+    ]
     if not bad:
         return ""
     union = {k: v for p in bad for k, v in _forcing(p, found["settings"]).items()}

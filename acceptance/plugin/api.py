@@ -44,7 +44,6 @@ __all__ = [
     "baseline_run",
     "clock_events_text",
     "collective_causes",
-    "collective_culprit",
     "compute_figures",
     "earlier_isolation",
     "earlier_readings",
@@ -127,26 +126,28 @@ def isolate_if_failing(run: ClusterRun, metric: str, value: float) -> Isolation 
     return isolation_rounds.isolate(run)
 
 
-def collective_culprit(run: ClusterRun) -> str:
-    """Where a slow collective's culprit is, from this run's link figures and isolation rounds, never a rank."""
-    return isolation_rounds.collective_culprit(run)
-
-
 def collective_causes(
     run: ClusterRun,
     metric: str,
     value: float,
     found: transport.TransportRecord | None,
     foreign: dict[str, list[ForeignSeen]] | None,
+    *,
+    culprit: bool = False,
+    small: bool = False,
 ) -> str:
-    """The causes a collective's figure past its bound names, each on a line of its own after a newline: where
-    its culprit is to be found, the setting of the run that sent NVLink pairs another way (the drain list then
-    blames the setting, not the node), another job's process seen on a GPU (a rerun, no drain); "" for a figure
-    within its bound. Every gated figure of a sweep (busbw, time per call, latency) names them alike: NCCL over
-    sockets fails a small message's latency as surely as a large one's busbw."""
+    """The causes a collective's figure past its bound names, each on a line of its own after a newline: the
+    setting of the run that sent NVLink pairs another way (the drain list then blames the setting, not the node),
+    another job's process seen on a GPU (a rerun, no drain); "" for a figure within its bound. ``culprit``: a
+    bandwidth's, led by where its culprit is to be found (the slowest links this run measured, the isolation's
+    nodes). ``small``: a small message's time, which only NCCL over the network slows
+    (``transport.SLOWS_SMALL_MESSAGES``): over host memory a 64 B call is as fast as over NVLink, so a setting
+    that sent the pairs there is not the cause of a slow one."""
     if not run.judge.fails(metric, value):
         return ""
-    lines = (collective_culprit(run), transport.forced(found), foreign_text(foreign))
+    slowing = transport.SLOWS_SMALL_MESSAGES if small else ()
+    where = isolation_rounds.collective_culprit(run) if culprit else ""
+    lines = (where, transport.forced(found, slowing), foreign_text(foreign))
     return "".join(f"\n{line}" for line in lines if line)
 
 
