@@ -175,6 +175,12 @@ def test_a_figure_slowed_by_a_forced_transport_names_the_setting_as_its_cause() 
     assert transport.forced(transport.record(_logs(SHM), NVLINK, {})) == ""
     assert transport.forced(transport.record(_logs(P2P), NVLINK, {"NCCL_P2P_DISABLE": "1"})) == ""
     assert transport.forced(None) == ""
+    # a call of 64 B over host memory is as fast as over NVLink: not the setting's; a larger one (unmeasured), or
+    # one sent over the network, is
+    assert transport.forced(forced, 64) == ""
+    assert transport.forced(forced, 128) == transport.forced(forced)
+    sockets = transport.record(_logs(SOCKET), NVLINK, SOCKETS_SET)
+    assert transport.forced(sockets, 64) == transport.forced(sockets) != ""
 
 
 def _shipped_module(name: str) -> Any:

@@ -82,7 +82,7 @@ def test_busbw(
         f"{op} {size}: {row['time_us']:.1f} us mean over ranks (longest {row['time_us_max']:.1f} us); "
         f"algbw {row['algbw_gbps']:.2f} GB/s; timing {row['timing']}{window_text(row)}"
     )
-    detail += _causes(cluster, sweep, metric, row["busbw_gbps"], culprit=True)
+    detail += _causes(cluster, sweep, metric, row, row["busbw_gbps"], culprit=True)
     check.measurements("row", row)
     check(metric, row["busbw_gbps"], "GB/s", detail)
 
@@ -91,12 +91,13 @@ def _causes(
     cluster: ClusterRun,
     sweep: collectives_rules.SweepResult,
     metric: str,
+    row: collectives_rules.CollectiveRow,
     value: float,
     culprit: bool = False,
-    small: bool = False,
 ) -> str:
+    """The causes ``metric`` (of ``row``'s call) names past its bound."""
     found, foreign = sweep.get("transport"), sweep.get("foreign")
-    return collective_causes(cluster, metric, value, found, foreign, culprit=culprit, small=small)
+    return collective_causes(cluster, metric, value, found, foreign, row["bytes"], culprit=culprit)
 
 
 def window_text(row: collectives_rules.CollectiveRow) -> str:
@@ -116,8 +117,7 @@ def test_time_per_call(
     """nccl-tests' time per call: the whole timed loop's, the mean over ranks."""
     metric = "collectives.{}.time_us@{}".format(*coll_case)
     row = _row(check, sweep, coll_case, metric, "us")
-    small = row["bytes"] < collectives_rules.LATENCY_BELOW
-    check(metric, row["time_us"], "us", _causes(cluster, sweep, metric, row["time_us"], small=small).lstrip("\n"))
+    check(metric, row["time_us"], "us", _causes(cluster, sweep, metric, row, row["time_us"]).lstrip("\n"))
 
 
 def test_latency(
@@ -133,7 +133,7 @@ def test_latency(
     detail = f"{latency_case[0]} {latency_case[1]}: the whole loop's {row['time_us']:.1f} us a call (nccl-tests' time)"
     if windows:
         detail += f"; {len(windows)} timed windows {min(windows):.1f}-{max(windows):.1f} us a call"
-    check(metric, row["latency_us"], "us", detail + _causes(cluster, sweep, metric, row["latency_us"], small=True))
+    check(metric, row["latency_us"], "us", detail + _causes(cluster, sweep, metric, row, row["latency_us"]))
 
 
 def test_data_correct(sweep: collectives_rules.SweepResult, coll_case: tuple[str, str], check: Checker) -> None:

@@ -318,17 +318,19 @@ def summary(pairs: Sequence[PairTransport], forcing: Mapping[str, str]) -> str:
     return f"{len(bad)} of {len(joined)} rank pairs joined by NVLink went another way: {named}"
 
 
-# the transports a setting can force that slow a small message's call: NCCL over the network. At 64 B NCCL over
-# host memory (SHM, NCCL_P2P_DISABLE=1) read as fast as NVLink on 2x H200, NCCL over sockets 2-3x slower
-# (docs/measurements.md, "Latency at 64 B")
+# Up to this many bytes a call over host memory (SHM, NCCL_P2P_DISABLE=1) read as fast as over NVLink, on 2x
+# H200 at 64 B, and only NCCL over the network (sockets: 2-3x slower there) slows it (docs/measurements.md,
+# "Latency at 64 B"). Larger calls: unmeasured, so any transport a setting forced is taken as slowing them.
+HOST_MEMORY_AS_FAST_UP_TO = 64
 SLOWS_SMALL_MESSAGES = ("NET/",)
 
 
-def forced(found: TransportRecord | None, slowing: tuple[str, ...] = ()) -> str:
+def forced(found: TransportRecord | None, size_bytes: int | None = None) -> str:
     """Where a setting of the run's environment sent pairs that NVLink joins another way, the line a slowed
     figure (a p2p or busbw under its floor) names as its cause: the setting's, not the node's
-    (``plugin.drain_hooks.categorize``); "" where no setting did. ``slowing``: where only some transports slow
-    the figure (``SLOWS_SMALL_MESSAGES``), the pairs that went another way over none of them are no cause."""
+    (``plugin.drain_hooks.categorize``); "" where no setting did. ``size_bytes``: the figure's call, where it
+    has one; up to ``HOST_MEMORY_AS_FAST_UP_TO`` only the pairs sent over the network are a cause."""
+    slowing = SLOWS_SMALL_MESSAGES if size_bytes is not None and size_bytes <= HOST_MEMORY_AS_FAST_UP_TO else ()
     if found is None or not found["settings"]:
         return ""
     bad = [

@@ -132,22 +132,20 @@ def collective_causes(
     value: float,
     found: transport.TransportRecord | None,
     foreign: dict[str, list[ForeignSeen]] | None,
+    size_bytes: int,
     *,
     culprit: bool = False,
-    small: bool = False,
 ) -> str:
     """The causes a collective's figure past its bound names, each on a line of its own after a newline: the
-    setting of the run that sent NVLink pairs another way (the drain list then blames the setting, not the node),
-    another job's process seen on a GPU (a rerun, no drain); "" for a figure within its bound. ``culprit``: a
-    bandwidth's, led by where its culprit is to be found (the slowest links this run measured, the isolation's
-    nodes). ``small``: a small message's time, which only NCCL over the network slows
-    (``transport.SLOWS_SMALL_MESSAGES``): over host memory a 64 B call is as fast as over NVLink, so a setting
-    that sent the pairs there is not the cause of a slow one."""
+    setting of the run that sent NVLink pairs another way (the drain list then blames the setting, not the node;
+    for a call of ``size_bytes`` as small as ``transport.HOST_MEMORY_AS_FAST_UP_TO``, only one that sent them
+    over the network), another job's process seen on a GPU (a rerun, no drain); "" for a figure within its
+    bound. ``culprit``: a bandwidth's, led by where its culprit is to be found (the slowest links this run
+    measured, the isolation's nodes)."""
     if not run.judge.fails(metric, value):
         return ""
-    slowing = transport.SLOWS_SMALL_MESSAGES if small else ()
     where = isolation_rounds.collective_culprit(run) if culprit else ""
-    lines = (where, transport.forced(found, slowing), foreign_text(foreign))
+    lines = (where, transport.forced(found, size_bytes), foreign_text(foreign))
     return "".join(f"\n{line}" for line in lines if line)
 
 

@@ -312,7 +312,7 @@ def preload(spec: ProbeSpec) -> None:
     t = section(spec, "training", TrainingConfig)
     family = SHAPES[t["model"]][0]
     workers_up: Callable[[], None] = _nothing
-    compiles = t.get("compile", "none") != "none"
+    compiles = t["compile"] != "none"
     if compiles:
         with contextlib.suppress(Exception):
             workers_up = start_compile_workers(int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
