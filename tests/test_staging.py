@@ -174,23 +174,37 @@ def test_the_training_job_imports_at_the_first_probe_that_lets_it() -> None:
     )
 
 
+def _test_thread_sleeps(monkeypatch: pytest.MonkeyPatch, on_sleep: Callable[[list[float]], None]) -> list[float]:
+    """Replace ``time.sleep`` (the module the wait polls through) for this test's thread: each call is
+    recorded, then ``on_sleep`` sees the record. Other threads (a heartbeat another test in this process
+    left running beats with ``time.sleep`` too) still sleep for real and are not counted."""
+    real, caller, polls = time.sleep, threading.get_ident(), list[float]()
+
+    def sleep(seconds: float) -> None:
+        if threading.get_ident() != caller:
+            real(seconds)
+            return
+        polls.append(seconds)
+        on_sleep(polls)
+
+    monkeypatch.setattr(time, "sleep", sleep)
+    return polls
+
+
 def test_a_probe_timed_by_the_host_waits_until_a_staged_jobs_ranks_are_past_their_imports(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     def beat(rank: int, phase: str) -> None:
         (tmp_path / f"rank-{rank}.json").write_text(json.dumps({"rank": rank, "phase": phase}))
 
-    polls: list[float] = []
-
-    def poll(seconds: float) -> None:
-        polls.append(seconds)
+    def poll(polls: list[float]) -> None:
         if len(polls) == 2:
             beat(1, staging.IMPORTING)  # the second rank's first heartbeat: still importing
         if len(polls) == 3:
             beat(0, "wait for the node")
             beat(1, "init process group")
 
-    monkeypatch.setattr(time, "sleep", poll)  # the module the wait polls through
+    polls = _test_thread_sleeps(monkeypatch, poll)
     ended: list[int | None] = [None]
     job = SimpleNamespace(proc=SimpleNamespace(poll=lambda: ended[0]), out_dir=tmp_path)
     jobs = staged_jobs.StagedJobs()
@@ -214,13 +228,7 @@ def test_a_rank_told_to_import_counts_as_importing_before_it_starts(
         for rank in (0, 1):
             (tmp_path / f"rank-{rank}.json").write_text(json.dumps({"rank": rank, "phase": phase}))
 
-    polls: list[float] = []
-
-    def poll(seconds: float) -> None:  # the ranks are past their imports by the next look
-        polls.append(seconds)
-        beat(staging.WAIT_FOR_NODE)
-
-    monkeypatch.setattr(time, "sleep", poll)
+    polls = _test_thread_sleeps(monkeypatch, lambda _: beat(staging.WAIT_FOR_NODE))  # past imports by the next look
     job = SimpleNamespace(proc=SimpleNamespace(poll=lambda: None), out_dir=tmp_path)
     jobs = staged_jobs.StagedJobs()
     jobs.add("training", 1, {}, cast(Any, job))
