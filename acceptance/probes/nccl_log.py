@@ -14,14 +14,11 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, TypedDict
+from typing import Any, Protocol, TypedDict
 
 from acceptance.families import transport
 from acceptance.families.answers import unanswered
 from acceptance.probes import nvml
-
-if TYPE_CHECKING:  # rank.connect calls enable(): the context's module imports this one
-    from acceptance.probes.rank import Ctx
 
 FILE = "nccl-%h.%p.log"
 SET_HERE_ENV = "ACCEPTANCE_NCCL_DEBUG_SET"  # the names enable() set, so that no record shows them as the user's
@@ -52,12 +49,28 @@ def own_log(folder: Path) -> str:
     return found[0].read_text(errors="replace") if found else ""
 
 
+class RankContext(Protocol):
+    """What ``record`` needs of a probe's rank (``acceptance.probes.rank.Ctx`` has it): a protocol, since
+    ``rank.connect`` calls ``enable`` and so imports this module."""
+
+    rank: int
+    local_rank: int
+    node_rank: int
+    host: str
+    backend: str
+    nccl_log: Path | None
+
+    def phase(self, name: str) -> None: ...
+
+    def gather(self, obj: Any) -> list[Any]: ...
+
+
 class _Gathered(TypedDict):
     log: transport.RankLog
     nvlink: dict[str, bool] | str | None  # local rank 0's NVML answer, or why there is none
 
 
-def record(ctx: Ctx) -> transport.TransportRecord:
+def record(ctx: RankContext) -> transport.TransportRecord:
     """Every rank's connections so far and each node's NVLink pairs, on every rank (a collective call)."""
     if ctx.backend != "nccl":
         return transport.not_recorded(f"backend {ctx.backend}: no NCCL, no transport to read", os.environ)
