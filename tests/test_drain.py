@@ -17,6 +17,7 @@ from acceptance.plugin import drain_hooks
 from acceptance.profile.metrics import local
 from acceptance.profile.registry import family_of_module
 from acceptance.run import drain as scheduler
+from acceptance.run.launcher import ProbeError
 from tests.harness import doc as evidence_doc
 
 
@@ -348,9 +349,7 @@ class _Case:
 
 
 class _Run:
-    """What ``categorize`` reads of the run: its timeout override and its evidence's test cases."""
-
-    timeout_override = None
+    """What ``categorize`` reads of the run: its evidence's test cases."""
 
     def __init__(self) -> None:
         self.cases: dict[str, _Case] = {}
@@ -378,6 +377,38 @@ def test_a_failure_s_category_comes_from_its_cause(message: str, category: str |
     report = SimpleNamespace(failed=True, longrepr=message, nodeid="test_x.py::test_y")
     drain_hooks.categorize(SimpleNamespace(excinfo=None), report, run)  # type: ignore[arg-type]
     assert run.test("test_x.py::test_y").category == category
+
+
+def test_a_probe_killed_at_any_time_limit_is_the_operator_s_setting() -> None:
+    """A limit from --cluster-timeout, --cluster-set timeouts.*=, the profile or its environment alike: the
+    operator chose it, and a probe killed there shows no fault of the node's own hardware."""
+    run = _Run()
+    killed = ProbeError("probe health timed out after 1 s and was killed: rank 0 at import", timed_out=True)
+    try:
+        try:
+            raise killed
+        except ProbeError:
+            pytest.fail("probe health failed", pytrace=False)  # as a test fails on its probe's error
+    except pytest.fail.Exception as exc:
+        call = SimpleNamespace(excinfo=SimpleNamespace(value=exc))
+    report = SimpleNamespace(failed=True, longrepr="probe health timed out", nodeid="test_x.py::test_y")
+    drain_hooks.categorize(call, report, run)  # type: ignore[arg-type]
+    assert run.test("test_x.py::test_y").category == "environment"
+
+
+def test_the_causes_the_preflight_names_drain_no_node() -> None:
+    """The job's environment, the wrong profile, the install's missing compiler and another process on a GPU:
+    each is for review with its own action; a GPU really missing still drains it."""
+    for category, expected in [
+        ("environment", ("review", "fix a setting")),
+        ("software", ("review", "fix the install")),
+        ("foreign load", ("review", "rerun")),
+        ("hardware", ("drain", "drain GPU")),
+    ]:
+        line = "preflight: the job's environment hides GPUs: CUDA_VISIBLE_DEVICES=\"\" ... GPU 0 (GPU-a7f9)"
+        preflight = {"ok": False, "categories": {line: category}}
+        [node] = build(doc(errors=[line], cluster={"nodes": [], "preflight": preflight}), Path("e.json"))["nodes"]
+        assert (node["severity"], node["action"]) == expected, category
 
 
 def test_junit_and_the_report_carry_each_failure_s_category_and_action() -> None:
