@@ -405,7 +405,7 @@ def test_the_causes_the_preflight_names_drain_no_node() -> None:
         ("foreign load", ("review", "rerun")),
         ("hardware", ("drain", "drain GPU")),
     ]:
-        line = "preflight: the job's environment hides GPUs: CUDA_VISIBLE_DEVICES=\"\" ... GPU 0 (GPU-a7f9)"
+        line = 'preflight: the job\'s environment hides GPUs: CUDA_VISIBLE_DEVICES="" ... GPU 0 (GPU-a7f9)'
         preflight = {"ok": False, "categories": {line: category}}
         [node] = build(doc(errors=[line], cluster={"nodes": [], "preflight": preflight}), Path("e.json"))["nodes"]
         assert (node["severity"], node["action"]) == expected, category

@@ -436,6 +436,11 @@ def _model_name(name: str) -> str:
     return name.removeprefix("NVIDIA ").strip()
 
 
+def same_model(name: str, model: str) -> bool:
+    """Whether a GPU NVML or CUDA names ``name`` is of the profile's ``model`` (with or without "NVIDIA ")."""
+    return _model_name(name) == _model_name(model)
+
+
 PCIE_KEYS = ("gen", "width", "max_gen", "max_width")
 
 
@@ -514,12 +519,12 @@ def _gate(nodes: Nodes, metric: str, read: Read, judge: Judge) -> Figure:
 def _model(nodes: Nodes, expect: Expect) -> Figure:
     if expect.gpu_model is None:
         return Figure("health.gpu_model_mismatch", "GPUs", skip="the profile names no topology.gpu_model")
-    want = _model_name(expect.gpu_model)
+    want = expect.gpu_model
     return _gate(
         nodes,
         "health.gpu_model_mismatch",
         _field("name"),
-        lambda name: None if _model_name(name) == want else f"{name}, expected {expect.gpu_model}",
+        lambda name: None if same_model(name, want) else f"{name}, expected {want}",
     )
 
 
