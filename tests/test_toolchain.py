@@ -8,11 +8,13 @@ import os
 import shutil
 import stat
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
 from acceptance.families.health import NodeInventory
+from acceptance.plugin.preflight_hooks import fail_the_gate
 from acceptance.profile.model import ProfileModel
 from acceptance.run import preflight
 from tests.test_fault_units import BUS, cuda, nvml
@@ -96,3 +98,19 @@ def test_a_node_without_a_compiler_is_for_review_naming_it(
     [node] = json.loads((folder / "drain.json").read_text())["nodes"]
     assert (node["severity"], node["category"], node["action"]) == ("review", "software", "fix the install")
     assert node["reason"].startswith("2 failures: preflight: no C/C++ compiler on PATH")
+
+
+def test_a_missing_compiler_leaves_the_gpu_gate_to_its_own_figure() -> None:
+    """The gate that counts the GPUs fails with a line about the GPUs, taking its cause; a compiler missing
+    stops the families that build with it, and the GPUs are still counted by their own figure."""
+    cases: dict[str, SimpleNamespace] = {}
+    run = SimpleNamespace(evidence=SimpleNamespace(test=lambda nodeid: cases.setdefault(nodeid, SimpleNamespace())))
+    gate = SimpleNamespace(nodeid="test_health.py::test_gate[gpu_count]", get_closest_marker=lambda name: True)
+    no_compiler = preflight.PreflightResult(False, "no C/C++ compiler on PATH: ...", category="software",
+                                            families=("training",))  # fmt: skip
+    fail_the_gate(no_compiler, gate, run)  # type: ignore[arg-type]
+    assert cases == {}
+    hidden = preflight.PreflightResult(False, "the job's environment hides GPUs: ...", category="environment")
+    with pytest.raises(pytest.fail.Exception, match="preflight: the job's environment hides GPUs"):
+        fail_the_gate(hidden, gate, run)  # type: ignore[arg-type]
+    assert cases[gate.nodeid].category == "environment"
