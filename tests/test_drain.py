@@ -17,6 +17,7 @@ from acceptance.plugin import drain_hooks
 from acceptance.profile.metrics import local
 from acceptance.profile.registry import family_of_module
 from acceptance.run import drain as scheduler
+from acceptance.run import preflight
 from acceptance.run.launcher import ProbeError
 from tests.harness import doc as evidence_doc
 
@@ -432,3 +433,17 @@ def test_junit_and_the_report_carry_each_failure_s_category_and_action() -> None
     [table] = [b for b in overview.problems(data) if isinstance(b, Table)]
     assert table.head[2:4] == ["category", "action"]
     assert [row[2:4] for row in table.rows] == [["hardware", "drain GPU"], ["foreign load", "rerun"]]
+
+
+def test_a_gpu_missing_drains_the_node_not_the_gpus_still_there() -> None:
+    """A GPU gone from every view has no index: the node drains as a whole, and the GPU still present (named
+    in the line beside it) is not the one drained."""
+    from tests.test_fault_units import BUS, cuda, nvml
+    from tests.test_fault_units import model as h200_x2
+
+    answers = {"pci": list(BUS), "nvml": nvml(0), "torch": cuda(0)}
+    result = preflight.check(h200_x2(), {}, lambda env: answers)  # type: ignore[arg-type,return-value]
+    line = f"preflight: {result.message}"
+    data = doc(errors=[line], cluster={"nodes": [], "preflight": {"ok": False, "categories": {line: result.category}}})
+    [node] = build(data, Path("e.json"))["nodes"]
+    assert (node["severity"], node["category"], node["action"], node["gpus"]) == ("drain", "hardware", "drain node", [])

@@ -68,7 +68,7 @@ def test_a_gpu_fallen_off_nvml_is_named_by_its_bus_id() -> None:
     assert not result.ok and result.category == "hardware"  # the node's own GPU is gone: it drains
     assert result.message == (
         f"profile h200-x2 expects 2 {H200} GPU(s) on this node, torch 2.6.0+cu124 (CUDA 12.4) finds 1: "
-        f"present GPU 0 ({BUS[0]}, {UUID[0]}, {H200}); missing the GPU at {BUS[1]} "
+        f"present cuda:0 ({BUS[0]}, {UUID[0]}, {H200}); missing the GPU at {BUS[1]} "
         "(on the PCI bus, not answering NVML: fallen off the bus, or no driver bound)"
     )
 

@@ -189,7 +189,8 @@ def _short(
     why = f" ({torch['error']})" if torch.get("error") else ""
     shown = f", CUDA_VISIBLE_DEVICES={env['CUDA_VISIBLE_DEVICES']}" if "CUDA_VISIBLE_DEVICES" in env else ""
     model_name = f" {topo.gpu_model}" if topo.gpu_model else ""
-    present = ", ".join(describe(g) for g in usable) or "none"
+    # the GPUs still there by CUDA's device name: "GPU n" in a drain reason names a GPU to drain
+    present = ", ".join(f"cuda:{g['cuda_index']} ({_parts(g)})" for g in usable) or "none"
     build = f"torch {torch.get('version')}"
     return (
         f"profile {name} expects {need}{model_name} GPU(s) on this node, {build} (CUDA {torch.get('cuda')}{shown}) "
@@ -214,8 +215,11 @@ def _why_out(gpu: SeenGpu) -> str:
 
 def describe(gpu: SeenGpu) -> str:
     index = gpu.get("cuda_index", gpu.get("nvml_index"))
-    parts = ", ".join(str(p) for p in (gpu.get("pci_bus_id"), gpu.get("uuid"), gpu.get("name")) if p)
-    return f"GPU {index} ({parts})" if index is not None else f"the GPU at {parts}"
+    return f"GPU {index} ({_parts(gpu)})" if index is not None else f"the GPU at {_parts(gpu)}"
+
+
+def _parts(gpu: SeenGpu) -> str:
+    return ", ".join(str(p) for p in (gpu.get("pci_bus_id"), gpu.get("uuid"), gpu.get("name")) if p)
 
 
 def bus_id(raw: object) -> str | None:
