@@ -321,6 +321,8 @@ def test_a_figure_slowed_by_another_job_s_process_drains_nothing() -> None:
         "rerun",
     )
     assert drain.to_drain(found) == []
+    # the cause first, as the preflight says it of a process there from the start
+    assert node["reason"].startswith("foreign load: compute.matmul_tflops_below_median = 0.54")
 
 
 def test_a_drained_gpu_is_named_by_its_uuid_as_well() -> None:

@@ -22,14 +22,13 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import cast
 
-from acceptance.evidence.causes import Category
+from acceptance.evidence.causes import FOREIGN_LOAD_FIRST, Category
 from acceptance.families.gpu_users import GpuProcess, GpuUse, Ours, descends_from, foreign, foreign_use
 from acceptance.families.health import NodeInventory, TorchView, same_model
 from acceptance.profile.model import ProfileModel
 from acceptance.run import toolchain
 
 FAULT_ENV = "ACCEPTANCE_TEST_FAULT"  # the tests' fault knob, the one the ranks read (acceptance.probes.rank)
-FOREIGN_LOAD_FIRST = "foreign load: "  # the cause, first in the line a drain list and the terminal show
 DETECT_TIMEOUT_S = 120.0  # importing torch and initialising NVML; minutes would mean a wedged driver
 Detect = Callable[[Mapping[str, str]], NodeInventory]
 # one GPU as the views saw it, merged: cuda_index, nvml_index, pci_bus_id, uuid, name (those some view gave)
