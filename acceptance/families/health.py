@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Annotated, Any, TypedDict
+from typing import Annotated, Any, Literal, TypedDict
 
 from pydantic import AfterValidator, Field
 from typing_extensions import NotRequired
@@ -42,6 +42,9 @@ class Health(Strict):
     pcie_under_load: bool = True
     throttle_reasons: list[ThrottleReason] = ["hw_slowdown", "hw_thermal", "hw_power_brake"]
     temperature_max_c: Annotated[float, Field(gt=0)] | None = None  # None: each GPU's own slowdown temperature
+    # another process on the run's GPUs before it starts: foreign load (review: rerun once it is gone), or,
+    # where a site holds a leftover process to be the node's fault, its configuration (drain the GPU)
+    leftover_process: Literal["review", "drain"] = "review"
 
 
 _HEALTH = "health.<figure>"
@@ -88,6 +91,7 @@ class HealthConfig(TypedDict):
     pcie_under_load: bool
     throttle_reasons: list[str]
     temperature_max_c: float | None
+    leftover_process: str  # the preflight's (review or drain); the probe does not read it
 
 
 class PcieAnswers(TypedDict):

@@ -24,7 +24,7 @@ from typing import cast
 
 from acceptance.evidence.causes import FOREIGN_LOAD_FIRST, Category
 from acceptance.families.gpu_users import GpuProcess, GpuUse, Ours, descends_from, foreign, foreign_use
-from acceptance.families.health import NodeInventory, TorchView, same_model
+from acceptance.families.health import HEALTH, NodeInventory, TorchView, same_model
 from acceptance.profile.model import ProfileModel
 from acceptance.run import toolchain
 
@@ -116,7 +116,9 @@ def check(
     # (acceptance.plugin.drain_hooks.categorize): the GPU is shared, not broken
     used = "; ".join(foreign_use(seen, ours))
     message = f"{FOREIGN_LOAD_FIRST}{used}" if used else ""
-    return PreflightResult(not used, message, gpus, answers, others, "foreign load")
+    # a site may hold a process left on a GPU to be the node's own fault (health.leftover_process: drain)
+    drains = HEALTH.section_of(model).leftover_process == "drain"
+    return PreflightResult(not used, message, gpus, answers, others, "configuration" if drains else "foreign load")
 
 
 def the_run_s(users: list[GpuUse], gpus: list[SeenGpu]) -> list[GpuUse]:
