@@ -449,3 +449,19 @@ def test_a_gpu_missing_drains_the_node_not_the_gpus_still_there() -> None:
     data = doc(errors=[line], cluster={"nodes": [], "preflight": {"ok": False, "categories": {line: result.category}}})
     [node] = build(data, Path("e.json"))["nodes"]
     assert (node["severity"], node["category"], node["action"], node["gpus"]) == ("drain", "hardware", "drain node", [])
+
+
+def test_the_terminal_says_the_drain_list_s_action() -> None:
+    """A node for review says what to do about it (fix the install, fix a setting, rerun) in the terminal's
+    drain line, as drain.json and the report do; a drained one says which GPUs, or the node as a whole."""
+    from acceptance.plugin.summary import next_lines
+
+    line = "preflight: no C/C++ compiler on PATH: DeepSpeed's CPU communication op ..."
+    data = doc(errors=[line], cluster={"nodes": [], "preflight": {"ok": False, "categories": {line: "software"}}})
+    found = build(data, Path("ev/evidence.json"))
+    shown = next_lines(EvidenceDoc.model_validate(data), "ev/evidence.json", found)
+    assert f"drain: gpu-a (review: fix the install): {line}" in shown
+    gpu = "preflight: profile h200-x2 expects 2 ... missing GPU 1 (0000:2a:00.0, GPU-c41b)"
+    data = doc(errors=[gpu], cluster={"nodes": [], "preflight": {"ok": False, "categories": {gpu: "hardware"}}})
+    shown = next_lines(EvidenceDoc.model_validate(data), "ev/evidence.json", build(data, Path("ev/evidence.json")))
+    assert f"drain: gpu-a GPU 1 (drain): {gpu}" in shown
