@@ -114,3 +114,16 @@ def test_a_missing_compiler_leaves_the_gpu_gate_to_its_own_figure() -> None:
     with pytest.raises(pytest.fail.Exception, match="preflight: the job's environment hides GPUs"):
         fail_the_gate(hidden, gate, run)  # type: ignore[arg-type]
     assert cases[gate.nodeid].category == "environment"
+
+
+def test_the_collectives_loop_without_a_compiler_runs_from_python_and_fails_nothing(tmp_path: Path) -> None:
+    """The collectives' C loop has its own way without a compiler (the calls issued from Python, the figure's
+    label says so): alone, it fails no preflight; beside a need that stops a family, it is named too."""
+    answers: NodeInventory = {"pci": list(BUS), "nvml": nvml(0, 1), "torch": cuda(0, 1)}
+    empty = {"PATH": bin_with(tmp_path / "bin")}
+    collectives = {"collectives"}
+    result = preflight.check(profile(GPU), empty, lambda env: answers, ours=lambda pid: False, families=collectives)
+    assert result.ok, result.message
+    both = preflight.check(profile(GPU, compile="blocks"), empty, lambda env: answers, families=None)
+    assert not both.ok and both.families == ("training",)
+    assert "the collectives' C loop (collectives.timing: auto) is built with $CC or cc" in both.message

@@ -4,7 +4,9 @@ torch.compile, DeepSpeed's ops and the collectives' C loop each build code on th
 each with the compiler its own project looks for. On a node image without one, every test they serve fails
 deep inside a probe (DeepSpeed's op: "cannot open shared object file"), and a single-node run would blame the
 node for it. The preflight looks for each compiler the selected tests need the way its project does, and says
-what is missing and what needs it: the install's fault (review), before anything runs.
+what is missing and what needs it: the install's fault (review), before anything runs. The collectives' C
+loop has a way of its own without one (the calls issued from Python, its figures labelled so): it is named
+beside a need that stops a family, and fails nothing alone.
 """
 
 from __future__ import annotations
@@ -102,14 +104,15 @@ def missing(model: ProfileModel, env: Mapping[str, str], families: Collection[st
 
 
 def problem(lacking: list[Missing]) -> tuple[str, tuple[str, ...]] | None:
-    """The preflight's line for what is missing, and the families it stops; None when nothing is."""
-    if not lacking:
-        return None
+    """The preflight's line for what is missing (each need, those with a way of their own too), and the
+    families it stops; None when nothing stops a family (the collectives' loop alone issues its calls from
+    Python, and its figures' label says why)."""
     stopped = tuple(dict.fromkeys(m.need.family for m in lacking if m.need.stops))
-    then = f"; {', '.join(stopped)} skipped" if stopped else ""
+    if not stopped:
+        return None
     return (
         "no C/C++ compiler on PATH: "
         + "; ".join(m.line() for m in lacking)
-        + f": install one (e.g. gcc and g++ in the node image) or name it in CC/CXX{then}",
+        + f": install one (e.g. gcc and g++ in the node image) or name it in CC/CXX; {', '.join(stopped)} skipped",
         stopped,
     )
