@@ -17,6 +17,8 @@ from acceptance.plugin import drain_hooks
 from acceptance.profile.metrics import local
 from acceptance.profile.registry import family_of_module
 from acceptance.run import drain as scheduler
+from acceptance.run import preflight
+from acceptance.run.launcher import ProbeError
 from tests.harness import doc as evidence_doc
 
 
@@ -319,6 +321,8 @@ def test_a_figure_slowed_by_another_job_s_process_drains_nothing() -> None:
         "rerun",
     )
     assert drain.to_drain(found) == []
+    # the cause first, as the preflight says it of a process there from the start
+    assert node["reason"].startswith("foreign load: compute.matmul_tflops_below_median = 0.54")
 
 
 def test_a_drained_gpu_is_named_by_its_uuid_as_well() -> None:
@@ -348,9 +352,7 @@ class _Case:
 
 
 class _Run:
-    """What ``categorize`` reads of the run: its timeout override and its evidence's test cases."""
-
-    timeout_override = None
+    """What ``categorize`` reads of the run: its evidence's test cases."""
 
     def __init__(self) -> None:
         self.cases: dict[str, _Case] = {}
@@ -380,6 +382,38 @@ def test_a_failure_s_category_comes_from_its_cause(message: str, category: str |
     assert run.test("test_x.py::test_y").category == category
 
 
+def test_a_probe_killed_at_any_time_limit_is_the_operator_s_setting() -> None:
+    """A limit from --cluster-timeout, --cluster-set timeouts.*=, the profile or its environment alike: the
+    operator chose it, and a probe killed there shows no fault of the node's own hardware."""
+    run = _Run()
+    killed = ProbeError("probe health timed out after 1 s and was killed: rank 0 at import", timed_out=True)
+    try:
+        try:
+            raise killed
+        except ProbeError:
+            pytest.fail("probe health failed", pytrace=False)  # as a test fails on its probe's error
+    except pytest.fail.Exception as exc:
+        call = SimpleNamespace(excinfo=SimpleNamespace(value=exc))
+    report = SimpleNamespace(failed=True, longrepr="probe health timed out", nodeid="test_x.py::test_y")
+    drain_hooks.categorize(call, report, run)  # type: ignore[arg-type]
+    assert run.test("test_x.py::test_y").category == "environment"
+
+
+def test_the_causes_the_preflight_names_drain_no_node() -> None:
+    """The job's environment, the wrong profile, the install's missing compiler and another process on a GPU:
+    each is for review with its own action; a GPU really missing still drains it."""
+    for category, expected in [
+        ("environment", ("review", "fix a setting")),
+        ("software", ("review", "fix the install")),
+        ("foreign load", ("review", "rerun")),
+        ("hardware", ("drain", "drain GPU")),
+    ]:
+        line = 'preflight: the job\'s environment hides GPUs: CUDA_VISIBLE_DEVICES="" ... GPU 0 (GPU-a7f9)'
+        preflight = {"ok": False, "categories": {line: category}}
+        [node] = build(doc(errors=[line], cluster={"nodes": [], "preflight": preflight}), Path("e.json"))["nodes"]
+        assert (node["severity"], node["action"]) == expected, category
+
+
 def test_junit_and_the_report_carry_each_failure_s_category_and_action() -> None:
     """The category and action the drain list takes, on each failed test of the JUnit (properties a pipeline
     routes by) and in the report's table of tests that did not pass."""
@@ -401,3 +435,33 @@ def test_junit_and_the_report_carry_each_failure_s_category_and_action() -> None
     [table] = [b for b in overview.problems(data) if isinstance(b, Table)]
     assert table.head[2:4] == ["category", "action"]
     assert [row[2:4] for row in table.rows] == [["hardware", "drain GPU"], ["foreign load", "rerun"]]
+
+
+def test_a_gpu_missing_drains_the_node_not_the_gpus_still_there() -> None:
+    """A GPU gone from every view has no index: the node drains as a whole, and the GPU still present (named
+    in the line beside it) is not the one drained."""
+    from tests.test_fault_units import BUS, cuda, nvml
+    from tests.test_fault_units import model as h200_x2
+
+    answers = {"pci": list(BUS), "nvml": nvml(0), "torch": cuda(0)}
+    result = preflight.check(h200_x2(), {}, lambda env: answers)  # type: ignore[arg-type,return-value]
+    line = f"preflight: {result.message}"
+    data = doc(errors=[line], cluster={"nodes": [], "preflight": {"ok": False, "categories": {line: result.category}}})
+    [node] = build(data, Path("e.json"))["nodes"]
+    assert (node["severity"], node["category"], node["action"], node["gpus"]) == ("drain", "hardware", "drain node", [])
+
+
+def test_the_terminal_says_the_drain_list_s_action() -> None:
+    """A node for review says what to do about it (fix the install, fix a setting, rerun) in the terminal's
+    drain line, as drain.json and the report do; a drained one says which GPUs, or the node as a whole."""
+    from acceptance.plugin.summary import next_lines
+
+    line = "preflight: no C/C++ compiler on PATH: DeepSpeed's CPU communication op ..."
+    data = doc(errors=[line], cluster={"nodes": [], "preflight": {"ok": False, "categories": {line: "software"}}})
+    found = build(data, Path("ev/evidence.json"))
+    shown = next_lines(EvidenceDoc.model_validate(data), "ev/evidence.json", found)
+    assert f"drain: gpu-a (review: fix the install): {line}" in shown
+    gpu = "preflight: profile h200-x2 expects 2 ... missing GPU 1 (0000:2a:00.0, GPU-c41b)"
+    data = doc(errors=[gpu], cluster={"nodes": [], "preflight": {"ok": False, "categories": {gpu: "hardware"}}})
+    shown = next_lines(EvidenceDoc.model_validate(data), "ev/evidence.json", build(data, Path("ev/evidence.json")))
+    assert f"drain: gpu-a GPU 1 (drain): {gpu}" in shown

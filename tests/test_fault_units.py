@@ -65,18 +65,69 @@ def test_every_gpu_present_passes() -> None:
 
 def test_a_gpu_fallen_off_nvml_is_named_by_its_bus_id() -> None:
     result = judge({"pci": list(BUS), "nvml": nvml(0), "torch": cuda(0)})
-    assert not result.ok
+    assert not result.ok and result.category == "hardware"  # the node's own GPU is gone: it drains
     assert result.message == (
         f"profile h200-x2 expects 2 {H200} GPU(s) on this node, torch 2.6.0+cu124 (CUDA 12.4) finds 1: "
-        f"present GPU 0 ({BUS[0]}, {UUID[0]}, {H200}); missing the GPU at {BUS[1]} "
+        f"present cuda:0 ({BUS[0]}, {UUID[0]}, {H200}); missing the GPU at {BUS[1]} "
         "(on the PCI bus, not answering NVML: fallen off the bus, or no driver bound)"
     )
 
 
-def test_a_gpu_hidden_from_cuda_is_named_with_the_variable() -> None:
+def test_a_gpu_hidden_by_the_job_s_environment_is_the_environment_s_not_the_node_s() -> None:
+    """NVML lists the GPU, the job's CUDA_VISIBLE_DEVICES leaves it out: the GPU is there, the job was not
+    given it. The cause (the variable and its value) comes first, then the next step; nothing drains."""
     result = judge({"pci": list(BUS), "nvml": nvml(0, 1), "torch": cuda(0)}, {"CUDA_VISIBLE_DEVICES": "0"})
-    assert "(CUDA 12.4, CUDA_VISIBLE_DEVICES=0) finds 1" in result.message
+    assert not result.ok and result.category == "environment"
+    assert result.message.startswith(
+        "the job's environment hides GPUs: CUDA_VISIBLE_DEVICES=0 leaves the job 1 of this node's 2 GPU(s), "
+        "profile h200-x2 expects 2: "
+    )
+    assert f"hidden GPU 1 ({BUS[1]}, {UUID[1]}, {H200})" in result.message
+    assert "give the job the node's GPUs (unset CUDA_VISIBLE_DEVICES" in result.message
+
+
+def test_an_empty_cuda_visible_devices_is_the_job_s_environment() -> None:
+    result = judge({"pci": list(BUS), "nvml": nvml(0, 1), "torch": cuda()}, {"CUDA_VISIBLE_DEVICES": ""})
+    assert not result.ok and result.category == "environment"
+    assert result.message.startswith(
+        "the job's environment hides GPUs: CUDA_VISIBLE_DEVICES=\"\" leaves the job 0 of this node's 2 GPU(s)"
+    )
+
+
+def test_a_gpu_nvml_lists_and_cuda_cannot_use_without_the_variable_is_the_node_s() -> None:
+    result = judge({"pci": list(BUS), "nvml": nvml(0, 1), "torch": cuda(0)})
+    assert not result.ok and result.category == "hardware"
     assert f"missing GPU 1 ({BUS[1]}, {UUID[1]}, {H200}) (NVML lists it, CUDA does not" in result.message
+
+
+def test_the_variable_hiding_fewer_gpus_than_are_short_leaves_the_rest_missing() -> None:
+    # one GPU hidden, and the node has one fewer than the profile's three: a GPU of its own is gone
+    result = judge({"pci": list(BUS), "nvml": nvml(0, 1), "torch": cuda(0)}, {"CUDA_VISIBLE_DEVICES": "0"},
+                   gpus_per_node=3)  # fmt: skip
+    assert not result.ok and result.category == "hardware"
+
+
+H100 = "NVIDIA H100 80GB HBM3"
+
+
+def other_model(answers: NodeInventory, name: str) -> NodeInventory:
+    """``answers`` with every GPU named ``name`` (CUDA's and NVML's view alike)."""
+    torch = answers["torch"]
+    devices = [{**d, "name": name} for d in torch.get("devices", [])]
+    listed = [{**g, "name": name} for g in answers["nvml"] or []]
+    return {**answers, "torch": {**torch, "devices": devices}, "nvml": listed}  # type: ignore[typeddict-item]
+
+
+@pytest.mark.parametrize("gpus_per_node", [4, 1], ids=["h200-x4-on-1x-h100", "same-count"])
+def test_a_profile_for_another_gpu_model_is_the_wrong_profile(gpus_per_node: int) -> None:
+    """An h200-x4 profile on a 1x H100 machine: the profile is the wrong one, not the node."""
+    answers = other_model({"pci": [BUS[0]], "nvml": nvml(0), "torch": cuda(0)}, H100)
+    result = judge(answers, gpus_per_node=gpus_per_node)
+    assert not result.ok and result.category == "environment"
+    assert result.message.startswith(
+        f"wrong profile: h200-x2 is for {gpus_per_node}x {H200} (topology.gpu_model), this node has 1x {H100}: "
+    )
+    assert "cluster-acceptance init" in result.message
 
 
 def test_a_gpu_gone_from_every_view_is_counted() -> None:

@@ -9,6 +9,7 @@ process table (/proc) is searched for it. Faults come from the ranks' ACCEPTANCE
 from __future__ import annotations
 
 import fnmatch
+import json
 import os
 import re
 import signal
@@ -51,7 +52,7 @@ class Run:
         fault: str,
         args: list[str],
         profile: str = "local-cpu",
-        timeout_s: int = TIMEOUT_S,
+        timeout_s: int | None = TIMEOUT_S,
     ) -> None:
         self.mark = uuid.uuid4().hex
         self.folder = suite.path / "evidence"
@@ -59,7 +60,7 @@ class Run:
         # (one argument: pytest reads a separate value as a path when it looks for its rootdir)
         argv = [sys.executable, "-m", "pytest", *PLUGIN_ARGS, "-p", "no:cacheprovider",
                 f"--cluster-profile={ROOT / 'thresholds' / profile}.yaml", f"--cluster-evidence={self.folder}",
-                "--cluster-timeout", str(timeout_s), *args]  # fmt: skip
+                *(["--cluster-timeout", str(timeout_s)] if timeout_s else []), *args]  # fmt: skip
         env = {**os.environ, MARK: self.mark, "ACCEPTANCE_TEST_FAULT": fault}
         self.proc = subprocess.Popen(
             argv, cwd=suite.path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
@@ -152,11 +153,16 @@ def hung_connectivity(timeout_s: int) -> str:
 
 
 def test_a_hung_rank_is_named_with_its_phase(suite: pytest.Pytester) -> None:
-    run = Run(suite, "hang@1:barrier latency", CONNECTIVITY)
+    """The limit given as a profile key (``--cluster-set timeouts.connectivity``), not ``--cluster-timeout``:
+    a probe killed there is the operator's setting all the same, and the drain list drains nothing for it."""
+    limit = ["--cluster-set", f"timeouts.connectivity={TIMEOUT_S}"]
+    run = Run(suite, "hang@1:barrier latency", [*limit, *CONNECTIVITY], timeout_s=None)
     assert run.wait() == pytest.ExitCode.TESTS_FAILED, run.output
     assert re.search(hung_connectivity(TIMEOUT_S), run.output), run.output
     assert "timed out after" in assert_failed_evidence(run, complete=True)["probes"][0]["error"]
     assert_nothing_left(run.mark)
+    [node] = json.loads((run.folder / "drain.json").read_text())["nodes"]
+    assert (node["severity"], node["category"], node["action"]) == ("review", "environment", "fix a setting")
 
 
 def test_a_stopped_rank_gives_a_verdict_within_the_timeout(suite: pytest.Pytester) -> None:

@@ -16,6 +16,7 @@ import pytest
 from acceptance.families import compute, gpu_users
 from acceptance.families.gpu_users import IDLE_USED_MAX_BYTES, GpuUse, foreign_use
 from acceptance.probes import inventory, nvml
+from acceptance.profile.model import ProfileModel
 from acceptance.run import preflight
 from tests.test_fault_units import BUS, cuda, model
 from tests.test_fault_units import nvml as nvml_listed
@@ -88,10 +89,28 @@ def test_the_preflight_fails_naming_the_process() -> None:
     answers = {"pci": list(BUS), "nvml": nvml_listed(0, 1), "torch": cuda(0, 1), "users": [use(0), use(1, 4242)]}
     result = preflight.check(model(), {}, lambda env: answers, ours=lambda pid: False)  # type: ignore[arg-type,return-value]
     assert not result.ok
-    assert result.message == "GPU 1 (0000:2a:00.0, GPU-1) is in use by another process: pid 4242 `python` (3.00 GiB)"
+    # another process is foreign load whenever it is seen, from the start as mid-run: named first, not drained
+    assert result.category == "foreign load"
+    assert result.message == (
+        "foreign load: GPU 1 (0000:2a:00.0, GPU-1) is in use by another process: pid 4242 `python` (3.00 GiB)"
+    )
     assert result.foreign == [{"pid": 4242, "used_memory_bytes": 3 * GIB, "command": "python train.py"}]
     clean = {**answers, "users": [use(0), use(1)]}
     assert preflight.check(model(), {}, lambda env: clean).ok  # type: ignore[arg-type,return-value]
+
+
+def test_a_site_that_drains_for_a_leftover_process_says_so_in_its_profile() -> None:
+    """``health.leftover_process: drain``: a process there before the run is the node's configuration, and its
+    GPU is drained; the line still names the cause first. The default is review (foreign load, rerun)."""
+    answers = {"pci": list(BUS), "nvml": nvml_listed(0, 1), "torch": cuda(0, 1), "users": [use(0), use(1, 4242)]}
+    topology = {"gpus_per_node": 2, "gpu_model": "NVIDIA H200"}
+    strict = ProfileModel.model_validate(
+        {"name": "site", "topology": topology, "health": {"leftover_process": "drain"}}
+    )
+    result = preflight.check(strict, {}, lambda env: answers, ours=lambda pid: False)  # type: ignore[arg-type,return-value]
+    assert (result.ok, result.category) == (False, "configuration")
+    assert result.message.startswith("foreign load: GPU 1 (0000:2a:00.0, GPU-1) is in use by another process")
+    assert preflight.check(model(), {}, lambda env: answers, ours=lambda pid: False).category == "foreign load"  # type: ignore[arg-type,return-value]
 
 
 def test_the_users_read_before_the_worker_started_are_the_ones_judged() -> None:
@@ -142,7 +161,7 @@ def test_on_a_shared_node_only_the_run_s_gpus_are_judged() -> None:
     assert preflight.check(one, {}, lambda env: answers, ours=lambda pid: False).ok  # type: ignore[arg-type,return-value]
     mine = {**answers, "users": [use(0, 4242), use(1)]}
     result = preflight.check(one, {}, lambda env: mine, ours=lambda pid: False)  # type: ignore[arg-type,return-value]
-    assert result.message.startswith("GPU 0 (0000:18:00.0, GPU-0) is in use by another process: pid 4242")
+    assert result.message.startswith("foreign load: GPU 0 (0000:18:00.0, GPU-0) is in use by another process: pid 4242")
     unplaced = use(1, 4242)
     unplaced["pci_bus_id"] = unplaced["uuid"] = None
     nowhere = {**answers, "users": [use(0), unplaced]}

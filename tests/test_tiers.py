@@ -247,8 +247,13 @@ def _stand_in_scontrol(suite: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) 
         (["--cluster-profile", "h100-x1"], "software"),
         # a time limit the operator gave that no probe can meet
         (["--cluster-profile", "local-cpu", "--cluster-timeout", "1", "-m", "connectivity"], "environment"),
+        # the same limit given as a profile key: the operator's all the same
+        (
+            ["--cluster-profile", "local-cpu", "--cluster-set", "timeouts.default=1", "-m", "connectivity"],
+            "environment",
+        ),
     ],
-    ids=["cpu-only-torch", "timeout-1"],
+    ids=["cpu-only-torch", "timeout-1", "timeouts-default-1"],
 )
 def test_the_suite_s_own_environment_drains_no_node(
     suite: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, args: list[str], category: str
@@ -265,7 +270,7 @@ def test_the_suite_s_own_environment_drains_no_node(
     assert drain["applied"] == [] and drain["nodes"]
     assert {(n["severity"], n["node_fault"]) for n in drain["nodes"]} == {("review", False)}
     assert {r["category"] for n in drain["nodes"] for r in n["reasons"]} >= {category}
-    result.stdout.fnmatch_lines(["drain: c7 (review): *"])
+    result.stdout.fnmatch_lines(["drain: c7 (review: *): *"])
 
 
 def test_a_bad_drain_way_is_a_usage_error_before_anything_runs(

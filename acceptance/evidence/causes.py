@@ -41,3 +41,15 @@ def action(category: Category, gpus: bool = False) -> Action:
     if node_fault(category):
         return "drain GPU" if gpus else "drain node"
     return _REVIEW[category]
+
+
+# the words a line starts with when another job's process is its cause (the preflight's, a slowed figure's)
+FOREIGN_LOAD_FIRST = "foreign load: "
+
+
+def cause_first(text: str, category: Category) -> str:
+    """``text`` with its cause in its first words: a figure slowed by another job's process says so first,
+    as the preflight's line of a process there from the start does."""
+    if category == "foreign load" and not text.startswith(FOREIGN_LOAD_FIRST):
+        return FOREIGN_LOAD_FIRST + text
+    return text

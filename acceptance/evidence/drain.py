@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Literal, TypedDict
 
 from acceptance.atomic_file import write_atomic
-from acceptance.evidence.causes import Action, Category, action, category_of, node_fault
+from acceptance.evidence.causes import Action, Category, action, category_of, cause_first, node_fault
 from acceptance.evidence.model import Case, Check, EvidenceDoc
 from acceptance.evidence.store import dumps, now
 from acceptance.evidence.verdict import verdict_of
@@ -175,7 +175,8 @@ def _reasons(doc: EvidenceDoc) -> list[Reason]:
         for check in test.checks:
             if check.verdict in FAILED_CHECKS:
                 local = _local(test, check)
-                reasons.append(Reason(_shown(check), local, culprits, _category(test, local)))
+                category = _category(test, local)
+                reasons.append(Reason(cause_first(_shown(check), category), local, culprits, category))
         failed = test.outcome in FAILED_OUTCOMES
         if failed and not any(c.verdict in FAILED_CHECKS for c in test.checks):
             name = test.nodeid.rpartition("::")[2]
@@ -184,7 +185,8 @@ def _reasons(doc: EvidenceDoc) -> list[Reason]:
             if first in preflight or first in errors:
                 continue  # the preflight's gate, failed with its line: that line is a reason already
             local = _local(test)
-            reasons.append(Reason(f"{name}: {first}", local, culprits, _category(test, local)))
+            category = _category(test, local)
+            reasons.append(Reason(cause_first(f"{name}: {first}", category), local, culprits, category))
     # the run's own errors (its profile's unchecked thresholds, its evidence folder, the nodes' meeting)
     # name no fault of a node
     return reasons + [Reason(e, False, (), "suite") for e in errors if not e.startswith(PREFLIGHT)]

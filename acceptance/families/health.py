@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Annotated, Any, TypedDict
+from typing import Annotated, Any, Literal, TypedDict
 
 from pydantic import AfterValidator, Field
 from typing_extensions import NotRequired
@@ -42,6 +42,9 @@ class Health(Strict):
     pcie_under_load: bool = True
     throttle_reasons: list[ThrottleReason] = ["hw_slowdown", "hw_thermal", "hw_power_brake"]
     temperature_max_c: Annotated[float, Field(gt=0)] | None = None  # None: each GPU's own slowdown temperature
+    # another process on the run's GPUs before it starts: foreign load (review: rerun once it is gone), or,
+    # where a site holds a leftover process to be the node's fault, its configuration (drain the GPU)
+    leftover_process: Literal["review", "drain"] = "review"
 
 
 _HEALTH = "health.<figure>"
@@ -88,6 +91,7 @@ class HealthConfig(TypedDict):
     pcie_under_load: bool
     throttle_reasons: list[str]
     temperature_max_c: float | None
+    leftover_process: str  # the preflight's (review or drain); the probe does not read it
 
 
 class PcieAnswers(TypedDict):
@@ -436,6 +440,11 @@ def _model_name(name: str) -> str:
     return name.removeprefix("NVIDIA ").strip()
 
 
+def same_model(name: str, model: str) -> bool:
+    """Whether a GPU NVML or CUDA names ``name`` is of the profile's ``model`` (with or without "NVIDIA ")."""
+    return _model_name(name) == _model_name(model)
+
+
 PCIE_KEYS = ("gen", "width", "max_gen", "max_width")
 
 
@@ -514,12 +523,12 @@ def _gate(nodes: Nodes, metric: str, read: Read, judge: Judge) -> Figure:
 def _model(nodes: Nodes, expect: Expect) -> Figure:
     if expect.gpu_model is None:
         return Figure("health.gpu_model_mismatch", "GPUs", skip="the profile names no topology.gpu_model")
-    want = _model_name(expect.gpu_model)
+    want = expect.gpu_model
     return _gate(
         nodes,
         "health.gpu_model_mismatch",
         _field("name"),
-        lambda name: None if _model_name(name) == want else f"{name}, expected {expect.gpu_model}",
+        lambda name: None if same_model(name, want) else f"{name}, expected {want}",
     )
 
 

@@ -34,13 +34,14 @@ def scheduler_names(host: str, env: Mapping[str, str] = os.environ) -> dict[str,
 
 
 def categorize(call: pytest.CallInfo[None], report: pytest.TestReport, run: ClusterRun) -> None:
-    """A test failed by a probe killed at a time limit the operator gave (``--cluster-timeout``) is the run's
-    setting, not the node's fault: its case says ``environment``, and the drain list does not drain for it.
-    A probe killed at the profile's own limit stays the node's (a hung GPU or link). A failure whose figure
-    names another process on its GPU as the cause is ``foreign load``: rerun, no drain; a transport mismatch that a
-    setting of the run forced (NCCL_P2P_DISABLE) is ``environment``."""
+    """A test failed by a probe killed at its time limit is the run's setting, not the node's fault: every limit
+    is one the operator chose (``--cluster-timeout``, ``--cluster-set timeouts.*``, the profile's ``timeouts``),
+    and a probe that ran past it shows no fault of the node's hardware (a hung GPU shows in its own evidence:
+    an XID, a health gate); its case says ``environment``, and the drain list does not drain for it. A failure
+    whose figure names another process on its GPU as the cause is ``foreign load``: rerun, no drain; a
+    transport mismatch that a setting of the run forced (NCCL_P2P_DISABLE) is ``environment``."""
     cause = call.excinfo.value.__context__ if call.excinfo is not None else None
-    if report.failed and isinstance(cause, ProbeError) and cause.timed_out and run.timeout_override is not None:
+    if report.failed and isinstance(cause, ProbeError) and cause.timed_out:
         run.evidence.test(report.nodeid).category = "environment"
     elif report.failed and FORCED_BY_SETTING in str(report.longrepr):
         # NCCL sent a pair's traffic another way because the run's environment told it to (NCCL_P2P_DISABLE):

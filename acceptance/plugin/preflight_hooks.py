@@ -40,9 +40,11 @@ def run_preflight(run: ClusterRun, items: list[pytest.Item], probes: bool) -> pr
         run.workers.start_early(run.tag, run.timeout(next(p for p in PROBES if p in WORKER_PROBES)), tuple(served))
     result = preflight.injected(os.environ)
     if result is None:
-        if not gpu:
-            return None  # a CPU profile needs nothing this node could lack
-        result = preflight.check(run.profile.model, child_env(run.profile.model.env), users=users)
+        families = {f.name for item in items if (f := family_of_module(item.path.stem)) is not None}
+        env = child_env(run.profile.model.env)
+        result = preflight.check(run.profile.model, env, users=users, families=families)
+        if result.ok and not gpu:
+            return None  # a CPU profile needs no more than the compilers its tests build with
     record: dict[str, Any] = {"ok": result.ok, "message": result.message, "gpus": result.gpus}
     if not result.ok:  # whose fault: a CPU-only torch is the suite's install, and drains no node
         record["categories"] = {f"{PREFIX}{result.message}": result.category}
@@ -51,7 +53,8 @@ def run_preflight(run: ClusterRun, items: list[pytest.Item], probes: bool) -> pr
     run.evidence.cluster.preflight = record
     if not result.ok:
         run.evidence.error(f"{PREFIX}{result.message}")
-        run.workers.close()
+        if not result.families:  # the GPUs' families are all skipped: the worker has nothing to serve
+            run.workers.close()
     run.evidence.write()
     return result
 
@@ -90,8 +93,11 @@ def skip_without_gpus(result: preflight.PreflightResult | None, items: list[pyte
         return
     for item in items:
         family = family_of_module(item.path.stem)
-        # the families whose probes start a rank on every GPU of the node: pointless, and noisy, without them
-        if family is not None and family.needs_every_gpu and not item.get_closest_marker("cluster_preflight"):
+        if family is None or item.get_closest_marker("cluster_preflight"):
+            continue
+        # the families the failure stops (those that build with a missing compiler), else those whose probes
+        # start a rank on every GPU of the node: pointless, and noisy, without them
+        if family.name in result.families if result.families else family.needs_every_gpu:
             item.add_marker(pytest.mark.skip(reason=f"preflight failed: {result.message}"))
 
 
@@ -100,8 +106,14 @@ def _probes_of(item: pytest.Item) -> tuple[str, ...]:
     return family.probes if family is not None else ()
 
 
-def fail_the_gate(result: preflight.PreflightResult | None, item: pytest.Item) -> None:
-    if result is not None and not result.ok and item.get_closest_marker("cluster_preflight"):
+def fail_the_gate(result: preflight.PreflightResult | None, item: pytest.Item, run: ClusterRun) -> None:
+    """The preflight's gate fails with its line, and its case takes the line's cause: the terminal, JUnit, the
+    report and the drain list say the same action. A failure that stops some families only (a compiler
+    missing) is no fault of the GPUs the gate counts: the gate is judged on its own figure."""
+    if result is None or result.ok or result.families:
+        return
+    if item.get_closest_marker("cluster_preflight"):
+        run.evidence.test(item.nodeid).category = result.category
         pytest.fail(f"{PREFIX}{result.message}", pytrace=False)
 
 

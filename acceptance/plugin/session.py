@@ -164,7 +164,7 @@ class ClusterSession:
         return self.tier.line()
 
     def pytest_runtest_setup(self, item: pytest.Item) -> None:
-        fail_the_gate(self.preflight, item)
+        fail_the_gate(self.preflight, item, self.run)
 
     def pytest_deselected(self, items: list[pytest.Item]) -> None:
         self.deselected |= {item.nodeid for item in items}

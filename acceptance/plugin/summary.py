@@ -127,7 +127,10 @@ def next_lines(data: EvidenceDoc, path: str, drain: DrainList | None) -> list[st
         folder = Path(path).parent
         for node in drain["nodes"]:
             gpus = f" GPU {', '.join(node['gpus'])}" if node["gpus"] else ""
-            out.append(f"drain: {node['scheduler_name']}{gpus} ({node['severity']}): {node['reason']}")
+            # a drained node's action is in its GPUs (none: the node); one for review says what to do instead
+            plain = node["severity"] == "drain" or node["action"] == "review"
+            said = node["severity"] if plain else f"review: {node['action']}"
+            out.append(f"drain: {node['scheduler_name']}{gpus} ({said}): {node['reason']}")
         out += [f"drain applied: {line}" for line in drain["applied"]]
         out.append(f"drain list: {folder / 'drain.json'}")
     if data.verdict == "FAIL":

@@ -17,14 +17,16 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Callable, Mapping
+from collections import Counter
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import cast
 
-from acceptance.evidence.causes import Category
+from acceptance.evidence.causes import FOREIGN_LOAD_FIRST, Category
 from acceptance.families.gpu_users import GpuProcess, GpuUse, Ours, descends_from, foreign, foreign_use
-from acceptance.families.health import NodeInventory, TorchView
+from acceptance.families.health import HEALTH, NodeInventory, TorchView, same_model
 from acceptance.profile.model import ProfileModel
+from acceptance.run import toolchain
 
 FAULT_ENV = "ACCEPTANCE_TEST_FAULT"  # the tests' fault knob, the one the ranks read (acceptance.probes.rank)
 DETECT_TIMEOUT_S = 120.0  # importing torch and initialising NVML; minutes would mean a wedged driver
@@ -41,9 +43,12 @@ class PreflightResult:
     answers: NodeInventory = field(default_factory=lambda: NodeInventory())  # the raw answers, for the evidence
     # the processes of others on its GPUs, each command line whole (masked): for the evidence, never the message
     foreign: list[GpuProcess] = field(default_factory=list)
-    # whose fault a failure is: the node's (a GPU missing: hardware; another's process: configuration) or the
-    # suite's install (a CPU-only torch: software), which drains no node (acceptance.evidence.causes)
+    # whose fault a failure is: the node's (a GPU missing: hardware), the job's environment or the wrong profile
+    # (environment), the suite's install (a CPU-only torch, no compiler: software), another process on a GPU
+    # (foreign load); only the node's own drains it (acceptance.evidence.causes)
     category: Category = "hardware"
+    # the families whose tests it stops; empty: every family that starts a rank on every GPU
+    families: tuple[str, ...] = ()
 
 
 def detect(env: Mapping[str, str]) -> NodeInventory:
@@ -84,24 +89,36 @@ def check(
     detect: Detect = detect,
     ours: Ours | None = None,
     users: list[GpuUse] | None = None,
+    families: Collection[str] | None = None,
 ) -> PreflightResult:
-    """Judge this node against ``model``'s topology, and its GPUs free of other processes; a CPU profile
-    needs nothing and is not inspected. ``ours(pid)``: whether a pid is the run's own (default: a
-    descendant of this process, as the probe worker's ranks started beside the preflight are). ``users``:
-    the GPUs' users as read before the run started anything (``detect_users``); None: the inventory's."""
-    topo = model.topology
-    if topo.device != "cuda":
-        return PreflightResult(True, "")
+    """Judge this node against ``model``'s topology, its GPUs free of other processes, and the compilers the
+    run builds with on its PATH (``toolchain``; a CPU profile needs those alone: its GPUs are not
+    inspected). ``ours(pid)``: whether a pid is the run's own (default: a descendant of this process, as the
+    probe worker's ranks started beside the preflight are). ``users``: the GPUs' users as read before the run
+    started anything (``detect_users``); None: the inventory's. ``families``: the selected tests' (None:
+    every family)."""
+    lacking = toolchain.problem(toolchain.missing(model, env, families))
+    if model.topology.device != "cuda":
+        if lacking is None:
+            return PreflightResult(True, "")
+        return PreflightResult(False, lacking[0], category="software", families=lacking[1])
     answers = detect(env)
     gpus = inventory(answers)
     problem, category = _problem(model, answers, gpus, env)
-    others: list[GpuProcess] = []
-    if problem is None:
-        seen = the_run_s(users if users is not None else answers.get("users") or [], gpus)
-        ours = ours or descends_from(os.getpid())
-        others = foreign(seen, ours)
-        problem, category = "; ".join(foreign_use(seen, ours)) or None, "configuration"
-    return PreflightResult(problem is None, problem or "", gpus, answers, others, category)
+    if problem is not None:
+        return PreflightResult(False, problem, gpus, answers, category=category)
+    if lacking is not None:
+        return PreflightResult(False, lacking[0], gpus, answers, category="software", families=lacking[1])
+    seen = the_run_s(users if users is not None else answers.get("users") or [], gpus)
+    ours = ours or descends_from(os.getpid())
+    others = foreign(seen, ours)
+    # another process on a GPU is foreign load whenever it is seen, as a figure slowed by one mid-run is
+    # (acceptance.plugin.drain_hooks.categorize): the GPU is shared, not broken
+    used = "; ".join(foreign_use(seen, ours))
+    message = f"{FOREIGN_LOAD_FIRST}{used}" if used else ""
+    # a site may hold a process left on a GPU to be the node's own fault (health.leftover_process: drain)
+    drains = HEALTH.section_of(model).leftover_process == "drain"
+    return PreflightResult(not used, message, gpus, answers, others, "configuration" if drains else "foreign load")
 
 
 def the_run_s(users: list[GpuUse], gpus: list[SeenGpu]) -> list[GpuUse]:
@@ -123,7 +140,9 @@ def _problem(
     model: ProfileModel, answers: NodeInventory, gpus: list[SeenGpu], env: Mapping[str, str]
 ) -> tuple[str | None, Category]:
     """What this node lacks, and whose fault that is: the suite's install (torch cannot be imported, is a
-    CPU-only build, has no NCCL) is ``software``, for review; GPUs missing are the node's ``hardware``."""
+    CPU-only build, has no NCCL) is ``software``, for review; GPUs of another model than the profile's (the
+    wrong profile) and GPUs NVML lists that the job's CUDA_VISIBLE_DEVICES hides are ``environment``, for
+    review; GPUs of the profile's model missing with none hidden are the node's ``hardware``."""
     topo, name = model.topology, model.name
     torch = answers.get("torch") or TorchView()
     if answers.get("error") or (torch.get("error") and not torch.get("version")):
@@ -137,16 +156,45 @@ def _problem(
         ), "software"
     if topo.backend == "nccl" and not torch.get("nccl"):
         return f"profile {name} uses NCCL (topology.backend: nccl), but this {build} has no NCCL", "software"
+    return _short(model, answers, gpus, env)
+
+
+def _short(
+    model: ProfileModel, answers: NodeInventory, gpus: list[SeenGpu], env: Mapping[str, str]
+) -> tuple[str | None, Category]:
+    """The GPUs the profile expects against those this torch can use, and why any are not there."""
+    topo, name, torch = model.topology, model.name, answers.get("torch") or TorchView()
     need = max(topo.gpus_per_node, topo.nproc_per_node)
     usable = [g for g in gpus if g.get("cuda_index") is not None]
+    models = Counter(str(g["name"]) for g in gpus if g.get("name"))
+    if topo.gpu_model and models and not any(same_model(m, topo.gpu_model) for m in models):
+        # not one GPU of the profile's model: the profile is another machine's, whatever the count
+        have = ", ".join(f"{n}x {m}" for m, n in models.items())
+        return (
+            f"wrong profile: {name} is for {topo.gpus_per_node}x {topo.gpu_model} (topology.gpu_model), this node "
+            f"has {have}: run this machine's profile (`cluster-acceptance init` writes one) or run {name} on a "
+            f"{topo.gpu_model} node"
+        ), "environment"
     if len(usable) >= need:
         return None, "hardware"
+    hidden = [g for g in gpus if g.get("cuda_index") is None and g.get("nvml_index") is not None]
+    if "CUDA_VISIBLE_DEVICES" in env and hidden and len(usable) + len(hidden) >= need:
+        # NVML lists every GPU of the node, CUDA those the job's environment lets it see: the GPUs are there
+        value = env["CUDA_VISIBLE_DEVICES"] or '""'
+        return (
+            f"the job's environment hides GPUs: CUDA_VISIBLE_DEVICES={value} leaves the job {len(usable)} of this "
+            f"node's {len(usable) + len(hidden)} GPU(s), profile {name} expects {need}: hidden "
+            f"{', '.join(describe(g) for g in hidden)}; give the job the node's GPUs (unset CUDA_VISIBLE_DEVICES, "
+            "or ask the scheduler for them) or run a profile for the GPUs it is given"
+        ), "environment"
     why = f" ({torch['error']})" if torch.get("error") else ""
-    hidden = f", CUDA_VISIBLE_DEVICES={env['CUDA_VISIBLE_DEVICES']}" if "CUDA_VISIBLE_DEVICES" in env else ""
+    shown = f", CUDA_VISIBLE_DEVICES={env['CUDA_VISIBLE_DEVICES']}" if "CUDA_VISIBLE_DEVICES" in env else ""
     model_name = f" {topo.gpu_model}" if topo.gpu_model else ""
-    present = ", ".join(describe(g) for g in usable) or "none"
+    # the GPUs still there by CUDA's device name: "GPU n" in a drain reason names a GPU to drain
+    present = ", ".join(f"cuda:{g['cuda_index']} ({_parts(g)})" for g in usable) or "none"
+    build = f"torch {torch.get('version')}"
     return (
-        f"profile {name} expects {need}{model_name} GPU(s) on this node, {build} (CUDA {torch['cuda']}{hidden}) "
+        f"profile {name} expects {need}{model_name} GPU(s) on this node, {build} (CUDA {torch.get('cuda')}{shown}) "
         f"finds {len(usable)}{why}: present {present}; missing {_missing(gpus, need - len(usable), answers)}"
     ), "hardware"
 
@@ -168,8 +216,11 @@ def _why_out(gpu: SeenGpu) -> str:
 
 def describe(gpu: SeenGpu) -> str:
     index = gpu.get("cuda_index", gpu.get("nvml_index"))
-    parts = ", ".join(str(p) for p in (gpu.get("pci_bus_id"), gpu.get("uuid"), gpu.get("name")) if p)
-    return f"GPU {index} ({parts})" if index is not None else f"the GPU at {parts}"
+    return f"GPU {index} ({_parts(gpu)})" if index is not None else f"the GPU at {_parts(gpu)}"
+
+
+def _parts(gpu: SeenGpu) -> str:
+    return ", ".join(str(p) for p in (gpu.get("pci_bus_id"), gpu.get("uuid"), gpu.get("name")) if p)
 
 
 def bus_id(raw: object) -> str | None:

@@ -1,0 +1,118 @@
+"""The compilers the run's probes build with, found before anything runs.
+
+torch.compile, DeepSpeed's ops and the collectives' C loop each build code on the node at their first call,
+each with the compiler its own project looks for. On a node image without one, every test they serve fails
+deep inside a probe (DeepSpeed's op: "cannot open shared object file"), and a single-node run would blame the
+node for it. The preflight looks for each compiler the selected tests need the way its project does, and says
+what is missing and what needs it: the install's fault (review), before anything runs. The collectives' C
+loop has a way of its own without one (the calls issued from Python, its figures labelled so): it is named
+beside a need that stops a family, and fails nothing alone.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
+
+from acceptance.families.collectives import COLLECTIVES
+from acceptance.families.training import DEEPSPEED_STRATEGIES, TRAINING
+from acceptance.profile.model import ProfileModel
+
+
+@dataclass(frozen=True)
+class Need:
+    """A compiler one of the probes' dependencies builds with, looked up as that dependency does."""
+
+    family: str  # the family whose tests need it
+    builds: str  # what builds with it
+    variable: str  # the variable it reads first
+    commands: tuple[str, ...]  # what it looks for on PATH otherwise, in its order
+    source: str  # where the dependency does the lookup
+    stops: bool = True  # without it the family cannot run (else it runs another way, and says so)
+
+
+# triton/runtime/build.py: $CC, else gcc, else clang ("Failed to find C compiler")
+TRITON = Need("training", "torch.compile ({setting}) builds Triton's launchers", "CC", ("gcc", "clang"),
+              "triton/runtime/build.py")  # fmt: skip
+# torch/_inductor/config.py cpp.cxx: $CXX, else g++ (Inductor's C++ kernels on the CPU)
+INDUCTOR_CPU = Need("training", "torch.compile ({setting}) builds Inductor's C++ kernels", "CXX", ("g++",),
+                    "torch/_inductor/config.py")  # fmt: skip
+# deepspeed/comm/torch.py build_shm_op, through torch/utils/cpp_extension.py: $CXX, else c++
+DEEPSPEED_CPU = Need("training", "DeepSpeed's CPU communication op ({setting}) is built", "CXX", ("c++",),
+                     "deepspeed/comm/torch.py")  # fmt: skip
+# acceptance/probes/nccl_loop.py: $CC, else cc; without it the calls are issued from Python, and labelled so
+NCCL_LOOP = Need("collectives", "the collectives' C loop ({setting}) is built", "CC", ("cc",),
+                 "acceptance/probes/nccl_loop.py", stops=False)  # fmt: skip
+NEEDS = (TRITON, INDUCTOR_CPU, DEEPSPEED_CPU, NCCL_LOOP)
+
+
+@dataclass(frozen=True)
+class Missing:
+    need: Need
+    setting: str  # the profile's setting that makes the run need it
+    looked_for: str  # what was looked for, as a person would type it
+
+    def line(self) -> str:
+        return f"{self.need.builds.format(setting=self.setting)} with {self.looked_for}"
+
+
+def needs(model: ProfileModel, families: Collection[str] | None = None) -> list[tuple[Need, str]]:
+    """What the run builds with under ``model``, each with the profile setting that asks for it; ``families``:
+    the selected tests' (None: every family)."""
+    found: list[tuple[Need, str]] = []
+    cuda = model.topology.device == "cuda"
+    if families is None or TRAINING.name in families:
+        training = TRAINING.section_of(model)
+        if training.compile != "none":
+            found.append((TRITON if cuda else INDUCTOR_CPU, f"training.compile: {training.compile}"))
+        deepspeed = [s for s in training.strategies if s in DEEPSPEED_STRATEGIES or s in training.deepspeed]
+        if deepspeed and not cuda:
+            found.append((DEEPSPEED_CPU, f"training: {', '.join(deepspeed)}"))
+    if cuda and (families is None or COLLECTIVES.name in families):
+        timing = COLLECTIVES.section_of(model).timing
+        if timing in ("auto", "nccl"):
+            found.append((NCCL_LOOP, f"collectives.timing: {timing}"))
+    return found
+
+
+def compiler(need: Need, env: Mapping[str, str]) -> str | None:
+    """The compiler ``need`` would use under ``env`` (its variable's command, else the first of its commands
+    on PATH), or None."""
+    path = env.get("PATH", os.defpath)
+    named = shlex.split(env.get(need.variable, ""))
+    candidates = named[:1] or list(need.commands)
+    return next((found for c in candidates if (found := shutil.which(c, path=path))), None)
+
+
+def _looked_for(need: Need, env: Mapping[str, str]) -> str:
+    named = shlex.split(env.get(need.variable, ""))
+    if named:
+        return f"${need.variable} ({named[0]}, not on PATH)"
+    return ", ".join([f"${need.variable}", *need.commands[:-1]]) + f" or {need.commands[-1]}"
+
+
+def missing(model: ProfileModel, env: Mapping[str, str], families: Collection[str] | None = None) -> list[Missing]:
+    """Each compiler the run needs and ``env`` lacks."""
+    return [
+        Missing(need, setting, _looked_for(need, env))
+        for need, setting in needs(model, families)
+        if compiler(need, env) is None
+    ]
+
+
+def problem(lacking: list[Missing]) -> tuple[str, tuple[str, ...]] | None:
+    """The preflight's line for what is missing (each need, those with a way of their own too), and the
+    families it stops; None when nothing stops a family (the collectives' loop alone issues its calls from
+    Python, and its figures' label says why)."""
+    stopped = tuple(dict.fromkeys(m.need.family for m in lacking if m.need.stops))
+    if not stopped:
+        return None
+    return (
+        "no C/C++ compiler on PATH: "
+        + "; ".join(m.line() for m in lacking)
+        + f": install one (e.g. gcc and g++ in the node image) or name it in CC/CXX; {', '.join(stopped)} skipped",
+        stopped,
+    )
