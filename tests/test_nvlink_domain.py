@@ -17,10 +17,12 @@ import pynvml
 import pytest
 
 from acceptance.families import nvlink_domain, transport
-from acceptance.families.health import Expect, NodeHealth
+from acceptance.families.health import Expect, NodeHealth, NodeInventory
 from acceptance.families.nvlink_domain import FabricAnswer
 from acceptance.families.transport import RankLog
 from acceptance.probes import nvml
+from tests import test_fault_units as fault_units
+from tests.test_fault_units import BUS
 from tests.test_health_units import RecordedNvml, answered, figures, h100, node, passes
 
 UUID = (0x3143B15BC2CD192B).to_bytes(8, "little") + (0x28CC9B5473FB5B93).to_bytes(8, "little")
@@ -172,3 +174,18 @@ def test_the_imex_channels_are_listed(tmp_path: Any) -> None:
     assert nvlink_domain.imex_channels(tmp_path / "absent") == []
     (tmp_path / "channel0").touch()
     assert nvlink_domain.imex_channels(tmp_path) == ["channel0"]
+
+
+def test_a_gb200_tray_without_an_imex_channel_fails_preflight() -> None:
+    """The tray's GPUs are of a domain and /dev/nvidia-caps-imex-channels offers no channel: NCCL's MNNVL cannot
+    work there (its own warning, src/mnnvl.cc); the node's configuration. With channel0, or on an H100 node
+    (no domain), nothing is said."""
+    base: NodeInventory = {"pci": list(BUS), "nvml": fault_units.nvml(0, 1), "torch": fault_units.cuda(0, 1)}
+    key = f"{UUID.hex()}/{CLIQUE}"
+    missing = fault_units.judge({**base, "nvlink_domains": [key], "imex_channels": []})
+    assert not missing.ok and missing.category == "configuration"
+    assert missing.message.startswith(
+        "GPUs of NVLink domain clique 32766 of fabric 2b19cdc2 and no IMEX channel in /dev/nvidia-caps-imex-channels"
+    )
+    assert fault_units.judge({**base, "nvlink_domains": [key], "imex_channels": ["channel0"]}).ok
+    assert fault_units.judge({**base, "nvlink_domains": [], "imex_channels": []}).ok

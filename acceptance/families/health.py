@@ -246,6 +246,9 @@ class NodeInventory(TypedDict, total=False):
     error: str
     # NVML's running compute processes and memory in use per GPU (``acceptance.families.gpu_users``)
     users: list[GpuUse] | None
+    # the multi-node NVLink domains of the node's GPUs (``nvlink_domain.domain``) and its IMEX channels
+    nvlink_domains: list[str]
+    imex_channels: list[str]
 
 
 Nodes = Sequence[NodeHealth]

@@ -164,7 +164,7 @@ def fabric_info(ask: Asker, lib: Any, handle: Any) -> FabricAnswer | NotMeasured
     info = lib.c_nvmlGpuFabricInfoV_t()
     try:
         lib.nvmlDeviceGetGpuFabricInfoV(handle, info)
-    except lib.NVMLError_NotSupported:
+    except (lib.NVMLError_NotSupported, lib.NVMLError_FunctionNotFound):  # a driver before the query: no fabric
         return nvlink_domain.answer(lib.NVML_GPU_FABRIC_STATE_NOT_SUPPORTED, bytes(16), 0, 0, 0)
     except lib.NVMLError as exc:
         return not_measured(f"fabric info: {exc}")
