@@ -6,11 +6,21 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any, cast
+
+import pytest
 
 from acceptance.families import net_path, transport
 from acceptance.families.net_path import GpuPlace, NicPlace, NodeNetwork
 from acceptance.families.transport import RankLog
+from acceptance.plugin import drain_hooks
+from acceptance.plugin.api import transport_figure
+from acceptance.plugin.checker import Checker
 from acceptance.probes import pcie_places
+from acceptance.profile.loader import load
+from acceptance.run.cluster_run import ClusterRun
+from acceptance.run.placement import Placement
 
 # github.com/NVIDIA/nccl/issues/1537: a RoCE node's list of NICs (two HCAs, relaxed ordering on)
 USING = (
@@ -164,3 +174,41 @@ def test_the_reader_places_nics_and_gpus_on_the_pcie_tree(tmp_path: Path) -> Non
     assert net_path.nearest(found, found["gpus"][0]) == (["mlx5_0"], "PIX")
     assert net_path.distance(found["gpus"][0], found["nics"][1]) == "SYS"
     assert pcie_places.read(tmp_path / "none") == {"nics": [], "gpus": [], "peer_memory": None}
+
+
+@pytest.mark.parametrize(
+    ("settings", "category"),
+    [({}, "configuration"), ({"NCCL_NET_GDR_LEVEL": "LOC"}, "environment"), (None, "passed")],
+)
+def test_the_transport_figure_fails_on_a_network_finding_with_its_category(
+    tmp_path: Path, settings: dict[str, str] | None, category: str
+) -> None:
+    """The connectivity figure counts the NET findings beside the NVLink pairs; a staged pair for want of the
+    peer-memory module is the node's configuration, one a setting forced is the environment's; a node with
+    GDRDMA on every NIC passes."""
+    line = STAGED if settings is not None else STAGED + "/GDRDMA"
+    logs = [_log(2, 1, [line], **(settings or {}))]
+    found = transport.record(logs, {"node-b": {"0-1": True}}, {})
+    found["network"] = net_path.judge(logs, {"node-b": {**NODE, "peer_memory": None}})
+    run = ClusterRun(load("h200-x2"), Placement(1, 0, "127.0.0.1", 29400, "default"), tmp_path / "ev", worker=False)
+    item = SimpleNamespace(nodeid="tests_cluster/test_connectivity.py::test_transport", user_properties=[])
+    message = ""
+    try:
+        try:
+            transport_figure(Checker(run, cast(Any, item)), "connectivity.transport_mismatches", found)
+        except pytest.fail.Exception as failed:
+            message = str(failed)
+        except pytest.skip.Exception as skipped:
+            message = f"skipped: {skipped}"
+        cases: dict[str, SimpleNamespace] = {}
+        evidence = SimpleNamespace(test=lambda nodeid: cases.setdefault(nodeid, SimpleNamespace(category=None)))
+        report = SimpleNamespace(failed=bool(message), longrepr=message, nodeid=item.nodeid)
+        drain_hooks.categorize(SimpleNamespace(excinfo=None), report, SimpleNamespace(evidence=evidence))  # type: ignore[arg-type]
+    finally:
+        run.close()
+    if category == "passed":
+        assert message.startswith("skipped: ") and "staged" not in message
+        assert getattr(cases.get(item.nodeid), "category", None) is None
+        return
+    assert "node-b GPU 1 over mlx5_1 (PIX): staged through host memory" in message
+    assert cases[item.nodeid].category == category

@@ -39,11 +39,8 @@ def place(device: Path) -> PciePlace | None:
     return {"root": parts[roots[0]], "chain": list(parts[roots[0] + 1 :]), "numa_node": numa_node(device / "numa_node")}
 
 
-def read(sys: Path = SYS, gpu_bus_ids: Sequence[str] | None = None) -> NodeNetwork:
-    """The NICs of ``<sys>/class/infiniband`` (port 1's state: NCCL's device is a port, most NICs have one) and
-    the GPUs (``gpu_bus_ids`` in NVML's order, else every NVIDIA GPU on the bus in its order)."""
+def _nics(root: Path) -> list[NicPlace]:
     nics: list[NicPlace] = []
-    root = sys / "class" / "infiniband"
     for hca in sorted(root.iterdir()) if root.is_dir() else []:
         where = place(hca / "device")
         ports = sorted((hca / "ports").iterdir(), key=lambda p: p.name) if (hca / "ports").is_dir() else []
@@ -51,6 +48,16 @@ def read(sys: Path = SYS, gpu_bus_ids: Sequence[str] | None = None) -> NodeNetwo
             continue
         port = read_port(hca, ports[0])
         nics.append({**where, "name": hca.name, "state": port["state"], "link_layer": port["link_layer"]})
+    return nics
+
+
+def read(sys: Path = SYS, gpu_bus_ids: Sequence[str] | None = None) -> NodeNetwork:
+    """The NICs of ``<sys>/class/infiniband`` (port 1's state: NCCL's device is a port, most NICs have one) and
+    the GPUs (``gpu_bus_ids`` in NVML's order, else every NVIDIA GPU on the bus in its order)."""
+    try:
+        nics = _nics(sys / "class" / "infiniband")
+    except OSError:  # a tree that cannot be listed: no NIC is placed, and no rule asserts one
+        nics = []
     devices = sys / "bus" / "pci" / "devices"
     ids = [bus_id(b) for b in gpu_bus_ids] if gpu_bus_ids is not None else pci_gpus(devices)
     gpus: list[GpuPlace] = []
