@@ -29,13 +29,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal, TypedDict
 
-from acceptance.evidence.causes import Category
 from acceptance.families.transport import FORCED_BY_SETTING, RankLog
 
 # NCCL's path types as NCCL_NET_GDR_LEVEL names them (src/graph/topo.h: PATH_PIX 4, PATH_PXB 5, PATH_PHB 8,
 # PATH_SYS 9; src/graph/paths.cc: ncclTopoPathTypeStr); the PCIe tree tells only these four apart
 PATH_LEVELS = {"LOC": 0, "NVL": 1, "NVB": 2, "C2C": 3, "PIX": 4, "PXB": 5, "PXN": 6, "P2C": 7, "PHB": 8, "SYS": 9}
 PathType = Literal["PIX", "PXB", "PHB", "SYS"]
+# whose fault a finding is, in the evidence's words (acceptance.evidence.causes.Category)
+Category = Literal["hardware", "fabric", "configuration", "environment"]
 # NCCL's default NCCL_NET_GDR_LEVEL on a node without a CPU-GPU C2C link (src/graph/paths.cc,
 # ncclTopoCheckGdr: PATH_PXB; PATH_P2C applies only where the GPU reaches the CPU over C2C, which no PCIe path shows)
 DEFAULT_GDR_LEVEL: PathType = "PXB"
