@@ -86,6 +86,8 @@ def test_nccl_over_net_between_trays_of_one_domain_is_a_named_mismatch() -> None
     )
     forced = transport.record(logs, NVLINK, {"NCCL_MNNVL_ENABLE": "0"}, DOMAINS)
     assert "NCCL_MNNVL_ENABLE=0 set in the environment" in transport.summary(forced["pairs"], forced["settings"])
+    # a busbw slowed by it names the setting as its cause, as inside a node
+    assert transport.forced(forced).endswith(f"NCCL_MNNVL_ENABLE=0 {transport.FORCED_BY_SETTING}")
     # without fabric info (the two-nodes-on-one-host runs, H100 racks) the same NET pair is recorded, not judged
     plain = transport.record(logs, NVLINK, {})
     assert transport.judged(plain["pairs"]) == [] and transport.mismatches(plain["pairs"]) == []

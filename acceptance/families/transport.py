@@ -384,7 +384,7 @@ def forced(found: TransportRecord | None, size_bytes: int | None = None) -> str:
         return ""
     bad = [
         p
-        for p in mismatches(inside_nodes(found["pairs"]))
+        for p in mismatches(judged(found["pairs"]))
         if _forcing(p, found["settings"]) and (not slowing or any(t.startswith(slowing) for t in p["transports"]))
     ]
     if not bad:
