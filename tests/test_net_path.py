@@ -71,6 +71,11 @@ def test_the_pcie_distance_is_nccl_s_path_type() -> None:
     far: NicPlace = {**other, "root": "pci0000:80", "numa_node": 1}
     assert net_path.distance(gpu, far) == "SYS"
     assert net_path.nearest(NODE, gpu) == (["mlx5_0"], "PIX")
+    # NCCL_NET_GDR_LEVEL by name, or in NCCL's old numbers (src/graph/paths.cc, levelsOldToNew)
+    assert net_path.gdr_level({"NCCL_NET_GDR_LEVEL": "PHB"}) == (8, "PHB")
+    assert net_path.gdr_level({"NCCL_NET_GDR_LEVEL": "0"}) == (0, "LOC")
+    assert net_path.gdr_level({"NCCL_NET_GDR_LEVEL": "2"}) == (5, "PXB")
+    assert net_path.gdr_level({}) == (5, "PXB")
 
 
 # github.com/NVIDIA/nccl/issues/897: "9[1a000] -> 2[6b000] [receive] via NET/IB/1": the receiving node staged
