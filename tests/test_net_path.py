@@ -190,11 +190,12 @@ def test_the_transport_figure_fails_on_a_network_finding_with_its_category(
 ) -> None:
     """The connectivity figure counts the NET findings beside the NVLink pairs; a staged pair for want of the
     peer-memory module is the node's configuration, one a setting forced is the environment's; a node with
-    GDRDMA on every NIC passes."""
+    GDRDMA on every NIC passes, its GPU-to-NIC paths judged (not skipped for want of an NVLink pair)."""
     line = STAGED if settings is not None else STAGED + "/GDRDMA"
     logs = [_log(2, 1, [line], **(settings or {}))]
     found = transport.record(logs, {"node-b": {"0-1": True}}, {})
-    found["network"] = net_path.judge(logs, {"node-b": {**NODE, "peer_memory": None}})
+    networks: dict[str, NodeNetwork] = {"node-b": {**NODE, "peer_memory": None}}
+    found["network"], found["network_paths"] = net_path.judge(logs, networks), net_path.paths(logs, networks)
     run = ClusterRun(load("h200-x2"), Placement(1, 0, "127.0.0.1", 29400, "default"), tmp_path / "ev", worker=False)
     item = SimpleNamespace(nodeid="tests_cluster/test_connectivity.py::test_transport", user_properties=[])
     message = ""
@@ -212,8 +213,8 @@ def test_the_transport_figure_fails_on_a_network_finding_with_its_category(
     finally:
         run.close()
     if category == "passed":
-        assert message.startswith("skipped: ") and "staged" not in message
-        assert getattr(cases.get(item.nodeid), "category", None) is None
+        assert message == "" and cases == {}
+        assert found["network_paths"] == ["node-b GPU 1 -> mlx5_1 (IB, GDRDMA)"]
         return
     assert "node-b GPU 1 over mlx5_1 (PIX): staged through host memory" in message
     assert cases[item.nodeid].category == category

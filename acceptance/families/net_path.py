@@ -263,6 +263,23 @@ def judge(logs: Sequence[RankLog], networks: Mapping[str, NodeNetwork]) -> list[
     """Every NET connection of every rank's log against its node's NICs and GPUs (``networks``: host -> its
     reading; a host absent: not known, nothing judged there). Each GPU's channels over NCCL's NIC index, named by
     its ``NET/IB : Using`` line; a channel carried by another GPU's NIC (PXN) is that GPU's, not this one's."""
+    return _walk(logs, networks)[0]
+
+
+def paths(logs: Sequence[RankLog], networks: Mapping[str, NodeNetwork]) -> list[str]:
+    """The GPU-to-NIC paths ``judge`` held against the hardware, as the evidence keeps them: ``host GPU 1 ->
+    mlx5_1 (IB, GDRDMA)``."""
+    used = _walk(logs, networks)[1]
+    return [
+        f"{c.host} GPU {c.gpu} -> {c.nic} ({c.net}{', GDRDMA' if c.gdr else ''})"
+        for _, channels in sorted(used.items())
+        for _, c in sorted(channels.items())
+    ]
+
+
+def _walk(
+    logs: Sequence[RankLog], networks: Mapping[str, NodeNetwork]
+) -> tuple[list[NetFinding], dict[str, dict[tuple[int, str], ChannelNic]]]:
     found: dict[tuple[str, int, str], NetFinding] = {}
     used: dict[str, dict[tuple[int, str], ChannelNic]] = {}
     environs: dict[str, Mapping[str, str]] = {}
@@ -274,7 +291,7 @@ def judge(logs: Sequence[RankLog], networks: Mapping[str, NodeNetwork]) -> list[
     for host, channels in sorted(used.items()):
         for shared in shared_nic_findings(list(channels.values()), networks[host], environs[host]):
             found.setdefault((host, shared["gpu"], "nic"), shared)
-    return list(found.values())
+    return list(found.values()), used
 
 
 def _judge_rank(
@@ -299,10 +316,12 @@ def _judge_rank(
         nic = nics.get(names.get(use.dev, ""))
         if gpu is None or nic is None or (use.proxy is not None and use.proxy != log["rank"]):
             continue  # a NIC NCCL did not name, or a virtual one; PXN: another GPU's NIC
-        used[(gpu["index"], nic["name"])] = ChannelNic(host, gpu["index"], nic["name"], use.gdr, use.net)
-        gdr = None if use.gdr else gdr_finding(host, gpu, nic, node, environ, send=not conn["receive"])
-        if gdr is not None:
-            found.setdefault((host, gpu["index"], f"gdr {nic['name']}"), gdr)
+        seen = used.get((gpu["index"], nic["name"]))
+        gdr = use.gdr and (seen is None or seen.gdr)  # a path is GDR only where every channel of it is
+        used[(gpu["index"], nic["name"])] = ChannelNic(host, gpu["index"], nic["name"], gdr, use.net)
+        staged = None if use.gdr else gdr_finding(host, gpu, nic, node, environ, send=not conn["receive"])
+        if staged is not None:
+            found.setdefault((host, gpu["index"], f"gdr {nic['name']}"), staged)
 
 
 def net_settings(environ: Mapping[str, str]) -> dict[str, str]:

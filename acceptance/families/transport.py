@@ -122,6 +122,7 @@ class TransportRecord(TypedDict):
     settings: dict[str, str]  # FORCING settings the ranks' environment had
     nvlink: NotRequired[dict[str, dict[str, bool]]]  # host -> "a-b" (NVML indices) -> joined by NVLink
     network: NotRequired[list[NetFinding]]  # across nodes: GPUDirect RDMA and NIC findings (families.net_path)
+    network_paths: NotRequired[list[str]]  # the GPU-to-NIC paths those rules judged (``net_path.paths``)
 
 
 # how a mismatch names the setting that forced it: a setting of the run, not a fault of the node

@@ -192,12 +192,16 @@ def transport_figure(check: Checker, metric: str, found: transport.TransportReco
         pytest.skip("the probe's result records no transport (a result from before it was recorded)")
     check.measurements("transport", transport.pair_map(found["pairs"]))
     pairs = transport.judged(found["pairs"])
-    network = found.get("network", [])
+    network, paths = found.get("network", []), found.get("network_paths", [])
+    if paths:
+        check.measurements("network_paths", paths)
     reason = transport.unjudged(pairs, found)
-    if reason is not None and not network:
+    if reason is not None and not paths:
         pytest.skip(reason)
     bad = transport.mismatches(pairs)
     lines = [transport.summary(pairs, found["settings"])] if reason is None else []
+    if paths and not network:
+        lines.append(f"{len(paths)} GPU-to-NIC paths across nodes, each as the hardware offers it")
     lines += [f["text"] for f in network]
     check(metric, len(bad) + len(network), "pairs", "; ".join(lines))
 

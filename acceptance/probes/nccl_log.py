@@ -84,7 +84,8 @@ def record(ctx: Ctx) -> transport.TransportRecord:
     logs = [g["log"] for g in every]
     fabric = {g["log"]["host"]: g["domains"] for g in every if g["domains"]}
     found = transport.record(logs, answers, os.environ, fabric)
-    found["network"] = net_path.judge(logs, {g["log"]["host"]: g["network"] for g in every if g["network"]})
+    networks = {g["log"]["host"]: g["network"] for g in every if g["network"]}
+    found["network"], found["network_paths"] = net_path.judge(logs, networks), net_path.paths(logs, networks)
     return found
 
 
