@@ -161,6 +161,8 @@ def read_gpu(lib: Any, index: int) -> GpuAnswers:
 def fabric_info(ask: Asker, lib: Any, handle: Any) -> FabricAnswer | NotMeasured:
     """The GPU's place in a multi-node NVLink fabric (``nvmlDeviceGetGpuFabricInfoV``); NOT_SUPPORTED, as every
     GPU outside such a fabric answers (H100/H200 HGX), is the state "not supported", not a failed query."""
+    if not hasattr(lib, "nvmlDeviceGetGpuFabricInfoV"):
+        return not_measured("fabric info: this nvidia-ml-py has no nvmlDeviceGetGpuFabricInfoV: upgrade it")
     info = lib.c_nvmlGpuFabricInfoV_t()
     try:
         lib.nvmlDeviceGetGpuFabricInfoV(handle, info)
