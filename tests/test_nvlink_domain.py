@@ -11,6 +11,7 @@ The rack's fabric info is that NCCL logged on a GB200 tray in github.com/NVIDIA/
 from __future__ import annotations
 
 import copy
+from types import SimpleNamespace
 from typing import Any
 
 import pynvml
@@ -191,3 +192,9 @@ def test_a_gb200_tray_without_an_imex_channel_fails_preflight() -> None:
     )
     assert fault_units.judge({**base, "nvlink_domains": [key], "imex_channels": ["channel0"]}).ok
     assert fault_units.judge({**base, "nvlink_domains": [], "imex_channels": []}).ok
+
+
+def test_an_nvidia_ml_py_without_the_fabric_query_is_not_measured() -> None:
+    old = SimpleNamespace(NVMLError=pynvml.NVMLError)  # a library of before the query
+    found = nvml.fabric_info(nvml.Asker(old), old, 0)
+    assert found == {"not_measured": "fabric info: this nvidia-ml-py has no nvmlDeviceGetGpuFabricInfoV: upgrade it"}
