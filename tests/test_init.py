@@ -13,6 +13,7 @@ import yaml
 
 from acceptance.cli import init as init_cli
 from acceptance.cli.main import main
+from acceptance.families import nvlink_domain
 from acceptance.families.answers import NotMeasured, not_measured
 from acceptance.families.collectives import COLLECTIVES
 from acceptance.families.health import HEALTH, GpuAnswers, NodeAnswers
@@ -416,3 +417,45 @@ def test_a_job_s_share_of_a_node_gets_a_profile_of_its_own_gpus(tmp_path: Path) 
     assert profile.model.topology.gpus_per_node == 2
     whole = detect(sources(tmp_path / "whole", node, links=links, visible=None))
     assert whole.gpu_count == 4 and not any("allocation" in n for n in whole.notes)
+
+
+GB200 = "NVIDIA GB200"
+# a GB200 NVL72 tray's fabric info as NCCL logged it on one (github.com/NVIDIA/nccl/issues/1769): cluster UUID
+# 3143b15bc2cd192b.28cc9b5473fb5b93 (two little-endian words), clique 0x7ffe, state 3 (completed), mask 0xaa
+GB200_UUID = (0x3143B15BC2CD192B).to_bytes(8, "little") + (0x28CC9B5473FB5B93).to_bytes(8, "little")
+
+
+def gb200_tray(fabric: bool = True) -> NodeAnswers:
+    """One tray of a GB200 NVL72 rack: 4 GPUs of 18 NVLink5 links each (to the rack's switch trays), in one
+    clique where ``fabric`` (else NVML answers NOT_SUPPORTED, as off an NVLink domain)."""
+    node = nvml_node(GB200, 4, 18)
+    state, uuid, clique, mask = (3, GB200_UUID, 0x7FFE, 0xAA) if fabric else (0, bytes(16), 0, 0)
+    gpus = node["gpus"]
+    assert isinstance(gpus, list)
+    for gpu in gpus:
+        gpu["fabric"] = nvlink_domain.answer(state, uuid, clique, 0, mask)
+    return node
+
+
+def test_a_gb200_nvl72_tray_gets_one_nvlink_island_across_the_rack(tmp_path: Path) -> None:
+    """18 trays of one clique: the rack's all_reduce row (nvls: the switch trays), busbw and rail floors from
+    NVLink5 across the trays; the same trays outside any domain get the NICs' rail floor and no busbw floor."""
+    links = nvlinks(4, 18, version=7)
+    src = sources(tmp_path / "a", gb200_tray(), ports=(NDR,) * 4, links=links)
+    facts = detect(src)
+    assert facts.nvlink_domain == f"{GB200_UUID.hex()}/{0x7FFE}" and facts.nvls(table())
+    profile, _ = run_init(tmp_path / "a", src, nodes=18)
+    low, source = bound(profile, "collectives.all_reduce.busbw_gbps@4G")
+    assert "coreweave/nccl-tests pull request #43" in source
+    low, source = bound(profile, "collectives.all_reduce.busbw_gbps@1G")
+    assert low == 270.0
+    assert source.startswith(
+        "hardware floor: one NVLink domain across 18 nodes (clique 32766 of fabric 2b19cdc2; NVIDIA GB200 NVL72 "
+        "datasheet: 72 GPUs in one NVLink domain, NVLink5 1.8 TB/s per GPU both ways): NVLink5 18 links x 50 GB/s"
+    )
+    low, source = bound(profile, "internode.rail_min_gbps")
+    assert low == 225.0 and "one NVLink domain across 18 nodes" in source
+    apart, _ = run_init(tmp_path / "b", sources(tmp_path / "b", gb200_tray(False), ports=(NDR,) * 4, links=links), 18)
+    low, source = bound(apart, "internode.rail_min_gbps")
+    assert low == 38.4 and "nccl-tests issue #319" in source
+    assert apart.threshold("collectives.all_reduce.busbw_gbps@1G") is None

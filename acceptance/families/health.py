@@ -15,8 +15,10 @@ from typing import Annotated, Any, Literal, TypedDict
 from pydantic import AfterValidator, Field
 from typing_extensions import NotRequired
 
+from acceptance.families import nvlink_domain
 from acceptance.families.answers import NOT_MEASURED, NotMeasured, gpu_label, is_measured, unanswered
 from acceptance.families.gpu_users import GpuUse
+from acceptance.families.nvlink_domain import FabricAnswer
 from acceptance.schema.bounds import Threshold, must_be_zero
 from acceptance.schema.family import GPU_ONLY, Family, Metric
 from acceptance.schema.fields import PositiveInt, Strict, ThrottleReason
@@ -57,7 +59,7 @@ def _nvlink_links(s: Health) -> Threshold | None:
 _HEALTH_COUNTS = (
     r"nvml_unavailable|driver_too_old|gpu_model_mismatch|ecc_disabled|ecc_uncorrectable_volatile"
     r"|ecc_uncorrectable_aggregate|retired_pages_pending|row_remap_failures|row_remap_pending|pcie_degraded"
-    r"|throttled"
+    r"|throttled|nvlink_fabric_degraded"
 )
 HEALTH = Family(
     "health",
@@ -148,6 +150,7 @@ class GpuAnswers(TypedDict):
     retired_pages_pending: NotRequired[bool | NotMeasured]
     row_remap: NotRequired[RowRemap | NotMeasured]
     nvlink_active: NotRequired[int | NotMeasured]
+    fabric: NotRequired[FabricAnswer | NotMeasured]  # multi-node NVLink fabric info (families.nvlink_domain)
     clock_event_reasons: NotRequired[list[str] | NotMeasured]
     temperature_c: NotRequired[int | NotMeasured]
     slowdown_temperature_c: NotRequired[int | NotMeasured]
@@ -247,6 +250,9 @@ class NodeInventory(TypedDict, total=False):
     error: str
     # NVML's running compute processes and memory in use per GPU (``acceptance.families.gpu_users``)
     users: list[GpuUse] | None
+    # the multi-node NVLink domains of the node's GPUs (``nvlink_domain.domain``) and its IMEX channels
+    nvlink_domains: list[str]
+    imex_channels: list[str]
 
 
 Nodes = Sequence[NodeHealth]
@@ -508,6 +514,22 @@ def _nvlink(nodes: Nodes, expect: Expect) -> Figure:
     return _extreme(nodes, fig, _field("nvlink_active"), lowest=True)
 
 
+def _fabric(nodes: Nodes) -> Figure:
+    """The GPUs of a multi-node NVLink domain (GB200 NVL72) whose fabric state, registration or health mask is
+    off, each named with its clique; skipped where no GPU is of such a fabric (NVML: not supported)."""
+    fig = Figure("health.nvlink_fabric_degraded", "GPUs")
+    answers = [(g, a) for g, a in _answers(nodes, fig, _field("fabric")) if nvlink_domain.in_fabric(a)]
+    for gpu, answer in answers:
+        wrong = nvlink_domain.problems(answer)
+        if wrong:
+            where = nvlink_domain.label(f"{answer['cluster_uuid']}/{answer['clique_id']}")
+            fig.findings.append(f"{gpu} ({where}): {', '.join(wrong)}")
+    if not answers and not fig.not_measured:
+        fig.skip = "no GPU is of a multi-node NVLink fabric (NVML: fabric info not supported)"
+        return fig
+    return _measured(fig, len(fig.findings) if answers else None)
+
+
 def _sum_errors(nodes: Nodes, key: str) -> Figure:
     """Value = uncorrectable errors summed over all GPUs; every GPU with any is named."""
     fig = Figure(f"health.{key}", "errors")
@@ -550,6 +572,7 @@ def evaluate(nodes: Nodes, expect: Expect) -> list[Figure]:
         _gate(nodes, "health.row_remap_failures", _remap("failure"), _flag("row remapping failed")),
         _gate(nodes, "health.row_remap_pending", _remap("pending"), _flag("row remaps pending (needs a GPU reset)")),
         _nvlink(nodes, expect),
+        _fabric(nodes),
         _gate(nodes, "health.pcie_degraded", _pcie_read, _pcie_judge(expect)),
         _gate(nodes, "health.throttled", _field("clock_event_reasons"), _throttle_judge(expect)),
         _temperature(nodes, expect),

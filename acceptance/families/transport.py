@@ -19,19 +19,29 @@ GPU, else left unresolved (recorded, never judged).
 
 Where NVML says two GPUs of a node are joined by NVLink (``nvmlDeviceGetP2PStatus`` with the NVLink
 capability), traffic between their ranks must go P2P; SHM or NET between them is a mismatch, named with
-the setting that forced it when the environment has one.
+the setting that forced it when the environment has one. Across nodes the same holds for two GPUs of one
+NVLink domain (``families.nvlink_domain``: one clique of a GB200 NVL72 rack), whose P2P lines say
+``P2P/MNNVL`` and name a peer on another node: such a peer is named by its world rank, as a NET peer is.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from typing import Literal, TypedDict
+from typing import TYPE_CHECKING, Literal, TypedDict
 
 from typing_extensions import NotRequired
 
+from acceptance.families.nvlink_domain import label as domain_label
+
+if TYPE_CHECKING:  # net_path judges the RankLogs of this module
+    from acceptance.families.net_path import NetFinding
+
 # the settings that steer NCCL off NVLink, in the order a message names them
-FORCING = ("NCCL_P2P_DISABLE", "NCCL_SHM_DISABLE", "NCCL_IB_DISABLE", "NCCL_NET", "NCCL_P2P_LEVEL")
+FORCING = (
+    "NCCL_P2P_DISABLE", "NCCL_SHM_DISABLE", "NCCL_IB_DISABLE", "NCCL_NET", "NCCL_P2P_LEVEL", "NCCL_MNNVL_ENABLE",
+    "NCCL_CUMEM_ENABLE",
+)  # fmt: skip
 # what the probes set in each rank before its process group exists (``probes.nccl_log``)
 DEBUG_SETTINGS = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,P2P,NET"}
 
@@ -68,6 +78,10 @@ class RankLog(TypedDict):
     # NCCL_HOSTID tells NCCL); absent: the host is the node
     node: NotRequired[int]
     settings: NotRequired[dict[str, str]]  # the FORCING settings of this rank's own environment
+    # across nodes (``families.net_path``): NCCL's index -> NIC name from its ``NET/IB : Using`` line, and the
+    # settings of this rank's environment that steer the NIC and GPUDirect RDMA (net_path.NET_SETTINGS)
+    nics: NotRequired[dict[int, str]]
+    net_settings: NotRequired[dict[str, str]]
 
 
 class PairTransport(TypedDict):
@@ -83,6 +97,7 @@ class PairTransport(TypedDict):
     nvlink: bool | None  # NVML: an NVLink joins the two GPUs; None: not known (another node, no answer)
     expected: str | None  # "P2P" where NVLink joins them; None: nothing asserted
     mismatch: bool
+    domain: NotRequired[str]  # across nodes: the NVLink domain both GPUs are of (``nvlink_domain.domain``)
     same_node: NotRequired[bool]  # the two ranks are of one node (absent: one host)
     settings: NotRequired[dict[str, str]]  # the FORCING settings of either rank's environment
 
@@ -106,6 +121,8 @@ class TransportRecord(TypedDict):
     nvlink_known: bool  # NVML answered on every node whose pairs were seen
     settings: dict[str, str]  # FORCING settings the ranks' environment had
     nvlink: NotRequired[dict[str, dict[str, bool]]]  # host -> "a-b" (NVML indices) -> joined by NVLink
+    network: NotRequired[list[NetFinding]]  # across nodes: GPUDirect RDMA and NIC findings (families.net_path)
+    network_paths: NotRequired[list[str]]  # the GPU-to-NIC paths those rules judged (``net_path.paths``)
 
 
 # how a mismatch names the setting that forced it: a setting of the run, not a fault of the node
@@ -154,11 +171,15 @@ def pair_key(a: int, b: int) -> str:
     return f"{min(a, b)}-{max(a, b)}"
 
 
+Domains = Mapping[str, Mapping[int, str]]  # host -> NVML index -> the NVLink domain of that GPU
+
+
 def resolve(
-    logs: Sequence[RankLog], nvlink: Mapping[str, Mapping[str, bool]]
+    logs: Sequence[RankLog], nvlink: Mapping[str, Mapping[str, bool]], domains: Domains | None = None
 ) -> tuple[list[PairTransport], list[Unresolved]]:
     """Every rank pair that NCCL connected, src -> dst in global ranks, with its transports and what NVML
-    says of the two GPUs (``nvlink``: host -> ``pair_key`` -> joined by NVLink; a host absent: not known)."""
+    says of the two GPUs (``nvlink``: host -> ``pair_key`` -> joined by NVLink; a host absent: not known;
+    ``domains``: the NVLink domain of each GPU that has one)."""
     by_device = {(r["host"], r["dev"]): r for r in logs if r["dev"] is not None}
     by_rank = {r["rank"]: r for r in logs}
     one_node = len({r["host"] for r in logs}) == 1
@@ -167,7 +188,8 @@ def resolve(
     for log in logs:
         for conn in log["connections"]:
             peer_rank, peer_dev = (conn["src"], conn["src_dev"]) if conn["receive"] else (conn["dst"], conn["dst_dev"])
-            peer = _peer(log, conn["kind"], peer_rank, peer_dev, by_device, by_rank, one_node)
+            kind = "NET" if conn["transport"].startswith("P2P/MNNVL") else conn["kind"]  # a peer on another node
+            peer = _peer(log, kind, peer_rank, peer_dev, by_device, by_rank, one_node)
             if peer is None:
                 unresolved.append(
                     {"rank": log["rank"], "peer_comm_rank": peer_rank, "peer_dev": peer_dev,
@@ -176,7 +198,7 @@ def resolve(
                 continue
             src, dst = (peer, log) if conn["receive"] else (log, peer)
             found.setdefault((src["rank"], dst["rank"]), set()).add(conn["transport"])
-    pairs = [_pair(by_rank[s], by_rank[d], sorted(t), nvlink) for (s, d), t in sorted(found.items())]
+    pairs = [_pair(by_rank[s], by_rank[d], sorted(t), nvlink, domains or {}) for (s, d), t in sorted(found.items())]
     return pairs, _distinct(unresolved)
 
 
@@ -200,11 +222,24 @@ def _node(log: RankLog) -> tuple[str, int | None]:
     return log["host"], log.get("node")
 
 
-def _pair(src: RankLog, dst: RankLog, transports: list[str], nvlink: Mapping[str, Mapping[str, bool]]) -> PairTransport:
+def _domain(src: RankLog, dst: RankLog, domains: Domains) -> str | None:
+    """The NVLink domain two GPUs of different nodes are both of, if any."""
+    if src["dev"] is None or dst["dev"] is None:
+        return None
+    a, b = domains.get(src["host"], {}).get(src["dev"]), domains.get(dst["host"], {}).get(dst["dev"])
+    return a if a is not None and a == b else None
+
+
+def _pair(
+    src: RankLog, dst: RankLog, transports: list[str], nvlink: Mapping[str, Mapping[str, bool]], domains: Domains
+) -> PairTransport:
     joined: bool | None = None
     same = _node(src) == _node(dst)
+    domain = None if same else _domain(src, dst, domains)
     if same and src["dev"] is not None and dst["dev"] is not None:
         joined = nvlink.get(src["host"], {}).get(pair_key(src["dev"], dst["dev"]))
+    elif domain is not None:
+        joined = True
     expected = "P2P" if joined else None
     pair: PairTransport = {
         "same_node": same,
@@ -219,6 +254,8 @@ def _pair(src: RankLog, dst: RankLog, transports: list[str], nvlink: Mapping[str
         "expected": expected,
         "mismatch": expected is not None and any(not t.startswith(f"{expected}/") for t in transports),
     }
+    if domain is not None:
+        pair["domain"] = domain
     if "settings" in src or "settings" in dst:  # the ranks' own environments (a log of before: the run's)
         pair["settings"] = {**dst.get("settings", {}), **src.get("settings", {})}
     return pair
@@ -232,13 +269,16 @@ def _distinct(found: list[Unresolved]) -> list[Unresolved]:
 
 
 def record(
-    logs: Sequence[RankLog], nvlink: Mapping[str, Mapping[str, bool] | str], environ: Mapping[str, str]
+    logs: Sequence[RankLog],
+    nvlink: Mapping[str, Mapping[str, bool] | str],
+    environ: Mapping[str, str],
+    domains: Domains | None = None,
 ) -> TransportRecord:
     """The probe's record from every rank's log and each host's NVML answer (a string: why NVML did not
     answer there). The forcing settings are every rank's (each node may have its own environment), else
     ``environ``'s."""
     known = {host: dict(answer) for host, answer in nvlink.items() if not isinstance(answer, str)}
-    pairs, unresolved = resolve(logs, known)
+    pairs, unresolved = resolve(logs, known, domains)
     hosts = {p["src_host"] for p in inside_nodes(pairs)}
     ranks = [log["settings"] for log in logs if "settings" in log]
     forcing = {k: v for found in ranks for k, v in found.items()} if ranks else settings(environ)
@@ -266,6 +306,11 @@ def inside_nodes(pairs: Sequence[PairTransport]) -> list[PairTransport]:
     return [p for p in pairs if p.get("same_node", p["src_host"] == p["dst_host"])]
 
 
+def judged(pairs: Sequence[PairTransport]) -> list[PairTransport]:
+    """The pairs a transport figure judges: those inside a node, and those across nodes of one NVLink domain."""
+    return [p for p in pairs if p.get("same_node", p["src_host"] == p["dst_host"]) or "domain" in p]
+
+
 def asserted(pairs: Sequence[PairTransport]) -> list[PairTransport]:
     """The pairs whose transport the hardware decides (an NVLink joins the two GPUs)."""
     return [p for p in pairs if p["expected"] is not None]
@@ -281,10 +326,15 @@ def describe(pair: PairTransport, forcing: Mapping[str, str]) -> str:
     peer = f"GPU {pair['dst_gpu']}"
     peer = peer if pair["dst_host"] == pair["src_host"] else f"{pair['dst_host']} {peer}"
     where = f"{pair['src_host']} GPU {pair['src_gpu']} -> {peer}"
-    cause = "NVLink joins the GPUs"
+    domain = pair.get("domain")
+    cause = "NVLink joins the GPUs" if domain is None else f"one NVLink domain: {domain_label(domain)}"
     forcing = _forcing(pair, forcing)
     if forcing:
         cause += "; " + ", ".join(f"{k}={v}" for k, v in forcing.items()) + f" {FORCED_BY_SETTING}"
+    elif domain is not None:
+        cause += "; no NCCL setting forced it: NCCL did not enable MNNVL (check the IMEX channel, " + (
+            "/dev/nvidia-caps-imex-channels, and nvidia-imex-ctl -N)"
+        )
     else:
         cause += "; no NCCL setting forced it: NCCL found no usable NVLink path (check nvidia-smi topo -m)"
     return f"{where}: {', '.join(pair['transports'])}, expected {pair['expected']} ({cause})"
@@ -335,7 +385,7 @@ def forced(found: TransportRecord | None, size_bytes: int | None = None) -> str:
         return ""
     bad = [
         p
-        for p in mismatches(inside_nodes(found["pairs"]))
+        for p in mismatches(judged(found["pairs"]))
         if _forcing(p, found["settings"]) and (not slowing or any(t.startswith(slowing) for t in p["transports"]))
     ]
     if not bad:

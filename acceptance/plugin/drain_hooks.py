@@ -20,6 +20,7 @@ from acceptance.evidence import drain
 from acceptance.evidence.model import EvidenceDoc
 from acceptance.evidence.verdict import verdict_of
 from acceptance.families.gpu_users import FOREIGN_LOAD, GPU_FAULT
+from acceptance.families.net_path import NODE_CONFIGURATION
 from acceptance.families.transport import FORCED_BY_SETTING
 from acceptance.run import drain as scheduler
 from acceptance.run.cluster_run import ClusterRun
@@ -47,6 +48,10 @@ def categorize(call: pytest.CallInfo[None], report: pytest.TestReport, run: Clus
         # NCCL sent a pair's traffic another way because the run's environment told it to (NCCL_P2P_DISABLE):
         # fix the setting; the node is not at fault for it
         run.evidence.test(report.nodeid).category = "environment"
+    elif report.failed and NODE_CONFIGURATION in str(report.longrepr):
+        # NCCL staged through host memory for want of the node's peer-memory module, or found no RDMA device:
+        # the node's set-up, not its hardware (acceptance.families.net_path)
+        run.evidence.test(report.nodeid).category = "configuration"
     elif report.failed and FOREIGN_LOAD in str(report.longrepr) and GPU_FAULT not in str(report.longrepr):
         # a figure slowed by another job's process on the run's GPU names it as the cause: the GPU is shared,
         # not broken (acceptance.probes.gpu_sampler); an XID or a degraded link seen as well is the GPU's own

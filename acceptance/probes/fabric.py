@@ -28,7 +28,7 @@ def _text(path: Path) -> str | None:
         return None
 
 
-def _numa(path: Path) -> int | None:
+def numa_node(path: Path) -> int | None:
     raw = _text(path)
     try:
         value = int(raw) if raw is not None else None
@@ -59,12 +59,12 @@ def read_port(hca: Path, port: Path) -> PortReading:
         "width": width.group(1) if width else None,
         "link_layer": _text(port / "link_layer"),
         "counters": counters,
-        "numa_node": _numa(hca / "device" / "numa_node"),
+        "numa_node": numa_node(hca / "device" / "numa_node"),
     }
 
 
 def read(root: Path, pci: Path = PCI_DEVICES) -> FabricReading:
-    gpus: list[GpuNuma] = [{"pci_bus_id": b, "numa_node": _numa(pci / b / "numa_node")} for b in pci_gpus(pci)]
+    gpus: list[GpuNuma] = [{"pci_bus_id": b, "numa_node": numa_node(pci / b / "numa_node")} for b in pci_gpus(pci)]
     try:
         hcas = sorted(p for p in root.iterdir() if (p / "ports").is_dir())
     except FileNotFoundError:  # no InfiniBand stack on this node: no port, and nothing failed

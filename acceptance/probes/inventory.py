@@ -14,6 +14,8 @@ import sys
 from pathlib import Path
 from typing import cast
 
+from acceptance.families import nvlink_domain
+from acceptance.families.answers import unanswered
 from acceptance.families.gpu_users import PROC, GpuProcess, GpuUse
 from acceptance.families.health import NodeInventory, NvmlListed, TorchView
 from acceptance.masking import masked_command
@@ -73,7 +75,12 @@ def read() -> NodeInventory:
             str(node.get(nvml.NOT_MEASURED) or (gpus if isinstance(gpus, dict) else {}).get(nvml.NOT_MEASURED)),
         )
     users = nvml.read_gpu_users()
+    fabric = nvml.read_fabric()
+    answered = [] if unanswered(fabric) else [g["fabric"] for g in fabric]
+    keys = [nvlink_domain.domain(f) for f in answered if not unanswered(f)]
     return {
+        "nvlink_domains": sorted({k for k in keys if k is not None}),
+        "imex_channels": nvlink_domain.imex_channels(),
         "pci": pci_gpus(),
         "nvml": listed,
         "nvml_error": error,

@@ -16,9 +16,9 @@ import os
 from pathlib import Path
 from typing import Any, Protocol, TypedDict
 
-from acceptance.families import transport
+from acceptance.families import net_path, nvlink_domain, transport
 from acceptance.families.answers import unanswered
-from acceptance.probes import nvml
+from acceptance.probes import nvml, pcie_places
 
 FILE = "nccl-%h.%p.log"
 SET_HERE_ENV = "ACCEPTANCE_NCCL_DEBUG_SET"  # the names enable() set, so that no record shows them as the user's
@@ -68,6 +68,8 @@ class RankContext(Protocol):
 class _Gathered(TypedDict):
     log: transport.RankLog
     nvlink: dict[str, bool] | str | None  # local rank 0's NVML answer, or why there is none
+    network: net_path.NodeNetwork | None  # local rank 0's reading of its NICs and GPUs
+    domains: dict[int, str] | None  # local rank 0's: NVML index -> NVLink domain, for the GPUs of one
 
 
 def record(ctx: RankContext) -> transport.TransportRecord:
@@ -80,15 +82,41 @@ def record(ctx: RankContext) -> transport.TransportRecord:
             os.environ,
         )
     ctx.phase("transport")
-    dev, connections = transport.parse(own_log(ctx.nccl_log))
+    text = own_log(ctx.nccl_log)
+    dev, connections = transport.parse(text)
     log: transport.RankLog = {
         "rank": ctx.rank, "host": ctx.host, "local_rank": ctx.local_rank, "dev": dev, "connections": connections,
-        "node": ctx.node_rank, "settings": transport.settings(os.environ),
+        "node": ctx.node_rank, "settings": transport.settings(os.environ), "nics": net_path.nic_names(text),
+        "net_settings": net_path.net_settings(os.environ),
     }  # fmt: skip
-    mine: _Gathered = {"log": log, "nvlink": _nvlink() if ctx.local_rank == 0 else None}
+    first = ctx.local_rank == 0
+    network, domains = _places() if first else (None, None)
+    mine: _Gathered = {"log": log, "nvlink": _nvlink() if first else None, "network": network, "domains": domains}
     every: list[_Gathered] = ctx.gather(mine)
     answers = {g["log"]["host"]: g["nvlink"] for g in every if g["nvlink"] is not None}
-    return transport.record([g["log"] for g in every], answers, os.environ)
+    logs = [g["log"] for g in every]
+    fabric = {g["log"]["host"]: g["domains"] for g in every if g["domains"]}
+    found = transport.record(logs, answers, os.environ, fabric)
+    networks = {g["log"]["host"]: g["network"] for g in every if g["network"]}
+    found["network"], found["network_paths"] = net_path.judge(logs, networks), net_path.paths(logs, networks)
+    return found
+
+
+def _places() -> tuple[net_path.NodeNetwork, dict[int, str]]:
+    """This node's NICs and GPUs on its PCIe tree (GPUs by NVML's bus ids) and its GPUs' NVLink domains."""
+    gpus = nvml.read_fabric()
+    if unanswered(gpus):
+        return pcie_places.read(), {}
+    buses = [g["pci_bus_id"] for g in gpus]
+    known = [b for b in buses if isinstance(b, str)]
+    network = pcie_places.read(gpu_bus_ids=known if len(known) == len(buses) else None)
+    domains: dict[int, str] = {}
+    for gpu in gpus:
+        fabric = gpu["fabric"]
+        key = None if unanswered(fabric) else nvlink_domain.domain(fabric)
+        if key is not None:
+            domains[gpu["index"]] = key
+    return network, domains
 
 
 def _nvlink() -> dict[str, bool] | str:

@@ -17,7 +17,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from acceptance.families.answers import NotMeasured, unanswered
+from acceptance.families import nvlink_domain
+from acceptance.families.answers import NotMeasured, not_measured, unanswered
 from acceptance.families.health import GpuAnswers, NodeAnswers, allocated
 from acceptance.probes import nvml
 from acceptance.probes.inventory import NVIDIA_VENDOR, torch_view
@@ -27,6 +28,7 @@ from acceptance.profile.node_facts import GpuLinks, NodeFacts, NvLink, Port, fac
 # PCI class of an NVSwitch: "bridge, other" (0x0680); GPUs are display controllers (0x03xx)
 NVSWITCH_CLASS = "0x0680"
 ACTIVE = "ACTIVE"  # an InfiniBand port's state ("4: ACTIVE"); a port that is down carries no traffic
+NO_FABRIC = not_measured("fabric info: not in NVML's answers")
 
 
 def _nvml_answers() -> NodeAnswers | NotMeasured:
@@ -72,7 +74,7 @@ class Sources:
 def detect(sources: Sources | None = None) -> NodeFacts:
     src = sources or Sources()
     notes: list[str] = []
-    names, links, driver, gpus = _gpus(src, notes)
+    names, links, driver, gpus, domain = _gpus(src, notes)
     return NodeFacts(
         gpu_names=tuple(names),
         nvlink_links=tuple(links),
@@ -83,17 +85,18 @@ def detect(sources: Sources | None = None) -> NodeFacts:
         driver=driver,
         notes=tuple(notes),
         links=gpus,
+        nvlink_domain=domain,
     )
 
 
-def _gpus(src: Sources, notes: list[str]) -> tuple[list[str], list[int], str | None, tuple[GpuLinks, ...]]:
+def _gpus(src: Sources, notes: list[str]) -> tuple[list[str], list[int], str | None, tuple[GpuLinks, ...], str | None]:
     answers = src.nvml()
     if unanswered(answers):
         notes.append(f"NVML: {answers['not_measured']}")
         names = src.torch_names()
         if names:
             notes.append(f"GPUs as torch sees them: {len(names)}")
-        return names, [], None, ()
+        return names, [], None, (), None
     answers, outside = allocated(answers, src.visible())
     if outside:  # a profile for this job's share: the node's other GPUs are another job's
         notes.append(
@@ -110,7 +113,14 @@ def _gpus(src: Sources, notes: list[str]) -> tuple[list[str], list[int], str | N
             links.append(active)
     driver = answers["driver_version"]
     facts = _gpu_links(gpus, src.nvlinks(), notes)
-    return names, links if len(links) == len(names) else [], driver if isinstance(driver, str) else None, facts
+    known = links if len(links) == len(names) else []
+    return names, known, driver if isinstance(driver, str) else None, facts, _domain(gpus)
+
+
+def _domain(gpus: list[GpuAnswers]) -> str | None:
+    """The multi-node NVLink domain of every GPU, where they are all of one (NVML's fabric info)."""
+    keys = {nvlink_domain.domain(f) if not unanswered(f := gpu.get("fabric", NO_FABRIC)) else None for gpu in gpus}
+    return keys.pop() if len(keys) == 1 else None
 
 
 def _gpu_links(

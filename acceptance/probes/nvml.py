@@ -12,11 +12,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, TypedDict, TypeVar, cast
 
+from acceptance.families import nvlink_domain
 from acceptance.families.answers import NOT_MEASURED as NOT_MEASURED
 from acceptance.families.answers import NotMeasured, not_measured, unanswered
 from acceptance.families.answers import is_measured as is_measured
 from acceptance.families.gpu_users import GpuProcess, GpuUse
 from acceptance.families.health import GpuAnswers, GpuIdentity, GpuMemoryHealth, NodeAnswers, PcieAnswers, RowRemap
+from acceptance.families.nvlink_domain import FabricAnswer
 
 T = TypeVar("T")
 
@@ -144,6 +146,7 @@ def read_gpu(lib: Any, index: int) -> GpuAnswers:
         "retired_pages_pending": memory["retired_pages_pending"],
         "row_remap": memory["row_remap"],
         "nvlink_active": _nvlink_active(lib, handle),
+        "fabric": fabric_info(ask, lib, handle),
         "clock_event_reasons": _clock_events(ask, lib, handle),
         "temperature_c": ask("temperature", lib.nvmlDeviceGetTemperature, handle, lib.NVML_TEMPERATURE_GPU),
         "slowdown_temperature_c": ask(
@@ -153,6 +156,46 @@ def read_gpu(lib: Any, index: int) -> GpuAnswers:
             lib.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN,
         ),
     }
+
+
+def fabric_info(ask: Asker, lib: Any, handle: Any) -> FabricAnswer | NotMeasured:
+    """The GPU's place in a multi-node NVLink fabric (``nvmlDeviceGetGpuFabricInfoV``); NOT_SUPPORTED, as every
+    GPU outside such a fabric answers (H100/H200 HGX), is the state "not supported", not a failed query."""
+    if not hasattr(lib, "nvmlDeviceGetGpuFabricInfoV"):
+        return not_measured("fabric info: this nvidia-ml-py has no nvmlDeviceGetGpuFabricInfoV: upgrade it")
+    info = lib.c_nvmlGpuFabricInfoV_t()
+    try:
+        lib.nvmlDeviceGetGpuFabricInfoV(handle, info)
+    except (lib.NVMLError_NotSupported, lib.NVMLError_FunctionNotFound):  # a driver before the query: no fabric
+        return nvlink_domain.answer(lib.NVML_GPU_FABRIC_STATE_NOT_SUPPORTED, bytes(16), 0, 0, 0)
+    except lib.NVMLError as exc:
+        return not_measured(f"fabric info: {exc}")
+    return nvlink_domain.answer(info.state, bytes(info.clusterUuid), info.cliqueId, info.status, info.healthMask)
+
+
+def read_fabric(lib: Any = None) -> list[GpuFabric] | NotMeasured:
+    """Every GPU's PCI bus id and fabric info, by NVML index: where NCCL's ``nvmlDev`` sits on the PCIe tree,
+    and which NVLink domain it is of."""
+    return session(lib, _fabric)
+
+
+class GpuFabric(TypedDict):
+    index: int
+    pci_bus_id: str | NotMeasured
+    fabric: FabricAnswer | NotMeasured
+
+
+def _fabric(lib: Any) -> list[GpuFabric] | NotMeasured:
+    ask = Asker(lib)
+    count = ask("GPU count", lib.nvmlDeviceGetCount)
+    if not is_measured(count):
+        return cast(NotMeasured, count)
+    found: list[GpuFabric] = []
+    for index in range(count):
+        handle = lib.nvmlDeviceGetHandleByIndex(index)
+        bus = ask("PCI info", lib.nvmlDeviceGetPciInfo, handle, then=lambda p: text(p.busId))
+        found.append({"index": index, "pci_bus_id": bus, "fabric": fabric_info(ask, lib, handle)})
+    return found
 
 
 def identity(ask: Asker, lib: Any, handle: Any) -> GpuIdentity:

@@ -19,6 +19,10 @@ A reference row that fits the node is tighter and wins (``acceptance.profile.ini
   reports it (InfiniBand, or Ethernet for RoCE), shared by the GPUs when the node has fewer ports than GPUs
   (the rails of a round are measured all at once). A node with no active RDMA port has no rail floor: its
   traffic goes over TCP sockets, which the transport check names.
+* one multi-node NVLink domain (a GB200 NVL72 rack: NVML's fabric info puts every GPU of the node in one clique,
+  ``families.nvlink_domain``): its nodes are one NVLink island, so the collectives across them and each rail
+  between them are bounded by the GPUs' NVLink rate, not by the NICs (a rack with MNNVL off runs at its NICs'
+  rate, a tenth of its NVLink's, and fails them).
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from collections import Counter
 from dataclasses import dataclass
 from itertools import combinations
 
+from acceptance.families.nvlink_domain import label
 from acceptance.numbers import fmt
 from acceptance.profile.node_facts import GpuLinks, NodeFacts
 from acceptance.schema.sizes import parse_size
@@ -78,6 +83,12 @@ NIC_WHY = (
     "NCCL reaches ~96% of a port's line rate (~48 of an NDR port's 50 GB/s, nccl-tests #319; ~24 of HDR's 25, "
     "#252), and the reference rows' floor is 80% of that (0.77 of the line rate); a port trained at half its "
     "rate, or traffic over TCP sockets (3 GB/s on 400 Gb/s ports, aicr#2689), fails"
+)
+# a GB200 NVL72 rack is one NVLink domain of 72 GPUs, each with fifth-generation NVLink at 1.8 TB/s both ways
+DOMAIN_SOURCE = "NVIDIA GB200 NVL72 datasheet: 72 GPUs in one NVLink domain, NVLink5 1.8 TB/s per GPU both ways"
+DOMAIN_RAIL_WHY = (
+    "the p2p fraction of one GPU's NVLink, between trays of one NVLink domain (never measured here on GB200); a rail "
+    "through the NICs (400 Gb/s: 50 GB/s per GPU) fails"
 )
 RDMA_LINK_LAYERS = ("InfiniBand", "Ethernet")  # /sys/class/infiniband/<hca>/ports/<n>/link_layer
 
@@ -208,13 +219,16 @@ def rail_path(facts: NodeFacts) -> Path | None:
 def hardware_floors(facts: NodeFacts, nodes: int, ops: tuple[str, ...], sizes: tuple[str, ...]) -> list[HardwareFloor]:
     """Every floor the node's links give: p2p inside each node (measured on the node's own communicator, so
     the network between nodes does not set it), the collectives inside one node (one node only: across nodes
-    the world's collectives run over the network), the rails across nodes (2+ nodes), and each GPU's host
-    link."""
+    the world's collectives run over the network, unless the nodes are one NVLink domain), the rails across
+    nodes (2+ nodes: the NICs', or the NVLink's in one domain), and each GPU's host link."""
     p2p = p2p_path(facts)
     out = _p2p_floor(p2p)
-    if nodes == 1:
-        out += _busbw_floors(facts, p2p, ops, sizes)
-    rail = rail_path(facts) if nodes > 1 else None
+    island = nodes > 1 and facts.nvlink_domain is not None
+    if nodes == 1 or island:
+        out += _busbw_floors(facts, p2p, ops, sizes, nodes if island else 1)
+    if island:
+        out += _domain_rail(facts, nodes)
+    rail = rail_path(facts) if nodes > 1 and not island else None
     if rail is not None:
         low = round(rail.gbps * NIC_FRACTION, 1)
         out.append(HardwareFloor("internode.rail_min_gbps", low, rail.fact, NIC_FRACTION, NIC_WHY))
@@ -235,13 +249,31 @@ def _p2p_floor(p2p: Path | None) -> list[HardwareFloor]:
     return [HardwareFloor("connectivity.p2p_min_gbps", low, p2p.fact, P2P_FRACTION, f"at {P2P_SIZE}: {P2P_WHY}")]
 
 
+def _across(path: Path, facts: NodeFacts, nodes: int) -> Path:
+    """``path`` as it holds across the ``nodes`` nodes of the node's NVLink domain."""
+    where = label(facts.nvlink_domain) if facts.nvlink_domain else "?"
+    fact = f"one NVLink domain across {nodes} nodes ({where}; {DOMAIN_SOURCE}): {path.fact}"
+    return Path(path.gbps, fact, path.nvlink)
+
+
+def _domain_rail(facts: NodeFacts, nodes: int) -> list[HardwareFloor]:
+    nvlink = _slowest([gpu_nvlink_path(g) for g in facts.links]) if facts.links else None
+    if nvlink is None:
+        return []
+    path = _across(nvlink, facts, nodes)
+    low = round(path.gbps * P2P_FRACTION, 1)
+    return [HardwareFloor("internode.rail_min_gbps", low, path.fact, P2P_FRACTION, DOMAIN_RAIL_WHY)]
+
+
 def _busbw_floors(
-    facts: NodeFacts, p2p: Path | None, ops: tuple[str, ...], sizes: tuple[str, ...]
+    facts: NodeFacts, p2p: Path | None, ops: tuple[str, ...], sizes: tuple[str, ...], nodes: int = 1
 ) -> list[HardwareFloor]:
     out: list[HardwareFloor] = []
     bus = busbw_path(facts)
     if bus is None:
         return out
+    if nodes > 1:  # the world's collectives run over the domain's NVLink: each GPU's links bound them
+        bus, p2p = _across(bus, facts, nodes), None
     fraction, why = (NVLINK_BUSBW_FRACTION, NVLINK_BUSBW_WHY) if bus.nvlink else (PCIE_BUSBW_FRACTION, PCIE_BUSBW_WHY)
     big = [s for s in sizes if parse_size(s) >= parse_size(BUSBW_MIN_SIZE)]
     for op in ops:

@@ -92,8 +92,11 @@ def bounds_for(facts: NodeFacts, nodes: int, table: ReferenceTable) -> list[Boun
     world = nodes * facts.gpu_count
     trains = _trains_reference_workload(table, setup.gpu)
     sockets = over_sockets(facts, nodes)
+    island = nodes > 1 and facts.nvlink_domain is not None  # one NVLink domain: its rails are NVLink, not NICs
     out: list[Bound] = []
     for row in table.rows_for(setup):
+        if island and row.nic is not None:
+            continue
         out += [Bound.of_row(metric, row) for metric in _metrics(row, world, nodes, trains, sockets)]
     bounded = {b.metric for b in out}
     ops = GPU_OPS if world >= 2 else ()
@@ -110,8 +113,8 @@ def _trains_reference_workload(table: ReferenceTable, gpu: str | None) -> bool:
 def over_sockets(facts: NodeFacts, nodes: int) -> bool:
     """Several nodes with no RDMA port at all: NCCL's TCP sockets carry the traffic across. A node whose ports
     are there but down is not one of them: its profile keeps the full sizes and the scaling bar, so the
-    fault fails the run rather than weakening the profile."""
-    return nodes > 1 and not facts.ports
+    fault fails the run rather than weakening the profile. Nodes of one NVLink domain meet over NVLink."""
+    return nodes > 1 and not facts.ports and facts.nvlink_domain is None
 
 
 def collective_sizes(sockets: bool) -> tuple[str, ...]:

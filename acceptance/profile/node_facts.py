@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
+from acceptance.families.nvlink_domain import label
 from acceptance.profile.references import ReferenceTable, Setup
 
 
@@ -64,6 +65,9 @@ class NodeFacts:
     driver: str | None = None
     notes: tuple[str, ...] = ()  # what could not be read, and why
     links: tuple[GpuLinks, ...] = ()  # per GPU, where NVML answered
+    # the multi-node NVLink domain every GPU of the node is of (``nvlink_domain.domain``: a GB200 NVL72 tray);
+    # None: none, or its GPUs differ
+    nvlink_domain: str | None = None
 
     @property
     def gpu_count(self) -> int:
@@ -76,9 +80,11 @@ class NodeFacts:
         return next(iter(names)) if len(names) == 1 else None
 
     def nvls(self, table: ReferenceTable) -> bool:
-        """NVLink SHARP: GPUs of a model that has it, on an NVSwitch, not turned off for NCCL."""
+        """NVLink SHARP: GPUs of a model that has it, on an NVSwitch (on the node's bus, or the switch trays of
+        its multi-node NVLink domain), not turned off for NCCL."""
         key = table.gpu_of(self.gpu_model)
-        return bool(key and table.gpus[key].nvls and self.nvswitch and not self.nvls_off_by_env)
+        switched = self.nvswitch or self.nvlink_domain is not None
+        return bool(key and table.gpus[key].nvls and switched and not self.nvls_off_by_env)
 
     def nic_kinds(self, table: ReferenceTable) -> tuple[str, ...]:
         """The table's NIC kinds among the active ports, the most common first."""
@@ -102,6 +108,8 @@ class NodeFacts:
             model = self.gpu_model or f"mixed GPUs ({', '.join(sorted(set(self.gpu_names)))})"
             links = f", {min(self.nvlink_links)} NVLink links each" if self.nvlink_links else ""
             fabric = ", NVSwitch" if self.nvswitch else ""
+            if self.nvlink_domain is not None:
+                fabric += f", multi-node NVLink domain ({label(self.nvlink_domain)})"
             nvls = f", NVLS {'on' if self.nvls(table) else 'off'}"
             gpus = f"{self.gpu_count}x {model}{links}{fabric}{nvls}"
         active = [p for p in self.ports if p.active]

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import cast
 
 from acceptance.evidence.causes import FOREIGN_LOAD_FIRST, Category
+from acceptance.families import nvlink_domain
 from acceptance.families.gpu_users import GpuProcess, GpuUse, Ours, descends_from, foreign, foreign_use
 from acceptance.families.health import HEALTH, NodeInventory, TorchView, same_model
 from acceptance.profile.model import ProfileModel
@@ -109,6 +110,9 @@ def check(
         return PreflightResult(False, problem, gpus, answers, category=category)
     if lacking is not None:
         return PreflightResult(False, lacking[0], gpus, answers, category="software", families=lacking[1])
+    imex = imex_problem(answers)
+    if imex is not None:
+        return PreflightResult(False, imex, gpus, answers, category="configuration")
     seen = the_run_s(users if users is not None else answers.get("users") or [], gpus)
     ours = ours or descends_from(os.getpid())
     others = foreign(seen, ours)
@@ -119,6 +123,20 @@ def check(
     # a site may hold a process left on a GPU to be the node's own fault (health.leftover_process: drain)
     drains = HEALTH.section_of(model).leftover_process == "drain"
     return PreflightResult(not used, message, gpus, answers, others, "configuration" if drains else "foreign load")
+
+
+def imex_problem(answers: NodeInventory) -> str | None:
+    """A node whose GPUs are of a multi-node NVLink domain (GB200 NVL72) and that offers no IMEX channel: NCCL
+    cannot import another tray's memory, and its traffic between trays leaves NVLink for the NICs (MNNVL off,
+    ``src/mnnvl.cc``). None where the node is of no such domain, or has a channel."""
+    domains = answers.get("nvlink_domains") or []
+    if not domains or answers.get("imex_channels"):
+        return None
+    named = ", ".join(nvlink_domain.label(d) for d in domains)
+    return (
+        f"GPUs of NVLink domain {named} and no IMEX channel in {nvlink_domain.IMEX_CHANNELS}: NCCL cannot use "
+        "NVLink between trays (start nvidia-imex and create channel0; check with nvidia-imex-ctl -N)"
+    )
 
 
 def the_run_s(users: list[GpuUse], gpus: list[SeenGpu]) -> list[GpuUse]:
