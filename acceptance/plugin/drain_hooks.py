@@ -1,17 +1,20 @@
 """The drain list at the session's end: written for every run that does not PASS, applied on request.
 
-The scheduler's name for this node comes from its environment: ``SLURMD_NODENAME`` (Slurm sets it for a
-prolog, an epilog and every job step: slurm.conf(5) "Prolog and Epilog Scripts", srun(1) "OUTPUT
-ENVIRONMENT VARIABLES"), or ``NODE_NAME`` (the Kubernetes manifests set it from the downward API,
-``spec.nodeName``); else the host name is the node's name.
+The scheduler's name for this node comes from the scheduler that drains (``acceptance.run.drain.node_name``:
+Slurm's own name under Slurm, the pod's node under Kubernetes); without one the host name stands for it.
+The list is on disk before any command runs and again after each, so a run stopped there (a signal, a
+SIGKILL) leaves it with what its commands had done.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import socket
 import sys
-from collections.abc import Mapping
+import threading
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import pytest
@@ -24,13 +27,6 @@ from acceptance.families.transport import FORCED_BY_SETTING
 from acceptance.run import drain as scheduler
 from acceptance.run.cluster_run import ClusterRun
 from acceptance.run.launcher import ProbeError
-
-NAME_VARIABLES = ("SLURMD_NODENAME", "NODE_NAME")
-
-
-def scheduler_names(host: str, env: Mapping[str, str] = os.environ) -> dict[str, str]:
-    found = next((env[v] for v in NAME_VARIABLES if env.get(v)), None)
-    return {host: found} if found else {}
 
 
 def categorize(call: pytest.CallInfo[None], report: pytest.TestReport, run: ClusterRun) -> None:
@@ -52,23 +48,67 @@ def categorize(call: pytest.CallInfo[None], report: pytest.TestReport, run: Clus
         run.evidence.test(report.nodeid).category = "foreign load"
 
 
-def act_on(doc: EvidenceDoc, folder: Path, evidence: Path, way: str | None) -> drain.DrainList | None:
+@contextlib.contextmanager
+def _signals_held() -> Iterator[None]:
+    """SIGINT and SIGTERM ignored for a moment (the list written after a first one): a second signal must
+    not cut the file that records the first short. Only the main thread may set handlers."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in held.items():
+            signal.signal(sig, handler)
+
+
+def act_on(
+    doc: EvidenceDoc, folder: Path, evidence: Path, way: str | None, env: Mapping[str, str] = os.environ
+) -> drain.DrainList | None:
     """Write the drain list of a run that did not PASS (and apply it when ``way`` is slurm or kubernetes);
-    None for a PASS. A list that cannot be written is reported in its ``applied`` lines' place: the
-    terminal shows it, the evidence is already whole. One that cannot be built (or applied) is one line on
-    stderr and None: the verdict and the exit status stay the run's, never a pytest INTERNALERROR."""
+    None for a PASS. The list is written before any command runs and again as each runs and ends; a signal
+    while one runs stops the commands, and the list says so (``interrupted``: the session's exit status is
+    then an interrupted run's). A list that cannot be written is reported in its ``applied`` lines' place:
+    the terminal shows it, the evidence is already whole. One that cannot be built is one line on stderr and
+    None: the verdict and the exit status stay the run's, never a pytest INTERNALERROR."""
     if verdict_of(doc) == "PASS":
         return None
     try:
         host = doc.topology.host or socket.gethostname()
-        found = drain.build(doc, evidence, scheduler_names(host))
-        if way in scheduler.COMMANDS:
-            found["applied"] = scheduler.apply(found, way)
+        name, why = scheduler.node_name(way or "off", host, env)
+        found = drain.build(doc, evidence, {host: name} if name else {})
     except Exception as exc:  # a drain list that fails must leave the verdict and exit status as they are
         print(f"cluster-acceptance: no drain list for {evidence}: {type(exc).__name__}: {exc}", file=sys.stderr)
         return None
+    path: Path | None = folder / drain.FILE_NAME
     try:
         drain.write(folder, found)
     except (OSError, FileExistsError) as exc:
-        found["applied"].append(f"drain list {folder / drain.FILE_NAME}: cannot write: {exc}")
+        found["applied"].append(f"drain list {path}: cannot write: {exc}")
+        path = None  # not this run's to update
+    if way not in scheduler.COMMANDS:
+        return found
+    if name is None:
+        found["applied"].append(why)  # which name it needed: nothing is drained under another's
+        _record(path, found)
+        return found
+    try:
+        scheduler.apply(found, way, record=lambda: _record(path, found))
+    except KeyboardInterrupt:
+        with _signals_held():
+            _record(path, found)
+    except Exception as exc:  # a scheduler that fails must leave the verdict and exit status as they are
+        found["applied"].append(f"{way}: stopped: {type(exc).__name__}: {exc}")
+        _record(path, found)
     return found
+
+
+def _record(path: Path | None, found: drain.DrainList) -> None:
+    """The list on disk again, with what its commands did; a write that fails is one more line of it."""
+    if path is None:
+        return
+    try:
+        drain.update(path, found)
+    except OSError as exc:
+        found["applied"].append(f"drain list {path}: cannot write: {exc}")
