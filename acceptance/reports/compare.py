@@ -96,8 +96,8 @@ def _flag(row: Row) -> str:
         return "bound moved"
     if row.change.beyond:
         return "worse (not gated)"
-    if row.change.worse_by > row.change.tolerance:
-        return "within noise"
+    if row.change.past_tolerance:
+        return "within noise"  # past the tolerance alone, not past it by the noise
     return "better" if row.change.better_by > row.change.tolerance else ""
 
 
