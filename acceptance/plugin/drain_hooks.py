@@ -14,7 +14,7 @@ import signal
 import socket
 import sys
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
 import pytest
@@ -76,32 +76,48 @@ def act_on(
         return None
     try:
         host = doc.topology.host or socket.gethostname()
-        name, why = scheduler.node_name(way or "off", host, env)
-        found = drain.build(doc, evidence, {host: name} if name else {})
+        found = drain.build(doc, evidence)  # each node by its host name until its scheduler names it
     except Exception as exc:  # a drain list that fails must leave the verdict and exit status as they are
         print(f"cluster-acceptance: no drain list for {evidence}: {type(exc).__name__}: {exc}", file=sys.stderr)
         return None
     path: Path | None = folder / drain.FILE_NAME
     try:
-        drain.write(folder, found)
+        drain.write(folder, found)  # on disk before anything runs, the scheduler's name query included
     except (OSError, FileExistsError) as exc:
         found["applied"].append(f"drain list {path}: cannot write: {exc}")
         path = None  # not this run's to update
-    if way not in scheduler.COMMANDS:
-        return found
-    if name is None:
-        found["applied"].append(why)  # which name it needed: nothing is drained under another's
-        _record(path, found)
-        return found
     try:
-        scheduler.apply(found, way, record=lambda: _record(path, found))
-    except KeyboardInterrupt:
+        _apply(found, host, way, env, lambda: _record(path, found))
+    except KeyboardInterrupt as exc:  # SIGTERM or Ctrl-C: the list keeps what was done, and says it stopped
         with _signals_held():
+            if found["interrupted"] is None:
+                found["interrupted"] = scheduler.interrupted_by(exc)
+                found["applied"].append(f"{way}: interrupted by {found['interrupted']}: no further command run")
             _record(path, found)
     except Exception as exc:  # a scheduler that fails must leave the verdict and exit status as they are
         found["applied"].append(f"{way}: stopped: {type(exc).__name__}: {exc}")
         _record(path, found)
     return found
+
+
+def _apply(
+    found: drain.DrainList, host: str, way: str | None, env: Mapping[str, str], record: Callable[[], None]
+) -> None:
+    """This node named as ``way``'s scheduler knows it, then, under slurm or kubernetes, its commands run; a
+    run that cannot name its node runs none and says which name it needed."""
+    name, why = scheduler.node_name(way or "off", host, env)
+    if name is not None:
+        for node in found["nodes"]:
+            if node["node"] == host:
+                node["scheduler_name"] = name
+        record()
+    if way not in scheduler.COMMANDS:
+        return
+    if name is None:
+        found["applied"].append(why)  # which name it needed: nothing is drained under another's
+        record()
+        return
+    scheduler.apply(found, way, record=record)
 
 
 def _record(path: Path | None, found: drain.DrainList) -> None:
