@@ -201,6 +201,15 @@ def test_a_time_and_the_bandwidth_it_gives_regress_alike() -> None:
     assert change("connectivity.barrier_latency_us", 100.0, 2000.0, 20).beyond is False  # 20: a rise by 21x
 
 
+def test_the_noise_adds_to_the_tolerance_only_where_no_bound_gates_the_figure() -> None:
+    """18% slower with a standard error of 0.05 (3 of them: 0.15 in log) and a 5% tolerance (0.051): past each
+    of them, which a gated figure must be, but not past the two together, which an ungated one must be."""
+    args = ("collectives.all_reduce.busbw_gbps@1M", 100.0, 82.0, 0.05, 0.05)
+    assert change(*args).beyond
+    assert not change(*args, ungated=True).beyond
+    assert change("collectives.all_reduce.busbw_gbps@1M", 100.0, 79.0, 0.05, 0.05, ungated=True).beyond
+
+
 def test_an_ungated_figure_worse_beyond_tolerance_and_noise_is_a_regression(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -78,7 +78,8 @@ def rows(
         a, b = before.get(metric), after.get(metric)
         tol = tolerance_for(profile, metric, tolerance)
         noise = noise_between(noise_in(a), noise_in(b))
-        found = change(metric, a.value if a else None, b.value if b else None, tol, noise)
+        ungated = not ((a is not None and a.bound) or (b is not None and b.bound))
+        found = change(metric, a.value if a else None, b.value if b else None, tol, noise, ungated)
         out.append(Row(found, (b or a or StoredFigure()).unit, a, b, gated_only))
     return sorted(out, key=_order)
 
