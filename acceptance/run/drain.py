@@ -89,8 +89,10 @@ def node_name(way: str, host: str, env: Mapping[str, str] = os.environ, run: Run
         names = done.stdout.split() if done.returncode == 0 else []
         if len(names) == 1 and name_problem(names[0]) is None:
             return names[0], f"`{' '.join(argv)}`"
-        said = _last_line(done.stderr) or _last_line(done.stdout) or "nothing"
-        answer = f"answered {said!r}" + (f" (exit {done.returncode})" if done.returncode else "")
+        said = _last_line(done.stderr) or _last_line(done.stdout)
+        answer = (f"answered {said!r}" if said else "answered nothing") + (
+            f" (exit {done.returncode})" if done.returncode else ""
+        )
     return None, (
         f"slurm: not applied: this run cannot name its node for Slurm: {SLURM_NAME} is not set (slurmd sets it "
         f"for job steps, prologs and epilogs) and `{' '.join(argv)}` {answer}; no command run"
