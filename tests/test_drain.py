@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 from collections.abc import Sequence
 from pathlib import Path
@@ -273,7 +274,10 @@ def test_a_drain_list_that_cannot_be_built_keeps_the_verdict(
         raise KeyError("topology")
 
     monkeypatch.setattr(drain, "build", broken)
-    assert drain_hooks.act_on(EvidenceDoc.model_validate(doc()), tmp_path, tmp_path / "evidence.json", "slurm") is None
+    found = drain_hooks.act_on(
+        EvidenceDoc.model_validate(doc()), tmp_path, tmp_path / "evidence.json", "slurm", {"SLURMD_NODENAME": "c1"}
+    )
+    assert found is None
     err = capsys.readouterr().err
     assert err == f"cluster-acceptance: no drain list for {tmp_path / 'evidence.json'}: KeyError: 'topology'\n"
     assert not (tmp_path / "drain.json").exists()
@@ -465,3 +469,47 @@ def test_the_terminal_says_the_drain_list_s_action() -> None:
     data = doc(errors=[gpu], cluster={"nodes": [], "preflight": {"ok": False, "categories": {gpu: "hardware"}}})
     shown = next_lines(EvidenceDoc.model_validate(data), "ev/evidence.json", build(data, Path("ev/evidence.json")))
     assert f"drain: gpu-a GPU 1 (drain): {gpu}" in shown
+
+
+def _aliases(answer: str, status: int = 0) -> scheduler.Runner:
+    """A stand-in for ``scontrol show aliases HOST``: ``answer`` on stdout; any other command fails the test."""
+
+    def run(argv: Sequence[str]) -> subprocess.CompletedProcess[str]:
+        assert list(argv[:3]) == ["scontrol", "show", "aliases"], argv
+        return subprocess.CompletedProcess(argv, status, answer, "" if status == 0 else "error: no such node\n")
+
+    return run
+
+
+@pytest.mark.parametrize(
+    ("way", "env", "answer", "name"),
+    [
+        ("slurm", {"SLURMD_NODENAME": "c7", "NODE_NAME": "jenkins-agent-7"}, "", "c7"),
+        ("slurm", {"NODE_NAME": "jenkins-agent-7"}, "c12\n", "c12"),  # what Slurm itself says for the host
+        ("slurm", {"NODE_NAME": "jenkins-agent-7"}, "", None),  # a host Slurm does not know: no name
+        ("slurm", {}, "c12 c13\n", None),  # two slurmd on the host: which one is not the run's to guess
+        ("kubernetes", {"NODE_NAME": "pool-a-3", "SLURMD_NODENAME": "c7"}, "", "pool-a-3"),
+        ("kubernetes", {"SLURMD_NODENAME": "c7"}, "", None),
+        ("off", {"SLURMD_NODENAME": "c7"}, "", "c7"),
+        ("off", {"NODE_NAME": "jenkins-agent-7"}, "", None),  # the host name stands for it
+    ],
+)  # fmt: skip
+def test_the_node_s_name_comes_from_the_scheduler_that_drains(
+    way: str, env: dict[str, str], answer: str, name: str | None
+) -> None:
+    found, why = scheduler.node_name(way, "gpu-a", env, run=_aliases(answer))
+    assert found == name
+    if name is None and way == "slurm":
+        assert why.startswith("slurm: not applied: ") and "SLURMD_NODENAME is not set" in why
+        assert "`scontrol show aliases gpu-a`" in why and why.endswith("no command run")
+    if name is None and way == "kubernetes":
+        assert "NODE_NAME is not set" in why and "spec.nodeName" in why
+
+
+def test_a_run_that_cannot_name_its_node_drains_nothing_and_says_so(tmp_path: Path) -> None:
+    data = EvidenceDoc.model_validate(doc(errors=["preflight: GPU 0 (0000:18:00.0) missing"]))
+    found = drain_hooks.act_on(data, tmp_path, tmp_path / "evidence.json", "kubernetes", {"NODE_NAME": ""})
+    assert found is not None and found["commands"] == []
+    [line] = found["applied"]
+    assert line.startswith("kubernetes: not applied: this run cannot name its node for Kubernetes: NODE_NAME")
+    assert json.loads((tmp_path / "drain.json").read_text())["applied"] == [line]

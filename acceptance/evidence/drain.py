@@ -1,7 +1,8 @@
 """The drain list: which nodes (and GPUs) a run that did not PASS found bad, each with a severity and a reason.
 
-Every run whose verdict is not PASS writes ``drain.json`` beside its ``evidence.json``, once, atomically. A
-scheduler hook acts on it (``--cluster-drain``, ``acceptance.run.drain``): Slurm drains a node with the
+Every run whose verdict is not PASS writes ``drain.json`` beside its ``evidence.json``, atomically, before
+any scheduler command runs and again as each runs and ends (``update``; another run's list is never
+overwritten). A scheduler hook acts on it (``--cluster-drain``, ``acceptance.run.drain``): Slurm drains a node with the
 reason, Kubernetes taints and labels it. The list is built from the evidence alone, so ``cluster-acceptance``
 commands and a person's script read the same judgement:
 
@@ -66,6 +67,15 @@ class DrainNode(TypedDict):
     reasons: list[DrainReason]  # every failure that lists it, in the order of ``reason``
 
 
+class Command(TypedDict):
+    """One scheduler command of --cluster-drain, as far as it got."""
+
+    argv: list[str]
+    status: Literal["running", "done", "could not run", "interrupted"]
+    exit: int | None  # its exit status once done
+    stderr: str  # the last line it wrote (stderr, else stdout), or why it could not run
+
+
 class DrainList(TypedDict):
     schema: str
     written: str
@@ -74,6 +84,8 @@ class DrainList(TypedDict):
     tier: str | None
     nodes: list[DrainNode]
     applied: list[str]  # what --cluster-drain did, one line per command; empty when off
+    commands: list[Command]  # the same commands, each recorded before it runs and again when it ends
+    interrupted: str | None  # the signal that cut the commands short (SIGTERM, SIGINT), else None
 
 
 def one_line(text: str, chars: int = REASON_CHARS) -> str:
@@ -331,6 +343,8 @@ def build(doc: EvidenceDoc, evidence: Path, scheduler_names: Mapping[str, str] |
         "tier": doc.tier.name if doc.tier else None,
         "nodes": listing.entries(),
         "applied": [],
+        "commands": [],
+        "interrupted": None,
     }
 
 
@@ -346,3 +360,8 @@ def write(folder: Path, drain: DrainList) -> Path:
         raise FileExistsError(f"{path}: a drain list is already there; each run writes its own folder")
     write_atomic(path, dumps(drain))
     return path
+
+
+def update(path: Path, drain: DrainList) -> None:
+    """The list this run wrote (``write``), replaced atomically with what its commands did since."""
+    write_atomic(path, dumps(drain))

@@ -1,17 +1,20 @@
 """The drain list at the session's end: written for every run that does not PASS, applied on request.
 
-The scheduler's name for this node comes from its environment: ``SLURMD_NODENAME`` (Slurm sets it for a
-prolog, an epilog and every job step: slurm.conf(5) "Prolog and Epilog Scripts", srun(1) "OUTPUT
-ENVIRONMENT VARIABLES"), or ``NODE_NAME`` (the Kubernetes manifests set it from the downward API,
-``spec.nodeName``); else the host name is the node's name.
+The scheduler's name for this node comes from the scheduler that drains (``acceptance.run.drain.node_name``:
+Slurm's own name under Slurm, the pod's node under Kubernetes); without one the host name stands for it.
+The list is on disk before any command runs and again after each, so a run stopped there (a signal, a
+SIGKILL) leaves it with what its commands had done.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import socket
 import sys
-from collections.abc import Mapping
+import threading
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
 import pytest
@@ -25,13 +28,6 @@ from acceptance.families.transport import FORCED_BY_SETTING
 from acceptance.run import drain as scheduler
 from acceptance.run.cluster_run import ClusterRun
 from acceptance.run.launcher import ProbeError
-
-NAME_VARIABLES = ("SLURMD_NODENAME", "NODE_NAME")
-
-
-def scheduler_names(host: str, env: Mapping[str, str] = os.environ) -> dict[str, str]:
-    found = next((env[v] for v in NAME_VARIABLES if env.get(v)), None)
-    return {host: found} if found else {}
 
 
 def categorize(call: pytest.CallInfo[None], report: pytest.TestReport, run: ClusterRun) -> None:
@@ -58,23 +54,83 @@ def categorize(call: pytest.CallInfo[None], report: pytest.TestReport, run: Clus
         run.evidence.test(report.nodeid).category = "foreign load"
 
 
-def act_on(doc: EvidenceDoc, folder: Path, evidence: Path, way: str | None) -> drain.DrainList | None:
+@contextlib.contextmanager
+def _signals_held() -> Iterator[None]:
+    """SIGINT and SIGTERM ignored for a moment (the list written after a first one): a second signal must
+    not cut the file that records the first short. Only the main thread may set handlers."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in held.items():
+            signal.signal(sig, handler)
+
+
+def act_on(
+    doc: EvidenceDoc, folder: Path, evidence: Path, way: str | None, env: Mapping[str, str] = os.environ
+) -> drain.DrainList | None:
     """Write the drain list of a run that did not PASS (and apply it when ``way`` is slurm or kubernetes);
-    None for a PASS. A list that cannot be written is reported in its ``applied`` lines' place: the
-    terminal shows it, the evidence is already whole. One that cannot be built (or applied) is one line on
-    stderr and None: the verdict and the exit status stay the run's, never a pytest INTERNALERROR."""
+    None for a PASS. The list is written before any command runs and again as each runs and ends; a signal
+    while one runs stops the commands, and the list says so (``interrupted``: the session's exit status is
+    then an interrupted run's). A list that cannot be written is reported in its ``applied`` lines' place:
+    the terminal shows it, the evidence is already whole. One that cannot be built is one line on stderr and
+    None: the verdict and the exit status stay the run's, never a pytest INTERNALERROR."""
     if verdict_of(doc) == "PASS":
         return None
     try:
         host = doc.topology.host or socket.gethostname()
-        found = drain.build(doc, evidence, scheduler_names(host))
-        if way in scheduler.COMMANDS:
-            found["applied"] = scheduler.apply(found, way)
+        found = drain.build(doc, evidence)  # each node by its host name until its scheduler names it
     except Exception as exc:  # a drain list that fails must leave the verdict and exit status as they are
         print(f"cluster-acceptance: no drain list for {evidence}: {type(exc).__name__}: {exc}", file=sys.stderr)
         return None
+    path: Path | None = folder / drain.FILE_NAME
     try:
-        drain.write(folder, found)
+        drain.write(folder, found)  # on disk before anything runs, the scheduler's name query included
     except (OSError, FileExistsError) as exc:
-        found["applied"].append(f"drain list {folder / drain.FILE_NAME}: cannot write: {exc}")
+        found["applied"].append(f"drain list {path}: cannot write: {exc}")
+        path = None  # not this run's to update
+    try:
+        _apply(found, host, way, env, lambda: _record(path, found))
+    except KeyboardInterrupt as exc:  # SIGTERM or Ctrl-C: the list keeps what was done, and says it stopped
+        with _signals_held():
+            if found["interrupted"] is None:
+                found["interrupted"] = scheduler.interrupted_by(exc)
+                found["applied"].append(f"{way}: interrupted by {found['interrupted']}: no further command run")
+            _record(path, found)
+    except Exception as exc:  # a scheduler that fails must leave the verdict and exit status as they are
+        found["applied"].append(f"{way}: stopped: {type(exc).__name__}: {exc}")
+        _record(path, found)
     return found
+
+
+def _apply(
+    found: drain.DrainList, host: str, way: str | None, env: Mapping[str, str], record: Callable[[], None]
+) -> None:
+    """This node named as ``way``'s scheduler knows it, then, under slurm or kubernetes, its commands run; a
+    run that cannot name its node runs none and says which name it needed."""
+    name, why = scheduler.node_name(way or "off", host, env)
+    if name is not None:
+        for node in found["nodes"]:
+            if node["node"] == host:
+                node["scheduler_name"] = name
+        record()
+    if way not in scheduler.COMMANDS:
+        return
+    if name is None:
+        found["applied"].append(why)  # which name it needed: nothing is drained under another's
+        record()
+        return
+    scheduler.apply(found, way, record=record)
+
+
+def _record(path: Path | None, found: drain.DrainList) -> None:
+    """The list on disk again, with what its commands did; a write that fails is one more line of it."""
+    if path is None:
+        return
+    try:
+        drain.update(path, found)
+    except OSError as exc:
+        found["applied"].append(f"drain list {path}: cannot write: {exc}")

@@ -317,6 +317,10 @@ class ClusterSession:
             evidence.error(f"JUnit {self.run.evidence_dir}: cannot write: {exc.strerror or exc}")
             session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
         self.drain = act_on(evidence.doc, self.run.evidence_dir, evidence.path, self.drain_way)
+        if self.drain is not None and self.drain["interrupted"]:
+            # a signal while the scheduler's commands ran: the verdict stands, the status is an interrupted
+            # run's (docs/running.md, "The verdict"); drain.json says which command it stopped
+            session.exitstatus = pytest.ExitCode.INTERRUPTED
 
     def _facts(self, interrupted: bool) -> Facts:
         """What the run knows; thresholds are enforced for the families whose module ran whole: every test

@@ -4,12 +4,16 @@ beyond its noise?
 One rule for ``cluster-acceptance compare OLD NEW`` and for ``pytest --cluster-baseline OLD``: which way
 is better and how a change is measured (relative, points, or by the bound alone) come from the family
 registry, the tolerance from the profile's ``baseline`` section (default 5%, per metric under
-``baseline.tolerances``), the noise from each figure's own readings (``readings``). A change counts when it
-is both larger than the tolerance and larger than ``SIGNIFICANCE`` standard errors of the difference:
-asv's rule (``asv compare``: a ratio beyond ``--factor`` that ``asv.statistics.is_different`` also finds
-significant), with the profile's tolerance as the factor. The tolerance says how large a change matters
-on the cluster (how much two healthy runs of it differ); the noise, whether a figure measured this way
-can tell a change that large at all. Pure data in, data out, so the CLI and the plugin share it.
+``baseline.tolerances``), the noise from each figure's own readings (``readings``). A gated figure's change
+counts when it is both larger than the tolerance and larger than ``SIGNIFICANCE`` standard errors of the
+difference: asv's rule (``asv compare``: a ratio beyond ``--factor`` that ``asv.statistics.is_different``
+also finds significant), with the profile's tolerance as the factor. A figure no bound gates counts when,
+less those standard errors, its change is still larger than the tolerance: a change inside the two runs'
+own spread is none (a shared machine's figure moves between healthy runs by its tolerance and by what its
+own windows spread, together). The tolerance says how large a change matters on the cluster (how much two
+healthy runs of it differ), as a fall of the better side's figure, on both sides alike
+(``Change.allowed``); the noise, how far a figure measured this way moves on its own. Pure data in, data
+out, so the CLI and the plugin share it.
 """
 
 from __future__ import annotations
@@ -43,6 +47,9 @@ class Change:
     # the standard error of the difference on the metric's scale (log for a relative figure, points for a
     # fraction); None where neither run recorded the figure's readings: the tolerance alone judges it
     noise: float | None = None
+    # a figure no bound gates: the noise adds to the tolerance (its change must pass the tolerance by the noise),
+    # where a gated figure's change must pass each of them
+    ungated: bool = False
 
     @property
     def relative(self) -> float | None:
@@ -106,20 +113,50 @@ class Change:
         return SIGNIFICANCE * self.noise if self.noise is not None else 0.0
 
     @property
-    def within_noise(self) -> bool:
-        """Whether the change in the bad direction is no larger than the noise lets a healthy rerun move."""
-        if self.noise is None or self.worse_by == 0 or math.isinf(self.worse_by):
-            return self.worse_by == 0
+    def allowed(self) -> float:
+        """The tolerance on the scale a change is judged on: points for a fraction; for a relative figure the
+        log of the factor it may move by in its bad direction, a fall to 1 - tolerance of the better side's
+        figure, so that a time and the bandwidth it gives (one reading, stated two ways) are judged alike: 90%
+        lets a bandwidth fall to a tenth and a time grow tenfold, 5% a time grow by 5.3%. A tolerance of 1 or
+        more (a lower-is-better figure's only: nothing falls by 100%) lets it grow by 1 + tolerance."""
         if self.scale == "points":
-            return self.worse_by <= self.noisy
+            return self.tolerance
+        if self.tolerance < 1:
+            return -math.log1p(-self.tolerance)
+        return math.log1p(self.tolerance) if self.better == "lower" else math.inf
+
+    @property
+    def past_tolerance(self) -> bool:
+        """Worse by more than the tolerance alone (the noise aside)."""
+        if self.worse_by == 0 or math.isinf(self.worse_by):
+            return self.worse_by != 0
+        if self.scale == "points":
+            return self.worse_by > self.allowed
         if self.old is None or self.new is None or self.old <= 0 or self.new <= 0:
-            return False  # no ratio to take the log of: a figure that fell to 0 is no noise
-        return abs(math.log(self.new / self.old)) <= self.noisy
+            return True
+        return abs(math.log(self.new / self.old)) > self.allowed
 
     @property
     def beyond(self) -> bool:
-        """Worse than the old figure beyond the tolerance, and beyond the noise."""
-        return self.worse_by > self.tolerance and not self.within_noise
+        """Worse than the old figure beyond the tolerance and beyond the noise: for a gated figure, a change
+        larger than each (asv's rule: a ratio beyond ``--factor`` that ``asv.statistics.is_different`` also
+        finds significant); for a figure no bound gates, a change that, less ``SIGNIFICANCE`` standard errors,
+        is still past the tolerance (a one-sided test that the change exceeds the tolerance): inside the two
+        runs' own spread it is no regression. Where the noise is not known the tolerance alone judges; a
+        figure that fell to 0 or to nothing is beyond any noise."""
+        if self.worse_by == 0:
+            return False
+        if math.isinf(self.worse_by):
+            return True
+        if self.scale == "points":
+            step = self.worse_by
+        elif self.old is None or self.new is None or self.old <= 0 or self.new <= 0:
+            return True  # no ratio to take the log of: a figure that fell to 0 is no noise
+        else:
+            step = abs(math.log(self.new / self.old))
+        if self.ungated:
+            return step > self.allowed + self.noisy
+        return step > self.allowed and step > self.noisy
 
     @property
     def noise_shown(self) -> str:
@@ -133,24 +170,29 @@ class Change:
         return f"±{step:.1%}"
 
     @property
+    def slack(self) -> float:
+        """How far the figure may move in its bad direction on the metric's scale: the tolerance and the noise
+        together for a figure no bound gates, else the looser of the two."""
+        return self.allowed + self.noisy if self.ungated else max(self.allowed, self.noisy)
+
+    @property
     def limit(self) -> str:
         """The value the new figure had to reach, in words: ``>= 1,520 (baseline 1,600 -5%)``; where the noise
-        lets a figure move further than the tolerance, the looser of the two, and the noise named."""
+        moves it further, the noise named."""
         if self.old is None or self.better == "none" or self.scale == "bound":
             return ""
         sign = -1 if self.better == "higher" else 1
-        slack = self.tolerance if self.scale == "points" else self.tolerance * abs(self.old)
-        within = f"{'-' if sign < 0 else '+'}{self.tolerance_shown}"
         if self.scale == "points":
-            noisy = self.noisy
-        elif self.old > 0:
-            noisy = abs(self.old) * (math.expm1(self.noisy) if sign > 0 else -math.expm1(-self.noisy))
+            within = f"{'-' if sign < 0 else '+'}{self.tolerance_shown}"
+            edge = self.old + sign * self.slack
         else:
-            noisy = 0.0
-        if noisy > slack:
-            slack, within = noisy, f"{within}, noise {self.noise_shown}"
+            step = -math.expm1(-self.allowed) if sign < 0 else math.expm1(self.allowed)
+            within = f"{'-' if sign < 0 else '+'}{step * 100:.3g}%"
+            edge = self.old * math.exp(sign * self.slack) if self.old > 0 else self.old
+        if self.noise is not None and self.noisy > (0 if self.ungated else self.allowed):
+            within += f", noise {self.noise_shown}"
         side = ">=" if sign < 0 else "<="
-        return f"{side} {fmt(self.old + sign * slack)} (baseline {fmt(self.old)} {within})"
+        return f"{side} {fmt(edge)} (baseline {fmt(self.old)} {within})"
 
 
 def tolerance_for(profile: Mapping[str, object] | None, metric: str, override: float | None = None) -> float:
@@ -167,8 +209,15 @@ def tolerance_for(profile: Mapping[str, object] | None, metric: str, override: f
     return float(found) if isinstance(found, (int, float)) else DEFAULT_TOLERANCE
 
 
-def change(metric: str, old: float | None, new: float | None, tolerance: float, noise: float | None = None) -> Change:
-    return Change(metric, _number(old), _number(new), better(metric), tolerance, scale(metric), noise)
+def change(
+    metric: str,
+    old: float | None,
+    new: float | None,
+    tolerance: float,
+    noise: float | None = None,
+    ungated: bool = False,
+) -> Change:
+    return Change(metric, _number(old), _number(new), better(metric), tolerance, scale(metric), noise, ungated)
 
 
 def noise_between(old: Noise | None, new: Noise | None) -> float | None:
@@ -237,6 +286,7 @@ def judge(
     gated: bool,
     tolerance: float,
     noise: float | None = None,
+    ungated: bool = False,
 ) -> Judgement | None:
     """``value`` of ``metric`` in this run against ``baseline`` (:func:`figures` of the old evidence).
 
@@ -244,7 +294,8 @@ def judge(
     is gated neither now (``gated``: the profile bounds it) nor in the baseline, or its bound alone judges
     it (``metrics.Scale``). A figure measured as information in both runs is compared by ``compare`` but
     never fails a run. ``noise``: the standard error of the difference; by default the baseline's own noise
-    stands for both runs (this run's readings are not at hand when its figure is judged)."""
+    stands for both runs (this run's readings are not at hand when its figure is judged). ``ungated``: bounded
+    in neither run (``compare`` only): the noise adds to the tolerance (``Change.beyond``)."""
     old = baseline.get(canonical_metric(metric))
     if old is None or better(metric) == "none" or scale(metric) == "bound":
         return None
@@ -252,7 +303,7 @@ def judge(
     if not gated and not bound:
         return None
     noise = noise_between(old.noise, None) if noise is None else noise
-    found = change(metric, old.value, value, tolerance, noise)
+    found = change(metric, old.value, value, tolerance, noise, ungated)
     if not found.beyond:
         return Judgement(True, found, "", bound)
     worse = "not a number" if found.new is None else f"{found.worse_shown} worse than the baseline"

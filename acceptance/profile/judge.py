@@ -195,20 +195,24 @@ def regressed(
 def _ungated_regressed(
     metric: str, old: StoredFigure | None, new: StoredFigure, tolerance: float, noise: float | None
 ) -> bool:
-    """A performance figure no bound chose, worse beyond tolerance and noise: judged only where the runs
-    measured its noise (its readings), for a single reading of a rendezvous or of a step's spread moves by
-    more than any tolerance between two healthy runs."""
+    """A performance figure no bound chose, worse than the tolerance lets it by more than its noise (a change
+    inside the two runs' own spread is none): judged only where the runs measured its noise (its readings),
+    for a single reading of a rendezvous or of a step's spread moves by more than any tolerance between two
+    healthy runs."""
     if old is None or kind(metric) != "performance":
         return False
     noise = baselines.noise_between(old.noise, new.noise) if noise is None else noise
-    return noise is not None and _worse(metric, old, new, tolerance, noise)
+    return noise is not None and _worse(metric, old, new, tolerance, noise, ungated=True)
 
 
-def _worse(metric: str, old: StoredFigure, new: StoredFigure, tolerance: float, noise: float | None) -> bool:
-    """``new`` worse than ``old`` beyond ``tolerance`` and beyond the noise (``noise``, else both checks')."""
+def _worse(
+    metric: str, old: StoredFigure, new: StoredFigure, tolerance: float, noise: float | None, ungated: bool = False
+) -> bool:
+    """``new`` worse than ``old`` beyond ``tolerance`` and beyond the noise (``noise``, else both checks'); for a
+    figure bounded in neither run (``ungated``), beyond the two together."""
     if noise is None:
         noise = baselines.noise_between(old.noise, new.noise)
-    judged = baselines.judge({canonical_metric(metric): old}, metric, new.value, True, tolerance, noise)
+    judged = baselines.judge({canonical_metric(metric): old}, metric, new.value, True, tolerance, noise, ungated)
     return judged is not None and not judged.ok
 
 

@@ -78,7 +78,8 @@ def rows(
         a, b = before.get(metric), after.get(metric)
         tol = tolerance_for(profile, metric, tolerance)
         noise = noise_between(noise_in(a), noise_in(b))
-        found = change(metric, a.value if a else None, b.value if b else None, tol, noise)
+        ungated = not ((a is not None and a.bound) or (b is not None and b.bound))
+        found = change(metric, a.value if a else None, b.value if b else None, tol, noise, ungated)
         out.append(Row(found, (b or a or StoredFigure()).unit, a, b, gated_only))
     return sorted(out, key=_order)
 
@@ -96,8 +97,8 @@ def _flag(row: Row) -> str:
         return "bound moved"
     if row.change.beyond:
         return "worse (not gated)"
-    if row.change.worse_by > row.change.tolerance:
-        return "within noise"
+    if row.change.past_tolerance:
+        return "within noise"  # past the tolerance alone, not past it by the noise
     return "better" if row.change.better_by > row.change.tolerance else ""
 
 

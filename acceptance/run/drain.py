@@ -11,7 +11,13 @@
 
 Only entries of severity ``drain`` are acted on; ``review`` entries are for a person.
 
-The node's name comes from the environment (SLURMD_NODENAME, NODE_NAME), so it is checked to be one host
+The node's name comes from the scheduler that drains (``node_name``): under Slurm ``SLURMD_NODENAME``
+(slurmd sets it for a prolog, an epilog and every job step: slurm.conf(5) "Prolog and Epilog Scripts",
+srun(1) "OUTPUT ENVIRONMENT VARIABLES"), else what Slurm answers for this host (``scontrol show aliases
+HOST``: the NodeName values of a NodeHostname, scontrol(1)); under Kubernetes ``NODE_NAME``, which the
+shipped manifests (deploy/k8s) set from the downward API's ``spec.nodeName``. Another system's variable
+(a CI agent's ``NODE_NAME`` under Slurm) is never taken: a run that cannot name itself for its scheduler
+drains nothing and says which name it needed. The name is checked to be one host
 name as both define it (RFC 1123: labels of letters, digits and '-', joined by '.', none starting or ending
 with '-', 253 characters at most) before any command runs: ``--all`` would taint every node of a cluster,
 ``gpu[001-100]`` and ``a,b,c`` are host lists that scontrol expands to many nodes. kubectl takes the name
@@ -21,11 +27,13 @@ the check keeps to one node.
 
 from __future__ import annotations
 
+import os
 import re
+import signal
 import subprocess
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
-from acceptance.evidence.drain import DrainList, DrainNode, to_drain
+from acceptance.evidence.drain import Command, DrainList, DrainNode, to_drain
 
 KEY = "cluster-acceptance/verdict"
 REASON_KEY = "cluster-acceptance/reason"
@@ -33,8 +41,62 @@ COMMAND_TIMEOUT_S = 30.0  # scontrol and kubectl answer in a second; a hung cont
 Runner = Callable[[Sequence[str]], "subprocess.CompletedProcess[str]"]
 
 
+SLURM_NAME = "SLURMD_NODENAME"
+KUBERNETES_NAME = "NODE_NAME"  # deploy/k8s/*.yaml: valueFrom.fieldRef.fieldPath spec.nodeName
+
+
 def _run(argv: Sequence[str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(list(argv), capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S, check=False)
+    """``argv`` in a process group of its own, killed whole when the run is interrupted or the command
+    hangs: no command (nor a child it started) outlives the run."""
+    with subprocess.Popen(
+        list(argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    ) as process:
+        try:
+            out, err = process.communicate(timeout=COMMAND_TIMEOUT_S)
+        except BaseException:  # a timeout, or SIGTERM / Ctrl-C (KeyboardInterrupt) while it runs
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+            raise
+    return subprocess.CompletedProcess(process.args, process.returncode, out, err)
+
+
+def _last_line(text: str | None) -> str:
+    lines = [line.strip() for line in (text or "").splitlines() if line.strip()]
+    return lines[-1] if lines else ""
+
+
+def node_name(way: str, host: str, env: Mapping[str, str] = os.environ, run: Runner = _run) -> tuple[str | None, str]:
+    """The name ``way``'s scheduler knows this node by, and where it came from; (None, why) where this run
+    cannot tell it: no command may then run, and ``why`` names what was needed. Without a scheduler
+    (``off``) only Slurm's own variable is taken: no other system sets it."""
+    if env.get(SLURM_NAME) and way in ("slurm", "off"):
+        return env[SLURM_NAME], SLURM_NAME
+    if way == "kubernetes":
+        if env.get(KUBERNETES_NAME):
+            return env[KUBERNETES_NAME], KUBERNETES_NAME
+        return None, (
+            f"kubernetes: not applied: this run cannot name its node for Kubernetes: {KUBERNETES_NAME} is not "
+            "set (the pod's spec.nodeName through the downward API, as deploy/k8s sets it); no command run"
+        )
+    if way != "slurm":
+        return None, "no scheduler: the host name stands for the node"
+    argv = ["scontrol", "show", "aliases", host]
+    try:
+        done = run(argv)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        answer = f"could not run: {exc}"
+    else:
+        names = done.stdout.split() if done.returncode == 0 else []
+        if len(names) == 1 and name_problem(names[0]) is None:
+            return names[0], f"`{' '.join(argv)}`"
+        said = _last_line(done.stderr) or _last_line(done.stdout)
+        answer = (f"answered {said!r}" if said else "answered nothing") + (
+            f" (exit {done.returncode})" if done.returncode else ""
+        )
+    return None, (
+        f"slurm: not applied: this run cannot name its node for Slurm: {SLURM_NAME} is not set (slurmd sets it "
+        f"for job steps, prologs and epilogs) and `{' '.join(argv)}` {answer}; no command run"
+    )
 
 
 _LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
@@ -72,24 +134,52 @@ COMMANDS: dict[str, Callable[[DrainNode], list[list[str]]]] = {
 }
 
 
-def apply(drain: DrainList, way: str, run: Runner = _run) -> list[str]:
-    """Run the commands of ``way`` for every node to drain; one line per command: what ran and how it ended.
-    A command that cannot run (not installed, no permission, a timeout) is a line too, never an exception;
-    so is a node name that is not one host name, for which nothing runs."""
-    lines: list[str] = []
+def _nothing() -> None:
+    pass
+
+
+def interrupted_by(exc: KeyboardInterrupt) -> str:
+    """The signal behind a KeyboardInterrupt: SIGTERM where the session's handler raised it, else SIGINT."""
+    return next((str(a).removeprefix("signal ") for a in exc.args if str(a).startswith("signal ")), "SIGINT")
+
+
+def apply(drain: DrainList, way: str, run: Runner = _run, record: Callable[[], None] = _nothing) -> list[str]:
+    """Run the commands of ``way`` for every node to drain; one line per command in ``drain["applied"]``:
+    what ran and how it ended, and each command in ``drain["commands"]`` (argv, status, exit status, the
+    last line it wrote), ``record`` called before each command runs and after it ends (the session writes
+    drain.json each time). A command that cannot run (not installed, no permission, a timeout) is a line
+    too, never an exception; so is a node name that is not one host name, for which nothing runs. A signal
+    while a command runs (KeyboardInterrupt) kills it, is recorded (``interrupted``) and raised again.
+    Returns the lines it added."""
+    lines = drain["applied"]
+    first = len(lines)
     for node in to_drain(drain):
         problem = name_problem(node["scheduler_name"])
         if problem is not None:
             lines.append(f"{way}: refused: {problem}")
+            record()
             continue
         for argv in COMMANDS[way](node):
             shown = " ".join(argv)
+            command: Command = {"argv": argv, "status": "running", "exit": None, "stderr": ""}
+            drain["commands"].append(command)
+            record()
             try:
                 done = run(argv)
             except (OSError, subprocess.TimeoutExpired) as exc:
+                command["status"], command["stderr"] = "could not run", _last_line(str(exc))
                 lines.append(f"{shown}: could not run: {exc}")
+                record()
                 continue
-            said = (done.stderr or done.stdout or "").strip().splitlines()
+            except KeyboardInterrupt as exc:
+                drain["interrupted"] = interrupted_by(exc)
+                command["status"] = "interrupted"
+                lines.append(f"{shown}: interrupted by {drain['interrupted']}: stopped, its effect unknown; "
+                             "no further command run")  # fmt: skip
+                raise
+            said = _last_line(done.stderr) or _last_line(done.stdout)
+            command["status"], command["exit"], command["stderr"] = "done", done.returncode, said
             end = "ok" if done.returncode == 0 else f"exit {done.returncode}"
-            lines.append(f"{shown}: {end}" + (f": {said[0]}" if said else ""))
-    return lines
+            lines.append(f"{shown}: {end}" + (f": {said}" if said else ""))
+            record()
+    return lines[first:]
