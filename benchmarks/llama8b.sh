@@ -23,7 +23,9 @@ fi
 export PYTHONUNBUFFERED=1
 cases=("$@")
 [ ${#cases[@]} -eq 0 ] && cases=(1 all)
-sets=(--cluster-set "llama8b.steps=${STEPS:-10}" --cluster-set "llama8b.warmup_steps=${WARMUP:-3}")
+sets=()  # the profile's steps (init's: the family's 3 + 10), unless STEPS or WARMUP say
+[ -n "${STEPS:-}" ] && sets+=(--cluster-set "llama8b.steps=$STEPS")
+[ -n "${WARMUP:-}" ] && sets+=(--cluster-set "llama8b.warmup_steps=$WARMUP")
 [ -n "${SEQ:-}" ] && sets+=(--cluster-set "llama8b.seq_len=$SEQ")
 [ -n "${LAYERS:-}" ] && sets+=(--cluster-set "llama8b.layers=$LAYERS")
 folders=()

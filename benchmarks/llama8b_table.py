@@ -16,10 +16,15 @@ FIGURES = ("layers", "tokens_per_s_per_gpu", "mfu", "step_time_s", "step_time_st
 
 
 def figures(folder: Path) -> dict[str, dict[str, float]]:
-    """strategy -> figure -> value, from the checks of one run's evidence."""
+    """strategy -> figure -> value, from the checks of one run's evidence; ``layers_of``: the shape's decoder
+    layers, from the run's record (its ``model_shape``)."""
     data = json.loads((folder / "evidence.json").read_text())
     found: dict[str, dict[str, float]] = {}
     for test in data["tests"]:
+        run = (test.get("measurements") or {}).get("run")
+        if isinstance(run, dict) and "model_shape" in run:
+            shape = run["model_shape"]
+            found.setdefault(str(run["strategy"]), {})["layers_of"] = float(shape.get("layers_of", shape["layers"]))
         for check in test.get("checks") or []:
             family, _, rest = str(check["metric"]).partition(".")
             strategy, _, figure = rest.partition(".")
@@ -41,8 +46,9 @@ def main(folders: list[str]) -> int:
         for strategy, f in sorted(runs.items()):
             mfu = f.get("mfu")
             ratio = f"{mfu / reference.value:.2f}" if mfu is not None else "-"
+            layers = f"{f.get('layers', float('nan')):.0f} of {f.get('layers_of', float('nan')):.0f}"
             print(
-                f"{Path(folder).name} | {strategy} | {f.get('layers', float('nan')):.0f} of 32 | "
+                f"{Path(folder).name} | {strategy} | {layers} | "
                 f"{f.get('tokens_per_s_per_gpu', float('nan')):,.0f} | "
                 f"{'-' if mfu is None else f'{mfu:.1%}'} | {ratio} | "
                 f"{f.get('step_time_s', float('nan')):.3f} ({f.get('step_time_std_s', float('nan')):.3f}) | "

@@ -156,10 +156,11 @@ def describe(model: Any, seq_len: int) -> ModelShape:
     }
 
 
-# What one parameter costs in training state: fp32 weights, fp32 gradients and AdamW's two fp32 moments
-# (FSDP2 keeps the sharded parameters in fp32 under its bf16 MixedPrecisionPolicy; DeepSpeed's bf16 weights
-# with fp32 master copies come to about the same), divided over the ranks that shard it.
-STATE_BYTES_PER_PARAM = 16
+# What one parameter costs in training state, over the ranks that shard it. FSDP2 under its bf16
+# MixedPrecisionPolicy keeps fp32 parameters and gradients and AdamW's two fp32 moments: 16 bytes. DeepSpeed's
+# bf16 ZeRO keeps bf16 weights and gradients beside fp32 master weights, gradients and the two moments: 20.
+FSDP_STATE_BYTES = 16
+ZERO_STATE_BYTES = 20
 # The share of a GPU's memory the estimate may fill: the rest for what it leaves out (the caching allocator's
 # fragmentation, NCCL's and cuBLAS's workspaces, compiled graphs' buffers). Eight layers of the 8B shape on
 # one 80 GB H100 are estimated at 64 GB and measured at 53.8 GiB peak (/work/shared/REFERENCE.md, 2026-12-06);
@@ -176,11 +177,11 @@ def layer_params(config: Any) -> int:
     return 2 * hidden * q + 2 * hidden * kv + 3 * hidden * inter + 2 * hidden
 
 
-def training_bytes(config: Any, layers: int, world: int, tokens: int) -> int:
+def training_bytes(config: Any, layers: int, world: int, tokens: int, state_bytes: int = FSDP_STATE_BYTES) -> int:
     """Peak memory per GPU of a Llama shape with ``layers`` decoder layers trained over ``world`` sharded ranks
     on ``tokens`` tokens per step and GPU, in bf16 with AdamW, no activation checkpointing:
 
-    - the sharded training state (``STATE_BYTES_PER_PARAM`` per parameter, over ``world``);
+    - the sharded training state (``state_bytes`` per parameter, over ``world``);
     - each layer's activations kept for the backward, in bf16: its input and the tensors around attention
       (about 6 hidden widths per token) and the MLP's gate, up, SiLU and product (4 MLP widths per token);
     - the logits, in bf16 and in fp32 for the loss (6 bytes per token and vocabulary entry);
@@ -189,17 +190,19 @@ def training_bytes(config: Any, layers: int, world: int, tokens: int) -> int:
     hidden, inter, vocab = int(config.hidden_size), int(config.intermediate_size), int(config.vocab_size)
     per_layer = layer_params(config)
     outside = 2 * vocab * hidden + hidden  # untied embedding and output layer, the final norm
-    state = STATE_BYTES_PER_PARAM * (outside + layers * per_layer) // world
+    state = state_bytes * (outside + layers * per_layer) // world
     activations = layers * tokens * (6 * hidden + 4 * inter) * 2
     logits = tokens * vocab * 6
     gathered = 2 * per_layer * (2 + 4)
     return state + activations + logits + gathered
 
 
-def layers_that_fit(config: Any, world: int, memory_bytes: int, tokens: int) -> int:
+def layers_that_fit(
+    config: Any, world: int, memory_bytes: int, tokens: int, state_bytes: int = FSDP_STATE_BYTES
+) -> int:
     """The most decoder layers of ``config`` (at most all of them, at least one) whose training estimate
     (``training_bytes``) stays within ``MEMORY_SHARE`` of ``memory_bytes``."""
     budget = MEMORY_SHARE * memory_bytes
     counts = range(1, int(config.num_hidden_layers) + 1)
-    fitting = [n for n in counts if training_bytes(config, n, world, tokens) <= budget]
+    fitting = [n for n in counts if training_bytes(config, n, world, tokens, state_bytes) <= budget]
     return fitting[-1] if fitting else 1
