@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import torch
 
-from acceptance.families.llama8b import LLAMA8B, Llama8b, layers_text, spec
+from acceptance.families.llama8b import LLAMA8B, PROBE, Llama8b, layers_text, spec
+from acceptance.families.training import StrategyResult, run_jobs
 from acceptance.probes.train_model import ZERO_STATE_BYTES, build_config, build_model, describe, layers_that_fit
 from acceptance.profile.references import Setup, table
 from acceptance.profile.tiers import TIERS
@@ -86,3 +87,20 @@ def test_the_mfu_of_any_h100_or_h200_world_is_held_against_dgx_cloud_s_figure() 
             assert row is not None and row.value == 0.594 and "DGX Cloud Benchmarking" in row.source
     assert rows.for_figure("llama8b.zero3.mfu", Setup("h100-sxm", 1, 8, None)) is None
     assert rows.for_figure("llama8b.fsdp.mfu", Setup(rows.gpu_of("NVIDIA A100-SXM4-80GB"), 1, 8, None)) is None
+
+
+def test_a_job_that_dies_is_named_under_the_workload_s_own_job_keys() -> None:
+    """The workload's jobs are keyed ``llama8b``, ``llama8b-2``, ... (the training family's keep ``training``):
+    one session runs both without mixing their results."""
+    calls: list[tuple[list[str], str]] = []
+
+    def launch(pending: list[str], key: str) -> tuple[dict[str, StrategyResult], str | None]:
+        calls.append((list(pending), key))
+        if key == "llama8b":
+            return {}, "rank 0 exited with SIGKILL"  # died in its first strategy
+        return {s: {"tokens_per_s_per_gpu": 1.0} for s in pending}, None
+
+    found = run_jobs([["fsdp", "zero3"]], launch, PROBE)
+    assert calls == [(["fsdp", "zero3"], "llama8b"), (["zero3"], "llama8b-2")]
+    assert found["fsdp"] == {"error": "rank 0 exited with SIGKILL", "strategy": "fsdp", "job": "llama8b"}
+    assert found["zero3"] == {"tokens_per_s_per_gpu": 1.0}
