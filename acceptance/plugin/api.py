@@ -25,10 +25,11 @@ from acceptance.plugin import remeasure
 from acceptance.plugin.checker import NO_PROFILE, Checker, current, probe_result, probe_wall_s, require_ranks
 from acceptance.plugin.training_stage import baseline, needed
 from acceptance.profile.model import ProfileModel
+from acceptance.profile.references import Reference, Setup, table
 from acceptance.run import fabric_readings, isolation_rounds
 from acceptance.run.cluster_run import ClusterRun
 from acceptance.run.launcher import ProbeError
-from acceptance.run.training_jobs import baseline_run, strategy_runs
+from acceptance.run.training_jobs import baseline_run, reference_runs, strategy_runs
 from acceptance.schema.bounds import Threshold
 from acceptance.schema.figure import Figure
 
@@ -57,6 +58,8 @@ __all__ = [
     "parametrize_from_profile",
     "probe_result",
     "probe_wall_s",
+    "reference_row",
+    "reference_runs",
     "require_ranks",
     "tolerance_below_median",
     "training_runs",
@@ -117,6 +120,14 @@ def tolerance_below_median(run: ClusterRun, figure: str) -> Threshold | None:
 def training_runs(run: ClusterRun, session: pytest.Session) -> dict[str, dict[str, Any]]:
     """Every strategy the selected training tests read, and the scaling baseline, from one training job."""
     return strategy_runs(run, needed(run, session.items), baseline(run, session.items))
+
+
+def reference_row(run: ClusterRun, metric: str, device_name: str) -> Reference | None:
+    """The reference table's row for ``metric`` measured on GPUs named ``device_name`` (as torch names them)
+    in this run's world, else None."""
+    rows = table()
+    setup = Setup(rows.gpu_of(device_name), run.placement.nodes, run.topology.nproc_per_node, None)
+    return rows.for_figure(metric, setup)
 
 
 def isolate_if_failing(run: ClusterRun, metric: str, value: float) -> Isolation | None:

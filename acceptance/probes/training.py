@@ -45,7 +45,15 @@ from acceptance.probes.gpu_sampler import GpuSampler
 from acceptance.probes.host_load import HostLoad
 from acceptance.probes.rank import Ctx, main, section, write_json
 from acceptance.probes.train_baseline import run_baseline
-from acceptance.probes.train_model import build_model, describe
+from acceptance.probes.train_ds import STAGE
+from acceptance.probes.train_model import (
+    FSDP_STATE_BYTES,
+    ZERO_STATE_BYTES,
+    build_config,
+    build_model,
+    describe,
+    layers_that_fit,
+)
 from acceptance.probes.train_strategies import Runner, global_mean, make_runner, preload, share_compile_threads
 from acceptance.probes.train_trace import traced_steps
 
@@ -129,8 +137,13 @@ def measure(ctx: Ctx, name: str, part: str) -> RawRun:
     t = section(ctx.spec, "training", TrainingConfig)
     mem_reset, held_at_start = reset_peak_mem(ctx), held_mem_gib(ctx)  # the peak counts what is held already
     ctx.phase(f"{part}: build model")
-    model = build_model(t["model"], t["seq_len"], ctx.device, int(t["seed"]))
+    whole = build_config(t["model"], t["seq_len"])
+    zero = name in STAGE or name in t["deepspeed"]  # DeepSpeed's, built in or named under deepspeed:
+    layers = layer_count(t, whole, ctx, ZERO_STATE_BYTES if zero else FSDP_STATE_BYTES)
+    model = build_model(t["model"], t["seq_len"], ctx.device, int(t["seed"]), layers)
     shape = describe(model, t["seq_len"])
+    if layers is not None:
+        shape["layers_of"] = int(whole.num_hidden_layers)
     batches = synthetic_batches(t, shape["vocab_size"], ctx, t["warmup_steps"] + t["steps"])
     ctx.phase(f"{part}: wrap")
     with unwinding_on_term():
@@ -172,6 +185,22 @@ def measure(ctx: Ctx, name: str, part: str) -> RawRun:
         }
     finally:
         runner.close()
+
+
+def layer_count(t: TrainingConfig, whole: Any, ctx: Ctx, state_bytes: int) -> int | None:
+    """The decoder layers to build of ``whole`` (the shape's config): the section's count, or with "fit" as
+    many as the smallest GPU of the run holds with ``state_bytes`` of training state per parameter (every
+    rank builds the same model); None: all of them. On the CPU "fit" builds them all: the host's memory is
+    the tiny shapes' least concern."""
+    wanted = t.get("layers")
+    if wanted is None or (wanted == "fit" and not ctx.is_cuda):
+        return None
+    if wanted != "fit":
+        return min(int(wanted), int(whole.num_hidden_layers))
+    memory = torch.tensor([torch.cuda.get_device_properties(ctx.device).total_memory], device=ctx.device)
+    dist.all_reduce(memory, op=dist.ReduceOp.MIN, group=ctx.within)
+    tokens = int(t["micro_batch"]) * int(t["seq_len"])
+    return layers_that_fit(whole, ctx.world_size, int(memory.item()), tokens, state_bytes)
 
 
 def release(ctx: Ctx) -> None:

@@ -132,6 +132,8 @@ def _metrics(row: Reference, world: int, nodes: int, trains: bool, sockets: bool
         return [f"{row.figure}{PER_GPU_STATISTIC}"]
     if family == "internode":
         return [row.figure] if nodes >= 2 else []
+    if family == "llama8b":  # the reference workload: its rows hold for any world (it fits what it can)
+        return [row.figure]
     return _training_metrics(row, world, trains, sockets) if family == "training" else []
 
 
@@ -151,11 +153,17 @@ def _training(table: ReferenceTable, gpu: str | None, bounds: list[Bound], world
         section.update({"micro_batch": micro, "grad_accum": accum, "strategies": list(GPU_STRATEGIES)})
     if world < 2:
         section["scaling_baseline"] = "none"  # one GPU: the full world is the baseline
-    peak = next((b.reference for b in bounds if b.metric == "compute.matmul_tflops_min"), None)
-    if peak is not None:
-        section["peak_tflops"] = {"bf16": peak.value, "fp16": peak.value}
-        section["peak_tflops_source"] = peak.source
+    section.update(_peak(bounds))
     return section
+
+
+def _peak(bounds: list[Bound]) -> JSONObject:
+    """MFU's peak for a training section: the compute reference's dense bf16 (and fp16) peak, where the table
+    has one for the GPU."""
+    peak = next((b.reference for b in bounds if b.metric == "compute.matmul_tflops_min"), None)
+    if peak is None:
+        return {}
+    return {"peak_tflops": {"bf16": peak.value, "fp16": peak.value}, "peak_tflops_source": peak.source}
 
 
 def gpu_profile(facts: NodeFacts, name: str, nodes: int, table: ReferenceTable) -> InitialProfile:
@@ -191,6 +199,9 @@ def gpu_profile(facts: NodeFacts, name: str, nodes: int, table: ReferenceTable) 
     training = _training(table, setup.gpu, bounds, world)
     if training:
         data["training"] = training
+    reference_workload = _peak(bounds)  # its MFU against the public figure (opt-in: -m llama8b, burn-in)
+    if reference_workload:
+        data["llama8b"] = reference_workload
     if bounds:
         data["thresholds"] = {b.metric: {b.key: b.value, "source": b.source} for b in bounds}
     head = _header(facts, table, nodes) + _bounds_comment(bounds, setup.gpu is None, facts)

@@ -30,6 +30,7 @@ from acceptance.families.drift import DRIFT
 from acceptance.families.fabric import FABRIC
 from acceptance.families.health import HEALTH
 from acceptance.families.internode import INTERNODE
+from acceptance.families.llama8b import LLAMA8B
 from acceptance.families.soak import SOAK
 from acceptance.families.storage import STORAGE
 from acceptance.families.training import TRAINING
@@ -37,10 +38,10 @@ from acceptance.schema.family import Family
 
 # In the order a run takes them: cheap and diagnostic first, so a missing rank or a sick GPU is named before
 # a long sweep; the families timed on the GPU right before training, whose job starts in their shadow; the
-# soak (opt-in) after them: minutes of full load would heat every GPU before the suite's timed figures; the
-# fabric's second reading last, after every probe that moved data over the network.
+# reference workload and the soak (both opt-in) after them: minutes of full load would heat every GPU before
+# the suite's timed figures; the fabric's second reading last, after every probe that moved data over the network.
 FAMILIES: tuple[Family[Any], ...] = (
-    CONNECTIVITY, HEALTH, DRIFT, STORAGE, COMPUTE, COLLECTIVES, INTERNODE, TRAINING, SOAK, FABRIC
+    CONNECTIVITY, HEALTH, DRIFT, STORAGE, COMPUTE, COLLECTIVES, INTERNODE, TRAINING, LLAMA8B, SOAK, FABRIC
 )  # fmt: skip
 BY_NAME: Mapping[str, Family[Any]] = {f.name: f for f in FAMILIES}
 WORKER_PROBES = frozenset(p for f in FAMILIES for p in f.in_worker)

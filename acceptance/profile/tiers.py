@@ -8,7 +8,7 @@ DCGM user guide, "Run Levels"). A tier here is a selection derived from the fami
 - quick: the families marked ``Family.quick`` (preflight, inventory and health gates, drift, an all_reduce and
   a p2p at one size, a few seconds of matmul);
 - standard: every family that is not ``Family.opt_in`` (today's suite);
-- burn-in: every family, the opt-in ones (the soak) included.
+- burn-in: every family, the opt-in ones (the reference workload, the soak) included.
 
 ``--cluster-tier`` picks one (else the profile's ``tier:``, else standard); ``-m`` and ``-k`` narrow it further.
 """
@@ -71,7 +71,7 @@ TIERS: Mapping[TierName, Tier] = {
     ),
     "burn-in": Tier(
         "burn-in",
-        "burn-in of new or repaired nodes: the standard suite plus the soak, for hours",
+        "burn-in of new or repaired nodes: the standard suite plus the reference workload and the soak, for hours",
         {"cpu": None, "cuda": None},
         "the standard suite's wall plus the soak's duration (the profile's)",
     ),

@@ -8,9 +8,12 @@ and ``acceptance.cli.bench_train`` both go through it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, cast
 
+from acceptance.families import llama8b
 from acceptance.families import training as plan
+from acceptance.families.llama8b import LLAMA8B
 from acceptance.families.training import TRAINING
 from acceptance.json_types import JSONObject
 from acceptance.run.cluster_run import ClusterRun
@@ -29,20 +32,49 @@ def strategy_runs(
     results = _unusable(cluster, strategies)
     usable = [s for s in strategies if s not in results]
 
+    def spec(pending: list[str]) -> JSONObject:
+        return _spec(cluster, pending, base)
+
+    groups = plan.job_groups(TRAINING.section_of(cluster.profile.model), usable)
+    for strategy, result in plan.run_jobs(groups, _launcher(cluster, plan.PROBE, spec, staged=True)).items():
+        results[strategy] = {"job": None, **result}
+    return {s: results[s] for s in strategies}
+
+
+def _launcher(
+    cluster: ClusterRun, probe: str, spec: Callable[[list[str]], JSONObject], staged: bool = False
+) -> plan.Launch:
+    """What ``plan.run_jobs`` launches a job of strategies with: ``probe`` on ``spec(strategies)``, its
+    result, or the parts its ranks finished with what the job died of. ``staged``: the job may have been
+    started ahead of its turn (``stage_first``), which ``ClusterRun.stage`` here does otherwise."""
+
     def launch(pending: list[str], key: str) -> tuple[dict[str, plan.StrategyResult], str | None]:
-        spec = _spec(cluster, pending, base)
-        cluster.stage(plan.PROBE, spec, key, parts=len(pending))  # unless it was, ahead of its turn (stage_first)
+        found_spec = spec(pending)
+        if staged:
+            cluster.stage(probe, found_spec, key, parts=len(pending))  # unless it was, ahead of its turn
         try:
-            done = cast(plan.TrainingResult, cluster.probe(plan.PROBE, spec, key=key, parts=len(pending)))
+            done = cast(plan.TrainingResult, cluster.probe(probe, found_spec, key=key, parts=len(pending)))
             found, error = done.get("strategies", {}), None
         except ProbeError as exc:  # the parts its ranks finished before it failed
             found, error = cast(dict[str, plan.StrategyResult], cluster.partial(key).get("parts", {})), str(exc)
         return {s: {**r, "job": key} for s, r in found.items()}, error
 
-    groups = plan.job_groups(TRAINING.section_of(cluster.profile.model), usable)
-    for strategy, result in plan.run_jobs(groups, launch).items():
-        results[strategy] = {"job": None, **result}
-    return {s: results[s] for s in strategies}
+    return launch
+
+
+def reference_runs(cluster: ClusterRun) -> dict[str, plan.StrategyResult]:
+    """The reference workload's strategies (``acceptance.families.llama8b``), each result as
+    ``strategy_runs`` gives one: one job for all of them, ZeRO-3 last, the strategies after one that killed
+    its job in the next (keys ``llama8b``, ``llama8b-2``, ...). Call it once per run."""
+    section = LLAMA8B.section_of(cluster.profile.model)
+    shape = (cluster.world_size, cluster.topology.nproc_per_node, cluster.placement.nodes)
+
+    def spec(pending: list[str]) -> JSONObject:
+        return llama8b.spec(section, pending, *shape)
+
+    ordered = sorted(section.strategies, key=lambda s: s in plan.ZERO3)  # ZeRO-3 last (``plan.ZERO3``)
+    found = plan.run_jobs([ordered], _launcher(cluster, llama8b.PROBE, spec), llama8b.PROBE)
+    return {s: {"job": None, **found[s]} for s in section.strategies}
 
 
 def stage_first(cluster: ClusterRun, strategies: list[str], base: plan.Baseline | str | None = None) -> bool:

@@ -169,10 +169,10 @@ class Canary(TypedDict):
     rel_diff: list[float]
 
 
-def job_key(attempt: int) -> str:
-    """The first job is ``training``; the next ones (the strategies after one that killed its job)
-    ``training-2``, ``training-3``, ..."""
-    return PROBE if attempt == 0 else f"{PROBE}-{attempt + 1}"
+def job_key(attempt: int, probe: str = PROBE) -> str:
+    """The first job is ``training`` (``probe``); the next ones (the strategies after one that killed its
+    job) ``training-2``, ``training-3``, ..."""
+    return probe if attempt == 0 else f"{probe}-{attempt + 1}"
 
 
 def user_config(profile: LoadedProfile, strategy: str) -> JSONObject | None:
@@ -250,19 +250,20 @@ def job_groups(training: Training, strategies: list[str]) -> list[list[str]]:
     return [ordered] if ordered else []
 
 
-def run_jobs(groups: list[list[str]], launch: Launch) -> dict[str, StrategyResult]:
+def run_jobs(groups: list[list[str]], launch: Launch, probe: str = PROBE) -> dict[str, StrategyResult]:
     """Every strategy's result (its figures, or ``{"error": ...}``), one job per group of strategies and
     as few more as the failures need.
 
     A job that dies is blamed on the first strategy it had not finished (the one it was in); the strategies
-    after that one run in the next job. At most one job per strategy, whatever fails.
+    after that one run in the next job. At most one job per strategy, whatever fails. ``probe``: the probe
+    the jobs run, which names their keys (``job_key``).
     """
     results: dict[str, StrategyResult] = {}
     attempt = 0
     for group in groups:
         pending = list(group)
         while pending:
-            key = job_key(attempt)
+            key = job_key(attempt, probe)
             done, died = launch(pending, key)
             results.update({s: done[s] for s in pending if s in done})
             rest = [s for s in pending if s not in done]

@@ -8,7 +8,7 @@ from __future__ import annotations
 import itertools
 import statistics
 from collections.abc import Sequence
-from typing import TypedDict
+from typing import Literal, TypedDict
 
 from typing_extensions import NotRequired
 
@@ -46,6 +46,9 @@ class TrainingConfig(TypedDict):
     canary_steps: int
     canary_rtol: float
     trace_steps: int
+    # the decoder layers to build of the model's shape: a count, or "fit": as many as the GPUs' memory holds
+    # (``probes.train_model.layers_that_fit``); left out or None: all of them (the reference workload sets it)
+    layers: NotRequired[int | Literal["fit"] | None]
 
 
 class GpuUtil(TypedDict):
@@ -91,6 +94,7 @@ class ModelShape(TypedDict):
     flops_per_token: int
     flops_formula: str
     attn_implementation: str | None
+    layers_of: NotRequired[int]  # the decoder layers of the whole shape, where the run built fewer
 
 
 class RankRun(TypedDict):

@@ -1,0 +1,125 @@
+"""The reference workload: Llama-3.1-8B's shape trained as its public figures were, so a buyer can hold the
+cluster's tokens/s and MFU against NVIDIA's.
+
+The model is built from the published config (random weights, nothing downloaded), trained in bf16 with
+AdamW at sequence 8192 under FSDP2 with each decoder layer compiled and under DeepSpeed ZeRO-3, through the
+training probe's own code (``acceptance.probes.training``: same strategies, same figures). Where the whole
+model does not fit the GPUs (one 80 GB H100 holds 8 of its 32 layers), the run builds as many layers as fit
+and every figure says so. MFU counts 6N + 12·L·H·Q·T FLOPs per token with N the parameters of matrix
+products (the input embedding excluded), against the dense peak of the run's precision; the reference rows
+(``profile/references.yaml``) are the public figures it is held against.
+
+Opt-in: ``-m llama8b``, its test module, or the burn-in tier; the standard suite's time is untouched.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Annotated, Literal
+
+from pydantic import Field, model_validator
+
+from acceptance.families.training import Training
+from acceptance.json_types import JSONObject
+from acceptance.schema.bounds import Threshold
+from acceptance.schema.family import GPU_ONLY, Family, Metric
+from acceptance.schema.fields import PositiveInt, Strict
+from acceptance.schema.peaks import Peaks, Precision
+
+# the shapes in acceptance/probes/train_model.py: the 8B as published, and the same config at toy width
+LLAMA8B_MODELS = ("llama-3.1-8b", "llama-3.1-8b-tiny")
+LLAMA8B_STRATEGIES = ("fsdp", "zero3")  # the public stacks: FSDP2 (NeMo AutoModel, torchtitan), ZeRO-3 (DeepSpeed)
+PROBE = "llama8b"
+
+
+class Llama8b(Strict):
+    """The Llama-3.1-8B reference workload, each strategy ``steps`` timed steps after ``warmup_steps``."""
+
+    model: Literal[LLAMA8B_MODELS] = "llama-3.1-8b"  # type: ignore[valid-type]
+    # decoder layers to build: "fit": as many of the shape's as the smallest GPU holds (all where they fit); a
+    # count: that many (at most the shape's)
+    layers: PositiveInt | Literal["fit"] = "fit"
+    seq_len: PositiveInt = 8192  # as the public figures (DGX Cloud Benchmarking, NeMo) are measured
+    micro_batch: PositiveInt = 1
+    warmup_steps: Annotated[int, Field(ge=1)] = 3  # the first compiles each layer
+    steps: PositiveInt = 10
+    windows: PositiveInt | None = None  # of the timed steps: tokens/s is their median; None: 5 (at most steps)
+    precision: Precision = "bf16"
+    compile: Literal["none", "blocks"] = "blocks"  # blocks: each decoder layer (ZeRO-3 runs eagerly)
+    lr: Annotated[float, Field(gt=0)] = 3e-4  # constant, AdamW's (the training section's default)
+    strategies: list[Literal[LLAMA8B_STRATEGIES]] = ["fsdp", "zero3"]  # type: ignore[valid-type]
+    peak_tflops: Peaks = None  # per GPU, dense, per precision (1 TFLOP/s = 1e12); MFU takes ``precision``'s
+    peak_tflops_source: str | None = None
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Llama8b:
+        if not self.strategies or len(set(self.strategies)) != len(self.strategies):
+            raise ValueError("strategies must list at least one strategy, each once")
+        if (self.peak_tflops is None) != (self.peak_tflops_source is None):
+            raise ValueError("peak_tflops and peak_tflops_source go together (say where the peak comes from)")
+        if self.windows is not None and self.windows > self.steps:
+            raise ValueError(f"windows ({self.windows}) exceeds steps ({self.steps}): every timed window needs a step")
+        return self
+
+
+_FIGURE = "llama8b.<strategy>.<figure>"
+
+
+def _strategies(s: Llama8b) -> Sequence[str]:
+    return s.strategies
+
+
+def _loss_must_fall(_s: Llama8b) -> Threshold:
+    return Threshold(max=0.99, source="built-in: the loss must fall by at least 1% over the run")
+
+
+_STRATEGY = {"strategy": _strategies}
+LLAMA8B = Family(
+    "llama8b",
+    "the reference workload: Llama-3.1-8B under FSDP2 and ZeRO-3, held against public figures",
+    Llama8b,
+    (
+        Metric[Llama8b](r"(?P<strategy>\w+)\.(tokens_per_s_per_gpu)", _FIGURE, "higher", domains=_STRATEGY),
+        Metric[Llama8b](r"(?P<strategy>\w+)\.(mfu)", _FIGURE, "higher", domains=_STRATEGY, devices=GPU_ONLY),
+        Metric[Llama8b](
+            r"(?P<strategy>\w+)\.(step_time_s|step_time_std_s|peak_mem_gib)", _FIGURE, "lower", domains=_STRATEGY
+        ),
+        Metric[Llama8b](r"(?P<strategy>\w+)\.(layers)", _FIGURE, "none", domains=_STRATEGY),
+        Metric[Llama8b](
+            r"(?P<strategy>\w+)\.(loss_ratio)", _FIGURE, "lower", kind="correctness", domains=_STRATEGY,
+            builtin=_loss_must_fall,
+        ),
+    ),
+    probes=(PROBE,),
+    opt_in=True,
+)  # fmt: skip
+
+
+def training_section(section: Llama8b) -> JSONObject:
+    """The training probe's section for the workload: the training defaults (learning rate, clipping, seed)
+    with the workload's model, layers, sequence, batch, steps, precision and compile mode; no scaling
+    baseline and no canary (a reference run is measured once, on the whole world)."""
+    found: JSONObject = Training().model_dump(mode="json")
+    found.update(section.model_dump(mode="json"))
+    found.update({"grad_accum": 1, "scaling_baseline": "none", "canary_steps": 1, "deepspeed": {}})
+    return found
+
+
+def spec(section: Llama8b, parts: list[str], world_size: int, ranks_per_node: int, nodes: int) -> JSONObject:
+    """The probe's spec for one job of ``parts`` (strategies): the training probe's, under its own name."""
+    return {
+        "training": training_section(section),
+        "strategies": list(parts),
+        "deepspeed_user": dict.fromkeys(parts),
+        "expected_world_size": world_size,
+        "ranks_per_node": ranks_per_node,
+        "nodes": nodes,
+    }
+
+
+def layers_text(shape: JSONObject) -> str:
+    """ "8 of 32 decoder layers" where the run built fewer than the shape has, else "all 32 decoder layers"."""
+    layers, of = shape.get("layers"), shape.get("layers_of")
+    if of is None or of == layers:
+        return f"all {layers} decoder layers"
+    return f"{layers} of {of} decoder layers (as many as fit the GPUs' memory, or as the profile's layers says)"

@@ -1,0 +1,106 @@
+"""The reference workload's rules: the published Llama-3.1-8B shape, the layers that fit a GPU, the FLOPs its
+MFU counts, the spec its job runs, and its place in the tiers."""
+
+from __future__ import annotations
+
+import torch
+
+from acceptance.families.llama8b import LLAMA8B, PROBE, Llama8b, layers_text, spec
+from acceptance.families.training import StrategyResult, run_jobs
+from acceptance.probes.train_model import ZERO_STATE_BYTES, build_config, build_model, describe, layers_that_fit
+from acceptance.profile.references import Setup, table
+from acceptance.profile.tiers import TIERS
+
+H100_BYTES = 85_000_000_000  # about what torch.cuda.get_device_properties(...).total_memory gives an H100 80GB
+H200_BYTES = 150_000_000_000  # and an H200 (141 GB, about 140 GiB)
+SEQ = 8192
+
+
+def test_the_shape_is_llama_3_1_8b_as_published() -> None:
+    config = build_config("llama-3.1-8b", SEQ)
+    published = (4096, 32, 32, 8, 14336, 128256)
+    found = (
+        config.hidden_size,
+        config.num_hidden_layers,
+        config.num_attention_heads,
+        config.num_key_value_heads,
+        config.intermediate_size,
+        config.vocab_size,
+    )
+    assert found == published
+    theta = getattr(config, "rope_theta", None) or config.rope_parameters["rope_theta"]
+    assert theta == 500000.0 and not config.tie_word_embeddings
+
+
+def test_one_80_gb_h100_holds_8_of_the_32_layers_and_four_h200_the_whole_model() -> None:
+    """Measured: 8 layers on one H100 peaked at 53.8 GiB, the whole model on 4x H200 at 82-86 GiB per GPU."""
+    config = build_config("llama-3.1-8b", SEQ)
+    assert layers_that_fit(config, 1, H100_BYTES, SEQ) == 8
+    assert layers_that_fit(config, 4, H200_BYTES, SEQ) == 32
+    # DeepSpeed's bf16 ZeRO keeps 20 bytes a parameter against FSDP2's 16: fewer layers on one GPU
+    assert layers_that_fit(config, 1, H100_BYTES, SEQ, ZERO_STATE_BYTES) == 6
+    # sharded over more GPUs, more layers fit; longer sequences, fewer
+    assert layers_that_fit(config, 4, H100_BYTES, SEQ) > 8
+    assert layers_that_fit(config, 1, H100_BYTES, 2 * SEQ) < 8
+
+
+def test_mfu_counts_every_matrix_product_but_the_input_embedding() -> None:
+    """6N + 12·L·H·Q·T, N without the embedding lookup (untied: the output layer counts), L the layers run."""
+    model = build_model("llama-3.1-8b", SEQ, torch.device("meta"), 0, layers=8)
+    shape = describe(model, SEQ)
+    layer = 2 * 4096 * 4096 + 2 * 4096 * 1024 + 3 * 4096 * 14336 + 2 * 4096
+    assert shape["layers"] == 8
+    assert shape["matmul_params"] == 8 * layer + 4096 + 128256 * 4096  # layers, final norm, output layer
+    assert shape["params"] == shape["matmul_params"] + 128256 * 4096
+    assert shape["flops_per_token"] == 6 * shape["matmul_params"] + 12 * 8 * 32 * 128 * SEQ
+
+
+def test_the_job_runs_the_training_probe_on_the_workload_s_settings() -> None:
+    section = Llama8b(layers=8, steps=6)
+    found = spec(section, ["fsdp", "zero3"], 8, 8, 1)
+    training = found["training"]
+    assert isinstance(training, dict)
+    assert (training["model"], training["layers"], training["seq_len"]) == ("llama-3.1-8b", 8, SEQ)
+    assert training["steps"] == 6
+    assert (training["precision"], training["compile"], training["grad_accum"]) == ("bf16", "blocks", 1)
+    assert training["scaling_baseline"] == "none"
+    assert found["strategies"] == ["fsdp", "zero3"] and found["expected_world_size"] == 8
+
+
+def test_the_workload_runs_in_the_burn_in_tier_and_by_its_marker_only() -> None:
+    assert LLAMA8B.opt_in and LLAMA8B.marker == "llama8b"
+    assert not TIERS["standard"].has(LLAMA8B) and not TIERS["quick"].has(LLAMA8B)
+    assert TIERS["burn-in"].has(LLAMA8B)
+
+
+def test_a_figure_says_how_many_of_the_layers_ran() -> None:
+    assert layers_text({"layers": 8, "layers_of": 32}).startswith("8 of 32 decoder layers")
+    assert layers_text({"layers": 4}) == "all 4 decoder layers"
+
+
+def test_the_mfu_of_any_h100_or_h200_world_is_held_against_dgx_cloud_s_figure() -> None:
+    """The row the MFU check prints its ratio to: DGX Cloud's 59.4% for one GPU as for eight, H100 and H200."""
+    rows = table()
+    for name in ("NVIDIA H100 80GB HBM3", "NVIDIA H200"):
+        for gpus in (1, 4, 8):
+            row = rows.for_figure("llama8b.fsdp.mfu", Setup(rows.gpu_of(name), 1, gpus, None))
+            assert row is not None and row.value == 0.594 and "DGX Cloud Benchmarking" in row.source
+    assert rows.for_figure("llama8b.zero3.mfu", Setup("h100-sxm", 1, 8, None)) is None
+    assert rows.for_figure("llama8b.fsdp.mfu", Setup(rows.gpu_of("NVIDIA A100-SXM4-80GB"), 1, 8, None)) is None
+
+
+def test_a_job_that_dies_is_named_under_the_workload_s_own_job_keys() -> None:
+    """The workload's jobs are keyed ``llama8b``, ``llama8b-2``, ... (the training family's keep ``training``):
+    one session runs both without mixing their results."""
+    calls: list[tuple[list[str], str]] = []
+
+    def launch(pending: list[str], key: str) -> tuple[dict[str, StrategyResult], str | None]:
+        calls.append((list(pending), key))
+        if key == "llama8b":
+            return {}, "rank 0 exited with SIGKILL"  # died in its first strategy
+        return {s: {"tokens_per_s_per_gpu": 1.0} for s in pending}, None
+
+    found = run_jobs([["fsdp", "zero3"]], launch, PROBE)
+    assert calls == [(["fsdp", "zero3"], "llama8b"), (["zero3"], "llama8b-2")]
+    assert found["fsdp"] == {"error": "rank 0 exited with SIGKILL", "strategy": "fsdp", "job": "llama8b"}
+    assert found["zero3"] == {"tokens_per_s_per_gpu": 1.0}
