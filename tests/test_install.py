@@ -3,6 +3,8 @@ run``), and a DeepSpeed op cache per environment."""
 
 from __future__ import annotations
 
+import ast
+import importlib.metadata
 import json
 import re
 import shutil
@@ -157,3 +159,56 @@ def test_run_passes_the_installed_suite_through_pytest(tmp_path: Path) -> None:
     passed = [t["nodeid"] for t in data["tests"] if t["outcome"] == "passed"]
     # test ids relative to the suite, wherever it is installed and wherever the run started
     assert passed and all(nodeid.startswith("test_connectivity.py::") for nodeid in passed), passed
+
+
+def _normal(name: str) -> str:
+    """A distribution name as PEP 503 compares them."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _declared(*extras: str) -> set[str]:
+    """The distributions the installed package requires: its dependencies and those of ``extras``."""
+    names: set[str] = set()
+    for requirement in importlib.metadata.requires("cluster-acceptance") or []:
+        name = re.match(r"[A-Za-z0-9._-]+", requirement)
+        extra = re.search(r"""extra\s*==\s*["']([\w-]+)["']""", requirement)
+        if name is not None and (extra is None or extra.group(1) in extras):
+            names.add(_normal(name.group(0)))
+    return names
+
+
+def _imported(*paths: Path) -> set[str]:
+    """The top-level names that the Python files under ``paths`` import, wherever in a file they do."""
+    names: set[str] = set()
+    files = [f for p in paths for f in ([p] if p.is_file() else sorted(p.rglob("*.py")))]
+    for file in files:
+        for node in ast.walk(ast.parse(file.read_text(), str(file))):
+            if isinstance(node, ast.Import):
+                names |= {alias.name.split(".")[0] for alias in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names.add(node.module.split(".")[0])
+    return names - set(sys.stdlib_module_names) - {"acceptance", "tests", "tests_cluster", "conftest", "__future__"}
+
+
+@pytest.mark.parametrize(
+    ("what", "paths", "extras"),
+    [
+        # the README's `pip install -e '.[test]'`, then its test command
+        ("the plugin's tests", ("tests", "tests_cluster", "conftest.py"), ("test",)),
+        # `pip install -e '.[docs]'`, then `mkdocs build`, which loads the site's hook
+        ("the site's hook", ("docs/hooks.py",), ("docs",)),
+        # the package alone, and the optional imports its gpu and report extras are for
+        ("the package", ("acceptance",), ("gpu", "report")),
+    ],
+)
+def test_every_extra_holds_what_its_commands_import(what: str, paths: tuple[str, ...], extras: tuple[str, ...]) -> None:
+    """A fresh environment with the README's install runs the README's commands: every module they import is
+    a declared dependency (or one of the named extras), not one that some other extra happened to bring."""
+    distributions = importlib.metadata.packages_distributions()
+    declared = _declared(*extras)
+    missing = {
+        module: distributions.get(module, ["(not installed)"])
+        for module in sorted(_imported(*(ROOT / p for p in paths)))
+        if not {_normal(d) for d in distributions.get(module, [])} & declared
+    }
+    assert not missing, f"{what} import modules that no dependency of extras {extras} declares: {missing}"

@@ -98,7 +98,6 @@ def test_the_suite_runs_in_the_registry_s_order(pytester: pytest.Pytester) -> No
 def test_the_site_s_reference_page_is_generated_from_the_registry() -> None:
     """The families-and-metrics page is no file in docs/: the site's hook (``docs/hooks.py``) adds it when the
     site is built, as ``cluster-acceptance families --markdown`` prints it, where mkdocs.yml's nav names it."""
-    pytest.importorskip("mkdocs")
     from mkdocs.config import load_config
     from mkdocs.structure.files import get_files
 
