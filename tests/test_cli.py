@@ -7,6 +7,7 @@ import re
 import shutil
 import subprocess
 import sys
+import textwrap
 import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import cast
@@ -209,3 +210,20 @@ def test_console_script_is_declared() -> None:
     script = shutil.which("cluster-acceptance")
     if script is not None:
         assert subprocess.run([script, "list"], capture_output=True, timeout=60).returncode == 0
+
+
+def test_list_describes_a_child_profile_by_itself_not_by_its_parent(
+    here: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The README's example extends h200-x2 (one node, 2x H200) with 4 nodes of 8: ``list`` says what the
+    resolved profile is, never the parent's words; a child's own description is shown as written."""
+    readme = (ROOT / "README.md").read_text()
+    example = readme[readme.index("# thresholds/my-cluster.yaml") :].split("\n\n")[0]
+    (here / "thresholds" / "my-cluster.yaml").write_text(textwrap.dedent("       " + example))
+    (here / "thresholds" / "mine.yaml").write_text("name: mine\nextends: h200-x2\ndescription: our lab node\n")
+    assert main(["list"]) == 0
+    rows = {line.split()[0]: line for line in capsys.readouterr().out.splitlines()}
+    assert "one node" not in rows["my-cluster"]
+    assert re.search(r"^my-cluster\s+4 node\(s\) x 8x NVIDIA H200 \(nccl\), extends h200-x2\s+\[", rows["my-cluster"])
+    assert re.search(r"^mine\s+our lab node\s+\[", rows["mine"])
+    assert profiles.load("my-cluster").model.description == ""

@@ -189,7 +189,8 @@ def test_two_nodes_with_no_rdma_port_meet_over_sockets_sized_for_them_with_no_sc
     one, _ = run_init(tmp_path, sources(tmp_path / "one", nvml_node(H200, 2, 18)), name="one")
     p2p = bound(profile, "connectivity.p2p_min_gbps")[0]
     assert p2p is not None and p2p == bound(one, "connectivity.p2p_min_gbps")[0]  # each node's own pairs
-    assert "no RDMA port: NCCL goes over TCP sockets" in (tmp_path / "new-cluster.yaml").read_text()
+    written = (tmp_path / "new-cluster.yaml").read_text()
+    assert "no RDMA port: traffic between the nodes goes over TCP sockets" in written
     # the same node with an InfiniBand port keeps the full sizes and the bar
     ib, _ = run_init(tmp_path, sources(tmp_path / "ib", nvml_node(H200, 2, 18), ports=(NDR,)), nodes=2, name="ib")
     assert COLLECTIVES.section_of(ib.model).sizes == list(initial.GPU_SIZES)
@@ -416,3 +417,22 @@ def test_a_job_s_share_of_a_node_gets_a_profile_of_its_own_gpus(tmp_path: Path) 
     assert profile.model.topology.gpus_per_node == 2
     whole = detect(sources(tmp_path / "whole", node, links=links, visible=None))
     assert whole.gpu_count == 4 and not any("allocation" in n for n in whole.notes)
+
+
+def _header_sizes(path: Path) -> list[str]:
+    """The collective sizes the header of a written profile names ("collectives at 1M, 64M, 256M")."""
+    line = next(line for line in path.read_text().splitlines() if line.startswith("#") and "collectives at" in line)
+    return line.split("collectives at ", 1)[1].split(";")[0].split(", ")
+
+
+@pytest.mark.parametrize("gpus", [True, False], ids=["gpu", "cpu"])
+def test_the_header_names_what_the_written_profile_sweeps_and_bounds(tmp_path: Path, gpus: bool) -> None:
+    """Two nodes with no RDMA port: the header says the sizes the profile as resolved sweeps (a CPU node's
+    come from its parent, local-cpu) and whether scaling across nodes is bounded, as the profile says."""
+    src = sources(tmp_path, nvml_node(H200, 2, 18) if gpus else None)
+    profile, _ = run_init(tmp_path, src, nodes=2)
+    written = tmp_path / "new-cluster.yaml"
+    assert _header_sizes(written) == list(COLLECTIVES.section_of(profile.model).sizes)
+    bounded = profile.threshold("training.scaling_efficiency") is not None
+    header = "\n".join(line for line in written.read_text().splitlines() if line.startswith("#"))
+    assert ("scaling across nodes recorded, not bounded" in header) is not bounded

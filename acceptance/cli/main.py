@@ -144,7 +144,7 @@ def cmd_list(args: argparse.Namespace) -> int:
     rows = []
     for name, path in profiles.available().items():
         try:
-            about = profiles.load(str(path)).model.description or "(no description)"
+            about = profiles.describe(profiles.load(str(path)))
         except profiles.ProfileError as exc:
             about = f"INVALID: {str(exc).splitlines()[-1].strip()}"
         rows.append((name, about, f"[{path}]"))
