@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from acceptance.cli.main import main
-from acceptance.cli.sweep import row_text
+from acceptance.cli.sweep import row_text, timing_line
 from acceptance.families.collectives import CollectiveRow
 from acceptance.profile import loader as profiles
 from tests.harness import ROOT, schema
@@ -53,6 +53,8 @@ def test_sweep_prints_an_nccl_tests_table(swept: tuple[Path, str]) -> None:
         # two ranks: all_reduce moves 2(n-1)/n = 1x algbw, all_gather (n-1)/n = 0.5x (rounded to 2 places)
         assert busbw == pytest.approx(algbw * (1.0 if row[3] == "all_reduce" else 0.5), abs=0.011)
     assert "# Out of bounds values : 0 OK" in lines
+    # the timing the rows were measured with (auto on the CPU: the host clock), before the first row
+    assert "timing auto" not in text and lines[4] == "# timing: eager (asked: auto)"
 
 
 def test_a_sweep_prints_each_call_once_where_small_sizes_round_up_to_the_same_parts() -> None:
@@ -227,3 +229,15 @@ def test_list_describes_a_child_profile_by_itself_not_by_its_parent(
     assert re.search(r"^my-cluster\s+4 node\(s\) x 8x NVIDIA H200 \(nccl\), extends h200-x2\s+\[", rows["my-cluster"])
     assert re.search(r"^mine\s+our lab node\s+\[", rows["mine"])
     assert profiles.load("my-cluster").model.description == ""
+
+
+def test_a_sweep_says_the_timing_it_used_and_where_it_changed() -> None:
+    """The header cannot know how the probe will time the calls (``auto`` picks; NCCL's direct calls fall back
+    where libnccl cannot be called, the label saying why): each timing is said before the first row it timed."""
+    rows = [
+        cast(CollectiveRow, {"timing": t})
+        for t in ("cuda_graph (libnccl not callable: x)", "cuda_graph (libnccl not callable: x)", "nccl")
+    ]
+    shown: list[str] = []
+    said = [timing_line(row, "nccl", shown) for row in rows]
+    assert said == ["# timing: cuda_graph (libnccl not callable: x) (asked: nccl)", None, "# timing: nccl"]
