@@ -142,7 +142,7 @@ def test_report_puts_failures_first(tmp_path: Path) -> None:
 
 
 def test_list(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["list"]) == 0
+    assert main(["list", "--wide"]) == 0  # one line a profile
     out = capsys.readouterr().out
     assert re.search(r"^local-cpu\s+two CPU ranks over gloo on this machine; the suite's self-test\s+\[", out, re.M)
     assert len(out.splitlines()) == len(profiles.available())
