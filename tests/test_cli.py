@@ -7,6 +7,7 @@ import re
 import shutil
 import subprocess
 import sys
+import textwrap
 import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import cast
@@ -16,7 +17,7 @@ import pytest
 import yaml
 
 from acceptance.cli.main import main
-from acceptance.cli.sweep import row_text
+from acceptance.cli.sweep import row_text, timing_line
 from acceptance.families.collectives import CollectiveRow
 from acceptance.profile import loader as profiles
 from tests.harness import ROOT, schema
@@ -52,6 +53,8 @@ def test_sweep_prints_an_nccl_tests_table(swept: tuple[Path, str]) -> None:
         # two ranks: all_reduce moves 2(n-1)/n = 1x algbw, all_gather (n-1)/n = 0.5x (rounded to 2 places)
         assert busbw == pytest.approx(algbw * (1.0 if row[3] == "all_reduce" else 0.5), abs=0.011)
     assert "# Out of bounds values : 0 OK" in lines
+    # the timing the rows were measured with (auto on the CPU: the host clock), before the first row
+    assert "timing auto" not in text and lines[4] == "# timing: eager (asked: auto)"
 
 
 def test_a_sweep_prints_each_call_once_where_small_sizes_round_up_to_the_same_parts() -> None:
@@ -139,7 +142,7 @@ def test_report_puts_failures_first(tmp_path: Path) -> None:
 
 
 def test_list(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["list"]) == 0
+    assert main(["list", "--wide"]) == 0  # one line a profile
     out = capsys.readouterr().out
     assert re.search(r"^local-cpu\s+two CPU ranks over gloo on this machine; the suite's self-test\s+\[", out, re.M)
     assert len(out.splitlines()) == len(profiles.available())
@@ -209,3 +212,32 @@ def test_console_script_is_declared() -> None:
     script = shutil.which("cluster-acceptance")
     if script is not None:
         assert subprocess.run([script, "list"], capture_output=True, timeout=60).returncode == 0
+
+
+def test_list_describes_a_child_profile_by_itself_not_by_its_parent(
+    here: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The README's example extends h200-x2 (one node, 2x H200) with 4 nodes of 8: ``list`` says what the
+    resolved profile is, never the parent's words; a child's own description is shown as written."""
+    readme = (ROOT / "README.md").read_text()
+    example = readme[readme.index("# thresholds/my-cluster.yaml") :].split("\n\n")[0]
+    (here / "thresholds" / "my-cluster.yaml").write_text(textwrap.dedent("       " + example))
+    (here / "thresholds" / "mine.yaml").write_text("name: mine\nextends: h200-x2\ndescription: our lab node\n")
+    assert main(["list"]) == 0
+    rows = {line.split()[0]: line for line in capsys.readouterr().out.splitlines()}
+    assert "one node" not in rows["my-cluster"]
+    assert re.search(r"^my-cluster\s+4 node\(s\) x 8x NVIDIA H200 \(nccl\), extends h200-x2\s+\[", rows["my-cluster"])
+    assert re.search(r"^mine\s+our lab node\s+\[", rows["mine"])
+    assert profiles.load("my-cluster").model.description == ""
+
+
+def test_a_sweep_says_the_timing_it_used_and_where_it_changed() -> None:
+    """The header cannot know how the probe will time the calls (``auto`` picks; NCCL's direct calls fall back
+    where libnccl cannot be called, the label saying why): each timing is said before the first row it timed."""
+    rows = [
+        cast(CollectiveRow, {"timing": t})
+        for t in ("cuda_graph (libnccl not callable: x)", "cuda_graph (libnccl not callable: x)", "nccl")
+    ]
+    shown: list[str] = []
+    said = [timing_line(row, "nccl", shown) for row in rows]
+    assert said == ["# timing: cuda_graph (libnccl not callable: x) (asked: nccl)", None, "# timing: nccl"]

@@ -356,11 +356,14 @@ class _Case:
 
 
 class _Run:
-    """What ``categorize`` reads of the run: its evidence's test cases."""
+    """What ``categorize`` reads of the run: its evidence's test cases and document (whose preflight failed with
+    ``CPU_ONLY``, the install's fault)."""
 
     def __init__(self) -> None:
         self.cases: dict[str, _Case] = {}
         self.evidence = self
+        preflight = {"ok": False, "categories": {CPU_ONLY: "software"}}
+        self.doc = EvidenceDoc.model_validate(doc(cluster={"nodes": [], "preflight": preflight}))
 
     def test(self, nodeid: str) -> _Case:
         return self.cases.setdefault(nodeid, _Case())
@@ -372,6 +375,8 @@ class _Run:
         ("12 of 12 rank pairs ...: SHM/direct/direct, expected P2P (NCCL_P2P_DISABLE=1 set in the environment)",
          "environment"),
         (f"compute.matmul_tflops_min = 307 ... ({FOREIGN_LOAD}: pid 941 `python3`)", "foreign load"),
+        # the health gate failed with the preflight's line: the preflight's category (the drain list's)
+        (CPU_ONLY, "software"),
         ("compute.matmul_tflops_min = 307 TFLOP/s, expected >= 600", None),
         # an XID (or a degraded link) seen beside another job's process: the GPU's own fault all the same
         (f"compute.matmul_tflops_min = 307 ... ({GPU_FAULT}: XID 79 at 1.0 s; {FOREIGN_LOAD}: pid 941)", None),

@@ -340,3 +340,22 @@ def test_every_reader_reads_the_one_decision_of_an_edited_file(
     assert main(["merge", str(path), "-o", str(tmp_path / "merged.json")]) == 1
     assert json.loads((tmp_path / "merged.json").read_text())["verdict"] == "FAIL"
     assert "wrote" in capsys.readouterr().out
+
+
+def test_a_recorded_test_is_a_passing_junit_case_that_says_so(tmp_path: Path) -> None:
+    """A test whose figures have no bound held no gate but found nothing wrong: JUnit shows it as a passing case
+    (a healthy run reads green on a dashboard), marked ``cluster_outcome=recorded`` beside its figures, as
+    pytest's own --junitxml shows it; only a test that did not run is skipped."""
+    doc = _filled(tmp_path, verdict="PASS")
+    recorded = doc.test("tests_cluster/test_fabric.py::test_counters")
+    recorded.outcome, recorded.message = "recorded", "information only"
+    recorded.checks.append(_check("fabric.link_down", 0, "events", "", "info", {}))
+    suite = ET.fromstring(junit_xml(doc.doc)).find("testsuite")
+    assert suite is not None
+    counted = [suite.get(key) for key in ("tests", "skipped", "failures", "errors")]
+    assert counted == ["3", "1", "0", "0"]
+    case = next(c for c in suite.iter("testcase") if c.get("name") == "test_counters")
+    assert [child.tag for child in case if child.tag in ("skipped", "failure", "error")] == []
+    props = {p.get("name"): p.get("value") for p in case.iter("property")}
+    assert props["cluster_outcome"] == "recorded"
+    assert (props["fabric.link_down"], props["fabric.link_down.verdict"]) == ("0", "info")

@@ -146,8 +146,10 @@ def test_more_ranks_than_gpus_counts_the_ranks() -> None:
     ("torch", "expected"),
     [
         ({"version": "2.13.0+cpu", "cuda": None, "nccl": False, "available": False, "devices": []},
-         "profile h200-x2 runs on CUDA GPUs (topology.device: cuda), but this torch 2.13.0+cpu is a CPU-only build: "
-         "install a CUDA build of torch, or pick a CPU profile such as local-cpu"),
+         "profile h200-x2 runs on CUDA GPUs (topology.device: cuda), but this torch 2.13.0+cpu is a CPU-only build "
+         "(no CUDA in it): install torch's CUDA build for this node's driver (pip install torch==2.13.0 --index-url "
+         "https://download.pytorch.org/whl/cuXYZ, a CUDA X.YZ no newer than the one nvidia-smi names), or pick a "
+         "CPU profile such as local-cpu"),
         ({**cuda(0, 1), "nccl": False},
          "profile h200-x2 uses NCCL (topology.backend: nccl), but this torch 2.6.0+cu124 has no NCCL"),
         ({"error": "torch cannot be imported: No module named 'torch'"},

@@ -191,7 +191,8 @@ def test_two_nodes_with_no_rdma_port_meet_over_sockets_sized_for_them_with_no_sc
     one, _ = run_init(tmp_path, sources(tmp_path / "one", nvml_node(H200, 2, 18)), name="one")
     p2p = bound(profile, "connectivity.p2p_min_gbps")[0]
     assert p2p is not None and p2p == bound(one, "connectivity.p2p_min_gbps")[0]  # each node's own pairs
-    assert "no RDMA port: NCCL goes over TCP sockets" in (tmp_path / "new-cluster.yaml").read_text()
+    written = (tmp_path / "new-cluster.yaml").read_text()
+    assert "no RDMA port: traffic between the nodes goes over TCP sockets" in written
     # the same node with an InfiniBand port keeps the full sizes and the bar
     ib, _ = run_init(tmp_path, sources(tmp_path / "ib", nvml_node(H200, 2, 18), ports=(NDR,)), nodes=2, name="ib")
     assert COLLECTIVES.section_of(ib.model).sizes == list(initial.GPU_SIZES)
@@ -479,3 +480,22 @@ def test_init_bounds_the_reference_workload_s_mfu_by_nvidia_s_published_figure(t
         assert profile.threshold("llama8b.zero3.mfu") is None
         assert LLAMA8B.section_of(profile.model).peak_tflops == {"bf16": 989.4, "fp16": 989.4}
         assert "llama8b.fsdp.mfu >= 0.446" in printed
+
+
+def _header_sizes(path: Path) -> list[str]:
+    """The collective sizes the header of a written profile names ("collectives at 1M, 64M, 256M")."""
+    line = next(line for line in path.read_text().splitlines() if line.startswith("#") and "collectives at" in line)
+    return line.split("collectives at ", 1)[1].split(";")[0].split(", ")
+
+
+@pytest.mark.parametrize("gpus", [True, False], ids=["gpu", "cpu"])
+def test_the_header_names_what_the_written_profile_sweeps_and_bounds(tmp_path: Path, gpus: bool) -> None:
+    """Two nodes with no RDMA port: the header says the sizes the profile as resolved sweeps (a CPU node's
+    come from its parent, local-cpu) and whether scaling across nodes is bounded, as the profile says."""
+    src = sources(tmp_path, nvml_node(H200, 2, 18) if gpus else None)
+    profile, _ = run_init(tmp_path, src, nodes=2)
+    written = tmp_path / "new-cluster.yaml"
+    assert _header_sizes(written) == list(COLLECTIVES.section_of(profile.model).sizes)
+    bounded = profile.threshold("training.scaling_efficiency") is not None
+    header = "\n".join(line for line in written.read_text().splitlines() if line.startswith("#"))
+    assert ("scaling across nodes recorded, not bounded" in header) is not bounded

@@ -3,6 +3,9 @@ run``), and a DeepSpeed op cache per environment."""
 
 from __future__ import annotations
 
+import ast
+import importlib.metadata
+import importlib.util
 import json
 import re
 import shutil
@@ -11,6 +14,7 @@ import sys
 import zipfile
 from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -157,3 +161,97 @@ def test_run_passes_the_installed_suite_through_pytest(tmp_path: Path) -> None:
     passed = [t["nodeid"] for t in data["tests"] if t["outcome"] == "passed"]
     # test ids relative to the suite, wherever it is installed and wherever the run started
     assert passed and all(nodeid.startswith("test_connectivity.py::") for nodeid in passed), passed
+
+
+def _normal(name: str) -> str:
+    """A distribution name as PEP 503 compares them."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _declared(*extras: str) -> set[str]:
+    """The distributions the installed package requires: its dependencies and those of ``extras``."""
+    names: set[str] = set()
+    for requirement in importlib.metadata.requires("cluster-acceptance") or []:
+        name = re.match(r"[A-Za-z0-9._-]+", requirement)
+        extra = re.search(r"""extra\s*==\s*["']([\w-]+)["']""", requirement)
+        if name is not None and (extra is None or extra.group(1) in extras):
+            names.add(_normal(name.group(0)))
+    return names
+
+
+def _imported(*paths: Path) -> set[str]:
+    """The top-level names that the Python files under ``paths`` import, wherever in a file they do."""
+    names: set[str] = set()
+    files = [f for p in paths for f in ([p] if p.is_file() else sorted(p.rglob("*.py")))]
+    for file in files:
+        for node in ast.walk(ast.parse(file.read_text(), str(file))):
+            if isinstance(node, ast.Import):
+                names |= {alias.name.split(".")[0] for alias in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names.add(node.module.split(".")[0])
+    return names - set(sys.stdlib_module_names) - {"acceptance", "tests", "tests_cluster", "conftest", "__future__"}
+
+
+@pytest.mark.parametrize(
+    ("what", "paths", "extras"),
+    [
+        # the README's `pip install -e '.[test]'`, then its test command
+        ("the plugin's tests", ("tests", "tests_cluster", "conftest.py"), ("test",)),
+        # `pip install -e '.[docs]'`, then `mkdocs build`, which loads the site's hook
+        ("the site's hook", ("docs/hooks.py",), ("docs",)),
+        # the package alone, and the optional imports its gpu and report extras are for
+        ("the package", ("acceptance",), ("gpu", "report")),
+    ],
+)
+def test_every_extra_holds_what_its_commands_import(what: str, paths: tuple[str, ...], extras: tuple[str, ...]) -> None:
+    """A fresh environment with the README's install runs the README's commands: every module they import is
+    a declared dependency (or one of the named extras), not one that some other extra happened to bring."""
+    distributions = importlib.metadata.packages_distributions()
+    declared = _declared(*extras)
+    missing = {
+        module: distributions.get(module, ["(not installed)"])
+        for module in sorted(_imported(*(ROOT / p for p in paths)))
+        if not {_normal(d) for d in distributions.get(module, [])} & declared
+    }
+    assert not missing, f"{what} import modules that no dependency of extras {extras} declares: {missing}"
+
+
+def _readme_commands() -> ModuleType:
+    """``.ci/readme_commands.py``, which CI reads the README's set-up from (a script, not a module of the package)."""
+    spec = importlib.util.spec_from_file_location("readme_commands", ROOT / ".ci" / "readme_commands.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_ci_runs_the_readme_s_set_up_as_the_readme_prints_it() -> None:
+    """CI takes the install and test commands from the README's text, so the two cannot drift apart: the
+    commands are those of the README's sections, and .ci/run runs those sections' commands and no test command
+    of its own for the plugin's tests."""
+    readme = _readme_commands()
+    text = (ROOT / "README.md").read_text()
+    install = readme.section_commands(text, "Install")
+    plugin_tests = readme.section_commands(text, "Test the plugin")
+    assert install[0].startswith("pip install torch==") and install[-1].startswith("pip install -e '.[")
+    assert [c for c in plugin_tests if c.startswith("pip ")] == ["pip install -e '.[test]'"]
+    assert [c for c in plugin_tests if not c.startswith("pip ")] == ["python -m pytest -n 2 tests/"]
+    for command in (*install, *plugin_tests):
+        assert f"\n    {command}\n" in text  # as printed, one line each
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert '.ci/readme_commands.py README.md "Install" "Test the plugin"' in ci
+    assert "pytest -n" not in ci and "pip install --quiet -e '.[test]'" not in ci
+
+
+def test_readme_commands_name_a_missing_section(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    readme = _readme_commands()
+    text = "# x\n\n## Install\n\nNo code here.\n\n## Next\n\n    pip install later\n"
+    with pytest.raises(readme.ReadmeError, match="'## Install' has no indented code block"):
+        readme.section_commands(text, "Install")
+    assert readme.section_commands(text, "Next") == ["pip install later"]
+    (tmp_path / "README.md").write_text(text)
+    assert readme.main([str(tmp_path / "README.md"), "Test the plugin"]) == 2
+    assert capsys.readouterr().err == f"{tmp_path / 'README.md'}: no section '## Test the plugin'\n"
+    # a command continued on the next line is one command
+    block = "## Run\n\n    pip install \\\n        -e .\n    pytest\n"
+    assert readme.section_commands(block, "Run") == ["pip install -e .", "pytest"]

@@ -105,6 +105,12 @@ def test_local_cpu_spine_passes_as_a_partial_run(suite: pytest.Pytester) -> None
         assert_no_rank_alive(out)
     own = ET.parse(folder / f"junit-{socket.gethostname()}.xml").getroot().find("testsuite")
     assert own is not None and own.get("tests") == "28" and own.get("failures") == "0"
+    # the recorded tests are passing cases marked so, in both files: only the two that did not run are skipped
+    for file in (junit, folder / f"junit-{socket.gethostname()}.xml"):
+        cases = list(ET.parse(file).getroot().iter("testcase"))
+        assert sum(1 for c in cases if c.find("skipped") is not None) == 2, file
+        marked = [c for c in cases if ("cluster_outcome", "recorded") in _properties(c)]
+        assert len(marked) == 11 and all(c.find("skipped") is None for c in marked), file
     props = {p.get("name") for p in ET.parse(junit).getroot().iter("property")}
     assert {"collectives.all_reduce.busbw_gbps@8M", "connectivity.p2p_min_gbps"} <= props
 
@@ -236,6 +242,10 @@ def test_interrupt_leaves_incomplete_evidence(
             "1",
             str(selected - 1),
         ), junit
+
+
+def _properties(case: ET.Element) -> list[tuple[str | None, str | None]]:
+    return [(p.get("name"), p.get("value")) for p in case.iter("property")]
 
 
 def _wait_for_hang(folder: Path, proc: subprocess.Popen[bytes]) -> Path:

@@ -18,9 +18,11 @@ from acceptance.families.storage import StoragePath, StoragePathConfig
 from acceptance.families.training import DeepSpeedRun
 from acceptance.families.training.figures import DeepSpeedRunConfig
 from acceptance.probes import rank
+from acceptance.profile import loader as profiles
 from acceptance.profile.loader import load
 from acceptance.profile.metrics import SHAPES, better, kind, metric_problem, scale, shape_of
 from acceptance.profile.model import ProfileModel, Timeouts
+from acceptance.profile.references import table
 from acceptance.profile.registry import FAMILIES, WORKER_PROBES, family_of_module
 from acceptance.run.cluster_run import ClusterRun
 from acceptance.run.placement import Placement
@@ -69,7 +71,7 @@ def test_a_threshold_outside_a_family_s_lists_is_a_typo() -> None:
 
 
 def test_families_lists_every_family(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["families"]) == 0
+    assert main(["families", "--wide"]) == 0
     out = capsys.readouterr().out
     for f in FAMILIES:
         assert f"-m {f.marker}" in out and f"{f.module}.py" in out and f.doc in out
@@ -98,7 +100,6 @@ def test_the_suite_runs_in_the_registry_s_order(pytester: pytest.Pytester) -> No
 def test_the_site_s_reference_page_is_generated_from_the_registry() -> None:
     """The families-and-metrics page is no file in docs/: the site's hook (``docs/hooks.py``) adds it when the
     site is built, as ``cluster-acceptance families --markdown`` prints it, where mkdocs.yml's nav names it."""
-    pytest.importorskip("mkdocs")
     from mkdocs.config import load_config
     from mkdocs.structure.files import get_files
 
@@ -214,3 +215,28 @@ def test_a_node_s_own_figures_are_the_registry_s() -> None:
     own = [n for n in names if n.startswith(OLD_LOCAL_PREFIXES) or n in LOCAL_SINCE]
     assert sorted(n for n in names if local(n) != (n in own)) == []
     assert [f.name for f in FAMILIES if f.local] == ["health", "compute", "soak", "fabric"]
+
+
+@pytest.mark.parametrize("command", [["families"], ["families", "--metrics"], ["references"], ["list"]])
+def test_the_tables_fit_a_120_column_terminal_and_wide_prints_them_whole(
+    command: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A long cell (a family's checks, a reference's source) wraps, so no line is wider than 120 columns;
+    ``--wide`` prints the whole table, each row on one line, whatever its width, and holds every word of the
+    fitted one (which may leave out a column that repeats another, as the families' section and prefix)."""
+    assert main(command) == 0
+    fitted = capsys.readouterr().out.splitlines()
+    assert max(len(line) for line in fitted) <= 120
+    assert main([*command, "--wide"]) == 0
+    wide = capsys.readouterr().out.splitlines()
+    rows = {"families": len(FAMILIES), "references": len(table().references), "list": len(profiles.available())}
+    if command != ["families", "--metrics"]:
+        assert len(wide) == rows[command[0]] + (0 if command == ["list"] else 2)  # a header and its rule
+    # every row of the wide table is in the fitted text: its name, and its last cell's words (the checks, the
+    # source, the path), wrapped
+    header = 0 if command == ["list"] else 2
+    fitted_words = " ".join(fitted).split()
+    for line in wide[header:]:
+        cells = re.split(r"\s{2,}", line.strip())
+        assert cells[0] in fitted_words, cells[0]
+        assert " ".join(cells[-1].split()) in " ".join(fitted_words), cells[-1]

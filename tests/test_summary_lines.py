@@ -6,8 +6,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from acceptance.evidence.drain import build
 from acceptance.evidence.model import EvidenceDoc
 from acceptance.plugin.summary import family_lines, summary_lines
+from tests.harness import doc
 
 EVIDENCE = Path(__file__).resolve().parent / "data" / "evidence" / "h200-x2" / "evidence.json"
 
@@ -50,3 +52,55 @@ def test_a_family_with_nothing_gated_is_not_judged_and_the_verdict_counts_the_ju
                 check.verdict = "info"
     assert lines_by_family(doc)["health"].startswith("health        not judged    0 figure(s) gated")
     assert "4 of 6 families judged" in summary_lines(doc, "ev/evidence.json")[-1][0]
+
+
+CPU_ONLY = (
+    "preflight: profile h100-x1 runs on CUDA GPUs (topology.device: cuda), but this torch 2.13.0+cpu is a "
+    "CPU-only build: install a CUDA build of torch, or pick a CPU profile such as local-cpu"
+)
+
+
+def cpu_only_run() -> EvidenceDoc:
+    """A GPU profile run on a CPU-only torch: the preflight failed (the install's fault), the gate test failed
+    with its line, every other test was skipped with it."""
+    gate = {"nodeid": "tests_cluster/test_health.py::test_gate[gpu_count]", "outcome": "error", "local": True,
+            "message": CPU_ONLY, "category": "software"}  # fmt: skip
+    skipped = {"nodeid": "tests_cluster/test_health.py::test_ecc", "outcome": "skipped", "message": "preflight..."}
+    return doc(
+        verdict="FAIL",
+        errors=[CPU_ONLY, "no figure was measured: every selected test was skipped or none ran"],
+        tests=[gate, skipped],
+        unchecked_thresholds=[f"compute.metric_{n}" for n in range(40)],
+        cluster={"nodes": [], "preflight": {"ok": False, "categories": {CPU_ONLY: "software"}}},
+    )
+
+
+def test_a_cpu_only_torch_reads_as_one_story_cause_first() -> None:
+    """The first line says the cause and what to do; the drain line and "what next" say the same action
+    (fix the install) as the drain list, no other command is suggested, and no list of thresholds that could
+    not be checked buries the cause."""
+    data = cpu_only_run()
+    found = build(data, Path("ev/evidence.json"))
+    lines = [line for line, _ in summary_lines(data, "ev/evidence.json", found)]
+    assert lines[0] == "cause (fix the install): " + CPU_ONLY.removeprefix("preflight: ")
+    [node] = found["nodes"]
+    assert node["action"] == "fix the install"
+    drain_line = next(line for line in lines if line.startswith("drain: "))
+    assert drain_line.startswith("drain: ") and "(review: fix the install)" in drain_line
+    what_next = next(line for line in lines if line.startswith("what next: "))
+    assert what_next.startswith("what next: fix the install (the cause above), then run again")
+    assert "sweep" not in what_next
+    assert all(len(line) < 400 for line in lines), [line for line in lines if len(line) >= 400]
+    unchecked = next(line for line in lines if line.startswith("thresholds no test checked"))
+    assert "40 thresholds" in unchecked and "preflight" in unchecked
+
+
+def test_what_next_names_the_sweep_only_for_a_failed_collective() -> None:
+    failed = {"nodeid": "tests_cluster/test_compute.py::test_matmul", "outcome": "failed", "message": "slow",
+              "checks": [{"metric": "compute.matmul_tflops", "verdict": "fail"}]}  # fmt: skip
+    lines = [line for line, _ in summary_lines(doc(verdict="FAIL", tests=[failed]), "ev/evidence.json")]
+    what_next = next(line for line in lines if line.startswith("what next: "))
+    assert "cluster-acceptance report ev" in what_next and "sweep" not in what_next
+    failed["checks"] = [{"metric": "collectives.all_reduce.busbw_gbps@1G", "verdict": "fail"}]
+    lines = [line for line, _ in summary_lines(doc(verdict="FAIL", tests=[failed]), "ev/evidence.json")]
+    assert "`cluster-acceptance sweep`" in next(line for line in lines if line.startswith("what next: "))

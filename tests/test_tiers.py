@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from acceptance.evidence.drain import cause_of
+from acceptance.evidence.model import Case
 from acceptance.probes import fabric as fabric_probe
 from acceptance.profile.registry import FAMILIES
 from acceptance.profile.tiers import TIERS, first_tier, tier_named
@@ -270,7 +272,14 @@ def test_the_suite_s_own_environment_drains_no_node(
     assert drain["applied"] == [] and drain["nodes"]
     assert {(n["severity"], n["node_fault"]) for n in drain["nodes"]} == {("review", False)}
     assert {r["category"] for n in drain["nodes"] for r in n["reasons"]} >= {category}
-    result.stdout.fnmatch_lines(["drain: c7 (review: *): *"])
+    [node] = drain["nodes"]
+    result.stdout.fnmatch_lines([f"drain: c7 (review: {node['action']}): *"])
+    # one story: the evidence's failed cases, and so the report and JUnit, say the drain list's action
+    failed = [t for t in evidence(folder)["tests"] if t["outcome"] in ("failed", "error")]
+    assert failed and {cause_of(Case.model_validate(t))[1] for t in failed} == {node["action"]}
+    if category == "software":  # the cause first, with what to do; nothing to sweep
+        result.stdout.fnmatch_lines(["cause (fix the install): *CPU-only build (no CUDA in it): install *"])
+        result.stdout.fnmatch_lines(["what next: fix the install (the cause above), then run again"])
 
 
 def test_a_bad_drain_way_is_a_usage_error_before_anything_runs(

@@ -236,7 +236,9 @@ def test_a_collective_slowed_by_a_forced_transport_is_the_setting_s(
             function(run, sweep, case, Checker(run, cast(Any, item)))
         message = str(failed.value) if failed is not None else ""
         cases: dict[str, SimpleNamespace] = {}
-        found = SimpleNamespace(test=lambda nodeid: cases.setdefault(nodeid, SimpleNamespace(category=None)))
+        found = SimpleNamespace(
+            test=lambda nodeid: cases.setdefault(nodeid, SimpleNamespace(category=None)), doc=run.evidence.doc
+        )
         report = SimpleNamespace(failed=bool(message), longrepr=message, nodeid=item.nodeid)
         drain_hooks.categorize(SimpleNamespace(excinfo=None), report, SimpleNamespace(evidence=found))  # type: ignore[arg-type]
     finally:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import fcntl
 import json
 import signal
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
@@ -238,3 +239,21 @@ def test_units_that_measured_nothing_fail_a_check_whatever_its_verdict(pytester:
     result.stdout.fnmatch_lines(["*connectivity.barrier_latency_us = 9 us, expected <= 1*known issue: r*"])
     verdicts = {c["metric"]: c["verdict"] for t in evidence(pytester.path / "ev")["tests"] for c in t["checks"]}
     assert verdicts == {"connectivity.rendezvous_s": "fail", "connectivity.barrier_latency_us": "fail"}
+
+
+def test_a_recorded_test_passes_in_junit_and_is_counted_recorded(pytester: pytest.Pytester) -> None:
+    """pytest's --junitxml shows a test whose figures have no bound as a passing case that carries
+    ``cluster_outcome=recorded`` and its figures (a CI dashboard reads the run green); the terminal and the
+    evidence still count it as recorded, never as a test that passed a bound."""
+    _setup(pytester)
+    result = pytester.runpytest(*PLUGIN_ARGS, "--cluster-profile", "synthetic.yaml", "--cluster-evidence", "ev",
+                                "--junitxml", "j.xml", "-rs")  # fmt: skip
+    assert counts(result) == {"recorded": 1}
+    assert "SKIPPED" not in result.stdout.str()
+    suite = ET.parse(pytester.path / "j.xml").getroot().find("testsuite")
+    assert suite is not None and (suite.get("tests"), suite.get("skipped")) == ("1", "0")
+    case = next(suite.iter("testcase"))
+    assert [child.tag for child in case if child.tag in ("skipped", "failure", "error")] == []
+    props = {p.get("name"): p.get("value") for p in case.iter("property")}
+    assert props["cluster_outcome"] == "recorded" and props["connectivity.rendezvous_s"] == "0.5"
+    assert [t["outcome"] for t in evidence(pytester.path / "ev")["tests"]] == ["recorded"]

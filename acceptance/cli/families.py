@@ -17,7 +17,7 @@ from pydantic_core import PydanticUndefined
 
 from acceptance.profile.metrics import SHAPES
 from acceptance.profile.registry import FAMILIES
-from acceptance.reports.table import Style, render
+from acceptance.reports.table import TERMINAL_COLUMNS, WIDE_HELP, Style, render
 from acceptance.schema.family import Family
 
 FAMILY_HEAD = ["family", "marker", "profile section", "metric prefix", "probes", "test module", "checks"]
@@ -30,16 +30,21 @@ def add(sub: Any) -> None:
     shown = fam.add_mutually_exclusive_group()
     shown.add_argument("--metrics", action="store_true", help="every metric name: better side, kind, baseline rule")
     shown.add_argument("--markdown", action="store_true", help="the documentation's reference page")
+    fam.add_argument("--wide", action="store_true", help=WIDE_HELP)
     fam.set_defaults(func=cmd_families)
 
 
 def cmd_families(args: argparse.Namespace) -> int:
+    width = None if args.wide else TERMINAL_COLUMNS
     if args.markdown:
         print(markdown(), end="")
     elif args.metrics:
-        print(render(METRIC_HEAD, metric_rows()))
-    else:
+        print(render(METRIC_HEAD, metric_rows(), width=width))
+    elif args.wide:
         print(render(FAMILY_HEAD, family_rows()))
+    else:  # the section and the metric prefix are the family's name (``health:``, ``health.``): --wide has them
+        narrow = [FAMILY_HEAD.index(h) for h in FAMILY_HEAD if h not in ("profile section", "metric prefix")]
+        print(render([FAMILY_HEAD[i] for i in narrow], [[r[i] for i in narrow] for r in family_rows()], width=width))
     return 0
 
 

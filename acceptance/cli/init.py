@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import textwrap
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -22,7 +23,7 @@ from acceptance.profile import loader as profiles
 from acceptance.profile.initial import InitialProfile, profile_for
 from acceptance.profile.node_facts import NodeFacts, facts_from_json
 from acceptance.profile.references import Reference, ReferenceTable, table
-from acceptance.reports.table import render
+from acceptance.reports.table import TERMINAL_COLUMNS, WIDE_HELP, render
 from acceptance.schema.fields import ProfileName
 
 DEFAULT_NAME = "cluster"
@@ -50,6 +51,7 @@ def add(sub: Any) -> None:
     init.set_defaults(func=cmd_init)
     refs = sub.add_parser("references", help="the reference table: what a healthy machine measures, with sources")
     refs.add_argument("--markdown", action="store_true", help="the documentation's page of it")
+    refs.add_argument("--wide", action="store_true", help=WIDE_HELP)
     refs.set_defaults(func=cmd_references)
 
 
@@ -125,7 +127,8 @@ def cmd_references(args: argparse.Namespace) -> int:
     if args.markdown:
         print(markdown(refs), end="")
     else:
-        print(render(REFERENCE_HEAD, [_row(refs, r) for r in refs.references]))
+        rows = [_row(refs, r) for r in refs.references]
+        print(render(REFERENCE_HEAD, rows) if args.wide else _records(rows))
     return 0
 
 
@@ -152,6 +155,18 @@ def _row(refs: ReferenceTable, row: Reference) -> list[object]:
     bound = f"{'>=' if row.bound == 'min' else '<='} {fmt(row.limit())} ({row.floor.share()})"
     value = f"{kind}{fmt(row.value)} {row.unit}".rstrip()
     return [row.figure, gpu, _setup_words(refs, row), value, bound, row.source]
+
+
+def _records(rows: list[list[object]], width: int = TERMINAL_COLUMNS) -> str:
+    """The reference rows for a terminal of ``width`` columns: each row a paragraph (the figure, its GPU and
+    setup, its value and the bound init writes; then its source, indented), wrapped to fit. Six columns of
+    which two are sentences do not fit 120 columns as a table; ``--wide`` prints the table."""
+    out: list[str] = []
+    for figure, gpu, setup, value, bound, source in rows:
+        head = f"{figure} ({gpu}; {setup}): {value}; init writes {bound}"
+        out += textwrap.wrap(head, width, subsequent_indent="    ")
+        out += textwrap.wrap(f"source: {source}", width, initial_indent="    ", subsequent_indent="    ")
+    return "\n".join(out)
 
 
 def markdown(refs: ReferenceTable) -> str:

@@ -26,7 +26,7 @@ from acceptance.json_types import JSONObject, JSONValue
 from acceptance.profile import loader as profiles
 from acceptance.profile.arguments import positive_seconds
 from acceptance.profile.tiers import TIER_NAMES
-from acceptance.reports.table import columns
+from acceptance.reports.table import TERMINAL_COLUMNS, WIDE_HELP, columns
 from acceptance.run.launcher import ProbeError
 from acceptance.run.placement import TopologyError
 from acceptance.schema.collectives import COLLECTIVE_OPS
@@ -81,7 +81,9 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--tier", choices=TIER_NAMES, help="quick, standard or burn-in (default: the profile's)")
     run.add_argument("--evidence", help="evidence folder (default: a new folder under ./acceptance-results/)")
     run.set_defaults(func=cmd_run)
-    sub.add_parser("list", help="the profiles that --cluster-profile NAME finds").set_defaults(func=cmd_list)
+    listed = sub.add_parser("list", help="the profiles that --cluster-profile NAME finds")
+    listed.add_argument("--wide", action="store_true", help=WIDE_HELP)
+    listed.set_defaults(func=cmd_list)
     families.add(sub)
     init.add(sub)
     show = sub.add_parser("show", help="a profile as resolved (extends merged, overrides applied) and its sha256")
@@ -144,12 +146,12 @@ def cmd_list(args: argparse.Namespace) -> int:
     rows = []
     for name, path in profiles.available().items():
         try:
-            about = profiles.load(str(path)).model.description or "(no description)"
+            about = profiles.describe(profiles.load(str(path)))
         except profiles.ProfileError as exc:
             about = f"INVALID: {str(exc).splitlines()[-1].strip()}"
         rows.append((name, about, f"[{path}]"))
     if rows:
-        print(columns(rows, "lll"))
+        print(columns(rows, "lll", width=None if args.wide else TERMINAL_COLUMNS))
     return 0
 
 

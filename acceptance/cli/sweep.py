@@ -109,11 +109,17 @@ def run(args: SweepArgs, out: TextIO) -> int:
     placement = resolve(os.environ, profile.model.topology.nodes, default_port=profile.model.topology.rdzv_port)
     folder = args.out or default_folder("sweep")
     dtype, printed = COLLECTIVES.section_of(profile.model).dtype, list[JSONObject]()
+    asked, timings = COLLECTIVES.section_of(profile.model).timing, list[str]()
     moved: set[tuple[str, int]] = set()
+
+    def show(row: CollectiveRow) -> None:
+        said = timing_line(row, asked, timings)
+        print(row_text(row, dtype, moved) if said is None else f"{said}\n{row_text(row, dtype, moved)}", file=out)
 
     def live(row: JSONObject) -> None:  # each row as the probe measures it, as nccl-tests prints
         printed.append(row)
-        print(row_text(cast(CollectiveRow, row), dtype, moved), file=out, flush=True)
+        show(cast(CollectiveRow, row))
+        out.flush()
 
     run_tag = os.environ.get("CLUSTER_RUN_ID", "")
     # one probe: a worker would only add its exit to the probe's own job
@@ -129,7 +135,7 @@ def run(args: SweepArgs, out: TextIO) -> int:
         cluster.close()
         raise
     for row in result["rows"][len(printed) :]:  # none, unless the watcher missed the last ones
-        print(row_text(row, dtype, moved), file=out)
+        show(row)
     print(footer(result), file=out)
     failed = _record(cluster, result)
     print(f"# evidence: {cluster.evidence.path}", file=out)
@@ -158,9 +164,19 @@ def header(cluster: ClusterRun) -> str:
     return (
         f"# cluster-acceptance sweep: profile {cluster.profile.name}, {cluster.placement.nodes} node(s) x "
         f"{topo.nproc_per_node} rank(s), {topo.device}/{topo.backend}\n"
-        f"# dtype {cfg.dtype}, warmup {cfg.warmup_iters}, iters {cfg.iters}, timing {cfg.timing}; "
-        f"evidence in {cluster.evidence_dir}"
+        f"# dtype {cfg.dtype}, warmup {cfg.warmup_iters}, iters {cfg.iters}; evidence in {cluster.evidence_dir}"
     )
+
+
+def timing_line(row: CollectiveRow, asked: str, shown: list[str]) -> str | None:
+    """How the rows below were timed, as the probe timed them (not as asked: ``auto`` picks one, and a timing
+    that cannot be had falls back, its label saying why): a comment before the first row and wherever it
+    changes; None where the row is timed as the one above. ``shown``: the timings said so far."""
+    used = row.get("timing")
+    if not used or (shown and shown[-1] == used):
+        return None
+    shown.append(used)
+    return f"# timing: {used}" + ("" if used == asked else f" (asked: {asked})")
 
 
 # nccl-tests' columns, then how far the timed windows' busbw spread: (max - min) / median

@@ -160,6 +160,13 @@ def _isolated(test: Case, by_rank: Mapping[int, str]) -> tuple[str, ...]:
     return tuple(hosts[n] for n in map(_rank, culprits if isinstance(culprits, list) else []) if n in hosts)
 
 
+def preflight_causes(doc: EvidenceDoc) -> dict[str, Category]:
+    """Each failed preflight line of the run (``preflight: ...``, its first line) with whose fault it is, as the
+    session recorded it (a CPU-only torch: software); a line recorded without one is the node's hardware."""
+    recorded = _object(_object(doc.cluster.preflight).get("categories"))
+    return {line.splitlines()[0]: category_of(raw, "hardware") for line, raw in recorded.items() if line.strip()}
+
+
 def _shown(check: Check) -> str:
     """A failed figure in one line (a value that is not a number reads None, as in the evidence file)."""
     value = check.value
@@ -176,12 +183,8 @@ def _reasons(doc: EvidenceDoc) -> list[Reason]:
     """Why the run failed, one reason each, in the order a person should read them: preflight first."""
     errors = [e.splitlines()[0] for e in doc.errors if e.strip()]
     by_rank = {n.node_rank: n.host for n in doc.cluster.nodes if n.node_rank is not None}
-    # the preflight's category of each of its lines (a CPU-only torch: software); none recorded: hardware
-    recorded = _object(_object(doc.cluster.preflight).get("categories"))
-    preflight = {line.splitlines()[0]: raw for line, raw in recorded.items() if line.strip()}
-    reasons = [
-        Reason(e, True, (), category_of(preflight.get(e), "hardware")) for e in errors if e.startswith(PREFLIGHT)
-    ]
+    preflight = preflight_causes(doc)
+    reasons = [Reason(e, True, (), preflight.get(e, "hardware")) for e in errors if e.startswith(PREFLIGHT)]
     for test in doc.tests:
         culprits = _isolated(test, by_rank)
         for check in test.checks:

@@ -36,9 +36,16 @@ def categorize(call: pytest.CallInfo[None], report: pytest.TestReport, run: Clus
     and a probe that ran past it shows no fault of the node's hardware (a hung GPU shows in its own evidence:
     an XID, a health gate); its case says ``environment``, and the drain list does not drain for it. A failure
     whose figure names another process on its GPU as the cause is ``foreign load``: rerun, no drain; a
-    transport mismatch that a setting of the run forced (NCCL_P2P_DISABLE) is ``environment``."""
+    transport mismatch that a setting of the run forced (NCCL_P2P_DISABLE) is ``environment``. The gate failed with a
+    preflight's line takes that line's category."""
     cause = call.excinfo.value.__context__ if call.excinfo is not None else None
-    if report.failed and isinstance(cause, ProbeError) and cause.timed_out:
+    preflight = drain.preflight_causes(run.evidence.doc)
+    line = next((line for line in preflight if report.failed and line in str(report.longrepr)), None)
+    if line is not None:
+        # the gate failed with its preflight's line: whose fault it is was decided there (a CPU-only torch is the
+        # install's), so the report and JUnit say the drain list's action, not a guess from the family
+        run.evidence.test(report.nodeid).category = preflight[line]
+    elif report.failed and isinstance(cause, ProbeError) and cause.timed_out:
         run.evidence.test(report.nodeid).category = "environment"
     elif report.failed and FORCED_BY_SETTING in str(report.longrepr):
         # NCCL sent a pair's traffic another way because the run's environment told it to (NCCL_P2P_DISABLE):

@@ -248,7 +248,7 @@ class ClusterSession:
         if recorded and report.when == "call" and report.passed:
             checks = self.run.evidence.test(report.nodeid).checks
             if only_information(checks):
-                mark_recorded(report, checks)
+                mark_recorded(item, report, checks)
         if recorded:
             self._record(report)
             case = self.run.evidence.test(report.nodeid)

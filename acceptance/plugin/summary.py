@@ -7,13 +7,14 @@ from collections.abc import Collection
 from pathlib import Path
 
 import acceptance
-from acceptance.evidence.drain import DrainList
+from acceptance.evidence.causes import action
+from acceptance.evidence.drain import PREFLIGHT, DrainList, preflight_causes
 from acceptance.evidence.model import Case, Check, EvidenceDoc
 from acceptance.multinode.meeting import STORE_PORT_OFFSET
 from acceptance.profile.registry import FAMILIES
 from acceptance.reports import summary
 from acceptance.run.cluster_run import ClusterRun
-from acceptance.verdicts import INFORMATION, family_word
+from acceptance.verdicts import FAILED_FIGURES, INFORMATION, family_word
 
 UNCHECKED = "thresholds that no test checked: "  # the session's error when a selected module left one
 VERDICT_WORDS = {
@@ -120,6 +121,17 @@ def skip_lines(data: EvidenceDoc) -> list[str]:
     return [f"skipped {n} ({', '.join(sorted(families[r]))}): {r}" for r, n in found.most_common()]
 
 
+def cause_lines(data: EvidenceDoc) -> list[str]:
+    """A failed preflight stopped the run before anything was measured: its line is the cause, said first with
+    the action the drain list gives it (a CPU-only torch under a GPU profile: fix the install)."""
+    causes = preflight_causes(data).items()
+    return [f"cause ({action(category)}): {line.removeprefix(PREFLIGHT)}" for line, category in causes]
+
+
+# figures that `cluster-acceptance sweep` measures again, across sizes: where it helps after a failure
+SWEPT = ("collectives.", "internode.")
+
+
 def next_lines(data: EvidenceDoc, path: str, drain: DrainList | None) -> list[str]:
     """After a FAIL: where to look and what to run next; the drain list and what was done with it."""
     out: list[str] = []
@@ -134,13 +146,22 @@ def next_lines(data: EvidenceDoc, path: str, drain: DrainList | None) -> list[st
         out += [f"drain applied: {line}" for line in drain["applied"]]
         out.append(f"drain list: {folder / 'drain.json'}")
     if data.verdict == "FAIL":
-        folder = Path(path).parent
-        out.append(
-            f"what next: the probes' logs are under {folder / 'probes'}; `cluster-acceptance report {folder}` "
-            "writes the report, failing figures first; `cluster-acceptance sweep` measures the collectives "
-            "across sizes, as nccl-tests does"
-        )
+        out.append(_what_next(data, Path(path).parent))
     return out
+
+
+def _what_next(data: EvidenceDoc, folder: Path) -> str:
+    causes = set(preflight_causes(data).values())
+    if causes:  # nothing was measured: neither the report nor a sweep has anything to add
+        return f"what next: {', '.join(sorted(action(c) for c in causes))} (the cause above), then run again"
+    line = (
+        f"what next: the probes' logs are under {folder / 'probes'}; `cluster-acceptance report {folder}` "
+        "writes the report, failing figures first"
+    )
+    failed = [c.metric for t in data.tests for c in t.checks if c.verdict in FAILED_FIGURES]
+    if any(metric.startswith(SWEPT) for metric in failed):
+        line += "; `cluster-acceptance sweep` measures the collectives across sizes, as nccl-tests does"
+    return line
 
 
 def tier_line(data: EvidenceDoc) -> str | None:
@@ -157,8 +178,10 @@ def tier_line(data: EvidenceDoc) -> str | None:
 
 def summary_lines(data: EvidenceDoc, path: str, drain: DrainList | None = None) -> list[tuple[str, str | None]]:
     """(line, colour) pairs: one line per family, every checked figure, the unchecked thresholds, the
-    skips' reasons, the errors, the verdict, and after a FAIL the drain list and what to do next."""
-    out = family_lines(data)
+    skips' reasons, the errors, the verdict, and after a FAIL the drain list and what to do next; a failed
+    preflight's cause comes first."""
+    out: list[tuple[str, str | None]] = [(line, "red") for line in cause_lines(data)]
+    out += family_lines(data)
     out += [("", None)] if out else []
     out += [(line, None) for line in summary.lines(data)]
     # the enforced ones are those the session's error names; the rest belong to tests not selected
@@ -167,14 +190,18 @@ def summary_lines(data: EvidenceDoc, path: str, drain: DrainList | None = None) 
     ignored = [m for m in data.unchecked_thresholds if m not in enforced]
     if enforced:
         out.append((f"thresholds no test checked [ERROR]: {', '.join(sorted(enforced))}", "red"))
-    if ignored:
+    causes = cause_lines(data)
+    if ignored and causes:  # the cause above says why; the names would bury it
+        out.append((f"thresholds no test checked: {len(ignored)} thresholds, the preflight failed first", None))
+    elif ignored:
         kind = "not enforced: their tests were not selected, or the run was interrupted"
         out.append((f"thresholds no test checked [{kind}]: {', '.join(ignored)}", None))
     out += [(line, None) for line in skip_lines(data)]
     out.append((summary.counts(data), None))
     tier = tier_line(data)
     out += [(tier, None)] if tier else []
-    out += [(e.splitlines()[0], "red") for e in data.errors]
+    said = set(preflight_causes(data))  # the cause line said it first
+    out += [(e.splitlines()[0], "red") for e in data.errors if e.splitlines()[0] not in said]
     out += [(line, "red") for line in next_lines(data, path, drain)]
     verdict = data.verdict
     line = f"verdict: {VERDICT_WORDS[verdict]}; {judged_words(data)}; evidence: {path}"

@@ -21,9 +21,10 @@ from typing import Literal
 
 import yaml
 
-from acceptance.families.collectives import Collectives
+from acceptance.families.collectives import COLLECTIVES, Collectives
 from acceptance.json_types import JSONObject, JSONValue
 from acceptance.numbers import fmt
+from acceptance.profile import loader
 from acceptance.profile.floors import P2P_SIZE, HardwareFloor, hardware_floors
 from acceptance.profile.node_facts import NodeFacts
 from acceptance.profile.references import Reference, ReferenceTable
@@ -191,10 +192,10 @@ def gpu_profile(facts: NodeFacts, name: str, nodes: int, table: ReferenceTable) 
     if health:
         data["health"] = health
     world = nodes * facts.gpu_count
+    sizes: list[JSONValue] = list(collective_sizes(over_sockets(facts, nodes))) if world >= 2 else []
     if world >= 2:
         # the p2p floor is set for transfers bound by their links, not by their launch (acceptance.profile.floors)
         data["connectivity"] = {"p2p_size": P2P_SIZE}
-        sizes: list[JSONValue] = list(collective_sizes(over_sockets(facts, nodes)))
         data["collectives"] = {"ops": list(GPU_OPS), "sizes": sizes, "dtype": "bfloat16", **SPREAD_RULE}
     training = _training(table, setup.gpu, bounds, world)
     if training:
@@ -204,7 +205,8 @@ def gpu_profile(facts: NodeFacts, name: str, nodes: int, table: ReferenceTable) 
         data["llama8b"] = reference_workload
     if bounds:
         data["thresholds"] = {b.metric: {b.key: b.value, "source": b.source} for b in bounds}
-    head = _header(facts, table, nodes) + _bounds_comment(bounds, setup.gpu is None, facts)
+    scaling = any(b.metric == "training.scaling_efficiency" for b in bounds)
+    head = _header(facts, table, nodes, sizes, scaling) + _bounds_comment(bounds, setup.gpu is None, facts)
     return InitialProfile(name, head + _dump(data), tuple(bounds), "cuda")
 
 
@@ -216,7 +218,11 @@ def cpu_profile(facts: NodeFacts, name: str, nodes: int, table: ReferenceTable) 
     }
     if nodes != 1:
         data["topology"] = {"nodes": nodes}
-    head = _header(facts, table, nodes) + (
+    # what the written profile sweeps and bounds is its parent's: said as the parent resolves
+    parent = loader.load(CPU_PARENT)
+    sizes: list[JSONValue] = list(COLLECTIVES.section_of(parent.model).sizes)
+    scaling = parent.threshold("training.scaling_efficiency") is not None
+    head = _header(facts, table, nodes, sizes, scaling) + (
         f"# No GPU: the suite's CPU path, with {CPU_PARENT}'s floors (each sourced in {CPU_PARENT}.yaml).\n"
         "# `cluster-acceptance show NAME` prints the profile as resolved.\n"
     )
@@ -241,7 +247,9 @@ def profile_for(facts: NodeFacts, name: str, nodes: int, table: ReferenceTable) 
     return gpu_profile(facts, name, nodes, table) if facts.gpu_count else cpu_profile(facts, name, nodes, table)
 
 
-def _header(facts: NodeFacts, table: ReferenceTable, nodes: int) -> str:
+def _header(facts: NodeFacts, table: ReferenceTable, nodes: int, sizes: list[JSONValue], scaling: bool) -> str:
+    """The written profile's header: the node it was written from, and what the profile sweeps (``sizes``) and
+    whether it bounds scaling across nodes (``scaling``), as the profile it heads says."""
     lines = [
         "# Written by `cluster-acceptance init` from one node of the cluster:",
         f"#   {facts.summary(table)}",
@@ -249,9 +257,10 @@ def _header(facts: NodeFacts, table: ReferenceTable, nodes: int) -> str:
         *(f"#   {note}" for note in facts.notes),
     ]
     if over_sockets(facts, nodes):
+        scaled = "bounded" if scaling else "recorded, not bounded (its bar is of RDMA clusters)"
         lines.append(
-            "#   no RDMA port: NCCL goes over TCP sockets between the nodes; collectives up to "
-            f"{SOCKET_SIZES[-1]}, and scaling across nodes recorded, not bounded (its bar is of RDMA clusters)"
+            "#   no RDMA port: traffic between the nodes goes over TCP sockets; collectives at "
+            f"{', '.join(str(s) for s in sizes)}; scaling across nodes {scaled}"
         )
     return "\n".join(lines) + "\n"
 

@@ -194,7 +194,10 @@ def _resolve(path: Path, seen: tuple[Path, ...]) -> tuple[JSONObject, tuple[Path
     except ProfileError as exc:
         raise ProfileError(f"{path}: extends: {exc}") from None
     parent, chain, parent_lines = _resolve(parent_path, (*seen, real))
-    return _merge(parent, data, origin=f"profile {path.name}"), chain, {**parent_lines, **lines}
+    merged = _merge(parent, data, origin=f"profile {path.name}")
+    if "description" not in data:  # the parent's words describe the parent ("one node, 2x H200"), not this one
+        merged.pop("description", None)
+    return merged, chain, {**parent_lines, **lines}
 
 
 def _override(raw: JSONObject, item: str, lines: LineMap) -> JSONObject:
@@ -427,3 +430,18 @@ def _check_metric_names(model: ProfileModel, path: Path, lines: LineMap) -> None
             problems.append(f"{_where(where, (path,), lines)}: {'.'.join(where)}: {field_why[1]}")
     if problems:
         raise ProfileError(_listed(problems))
+
+
+def describe(profile: Profile) -> str:
+    """What a profile is, in a few words: its own description, else one made from its resolved topology and
+    the profile it extends (a child that says none is described by what it resolves to, never by its parent's
+    words)."""
+    model = profile.model
+    if model.description:
+        return model.description
+    topo = model.topology
+    if topo.device == "cuda":
+        shape = f"{topo.nodes} node(s) x {topo.gpus_per_node}x {topo.gpu_model or 'GPU'} ({topo.backend})"
+    else:
+        shape = f"{topo.nodes} node(s) x {topo.nproc_per_node} CPU rank(s) ({topo.backend})"
+    return f"{shape}, extends {profile.chain[1].stem}" if len(profile.chain) > 1 else shape

@@ -168,9 +168,14 @@ def _problem(
         return f"profile {name} needs CUDA GPUs, but this node could not be inspected: {failure}", "software"
     build = f"torch {torch.get('version')}"
     if not torch.get("cuda"):
+        # PyTorch's wheels for CUDA X.Y are on https://download.pytorch.org/whl/cuXY (pytorch.org/get-started)
+        release = str(torch.get("version") or "").split("+")[0]
+        pinned = f"torch=={release}" if release else "torch"
         return (
-            f"profile {name} runs on CUDA GPUs (topology.device: cuda), but this {build} is a CPU-only build: "
-            "install a CUDA build of torch, or pick a CPU profile such as local-cpu"
+            f"profile {name} runs on CUDA GPUs (topology.device: cuda), but this {build} is a CPU-only build "
+            f"(no CUDA in it): install torch's CUDA build for this node's driver (pip install {pinned} --index-url "
+            "https://download.pytorch.org/whl/cuXYZ, a CUDA X.YZ no newer than the one nvidia-smi names), or pick a "
+            "CPU profile such as local-cpu"
         ), "software"
     if topo.backend == "nccl" and not torch.get("nccl"):
         return f"profile {name} uses NCCL (topology.backend: nccl), but this {build} has no NCCL", "software"
