@@ -27,7 +27,7 @@ from acceptance.evidence.environment import allowed_env, software
 from acceptance.evidence.model import Case, Check, ClusterRecord, EvidenceDoc, NodeRecord, ProbeRecord
 from acceptance.evidence.verdict import verdict_of
 from acceptance.json_types import JSONObject, JSONValue
-from acceptance.masking import masked_command, masked_profile
+from acceptance.masking import masked_command, masked_profile, secret_names
 from acceptance.verdicts import RunVerdict
 
 # what the evidence keeps of each device the connectivity probe found
@@ -156,13 +156,14 @@ class Evidence:
         persist: bool = True,
     ) -> None:
         self.dir, self.persist = directory, persist
+        extra = secret_names(profile)
         self.doc = EvidenceDoc.model_validate(
             {
                 "started": now(),
-                "command": masked_command(list(sys.argv)),
+                "command": masked_command(list(sys.argv), extra),
                 "profile": masked_profile(profile),
                 "topology": topology,
-                "cluster": {"software": software(), "env": allowed_env(env)},
+                "cluster": {"software": software(), "env": allowed_env(env, extra)},
             }
         )
         self._cases: dict[str, Case] = {}
