@@ -130,6 +130,29 @@ def test_a_folder_holding_a_run_is_kept_and_the_new_run_refused(pytester: pytest
     assert (pytester.path / "ev" / "evidence.json").read_text() == before
 
 
+def test_a_folder_holding_other_files_is_kept_whole_and_the_run_refused(pytester: pytest.Pytester) -> None:
+    """No evidence.json, but another run's files (its JUnit, its drain list): none is replaced, none
+    added, and the run is refused naming the folder."""
+    _setup(pytester)
+    folder = pytester.path / "ev"
+    folder.mkdir()
+    theirs = {"junit-host.xml": "<testsuites/>", "drain.json": '{"theirs": true}'}
+    for name, text in theirs.items():
+        (folder / name).write_text(text)
+    result = pytester.runpytest(*PLUGIN_ARGS, "--cluster-profile", "synthetic.yaml", "--cluster-evidence", "ev")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*evidence folder ev is not empty (2 entries: drain.json, junit-host.xml)*"])
+    assert {p.name: p.read_text() for p in folder.iterdir()} == theirs
+
+
+def test_an_empty_folder_given_is_used(pytester: pytest.Pytester) -> None:
+    _setup(pytester)
+    (pytester.path / "ev").mkdir()
+    result = pytester.runpytest(*PLUGIN_ARGS, "--cluster-profile", "synthetic.yaml", "--cluster-evidence", "ev")
+    assert result.ret == pytest.ExitCode.OK
+    assert (pytester.path / "ev" / "evidence.json").is_file()
+
+
 def test_a_folder_in_use_is_refused_with_its_holder_named(pytester: pytest.Pytester) -> None:
     _setup(pytester)
     folder = pytester.path / "ev"
