@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import IO
 
 from acceptance.masking import masked_command
+from acceptance.regular_file import FileRefused, read_regular
 
 DEFAULT_ROOT = Path("acceptance-results")
 LOCK_NAME = ".lock"
@@ -84,9 +85,9 @@ def _refuse_used(folder: Path) -> None:
         _refuse_not_empty(folder)
         return
     try:
-        data = json.loads(existing.read_text(encoding="utf-8"))
+        data = json.loads(read_regular(existing, 256 * 2**20))
         what = f"verdict {data.get('verdict')}, started {data.get('started')}, finished {data.get('finished')}"
-    except (OSError, ValueError, AttributeError):
+    except (FileRefused, ValueError, AttributeError):
         what = "unreadable"
     raise EvidenceFolderError(
         f"evidence folder {folder} already holds a run's evidence ({what}); evidence is never overwritten: "
