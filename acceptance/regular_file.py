@@ -28,6 +28,26 @@ class FileRefused(Exception):
     """The file cannot be read as asked; the message says why, without the path (the caller names it)."""
 
 
+def _refusal(fd: int) -> str | None:
+    mode = os.fstat(fd).st_mode
+    if stat.S_ISREG(mode):
+        return None
+    return f"{_KINDS.get(stat.S_IFMT(mode), 'not a regular file')}, not a regular file"
+
+
+def not_regular(path: Path) -> str | None:
+    """Why an existing ``path`` is no regular file to replace (a FIFO, a device, a dangling link); None
+    for a regular file."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        return f"cannot open: {exc.strerror}"
+    try:
+        return _refusal(fd)
+    finally:
+        os.close(fd)
+
+
 def read_regular(path: Path, cap: int) -> bytes:
     """The bytes of ``path``, a regular file of at most ``cap`` bytes (a symlink to one is fine)."""
     try:
@@ -35,10 +55,9 @@ def read_regular(path: Path, cap: int) -> bytes:
     except OSError as exc:
         raise FileRefused(f"cannot open: {exc.strerror}") from None
     with os.fdopen(fd, "rb") as handle:
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            kind = _KINDS.get(stat.S_IFMT(mode), "not a regular file")
-            raise FileRefused(f"{kind}, not a regular file")
+        refusal = _refusal(fd)
+        if refusal is not None:
+            raise FileRefused(refusal)
         try:
             data = handle.read(cap + 1)  # a file that grows while it is read stops at the cap as well
         except OSError as exc:
