@@ -218,11 +218,16 @@ def cmd_merge(args: argparse.Namespace) -> int:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
+    ops = [op.strip() for op in args.ops.split(",") if op.strip()]
+    if not ops:  # an empty list would sweep nothing, and end with no line at all
+        raise CliError(
+            f"--ops {args.ops!r}: names no operation; expected comma-separated, from {', '.join(COLLECTIVE_OPS)}"
+        )
     options = sweep.SweepArgs(
         begin=args.minbytes,
         end=args.maxbytes,
         factor=args.stepfactor,
-        ops=[op.strip() for op in args.ops.split(",") if op.strip()],
+        ops=ops,
         dtype=args.dtype,
         warmup=args.warmup_iters,
         iters=args.iters,
