@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
+from acceptance.atomic_file import host_part, name_part
 from acceptance.masking import masked_command
 from acceptance.regular_file import FileRefused, read_regular
 
@@ -35,7 +36,7 @@ def default_folder(label: str, node_rank: int = 0) -> Path:
     """A new folder per run: time, what ran, host, node rank and a random token, so two runs started in
     the same second on one node never meet."""
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-    return DEFAULT_ROOT / f"{stamp}-{label}-{socket.gethostname()}-node{node_rank}-{secrets.token_hex(3)}"
+    return DEFAULT_ROOT / f"{stamp}-{name_part(label)}-{host_part()}-node{node_rank}-{secrets.token_hex(3)}"
 
 
 @dataclass
