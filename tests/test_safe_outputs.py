@@ -67,7 +67,7 @@ EXTENSIONS = ["extra", "admonition", "toc", "sane_lists"]
 # definition, an abbreviation, a footnote, a definition list, an admonition, raw HTML with markdown inside
 CONSTRUCTS = (
     "{: onclick=alert(1) }\nword {: #id .cls onclick=alert(2) }\n[x]: https://evil.example/ 'title'\n"
-    "*[HTML]: Hyper Text\n[^1]: a footnote\nTerm\n: a definition\n!!! note \"t\"\n    body\n"
+    '*[HTML]: Hyper Text\n[^1]: a footnote\nTerm\n: a definition\n!!! note "t"\n    body\n'
     '<div markdown="1">**x**</div>\n[TOC]\n'
 )
 
