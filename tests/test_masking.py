@@ -214,3 +214,16 @@ def test_masking_a_megabyte_token_costs_what_prose_costs(token: str) -> None:
     measurements in one process; a quadratic pattern is 1000s of times slower here)."""
     prose = ("word " * (len(token) // 5 + 1))[: len(token)]
     assert _cost(token) < 20 * max(_cost(prose), 1e-3)
+
+
+def test_junit_and_export_mask_what_an_older_evidence_file_still_holds() -> None:
+    from acceptance.evidence.junit import junit_xml
+    from acceptance.evidence.model import EvidenceDoc
+    from acceptance.reports.export import csv_text
+
+    data = leaky_evidence()
+    data["errors"].append("storage: cannot mount https://u:pw-url-4@nfs/x")
+    data["tests"][0]["message"] = "failed: DB_PASS=pw-db-5"
+    doc = EvidenceDoc.model_validate(data)
+    for text in (junit_xml(doc), csv_text(doc)):
+        assert not [v for v in [*SECRETS.values(), "pw-url-4", "pw-db-5"] if v in text]
