@@ -55,3 +55,11 @@ def test_every_output_path_is_checked_the_same_way(tmp_path: Path, capsys: pytes
         assert len(err.splitlines()) == 1 and said in err, (name, err)
         assert (theirs.read_bytes(), ours.read_bytes()) == before, name
     assert not (tmp_path / "m.json").exists() and sorted(p.name for p in (tmp_path / "a-folder").iterdir()) == []
+
+
+def test_an_output_that_cannot_be_written_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    ours, _ = _runs(tmp_path)
+    (tmp_path / "afile").write_text("a file, not a folder")
+    assert main(["junit", str(ours), "-o", str(tmp_path / "afile" / "j.xml")]) == 4
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "afile is not a folder" in err, err

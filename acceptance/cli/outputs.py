@@ -39,6 +39,9 @@ def check_outputs(outputs: Sequence[tuple[str, Path]], inputs: Sequence[Path] = 
         seen[real] = where
         if path.is_dir():
             raise ValueError(f"{where}: is a folder; name a file to write")
+        above = next((p for p in path.parents if p.exists()), None)  # the folder it goes in, or what is there
+        if above is not None and not above.is_dir():
+            raise ValueError(f"{where}: {above} is not a folder; name a file in a folder")
         if real in read:
             raise ValueError(f"{where}: is one of the inputs; write to another file")
         if not path.exists() and not path.is_symlink():
