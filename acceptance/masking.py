@@ -130,10 +130,29 @@ def _key_span(text: str, m: re.Match[str], extra: Iterable[str]) -> tuple[int, i
     if after["sep"] == "=" and after.start("sep") != end:
         return None  # ``"key" = x`` is nothing's syntax; ``key = x`` (INI, TOML) is, but rarely carries one
     start, stop = _quoted(text, after.end())
+    if after["sep"] == ":" and start == after.end() and _starts_a_line(text, m.start()):
+        stop = _line_end(text, start)  # a YAML block's ``password: two words``: the value is the line's rest
     value = text[start:stop]
-    if value == MASK or value in _SCHEMES:  # already masked; ``Authorization: Bearer ***``
+    scheme, _, credential = value.partition(" ")
+    if value == MASK or (scheme in _SCHEMES and credential in ("", MASK)):  # ``Authorization: Bearer ***``
         return None
     return start, stop
+
+
+_INDENT = 64  # how far back a key's line start is looked for: a bounded look keeps the scan linear
+
+
+def _starts_a_line(text: str, at: int) -> bool:
+    """Whether only indentation (or a YAML list's ``-``) stands before ``at`` on its line."""
+    before = text[max(0, at - _INDENT) : at]
+    _, newline, line = before.rpartition("\n")
+    return bool(newline or at <= _INDENT) and not line.strip(" \t-")
+
+
+def _line_end(text: str, at: int) -> int:
+    end = text.find("\n", at)
+    stop = len(text) if end < 0 else end
+    return stop - 1 if stop > at and text[stop - 1] == "\r" else stop
 
 
 def masked_text(text: str, extra: Iterable[str] = ()) -> str:

@@ -158,6 +158,8 @@ def test_a_profile_adds_its_own_secret_names() -> None:
         ('{"password": "pw 1", "user": "u"}', '{"password": "***", "user": "u"}'),
         ("{HF_TOKEN: hf_x, site: s}", "{HF_TOKEN: ***, site: s}"),
         ("password: 'p w'\nuser: u", "password: '***'\nuser: u"),
+        ("db:\n  password: two words\n  user: u", "db:\n  password: ***\n  user: u"),
+        ("- api_key: k 1\r\n- x: 1", "- api_key: ***\r\n- x: 1"),
         ("MYSQL_PWD=pw GITHUB_PAT=ghp_x MY_CREDS=c", "MYSQL_PWD=*** GITHUB_PAT=*** MY_CREDS=***"),
         ('DB_PASS="two words" x', 'DB_PASS="***" x'),
         ("https://user:pa@rt@host/x", "https://user:***@host/x"),
@@ -206,8 +208,9 @@ def _cost(text: str) -> float:
         "--token=" + "-" * 2**20,
         "a.-" * (2**20 // 3),
         "password:" * (2**20 // 9),
+        "\npassword: ***" * (2**20 // 15),
     ],
-    ids=["url", "name", "words", "option", "dots", "keys"],
+    ids=["url", "name", "words", "option", "dots", "keys", "lines"],
 )
 def test_masking_a_megabyte_token_costs_what_prose_costs(token: str) -> None:
     """Linear time: one unbroken megabyte token against a megabyte of short words (the ratio of two
