@@ -7,9 +7,24 @@ write through it (probes may import it; it imports nothing of the package).
 from __future__ import annotations
 
 import os
+import re
 import secrets
 import socket
 from pathlib import Path
+
+_NOT_IN_A_NAME = re.compile(r"[^A-Za-z0-9._-]")
+
+
+def name_part(text: str) -> str:
+    """``text`` (a host name) as part of a file name: any character outside letters, digits, ``.``, ``_``
+    and ``-`` becomes ``_``. A host name is the kernel's bytes, and one holding ``/`` would turn a file
+    name into a path into folders that do not exist."""
+    return _NOT_IN_A_NAME.sub("_", text) or "_"
+
+
+def host_part() -> str:
+    """This host's name as part of a file name (``name_part``)."""
+    return name_part(socket.gethostname())
 
 
 def write_atomic(path: Path, text: str, durable: bool = True) -> None:
@@ -23,7 +38,7 @@ def write_atomic(path: Path, text: str, durable: bool = True) -> None:
     costs nothing. A write that fails removes its temporary file and raises; ``path`` keeps its previous
     content."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{socket.gethostname()}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    tmp = path.with_name(f".{path.name}.{host_part()}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
     # opened outside the try: an open that fails made no file to remove (it may be another writer's); the with
     # below closes it
     handle = open(tmp, "x", encoding="utf-8")  # noqa: SIM115

@@ -14,9 +14,10 @@ from tests.harness import ROOT
 
 PACKAGE = ROOT / "acceptance"
 # what each part may import (besides itself); the leaves import nothing of the package
-LEAVES = ("atomic_file", "numbers", "masking", "json_types", "verdicts")
+LEAVES = ("atomic_file", "regular_file", "numbers", "masking", "json_types", "verdicts")
 ALLOWED: dict[str, set[str]] = {
     "atomic_file": set(),
+    "regular_file": set(),
     "numbers": set(),
     "masking": set(),
     "json_types": set(),
@@ -25,8 +26,8 @@ ALLOWED: dict[str, set[str]] = {
     # built from it, the loader and the judge above them (acceptance.profile)
     "schema": {"numbers"},
     "families": {"schema", "numbers"},
-    "profile": {"schema", "families", "numbers", "masking"},
-    "evidence": {"atomic_file", "numbers", "masking"},
+    "profile": {"schema", "families", "numbers", "masking", "regular_file"},
+    "evidence": {"atomic_file", "regular_file", "numbers", "masking"},
     "multinode": set(),
     "probes": {"schema", "masking", "profile", "families", "numbers", "atomic_file"},  # masking: their env records
     "run": {"schema", "masking", "profile", "families", "evidence", "multinode", "numbers", "atomic_file"},
@@ -55,6 +56,7 @@ ALLOWED: dict[str, set[str]] = {
         "reports",
         "numbers",
         "atomic_file",
+        "regular_file",
     },
 }
 # the JSON types are plain type aliases, and the verdict vocabulary is one set of words and the one decision

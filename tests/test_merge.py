@@ -35,7 +35,7 @@ def test_merge_refuses_to_write_over_an_input(tmp_path: Path, target: str, capsy
     args = [str(a), str(b.parent), "-o", str(output)]
     assert main(["merge", *args]) == 4
     assert (b.read_bytes(), a.read_bytes()) == before
-    assert "is one of its inputs" in capsys.readouterr().err
+    assert "is one of the inputs" in capsys.readouterr().err
     assert main(["merge", str(a), str(b), "-o", str(tmp_path / "m.json"), "--junit", str(a)]) == 4
     assert a.read_bytes() == before[1]
 

@@ -69,8 +69,8 @@ def test_unknown_top_level_key(here: Path) -> None:
     write(here, "p", f"name: p\n{BASE}colectives: {{}}\n")
     message = error_of("p")
     assert "thresholds/p.yaml:3: colectives: unknown key" in message
-    shown = "(expected one of: name, description, extends, tier, tiers, topology, env, timeouts, thresholds, cost,"
-    shown += " baseline,"
+    shown = "(expected one of: name, description, extends, tier, tiers, topology, env, secret_names, timeouts,"
+    shown += " thresholds, cost, baseline,"
     assert f"{shown} connectivity" in message
 
 

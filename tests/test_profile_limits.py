@@ -101,7 +101,8 @@ def test_deep_nesting_is_refused(here: Path) -> None:
 
 def test_oversized_profile_is_refused(here: Path) -> None:
     write(here, "p", "name: p\n" + "#" * strict_yaml.MAX_BYTES + "\n")
-    assert error_of("p") == f"thresholds/p.yaml: larger than {strict_yaml.MAX_BYTES} bytes: not a profile"
+    cap = strict_yaml.MAX_BYTES / 2**20
+    assert error_of("p") == f"thresholds/p.yaml: cannot read profile: larger than the {cap:g} MB cap"
 
 
 def test_a_folder_is_not_a_profile(here: Path) -> None:

@@ -60,12 +60,24 @@ class Tags(HTMLParser):
         self.text.append(data)
 
 
-def rendered(tmp_path: Path, text: str) -> Tags:
-    folder = tmp_path / str(abs(hash(text)))
+# what mkdocs sites and python-markdown users commonly switch on: attribute lists, raw HTML in blocks,
+# definitions, footnotes, abbreviations (all in "extra"), admonitions, a table of contents
+EXTENSIONS = ["extra", "admonition", "toc", "sane_lists"]
+# constructs those extensions read in a text: an attribute list on its own line and after text, a link
+# definition, an abbreviation, a footnote, a definition list, an admonition, raw HTML with markdown inside
+CONSTRUCTS = (
+    "{: onclick=alert(1) }\nword {: #id .cls onclick=alert(2) }\n[x]: https://evil.example/ 'title'\n"
+    '*[HTML]: Hyper Text\n[^1]: a footnote\nTerm\n: a definition\n!!! note "t"\n    body\n'
+    '<div markdown="1">**x**</div>\n[TOC]\n'
+)
+
+
+def rendered(tmp_path: Path, text: str, extensions: tuple[str, ...] = ("tables",)) -> Tags:
+    folder = tmp_path / str(abs(hash((text, extensions))))
     folder.mkdir()
     (folder / "evidence.json").write_text(json.dumps(evidence(text)))
     assert main(["report", str(folder)]) == 0
-    page = markdown.markdown((folder / "report.md").read_text(), extensions=["tables"])
+    page = markdown.markdown((folder / "report.md").read_text(), extensions=list(extensions))
     tags = Tags()
     tags.feed(page)
     return tags
@@ -79,6 +91,14 @@ def test_report_md_renders_no_element_from_the_evidence_text(tmp_path: Path) -> 
     assert not [tag for tag in hostile.tags if tag[0] in ("script", "img", "a", "b", "u")]
     shown = "".join(hostile.text)
     assert "<script>alert(1)</script>" in shown and "**strong**" in shown and "`code`" in shown  # as text
+
+
+def test_report_md_renders_no_construct_of_the_common_extensions(tmp_path: Path) -> None:
+    plain = rendered(tmp_path, "plain", tuple(EXTENSIONS))
+    for text in (CONSTRUCTS, CONSTRUCTS.replace("\n", " "), "\n{: onclick=alert(1) }", " {: onclick=alert(1) }"):
+        hostile = rendered(tmp_path, text, tuple(EXTENSIONS))
+        assert hostile.tags == plain.tags  # no attribute, link, abbreviation, footnote, definition, note
+        assert "{: onclick=alert(1) }" in "".join(hostile.text)
 
 
 def test_junit_of_any_text_parses(tmp_path: Path) -> None:

@@ -131,6 +131,46 @@ def test_a_folder_holding_a_run_is_kept_and_the_new_run_refused(pytester: pytest
     assert (pytester.path / "ev" / "evidence.json").read_text() == before
 
 
+def test_a_folder_holding_other_files_is_kept_whole_and_the_run_refused(pytester: pytest.Pytester) -> None:
+    """No evidence.json, but another run's files (its JUnit, its drain list): none is replaced, none
+    added, and the run is refused naming the folder."""
+    _setup(pytester)
+    folder = pytester.path / "ev"
+    folder.mkdir()
+    theirs = {"junit-host.xml": "<testsuites/>", "drain.json": '{"theirs": true}'}
+    for name, text in theirs.items():
+        (folder / name).write_text(text)
+    result = pytester.runpytest(*PLUGIN_ARGS, "--cluster-profile", "synthetic.yaml", "--cluster-evidence", "ev")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*evidence folder ev is not empty (2 entries: drain.json, junit-host.xml)*"])
+    assert {p.name: p.read_text() for p in folder.iterdir()} == theirs
+
+
+def test_a_host_name_holding_a_slash_names_files_it_can(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A host name is part of file names (the default folder, junit-<host>.xml, a temporary file): one
+    holding ``/`` (or ``..``) is written with those characters replaced, and the run goes on."""
+    import socket
+
+    _setup(pytester)
+    monkeypatch.setattr(socket, "gethostname", lambda: "rack/../node 1")
+    result = pytester.runpytest(*PLUGIN_ARGS, "--cluster-profile", "synthetic.yaml")
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()[-2000:]
+    assert "INTERNALERROR" not in result.stdout.str() + result.stderr.str()
+    (folder,) = (pytester.path / "acceptance-results").iterdir()
+    assert "rack_.._node_1" in folder.name
+    assert (folder / "evidence.json").is_file() and (folder / "junit-rack_.._node_1.xml").is_file()
+
+
+def test_an_empty_folder_given_is_used(pytester: pytest.Pytester) -> None:
+    _setup(pytester)
+    (pytester.path / "ev").mkdir()
+    result = pytester.runpytest(*PLUGIN_ARGS, "--cluster-profile", "synthetic.yaml", "--cluster-evidence", "ev")
+    assert result.ret == pytest.ExitCode.OK
+    assert (pytester.path / "ev" / "evidence.json").is_file()
+
+
 def test_a_folder_in_use_is_refused_with_its_holder_named(pytester: pytest.Pytester) -> None:
     _setup(pytester)
     folder = pytester.path / "ev"

@@ -16,12 +16,12 @@ from __future__ import annotations
 import datetime
 import importlib.util
 import os
-import socket
 import sys
 from collections.abc import Mapping
 from pathlib import Path
 
 import acceptance
+from acceptance.atomic_file import host_part
 from acceptance.cli.usage import USAGE_ERROR
 
 DEFAULT_EVIDENCE = "/results"
@@ -55,7 +55,7 @@ def run_id(env: Mapping[str, str]) -> str:
     given = env.get("CLUSTER_RUN_ID", "").strip()
     if given:
         return given
-    return f"{datetime.datetime.now(datetime.timezone.utc).strftime('%Y%m%dT%H%M%SZ')}-{socket.gethostname()}"
+    return f"{datetime.datetime.now(datetime.timezone.utc).strftime('%Y%m%dT%H%M%SZ')}-{host_part()}"
 
 
 def pytest_args(env: Mapping[str, str], extra: list[str]) -> list[str]:

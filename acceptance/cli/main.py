@@ -16,6 +16,7 @@ import yaml
 import acceptance
 from acceptance.atomic_file import write_atomic
 from acceptance.cli import container, families, init, reports, sweep
+from acceptance.cli.outputs import check_outputs
 from acceptance.cli.usage import USAGE_ERROR, Parser
 from acceptance.evidence.folder import EvidenceFolderError
 from acceptance.evidence.junit import junit_xml
@@ -191,6 +192,8 @@ def _lookup(resolved: JSONObject, path: str) -> JSONValue:
 
 
 def cmd_junit(args: argparse.Namespace) -> int:
+    if args.output:
+        check_outputs([("-o", args.output)], [args.evidence])
     text = junit_xml(read_evidence(args.evidence))
     if args.output:
         write_atomic(args.output, text)
@@ -200,16 +203,10 @@ def cmd_junit(args: argparse.Namespace) -> int:
     return 0
 
 
-def _refuse_overwriting_an_input(inputs: list[Path], outputs: list[Path | None]) -> None:
-    """An output that is one of the inputs would replace a node's only evidence with the merge."""
-    read = {(p / "evidence.json" if p.is_dir() else p).resolve() for p in inputs}
-    for output in outputs:
-        if output is not None and output.resolve() in read:
-            raise CliError(f"{output} is one of its inputs; write the merge to another file")
-
-
 def cmd_merge(args: argparse.Namespace) -> int:
-    _refuse_overwriting_an_input(args.evidence, [args.output, args.junit])
+    # an output that is one of the inputs would replace a node's only evidence with the merge
+    outputs = [("-o", args.output)] + ([("--junit", args.junit)] if args.junit else [])
+    check_outputs(outputs, args.evidence)
     documents = [read_evidence(path) for path in args.evidence]
     merged = merge(documents)
     for note in merge_notes(documents):
@@ -223,11 +220,16 @@ def cmd_merge(args: argparse.Namespace) -> int:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
+    ops = [op.strip() for op in args.ops.split(",") if op.strip()]
+    if not ops:  # an empty list would sweep nothing, and end with no line at all
+        raise CliError(
+            f"--ops {args.ops!r}: names no operation; expected comma-separated, from {', '.join(COLLECTIVE_OPS)}"
+        )
     options = sweep.SweepArgs(
         begin=args.minbytes,
         end=args.maxbytes,
         factor=args.stepfactor,
-        ops=[op.strip() for op in args.ops.split(",") if op.strip()],
+        ops=ops,
         dtype=args.dtype,
         warmup=args.warmup_iters,
         iters=args.iters,

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from acceptance.atomic_file import write_atomic
+from acceptance.cli.outputs import check_outputs
 from acceptance.evidence.merge import merge, notes
 from acceptance.evidence.model import EvidenceDoc
 from acceptance.evidence.store import read_evidence as read
@@ -82,6 +83,11 @@ def load(path: Path) -> tuple[EvidenceDoc, str]:
     return read(file), str(file)
 
 
+def _refuse_bad_output(output: Path | None, evidence: Path) -> None:
+    if output is not None:
+        check_outputs([("-o", output)], [evidence])
+
+
 def _write(output: Path | None, text: str) -> None:
     if output is None:
         sys.stdout.write(text)
@@ -91,9 +97,10 @@ def _write(output: Path | None, text: str) -> None:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    data, origin = load(args.evidence)
     folder = args.evidence if args.evidence.is_dir() else args.evidence.parent
     output: Path = args.output or folder / "report.html"
+    check_outputs([("-o", output), ("-o (its Markdown)", output.with_suffix(".md"))], [args.evidence])
+    data, origin = load(args.evidence)
     blocks = overview.blocks(data, origin)
     title = f"Cluster acceptance: {verdict_of(data)} ({data.profile.name})"
     write_atomic(output, html.document(blocks, title))
@@ -119,6 +126,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def cmd_rebaseline(args: argparse.Namespace) -> int:
+    _refuse_bad_output(args.output, args.evidence)
     data, origin = load(args.evidence)
     rebaseline.refuse_unless_passed(data, origin)
     profile = profiles.load(args.profile).resolved if args.profile else None
@@ -144,6 +152,7 @@ def _extended(given: str | None, data: EvidenceDoc) -> str:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
+    _refuse_bad_output(args.output, args.evidence)
     data, _ = load(args.evidence)
     _write(args.output, export.csv_text(data))
     return 0

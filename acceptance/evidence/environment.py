@@ -7,7 +7,7 @@ name that looks like a credential is dropped or masked even when a prefix would 
 from __future__ import annotations
 
 import platform
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from importlib import metadata
 
 from acceptance.masking import is_secret, masked_text
@@ -34,13 +34,14 @@ ENV_NAMES = (
 PACKAGES = ("torch", "pytest", "transformers", "deepspeed", "nvidia-ml-py", "cluster-acceptance")
 
 
-def allowed_env(env: Mapping[str, str]) -> dict[str, str]:
-    out = {}
+def allowed_env(env: Mapping[str, str], extra: Iterable[str] = ()) -> dict[str, str]:
+    """The variables the evidence may hold; ``extra``: the profile's own secret words (``secret_names``)."""
+    out, extra = {}, tuple(extra)
     for key, value in env.items():
-        if is_secret(key):
+        if is_secret(key, extra):
             continue
         if key in ENV_NAMES or key.startswith(ENV_PREFIXES):
-            out[key] = masked_text(value)  # an allowed name may hold a URL with its password
+            out[key] = masked_text(value, extra)  # an allowed name may hold a URL with its password
     return dict(sorted(out.items()))
 
 

@@ -2,8 +2,9 @@
 
 A run holds an exclusive lock on its folder for as long as it lives (``flock``: the kernel drops it
 when the process dies, so a killed run never leaves a stale lock); a second run on the same folder is
-refused with the holder named. A folder that already holds evidence (finished, failed or killed) is
-kept as it is: the run is refused, never allowed to write over the earlier run.
+refused with the holder named. A folder given must be new or empty: one that already holds evidence
+(finished, failed or killed), or any other file (another run's JUnit, its drain list), is kept as it is and
+the run refused, never allowed to write over or beside what is there.
 """
 
 from __future__ import annotations
@@ -19,7 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
+from acceptance.atomic_file import host_part, name_part
 from acceptance.masking import masked_command
+from acceptance.regular_file import FileRefused, read_regular
 
 DEFAULT_ROOT = Path("acceptance-results")
 LOCK_NAME = ".lock"
@@ -33,7 +36,7 @@ def default_folder(label: str, node_rank: int = 0) -> Path:
     """A new folder per run: time, what ran, host, node rank and a random token, so two runs started in
     the same second on one node never meet."""
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-    return DEFAULT_ROOT / f"{stamp}-{label}-{socket.gethostname()}-node{node_rank}-{secrets.token_hex(3)}"
+    return DEFAULT_ROOT / f"{stamp}-{name_part(label)}-{host_part()}-node{node_rank}-{secrets.token_hex(3)}"
 
 
 @dataclass
@@ -51,6 +54,7 @@ def claim(folder: Path) -> FolderLock:
     """Create ``folder`` if needed, lock it for this process, and refuse a folder in use or already used."""
     try:
         folder.mkdir(parents=True, exist_ok=True)
+        made = not (folder / LOCK_NAME).exists()  # ours to remove again when the folder is refused
         handle = open(folder / LOCK_NAME, "a+", encoding="utf-8")  # noqa: SIM115 - held for the whole run
     except OSError as exc:
         raise EvidenceFolderError(f"evidence folder {folder}: cannot create or write it: {exc.strerror}") from None
@@ -70,6 +74,8 @@ def claim(folder: Path) -> FolderLock:
         _write_holder(handle)
     except BaseException:
         lock.release()
+        if made:
+            (folder / LOCK_NAME).unlink(missing_ok=True)
         raise
     return lock
 
@@ -77,16 +83,33 @@ def claim(folder: Path) -> FolderLock:
 def _refuse_used(folder: Path) -> None:
     existing = folder / "evidence.json"
     if not existing.exists():
+        _refuse_not_empty(folder)
         return
     try:
-        data = json.loads(existing.read_text(encoding="utf-8"))
+        data = json.loads(read_regular(existing, 256 * 2**20))
         what = f"verdict {data.get('verdict')}, started {data.get('started')}, finished {data.get('finished')}"
-    except (OSError, ValueError, AttributeError):
+    except (FileRefused, ValueError, AttributeError):
         what = "unreadable"
     raise EvidenceFolderError(
         f"evidence folder {folder} already holds a run's evidence ({what}); evidence is never overwritten: "
         "give this run its own --cluster-evidence, or leave it unset for a new folder"
     )
+
+
+def _refuse_not_empty(folder: Path) -> None:
+    """Anything beside the lock is another run's (or someone's) file: this run would write beside it, or
+    over it (``junit-<host>.xml``, ``drain.json``, ``probes/``)."""
+    try:
+        names = sorted(entry.name for entry in os.scandir(folder) if entry.name != LOCK_NAME)
+    except OSError as exc:
+        raise EvidenceFolderError(f"evidence folder {folder}: cannot list it: {exc.strerror}") from None
+    if names:
+        shown = ", ".join(names[:5]) + (", ..." if len(names) > 5 else "")
+        count = f"{len(names)} entry" if len(names) == 1 else f"{len(names)} entries"
+        raise EvidenceFolderError(
+            f"evidence folder {folder} is not empty ({count}: {shown}); a run's folder holds its "
+            "files alone: give this run a new or empty --cluster-evidence, or leave it unset for a new folder"
+        )
 
 
 def _write_holder(handle: IO[str]) -> None:

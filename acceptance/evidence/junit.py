@@ -22,6 +22,7 @@ from acceptance.evidence.drain import cause_of
 from acceptance.evidence.model import Case, EvidenceDoc
 from acceptance.evidence.store import as_data, finite
 from acceptance.evidence.verdict import verdict_of
+from acceptance.masking import masked_record
 from acceptance.verdicts import FAILED_OUTCOMES, Outcome, RunVerdict
 
 PASSED = ("passed", "xpassed")  # xpassed: a known issue that did not show; strict xfail makes it a failure
@@ -65,8 +66,9 @@ def junit_xml(doc: EvidenceDoc, suite_name: str | None = None) -> str:
     Whatever text the document holds, the XML is well-formed (``xml_safe``)."""
     from junit_xml import TestSuite
 
-    # a NaN duration or value, an ESC in a message must not reach the XML: a CI's parser would fail on it
-    doc = EvidenceDoc.model_validate(xml_safe(finite(as_data(doc))))
+    # a NaN duration or value, an ESC in a message must not reach the XML: a CI's parser would fail on it;
+    # and a secret an older evidence file still holds (a URL's password in an error) is masked, as reports do
+    doc = EvidenceDoc.model_validate(xml_safe(finite(masked_record(as_data(doc)))))
     verdict = verdict_of(doc)  # a killed run's stored FAIL reads INCOMPLETE here as in the report
     props = {
         "profile": doc.profile.name,

@@ -27,7 +27,8 @@ from acceptance.evidence.environment import allowed_env, software
 from acceptance.evidence.model import Case, Check, ClusterRecord, EvidenceDoc, NodeRecord, ProbeRecord
 from acceptance.evidence.verdict import verdict_of
 from acceptance.json_types import JSONObject, JSONValue
-from acceptance.masking import masked_command, masked_profile
+from acceptance.masking import masked_command, masked_profile, secret_names
+from acceptance.regular_file import FileRefused, read_regular
 from acceptance.verdicts import RunVerdict
 
 # what the evidence keeps of each device the connectivity probe found
@@ -101,15 +102,14 @@ def read_evidence(path: Path) -> EvidenceDoc:
     decided again from what it holds (``verdict_of``): a stated PASS is never taken on trust. A file over
     the size cap, or holding text that is not Unicode, is refused naming the file."""
     path = path / "evidence.json" if path.is_dir() else path
+    cap = _cap(path)
     try:
-        size, cap = path.stat().st_size, _cap(path)
-        if size > cap:
-            raise EvidenceError(
-                f"{path}: {size / 2**20:.1f} MB, larger than the {cap / 2**20:g} MB an evidence file may be "
-                f"({MAX_ENV} sets the cap)"
-            )
-        raw = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
+        data = read_regular(path, cap)
+    except FileRefused as exc:
+        raise EvidenceError(f"{path}: cannot read evidence: {exc} ({MAX_ENV} sets the cap)") from None
+    try:
+        raw = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise EvidenceError(f"{path}: cannot read evidence: {exc}") from None
     try:
         bad = _lone_surrogate(raw)
@@ -156,13 +156,14 @@ class Evidence:
         persist: bool = True,
     ) -> None:
         self.dir, self.persist = directory, persist
+        extra = secret_names(profile)
         self.doc = EvidenceDoc.model_validate(
             {
                 "started": now(),
-                "command": masked_command(list(sys.argv)),
+                "command": masked_command(list(sys.argv), extra),
                 "profile": masked_profile(profile),
                 "topology": topology,
-                "cluster": {"software": software(), "env": allowed_env(env)},
+                "cluster": {"software": software(), "env": allowed_env(env, extra)},
             }
         )
         self._cases: dict[str, Case] = {}

@@ -30,8 +30,11 @@ def non_negative_int(text: str) -> int:
 
 
 def positive_int(text: str) -> int:
-    value = non_negative_int(text)
-    if value == 0:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:  # -3 and 0 alike: one bound, said one way
         raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
     return value
 

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from _pytest.junitxml import xml_key  # pytest's --junitxml writer: the verdict is a property of its suite
 
-from acceptance.atomic_file import write_atomic
+from acceptance.atomic_file import host_part, write_atomic
 from acceptance.evidence.drain import DrainList, cause_of
 from acceptance.evidence.folder import EvidenceFolderError, default_folder
 from acceptance.evidence.junit import junit_xml, verdict_case
@@ -312,7 +312,7 @@ class ClusterSession:
         if xml is not None:
             xml.add_global_property("verdict", verdict)
         try:
-            write_atomic(self.run.evidence_dir / f"junit-{socket.gethostname()}.xml", junit_xml(evidence.doc))
+            write_atomic(self.run.evidence_dir / f"junit-{host_part()}.xml", junit_xml(evidence.doc))
         except OSError as exc:
             evidence.error(f"JUnit {self.run.evidence_dir}: cannot write: {exc.strerror or exc}")
             session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
@@ -415,5 +415,5 @@ def _folder(given: Path | None, name: str, nodes: int, node_rank: int, profile: 
         return default_folder(name, node_rank)
     if nodes > 1 and profile.model.topology.launcher == "torchrun":
         # one pytest per node may share the folder (a shared filesystem, one volume): one subfolder each
-        return given / f"node{node_rank}-{socket.gethostname()}"
+        return given / f"node{node_rank}-{host_part()}"
     return given

@@ -68,8 +68,8 @@ def available() -> dict[str, Path]:
 def find(name_or_path: str, relative_to: Path | None = None) -> Path:
     candidates = _candidates(name_or_path, relative_to)
     for candidate in candidates:
-        if candidate.is_file():
-            return candidate
+        if candidate.is_file() or (candidate.exists() and not candidate.is_dir()):
+            return candidate  # one that is not a regular file (a FIFO, a device) is refused as it is read
     folder = next((c for c in candidates[:-2] if c.is_dir()), None)  # a path given, not a profile's name
     if folder is not None:
         raise ProfileError(f"{folder}: is a folder, not a profile file")
@@ -193,11 +193,27 @@ def _resolve(path: Path, seen: tuple[Path, ...]) -> tuple[JSONObject, tuple[Path
         parent_path = find(parent_name, relative_to=path.parent)
     except ProfileError as exc:
         raise ProfileError(f"{path}: extends: {exc}") from None
+    _refuse_other_files(path, parent_path)
     parent, chain, parent_lines = _resolve(parent_path, (*seen, real))
     merged = _merge(parent, data, origin=f"profile {path.name}")
     if "description" not in data:  # the parent's words describe the parent ("one node, 2x H200"), not this one
         merged.pop("description", None)
     return merged, chain, {**parent_lines, **lines}
+
+
+PROFILE_SUFFIXES = (".yaml", ".yml")
+
+
+def _refuse_other_files(path: Path, parent: Path) -> None:
+    """``extends:`` takes a profile only: a YAML file whose top level names a profile (``name:``). Any other
+    file is refused in one line that quotes none of it: its keys or lines in an error would show what a
+    system file holds to whoever reads the error."""
+    refused = f"{path}: extends: {parent} is not a profile"
+    if parent.suffix not in PROFILE_SUFFIXES:
+        raise ProfileError(f"{refused} (a profile is a {' or '.join(PROFILE_SUFFIXES)} file, or a profile's name)")
+    data, _ = read(parent)  # its errors name a line and a reason, never the line's text
+    if not isinstance(data.get("name"), str):
+        raise ProfileError(f"{refused} (its top level has no name: key)")
 
 
 def _override(raw: JSONObject, item: str, lines: LineMap) -> JSONObject:

@@ -82,6 +82,9 @@ class ProfileBase(Strict):
     tiers: dict[TierName, dict[str, JsonValue]] = {}
     topology: Topology = Topology(device="cpu", backend="gloo", ranks_per_node=2)
     env: dict[EnvName, str] = {}
+    # words that make a variable's, an option's or a key's name a credential, beside the ones every run
+    # masks (acceptance.masking.SECRET_WORDS): a site's own, e.g. LICENCE
+    secret_names: list[str] = []
     timeouts: Timeouts = Timeouts()
     thresholds: dict[str, Threshold] = {}
     cost: Cost | None = None

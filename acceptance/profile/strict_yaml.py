@@ -15,6 +15,7 @@ from typing import Any
 import yaml
 
 from acceptance.json_types import JSONObject
+from acceptance.regular_file import FileRefused, read_regular
 
 LineMap = dict[tuple[str, ...], str]  # key path -> where it was set: FILE:LINE or --cluster-set ...
 Place = Callable[[yaml.Mark | None], str]  # a position in the text in words: FILE:LINE, or the option
@@ -48,20 +49,14 @@ StrictLoader.add_implicit_resolver(
 def read(path: Path) -> tuple[JSONObject, LineMap]:
     """A profile file as a mapping, and the line each key was set on."""
     try:
-        with path.open("rb") as handle:
-            raw = handle.read(MAX_BYTES + 1)
-        if len(raw) > MAX_BYTES:
-            raise ProfileError(f"{path}: larger than {MAX_BYTES} bytes: not a profile")
-        text = raw.decode("utf-8-sig")
+        text = read_regular(path, MAX_BYTES).decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         bad = exc.object[exc.start]
         raise ProfileError(
             f"{path}: not UTF-8 text: byte 0x{bad:02x} at byte offset {exc.start} ({exc.reason}); "
             "save the profile as UTF-8"
         ) from None
-    except IsADirectoryError:
-        raise ProfileError(f"{path}: is a folder, not a profile file") from None
-    except OSError as exc:
+    except FileRefused as exc:
         raise ProfileError(f"{path}: cannot read profile: {exc}") from None
     data, lines = parse(text, lambda mark: f"{path}:{mark.line + 1}" if mark is not None else str(path), ())
     if not isinstance(data, dict):

@@ -5,8 +5,8 @@ Every text of a block comes from the evidence (a host name, a metric name, a mes
 path), so it is escaped: rendered by any Markdown engine (python-markdown, mkdocs', GitHub's), it makes
 no element, and reads as the evidence wrote it. ``<`` and ``&`` become entities (python-markdown has no
 backslash escape for ``<``), as does what opens a block at the start of a line; the characters that open
-emphasis, code or a link are backslash-escaped. ``_`` inside a word stays (no engine reads it as
-emphasis there), so metric names keep their spelling in the file.
+emphasis, code, a link (or a link definition, a footnote) or an attribute list are backslash-escaped.
+``_`` inside a word stays (no engine reads it as emphasis there), so metric names keep their spelling.
 """
 
 from __future__ import annotations
@@ -16,7 +16,9 @@ import re
 from acceptance.reports.blocks import Block, Heading, Table, Text, Verdict
 from acceptance.reports.table import render
 
-_INLINE = re.compile(r"[\\`*\[\]!]|(?<![0-9A-Za-z])_|_(?![0-9A-Za-z])")
+# ``{`` and ``}`` open and close an attribute list (attr_list, on most mkdocs sites: ``{: onclick=...}``);
+# ``[`` a link, a link definition, a footnote; python-markdown and CommonMark both take a backslash before them
+_INLINE = re.compile(r"[\\`*\[\]!{}]|(?<![0-9A-Za-z])_|_(?![0-9A-Za-z])")
 # what opens a block at a line's start: a heading, a quote, a list item, a setext underline, a table rule
 _LINE_START = re.compile(r"^(\s*)([#>+=|:-]|\d+[.)])")
 
