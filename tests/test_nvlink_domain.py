@@ -148,7 +148,12 @@ class _FabricNvml(RecordedNvml):
         super().__init__([h100(i) for i in range(len(answers))])
         self.answers = answers
 
-    def nvmlDeviceGetGpuFabricInfoV(self, handle: int, info: Any) -> None:
+    def nvmlDeviceGetGpuFabricInfoV(self, handle: int, pointer: Any) -> None:
+        # NVML's C call takes a pointer to a struct whose version it reads first: given the struct itself, the
+        # real library crashes the process (SIGSEGV)
+        assert type(pointer).__name__ == "CArgObject", "the struct is passed by pointer (ctypes.byref)"
+        info = pointer._obj
+        assert info.version == pynvml.nvmlGpuFabricInfo_v2
         found = self.answers[handle]
         if isinstance(found, int):
             raise pynvml.NVMLError(found)

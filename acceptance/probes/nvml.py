@@ -9,6 +9,7 @@ The library is a parameter so that a recorded NVML (the unit tests') goes throug
 
 from __future__ import annotations
 
+import ctypes
 from collections.abc import Callable
 from typing import Any, TypedDict, TypeVar, cast
 
@@ -164,8 +165,12 @@ def fabric_info(ask: Asker, lib: Any, handle: Any) -> FabricAnswer | NotMeasured
     if not hasattr(lib, "nvmlDeviceGetGpuFabricInfoV"):
         return not_measured("fabric info: this nvidia-ml-py has no nvmlDeviceGetGpuFabricInfoV: upgrade it")
     info = lib.c_nvmlGpuFabricInfoV_t()
+    # a versioned struct, passed by pointer (nvidia-ml-py hands its argument to the C call as it is: the struct
+    # itself given there crashes the process); its version is NVML_STRUCT_VERSION(GpuFabricInfo, 2) of nvml.h,
+    # the struct's size and 2 << 24
+    info.version = getattr(lib, "nvmlGpuFabricInfo_v2", ctypes.sizeof(info) | 2 << 24)
     try:
-        lib.nvmlDeviceGetGpuFabricInfoV(handle, info)
+        lib.nvmlDeviceGetGpuFabricInfoV(handle, ctypes.byref(info))
     except (lib.NVMLError_NotSupported, lib.NVMLError_FunctionNotFound):  # a driver before the query: no fabric
         return nvlink_domain.answer(lib.NVML_GPU_FABRIC_STATE_NOT_SUPPORTED, bytes(16), 0, 0, 0)
     except lib.NVMLError as exc:
