@@ -73,12 +73,15 @@ import math
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, TypedDict, cast
 
 from typing_extensions import NotRequired
 
 from acceptance.families.collectives import GroupFigure
 from acceptance.families.connectivity import Link, Matrix, endpoint, matrices
+from acceptance.families.internode import pair_statistics as stats
+from acceptance.families.internode.pair_statistics import NOISY_RATIO, OUTLIER_Z, Trimmed, trimmed
 
 Pair = tuple[int, int]
 # the node's own rank, which the plugin hands to every job of an isolation: torchrun's GROUP_RANK is
@@ -112,8 +115,6 @@ SIGMA_CONFIDENCE_Z = 1.2816
 MILD = 0.8
 # the power at which the slow hypothesis is one the rounds can tell apart: 90% (z of 0.90)
 RESOLUTION_Z = 1.2816
-# a pair flaps when its repeats lie further apart than this many standard deviations of a difference
-FLAP_Z = 3.5
 # names in the one-line verdict; the full lists are in the evidence
 MESSAGE_NAMES = 10
 
@@ -165,7 +166,8 @@ class PairRecord(TypedDict):
     repeats_gbps: list[float]
     wrong: int
     round: int
-    log_ratio: float  # ln(gbps / healthy level), the mean over the repeats
+    log_ratio: float  # ln(gbps / healthy level), the mean over the repeats but its outliers
+    outliers: int  # repeats set aside, far from the pair's median (two or more: the pair flaps)
     llr: float  # the log-likelihood ratio "slow" against "healthy"
     verdict: str  # slow, fast, flapping or undecided
 
@@ -180,6 +182,9 @@ class IsolationEvidence(TypedDict):
     slow_pair_fraction: float
     noise_sigma: float
     noise_dof: int  # the degrees of freedom of the noise estimate
+    noisy: dict[str, float]  # node -> its own noise, where it is noisier than the rest (judged at it, not slow)
+    outliers: int  # readings set aside as outliers, over every pair
+    outlier_cut: float  # ln units: a reading this far from its pair's median is an outlier
     noise_by_round: list[float]  # the estimate after each pairs round: steady when the cluster is worst
     named_fraction: float  # the slow hypothesis in use: a pair at this fraction of the level is slow
     resolution: float  # the smallest slowdown (a fraction) two witness pairs tell apart at this noise
@@ -218,9 +223,9 @@ class PairFigure:
         usable = [f for f in self.figures if not math.isnan(f)]
         return statistics.median(usable) if usable else math.nan
 
-    @property
-    def logs(self) -> list[float]:
-        return [math.log(f) for f in self.figures if f > 0 and math.isfinite(f)]
+    @cached_property
+    def logs(self) -> tuple[float, ...]:
+        return tuple(math.log(f) for f in self.figures if f > 0 and math.isfinite(f))
 
     @property
     def broken(self) -> bool:
@@ -261,9 +266,28 @@ class Judged:
     """A pair measurement against the healthy level."""
 
     pair: PairFigure
-    log_ratio: float  # mean of ln(repeat / level)
+    log_ratio: float  # mean of ln(repeat / level), its outliers set aside
     llr: float  # log-likelihood ratio of "slow at fraction x" against "healthy"; +inf when broken
     verdict: str  # slow, fast, flapping, undecided
+    outliers: int = 0  # repeats set aside, far from the pair's median
+
+
+@dataclass(frozen=True)
+class Noise:
+    """The noise of one reading, in log units: the cluster's, and each noisy node's own."""
+
+    sigma: float  # a reading of a pair of two nodes that are not noisy (upper confidence bound)
+    dof: int  # the degrees of freedom ``sigma`` rests on
+    cut: float  # a reading this far from its pair's median is an outlier (``OUTLIER_Z`` x the noise)
+    noisy: dict[int, float] = field(default_factory=dict)  # node -> its own noise, above the cluster's
+
+    def of(self, p: PairFigure) -> float:
+        """The noise of one reading of this pair: its noisier end's."""
+        return max(self.sigma, self.noisy.get(p.a, 0.0), self.noisy.get(p.b, 0.0))
+
+    def trim(self, p: PairFigure) -> Trimmed:
+        """The pair's readings but its outliers, at its own noise."""
+        return trimmed(p.logs, max(self.cut, OUTLIER_Z * self.of(p)))
 
 
 @dataclass(frozen=True)
@@ -272,10 +296,17 @@ class Scale:
 
     level: float  # ln GB/s of a healthy pair
     level_var: float  # the variance of that estimate
-    sigma: float  # the noise of one reading, from the healthy pairs
-    dof: int  # the degrees of freedom the noise rests on
+    noise: Noise  # the noise of one reading, from the healthy pairs; a noisy node's its own
     effect: float  # the slow hypothesis in use: ln of the slowdown a slow pair is tested against
     resolution: float  # ln of the smallest slowdown two witness pairs tell apart at this noise
+
+    @property
+    def sigma(self) -> float:
+        return self.noise.sigma
+
+    @property
+    def dof(self) -> int:
+        return self.noise.dof
 
 
 @dataclass(frozen=True)
@@ -416,10 +447,9 @@ class Isolation:
         return self._status
 
     def _first_level(self) -> float:
-        """The median of the census pairs' mean logs (no noise needed): where healthy pairs are, for telling
-        the pairs that may estimate the noise from those plainly slow."""
-        sample = self._census_sample()
-        return statistics.median(statistics.fmean(p.logs) for p in sample) if sample else math.nan
+        """The median of the census pairs' median logs (no noise needed, no outlier moves it): where healthy
+        pairs are, for telling the pairs that may estimate the noise from those plainly slow."""
+        return stats.median(stats.median(p.logs) for p in self._census_sample())
 
     def _census_sample(self) -> list[PairFigure]:
         # a census round's first step: every node once (the hinted paths and the node left over of an odd
@@ -428,56 +458,91 @@ class Isolation:
         usable = [p for p in self.pairs if not p.broken]
         return [p for p in usable if (p.round, frozenset((p.a, p.b))) in census] or usable
 
-    def _sigma(self) -> tuple[float, int]:
+    def _noise(self) -> Noise:
         """The noise of one reading in log units, and the degrees of freedom it rests on: the pooled variance
-        of each healthy pair's repeats around its mean, raised to its upper 90% bound for the degrees of
-        freedom it has (few pairs, few readings: a wider test, never a bolder one). Healthy: above the
-        midpoint to ``fraction`` x the first level; a throttled pair is steady, and pooling it would make the
-        test most confident where the cluster is worst. Pairs that flap against the healthy pairs' typical
-        spread are left out too: a flapping node is a fault to find, not noise to tolerate."""
+        of each healthy pair's repeats around their mean (its outliers set aside), raised to its upper 90%
+        bound for the degrees of freedom it has (few pairs, few readings: a wider test, never a bolder one).
+        Healthy: above the midpoint to ``fraction`` x the first level; a throttled pair is steady, and pooling
+        it would make the test most confident where the cluster is worst. Pairs that flap are left out: a
+        flapping node is a fault to find, not noise to tolerate; so are a noisy node's pairs, judged at that
+        node's own noise (``_noisy``) instead of widening every other pair's test."""
         first = self._first_level()
-        spreads: list[tuple[float, int, float]] = []  # sum of squares, degrees of freedom, range
-        for p in self.pairs:
-            logs = p.logs
-            if len(logs) >= 2 and not p.broken:
-                mean = statistics.fmean(logs)
-                if math.isnan(first) or mean - first > self.bound / 2:
-                    spreads.append((sum((x - mean) ** 2 for x in logs), len(logs) - 1, max(logs) - min(logs)))
-        if not spreads:
-            return max(SIGMA_FLOOR, -self.bound / 2), 0  # no spread measured: assume the effect is noise
-        typical = math.sqrt(statistics.median(ss / _median_chi2(k) for ss, k, _ in spreads))
-        calm = [
-            (ss, k)
-            for ss, k, r in spreads
-            if r <= max(FLAP_Z * max(typical, SIGMA_FLOOR) * math.sqrt(2), -self.bound / 2)
-        ]
-        squares, dof = sum(ss for ss, _ in calm), sum(k for _, k in calm)
+        usable = [p for p in self.pairs if len(p.logs) >= 2 and not p.broken]
+        healthy = [p for p in usable if math.isnan(first) or stats.median(p.logs) - first > self.bound / 2]
+        if not healthy:
+            floor = max(SIGMA_FLOOR, -self.bound / 2)  # no spread measured: assume the effect is noise
+            return Noise(floor, 0, max(OUTLIER_Z * floor, -self.bound / 2))
+        # the typical pair's spread, from the middle of its readings: outliers move neither
+        typical = max(SIGMA_FLOOR, stats.median(stats.middle_span_sigma(p.logs) for p in healthy))
+        cut = max(OUTLIER_Z * typical, -self.bound / 2)
+        noisy = self._noisy(usable, typical, cut, first)
+        squares, dof = 0.0, 0
+        for p in healthy:
+            t = trimmed(p.logs, cut)
+            if p.a in noisy or p.b in noisy or t.flaps or len(t.kept) < 2:
+                continue
+            squares += sum((x - t.mean) ** 2 for x in t.kept)
+            dof += len(t.kept) - 1
         if dof == 0:
-            return max(SIGMA_FLOOR, typical), 0
-        return max(SIGMA_FLOOR, math.sqrt(squares / _chi2_quantile(dof, -SIGMA_CONFIDENCE_Z))), dof
+            return Noise(typical, 0, cut, noisy)
+        sigma = max(SIGMA_FLOOR, math.sqrt(squares / stats.chi2_quantile(dof, -SIGMA_CONFIDENCE_Z)))
+        return Noise(sigma, dof, cut, {n: max(s, sigma) for n, s in noisy.items()})
+
+    def _noisy(self, usable: Sequence[PairFigure], typical: float, cut: float, first: float) -> dict[int, float]:
+        """The nodes noisier than the rest, with their own noise (upper 90% bound): the middle of their pairs'
+        readings spreads ``NOISY_RATIO`` x the typical pair's (root mean square over two partners or more)
+        and more than any partner's pairs do (a pair with a noisy node is its partner's too), and some of
+        their readings lie above the healthy level by more than an outlier's distance: a fault only slows a
+        pair, so readings far above healthy are noise, not a slow node, nor a flapping one (slow in some
+        readings, never fast beyond the rest)."""
+        spreads: dict[int, list[float]] = {}
+        partners: dict[int, set[int]] = {}
+        above: set[int] = set()
+        for p in usable:
+            spread = stats.middle_span_sigma(p.logs)
+            for n in (p.a, p.b):
+                spreads.setdefault(n, []).append(spread)
+                partners.setdefault(n, set()).add(p.other(n))
+            if not math.isnan(first) and max(p.logs) - first > cut:
+                above.update((p.a, p.b))
+        rms = {n: math.sqrt(stats.fmean(x**2 for x in found)) for n, found in spreads.items()}
+        out: dict[int, float] = {}
+        for node, mine_partners in partners.items():
+            wide = rms[node] > NOISY_RATIO * typical and all(rms[node] > rms[q] for q in mine_partners)
+            if len(mine_partners) < 2 or node not in above or not wide:
+                continue
+            squares, dof = 0.0, 0
+            for p in usable:
+                if p.has(node):
+                    t = trimmed(p.logs, OUTLIER_Z * rms[node])
+                    squares += sum((x - t.mean) ** 2 for x in t.kept)
+                    dof += len(t.kept) - 1
+            if dof:
+                out[node] = math.sqrt(squares / stats.chi2_quantile(dof, -SIGMA_CONFIDENCE_Z))
+        return out
 
     @staticmethod
     def _llr(log_ratio: float, variance: float, effect: float) -> float:
-        """Wald's log-likelihood ratio of a normal estimate ``log_ratio`` of that ``variance``: mean ``effect``
-        against mean 0."""
-        return effect / variance * (log_ratio - effect / 2)
+        return stats.llr(log_ratio, variance, effect)
 
-    def _level(self, sigma: float, effect: float, robust: bool) -> tuple[float, float]:
-        """ln of a healthy pair's GB/s and the variance of that estimate: the median of the census pairs,
-        leaving out those decisively slow (at ``effect``) against a first median (a fault, not a sample of
-        the level). ``robust``: where one node's pairs can be half the sample or more (two census pairs at 4
-        or 5 nodes; the one pair at 2 or 3), a slow node sets that median itself, halfway between its pairs
-        and the healthy ones; the reference is then the median of the pairs left once as many of the slowest
-        as one node holds are set aside (a fault only slows a pair, so the faster pairs are the healthy ones),
-        with its own error in the test."""
-        sample = self._census_sample()
+    def _level(self, noise: Noise, effect: float, robust: bool) -> tuple[float, float]:
+        """ln of a healthy pair's GB/s and the variance of that estimate: the median of the census pairs
+        (each its readings' mean, outliers aside), leaving out those decisively slow (at ``effect``) against
+        a first median (a fault, not a sample of the level). ``robust``: where one node's pairs can be half
+        the sample or more (two census pairs at 4 or 5 nodes; the one pair at 2 or 3), a slow node sets that
+        median itself, halfway between its pairs and the healthy ones; the reference is then the median of
+        the pairs left once as many of the slowest as one node holds are set aside (a fault only slows a
+        pair, so the faster pairs are the healthy ones), with its own error in the test."""
+        sample = [(p, noise.trim(p)) for p in self._census_sample()]
+        sample = [(p, t) for p, t in sample if t.kept]
         if not sample:
             return math.nan, math.inf
-        means = sorted(((statistics.fmean(p.logs), len(p.logs)) for p in sample), reverse=True)
+        sigma = noise.sigma
+        means = sorted(((t.mean, len(t.kept)) for _, t in sample), reverse=True)
         upper = means
         if robust:
             held: dict[int, int] = {}
-            for p in sample:
+            for p, _ in sample:
                 for n in (p.a, p.b):
                     held[n] = held.get(n, 0) + 1
             most = max(held.values())
@@ -487,6 +552,8 @@ class Isolation:
         # the reference's own error where it rests on a few pairs (the census median's is small beside a pair's)
         ref_var = sigma**2 / statistics.fmean(n for _, n in upper) / len(upper) if upper is not means else 0.0
         kept = [(x, n) for x, n in means if self._llr(x - first, sigma**2 / n + ref_var, effect) < self.witness_llr]
+        if not kept:
+            return first, sigma**2 / statistics.fmean(n for _, n in upper) / len(upper)
         readings = statistics.fmean(n for _, n in kept)
         # the variance of a median of k means: pi / 2 of the mean's for many, the mean's itself for 1 or 2
         factor = math.pi / 2 if len(kept) > 2 else 1.0
@@ -497,13 +564,13 @@ class Isolation:
         tell apart from healthy within the node's share of the budget (90% of the time), no milder than
         ``mild`` and no bolder than the profile's ``fraction``. The level leaves out the pairs slow at the
         hypothesis in use: first the profile's, then the one its level allows."""
-        sigma, dof = self._sigma()
-        level, level_var = self._level(sigma, self.bound, robust=False)
-        effect, resolution = self._hypothesis(sigma, level_var)
+        noise = self._noise()
+        level, level_var = self._level(noise, self.bound, robust=False)
+        effect, resolution = self._hypothesis(noise.sigma, level_var)
         if effect != self.bound:
-            level, level_var = self._level(sigma, effect, robust=True)
-            effect, resolution = self._hypothesis(sigma, level_var)
-        return Scale(level, level_var, sigma, dof, effect, resolution)
+            level, level_var = self._level(noise, effect, robust=True)
+            effect, resolution = self._hypothesis(noise.sigma, level_var)
+        return Scale(level, level_var, noise, effect, resolution)
 
     def _hypothesis(self, sigma: float, level_var: float) -> tuple[float, float]:
         """The slow hypothesis in use and the resolution, in log units, at this noise and level error."""
@@ -515,34 +582,38 @@ class Isolation:
 
     def _evidence(self, pairs: Sequence[PairFigure], scale: Scale) -> float:
         """The log-likelihood ratio "slow" against "healthy" of these pairs together: their readings' mean
-        against the level, whose own error they share; +inf when one is broken."""
+        (each pair's outliers aside) against the level, whose own error they share, each reading at its
+        pair's noise; +inf when one is broken."""
         if any(p.broken for p in pairs):
             return math.inf
-        logs = [x for p in pairs for x in p.logs]
-        if not logs:
+        total, count, variance = 0.0, 0, 0.0
+        for p in pairs:
+            kept = scale.noise.trim(p).kept
+            total += sum(kept)
+            count += len(kept)
+            variance += len(kept) * scale.noise.of(p) ** 2
+        if not count:
             return 0.0
-        return self._llr(
-            statistics.fmean(logs) - scale.level, scale.sigma**2 / len(logs) + scale.level_var, scale.effect
-        )
+        return self._llr(total / count - scale.level, variance / count**2 + scale.level_var, scale.effect)
 
     def _verdict(self, p: PairFigure, scale: Scale) -> Judged:
-        """One pair against the level: slow, flapping, fast or undecided."""
-        logs = p.logs
+        """One pair against the level: slow, flapping (two outliers or more in its repeats: the pair, not
+        chance, and decided before "slow": a pair that flaps clears nobody and convicts nobody on its own),
+        fast or undecided."""
+        t = scale.noise.trim(p)
         if p.broken or math.isnan(scale.level):
-            return Judged(p, statistics.fmean(logs) - scale.level if logs else math.nan, math.inf, "slow")
+            return Judged(p, t.mean - scale.level, math.inf, "slow", t.outliers)
         llr = self._evidence([p], scale)
-        spread = max(FLAP_Z * scale.sigma * math.sqrt(2), -self.bound / 2)
-        flaps = len(logs) >= 2 and max(logs) - min(logs) > spread
         verdict = (
-            "slow"
+            "flapping"
+            if t.flaps
+            else "slow"
             if llr >= self.witness_llr
-            else "flapping"
-            if flaps
             else "fast"
             if llr <= self.clear_llr
             else "undecided"
         )
-        return Judged(p, statistics.fmean(logs) - scale.level, llr, verdict)
+        return Judged(p, t.mean - scale.level, llr, verdict, t.outliers)
 
     def _witnessed(self, per_partner: Mapping[int, list[PairFigure]], scale: Scale) -> list[int] | None:
         """The cleared partners that witness a node slow, or None when it is not to be named: two witnesses
@@ -570,7 +641,9 @@ class Isolation:
         flapping pair or two by chance (about 1% of its pairs at 60% noise), and its pairs together are the
         test of the node; re-opened on them, it would stay open however many partners it met."""
         by_node = _by_node(judged)
-        cleared = {n for j in judged if j.verdict == "fast" for n in (j.pair.a, j.pair.b)}
+        # a fast pair clears its nodes where it read steadily: one with an outlier may be a flapping node's
+        # pair that happened to read slow once only
+        cleared = {n for j in judged if j.verdict == "fast" and not j.outliers for n in (j.pair.a, j.pair.b)}
         for node, mine in by_node.items():
             steady = [j.pair for j in mine if j.verdict != "flapping"]
             if node not in cleared and steady and self._evidence(steady, scale) <= self.clear_llr:
@@ -629,7 +702,10 @@ class Isolation:
         named_paths = [
             key
             for key, llr in slow_paths.items()
-            if llr >= path_llr and set(key) <= confirmed and self._below_ends(key, by_node, cleared, scale)
+            if llr >= path_llr
+            and set(key) <= confirmed
+            and self._replicated([j.pair for j in per_path[key]], scale)
+            and self._below_ends(key, by_node, cleared, scale)
         ]
         open_paths = [key for key in slow_paths if key not in named_paths]
         left = measured - cleared - set(witnesses)
@@ -667,6 +743,17 @@ class Isolation:
             untested=sorted(set(range(self.nodes)) - measured),
         )
 
+    def _replicated(self, path: Sequence[PairFigure], scale: Scale) -> bool:
+        """A path's evidence stands in two rounds: without its strongest round the rest still says "slow"
+        on its own. A path rests on one pair, without a node's two witnesses; read again in another round,
+        a passing disturbance or a noisy node's chance low readings do not repeat, a slow link does."""
+        if any(p.broken for p in path):
+            return True
+        rounds = {p.round for p in path}
+        if len(rounds) < 2:
+            return False
+        return min(self._evidence([p for p in path if p.round != r], scale) for r in rounds) >= self.witness_llr
+
     def _below_ends(self, key: Pair, by_node: Mapping[int, list[Judged]], cleared: set[int], scale: Scale) -> bool:
         """A path's pairs stand below each of its nodes' pairs with other cleared partners, by the test of a
         witness: the path is slow, not one of its nodes at a pace of its own too mild to name (a node at 0.8x
@@ -676,13 +763,13 @@ class Isolation:
         path = [j.pair for j in by_node[a] if j.pair.other(a) == b]
         if any(p.broken for p in path):
             return True
-        logs = [x for p in path for x in p.logs]
+        logs = [x for p in path for x in scale.noise.trim(p).kept]
         for node, partner in ((a, b), (b, a)):
             others = [
                 x
                 for j in by_node[node]
                 if j.pair.other(node) != partner and j.pair.other(node) in cleared and j.verdict != "flapping"
-                for x in j.pair.logs
+                for x in scale.noise.trim(j.pair).kept
             ]
             if not logs or not others:
                 return False
@@ -756,6 +843,7 @@ class Isolation:
             if step:
                 steps.append(tuple(step))
                 met |= {frozenset(p) for p in step}
+        steps += _paths_again(paths, steps)
         if not steps and st.suspects:
             return self._repeat(number, st)
         return Round(number, "pairs", tuple(steps), self.repeats) if steps else None
@@ -825,6 +913,11 @@ class Isolation:
             if not used & {a, b}:
                 pairs.append((a, b))
                 used.update((a, b))
+        if not pairs and not st.held and not st.untested and not st.too_noisy:
+            # nobody stands out: every pair alike. One pair of cleared nodes' rails tells a rail slow on every
+            # node (that rail's switch or cabling) from a fabric slow as a whole
+            census = next((r.steps[0] for r in self.rounds if r.census), ())
+            pairs = [p for p in census if set(p) <= set(st.cleared)][:1]
         return pairs
 
     # -- the verdict ------------------------------------------------------------------------------------
@@ -876,6 +969,13 @@ class Isolation:
                     f"not resolved in {len(self.rounds)} rounds (slow pairs, too few cleared witnesses): "
                     + _names([self.label(n) for n in left])
                 )
+            noisy = {n: s for n, s in st.scale.noise.noisy.items() if n not in culprits}
+            if noisy:
+                # wider spread, not slower: judged at its own noise, never named or drained for it
+                parts.append(
+                    _names([f"{self.label(n)} noisy ({s:.0%} a reading)" for n, s in sorted(noisy.items())])
+                    + f" against {st.sigma:.0%} for the rest: judged at its own noise, not slow"
+                )
             if st.too_noisy and self.pairs:
                 # leaning slow on evidence no stronger than the noise gives a healthy node: nobody to list
                 parts.append(
@@ -908,16 +1008,24 @@ class Isolation:
         figures = [f for p in self.pairs for f in p.figures]
         return (
             f"{self.label(0)} and {self.label(1)}: their pair at {_span(figures)} GB/s; "
-            "two nodes can only blame their pair, not one node" + self._rail_text(0, 1)
+            "two nodes can only blame their pair, not one node: which end is slow takes a third node's "
+            "reading" + self._rail_text(0, 1)
         )
 
     def _nobody(self, st: Status) -> str:
         figures = [p.gbps for p in self.pairs]
-        return (
+        line = (
             f"no node stands out: {len(figures)} pairs at {_span(figures)} GB/s, none named at "
             f"{self.fraction:g} x the healthy level; every node shares the fault (a switch, the fabric) "
             "or the bound is too high"
         )
+        ends = sorted({n for k in self.rails for n in (k["src_node"], k["dst_node"])})
+        below = [set(self.slow_rails(n)) for n in ends]
+        if ends and below[0] and all(b == below[0] for b in below):
+            # the same rail below the others on every node measured, while every pair reads alike
+            gpus = ", ".join(f"GPU {g} <-> GPU {g}" for g in sorted(below[0]))
+            line += f"; rail {gpus} below the other rails on every node measured ({len(ends)}): that rail on every node"
+        return line + self._rail_text(*ends) if ends and not below[0] else line
 
     def slow_rails(self, node: int) -> dict[int, float]:
         """The rails of ``node`` (GPU index -> its slower direction's GB/s) that stand below its other
@@ -955,14 +1063,37 @@ class Isolation:
             rail = f"GPU {worst['src_gpu']} <-> GPU {worst['dst_gpu']}"
             return f"; rail {rail} at {worst['gbps']:.3g} GB/s ({where}), the only rail"
         below = {g: f for n in nodes for g, f in self.slow_rails(n).items()}
-        if below:
+        way = self._direction(nodes[0], mine) if nodes else ""
+        if below and len(below) < len(gpus):
             named = ", ".join(f"GPU {g} <-> GPU {g} ({f:.3g} GB/s)" for g, f in sorted(below.items()))
-            others = statistics.median(float(k["gbps"]) for k in mine if int(k["src_gpu"]) not in below)
-            return f"; rail {named} below the node's other rails ({others:.3g} GB/s median; slowest {where})"
+            others = stats.median(float(k["gbps"]) for k in mine if int(k["src_gpu"]) not in below)
+            return f"; rail {named} below the node's other rails ({others:.3g} GB/s median; slowest {where})" + way
         return (
             f"; rail GPU {worst['src_gpu']} <-> GPU {worst['dst_gpu']} slowest ({worst['gbps']:.3g} GB/s, {where}) "
-            "but not below the others"
+            "but not below the others" + way
         )
+
+    def _direction(self, node: int, mine: Sequence[Link]) -> str:
+        """Where the node's rails are slow one way only: sending or receiving, by the test of a pair (the
+        median of each direction's rails against the other's). Two nodes: the slow direction between them,
+        which of the two ends it is takes a third node."""
+        sent = [
+            math.log(k["gbps"]) for k in mine if k["src_node"] == node and k["gbps"] > 0 and math.isfinite(k["gbps"])
+        ]
+        got = [
+            math.log(k["gbps"]) for k in mine if k["dst_node"] == node and k["gbps"] > 0 and math.isfinite(k["gbps"])
+        ]
+        if not sent or not got:
+            return ""
+        gap = stats.median(got) - stats.median(sent)  # > 0: its sends slower than what it receives
+        sigma = self.status().sigma
+        variance = math.pi / 2 * sigma**2 * (1 / len(sent) + 1 / len(got))
+        if self._llr(-abs(gap), variance, self.effect) < self.witness_llr:
+            return ""
+        out, into = math.exp(stats.median(sent)), math.exp(stats.median(got))
+        if self.nodes == 2:
+            return f"; slow one way only: {out:.3g} GB/s from node {node}, {into:.3g} GB/s to it"
+        return f"; slow when it {'sends' if gap > 0 else 'receives'} ({out:.3g} GB/s out, {into:.3g} GB/s in)"
 
     def evidence(self) -> IsolationEvidence:
         st = self.status()
@@ -982,6 +1113,7 @@ class Isolation:
                     "wrong": j.pair.wrong,
                     "round": j.pair.round,
                     "log_ratio": j.log_ratio,
+                    "outliers": j.outliers,
                     "llr": j.llr,
                     "verdict": j.verdict,
                 }
@@ -997,6 +1129,9 @@ class Isolation:
             "slow_pair_fraction": self.fraction,
             "noise_sigma": st.sigma,
             "noise_dof": st.scale.dof,
+            "noisy": {str(n): s for n, s in sorted(st.scale.noise.noisy.items())},
+            "outliers": sum(j.outliers for j in st.judged),
+            "outlier_cut": st.scale.noise.cut,
             "noise_by_round": list(self.noise_by_round),
             "named_fraction": math.exp(st.scale.effect),
             "resolution": math.exp(st.scale.resolution),
@@ -1032,17 +1167,6 @@ def _by_node(judged: Iterable[Judged]) -> dict[int, list[Judged]]:
         out.setdefault(j.pair.a, []).append(j)
         out.setdefault(j.pair.b, []).append(j)
     return out
-
-
-def _chi2_quantile(dof: int, z: float) -> float:
-    """The chi-square quantile of ``dof`` degrees of freedom at the normal quantile ``z`` (Wilson and
-    Hilferty, 1931: accurate to a few percent from 2 degrees of freedom)."""
-    k = 2 / (9 * dof)
-    return dof * max(1 - k + z * math.sqrt(k), 0.05) ** 3
-
-
-def _median_chi2(dof: int) -> float:
-    return _chi2_quantile(dof, 0.0)
 
 
 def _matching(nodes: list[int], met: set[frozenset[int]], prefer: set[int]) -> list[Pair]:
@@ -1105,6 +1229,20 @@ def _with_partners(
             pairs.append((node, partner))
             used.update((node, partner))
     return pairs
+
+
+def _paths_again(paths: Sequence[Pair], steps: Sequence[tuple[Pair, ...]]) -> list[tuple[Pair, ...]]:
+    """Open paths whose nodes met new partners in every step of a round: read again in a step of their own
+    (a path is named on two rounds' readings), those that share no node with an earlier one."""
+    if not paths or not steps:
+        return []
+    used: set[int] = set()
+    out: list[Pair] = []
+    for a, b in paths:
+        if not {a, b} & used:
+            out.append((a, b))
+            used.update((a, b))
+    return [tuple(out)]
 
 
 def _names(items: Iterable[str]) -> str:
