@@ -541,3 +541,18 @@ def test_the_verdict_is_written_for_any_fabric_whatever_the_readings(seed: int) 
     evidence = iso.evidence()
     assert evidence["message"] == line
     json.dumps(evidence)
+
+
+@pytest.mark.parametrize("sigma", [0.02, 0.05])
+def test_a_half_speed_node_among_three_is_named_at_low_noise(sigma: float) -> None:
+    """Three nodes: the slow node is in two of the three pairs, so the level is the faster pair's, not
+    the median that the slow node sets itself."""
+    cell = bench.cell(sigma, 3, "1 node 0.5x", 2 * TRIALS, SEED)
+    assert cell.recall >= 0.9 and cell.clean == 1.0, (cell.recall, cell.clean)
+
+
+def test_a_node_slow_only_when_it_sends_is_named_as_such_in_95_percent_of_trials_from_4_nodes() -> None:
+    for nodes in (4, 8, 64):
+        cell = bench.cell(0.1, nodes, "one-way 0.2x", TRIALS, SEED)
+        assert cell.recall >= 0.95 and cell.rail_rate >= 0.95 and cell.clean == 1.0, (nodes, cell.recall)
+        assert cell.raised == 0
