@@ -11,22 +11,27 @@ one of the two, or their path, is slow.
 
 The decision, per pair and per node, in log space (a slowdown is a ratio):
 
+* a pair's reading: its repeats' mean, those further than ``OUTLIER_Z`` x the noise from their median
+  set aside as outliers and counted (a retransmit moves a pair by nothing); two outliers, or one above
+  the rest, make the pair flap (``pair_statistics``);
 * the noise: the spread of each healthy pair's repeats (pooled over the pairs above the midpoint to
   ``fraction`` x the census median, but those that flap, with an upper confidence bound when few pairs
   were measured: a steady throttled pair never makes the test bolder), never less than ``SIGMA_FLOOR``;
+  a noisy node (its pairs spread ``NOISY_RATIO`` x the typical pair's, more than its partners', with
+  readings far above healthy, which no fault gives) is judged at its own noise, called noisy, never named;
 * the healthy level: the median of the census pairs (round 1's first step, where every node is in one
-  pair), leaving out those decisively slow against a first median; never a maximum, which grows with the
-  number of noisy pairs. Where the slow hypothesis in use is milder than ``fraction``, the pairs slow at
-  it are left out too, and where one node's pairs can be half the sample (two pairs at 4 or 5 nodes)
-  against the faster pairs instead of a median that node sets itself. Its own error (the variance of a
-  median) enters every test below, since every pair is compared with the same level;
+  pair; at 3 nodes every pair), leaving out those decisively slow against a first median; never a
+  maximum, which grows with the number of noisy pairs. Where the slow hypothesis in use is milder than
+  ``fraction``, the pairs slow at it are left out too, and where one node's pairs can be half the sample
+  (two pairs at 4 or 5 nodes) against the faster pairs instead of a median that node sets itself. Its
+  own error (the variance of a median) enters every test below, since every pair is compared with the
+  same level;
 * the slow hypothesis: the mildest slowdown two witness pairs tell apart at this noise (``Scale``), no
   milder than ``mild`` and no bolder than ``fraction`` (the profile's ``slow_pair_fraction``);
 * each pair: Wald's sequential probability ratio test between "healthy" (its level) and "slow" (at the
   slow hypothesis x the level), over its
   repeats: a log-likelihood ratio over ``log((1 - BETA) / WITNESS_ALPHA)`` makes the pair slow, under
-  ``log(BETA / (1 - ALPHA))`` fast; a pair whose repeats disagree by more than the noise allows (it
-  flaps) clears nobody;
+  ``log(BETA / (1 - ALPHA))`` fast; a pair that flaps is flapping before it is slow, and clears nobody;
 * a node is cleared by a fast pair or by its pairs together, and re-opened when its pairs with two
   cleared partners are slow (or one is and the rest lean slow), whatever a fast pair said, unless those
   pairs together, the slow ones included, still clear it (a healthy node that met many partners at high
@@ -37,10 +42,13 @@ The decision, per pair and per node, in log space (a slowdown is a ratio):
   ``log((1 - BETA) / WITNESS_ALPHA)`` on its own: two independent witnesses, so one bad path or partner
   convicts nobody;
 * a slow pair of two cleared nodes, each fast with two other partners, is their path, not either node,
-  named within the paths' own budget (``PATH_ALPHA`` over the node pairs tested), and only where it also
+  named within the paths' own budget (``PATH_ALPHA`` over the node pairs tested), on two rounds'
+  readings (a disturbance does not repeat), and only where it also
   stands below each node's pairs with other cleared partners (a node too mildly slow to name is not
   told as its paths);
-* a rail is named only when it stands below the node's other rails, by the same test.
+* a rail is named only when it stands below the node's other rails, by the same test; a node whose rails
+  are slow one way only is slow when it sends (or receives); where nobody stands out, one pair's rails
+  name a rail slow on every node.
 
 Rounds:
 
