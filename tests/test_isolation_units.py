@@ -381,11 +381,10 @@ def test_a_healthy_cluster_at_60_percent_noise_ends_resolved_within_the_rounds(n
     assert cell.max_rounds <= MAX_PAIR_ROUNDS
 
 
-def test_a_node_left_open_with_no_partner_left_to_meet_has_its_pairs_read_again() -> None:
-    """Three nodes, node 2 at half speed, noisy readings: after the two census rounds every pair has met
-    and node 2 is still open. The next round reads its pairs again, with the census's first step (the
-    level's sample, no pair chosen for what it read), until its two cleared partners name it, within the
-    rounds' bound."""
+def test_a_half_speed_node_among_three_is_named_once_every_pair_has_met() -> None:
+    """Three nodes, node 2 at half speed, noisy readings: after the two census rounds every pair has met;
+    the level rests on the faster pair (node 2 is in the other two), and its two cleared partners name it,
+    within the rounds' bound."""
     noisy = [FAST * 1.5, FAST / 1.5, FAST * 1.2, FAST / 1.2, FAST]
 
     def figure(a: int, b: int) -> float:
@@ -401,9 +400,8 @@ def test_a_node_left_open_with_no_partner_left_to_meet_has_its_pairs_read_again(
             iso.record(rnd, {"pairs": rows})
         else:
             iso.record(rnd, measure(rnd, lambda a, b: FAST * figure(a, b), set(), None))
-    assert [r.census for r in rounds[:3]] == [True, True, True]
+    assert [r.census for r in rounds[:2]] == [True, True]
     assert {p for step in rounds[1].steps for p in step} == {(1, 2)}
-    assert rounds[2].steps == (rounds[0].steps[0], ((2, 0),), ((1, 2),))
     assert iso.culprits == [2], iso.message()
     assert len([r for r in rounds if r.kind == "pairs"]) <= MAX_PAIR_ROUNDS and rounds[-1].kind == "rails"
 

@@ -146,30 +146,33 @@ class Judge:
     def _noisy(self, usable: Sequence[PairFigure], typical: float, cut: float, first: float) -> dict[int, float]:
         """The nodes noisier than the rest, with their own noise (upper 90% bound): the middle of their pairs'
         readings spreads ``NOISY_RATIO`` x the typical pair's (root mean square over two partners or more)
-        and more than any partner's pairs do (a pair with a noisy node is its partner's too), and some of
+        and more than each partner's other pairs do, their shared pair aside (it is the partner's too), and some of
         their readings lie above the healthy level by more than an outlier's distance: a fault only slows a
         pair, so readings far above healthy are noise, not a slow node, nor a flapping one (slow in some
         readings, never fast beyond the rest)."""
-        spreads: dict[int, list[float]] = {}
-        partners: dict[int, set[int]] = {}
+        spreads: dict[int, dict[int, list[float]]] = {}  # node -> partner -> its pairs' spreads
         above: set[int] = set()
         for p in usable:
             spread = stats.middle_span_sigma(p.logs)
             for n in (p.a, p.b):
-                spreads.setdefault(n, []).append(spread)
-                partners.setdefault(n, set()).add(p.other(n))
+                spreads.setdefault(n, {}).setdefault(p.other(n), []).append(spread)
             if not math.isnan(first) and max(p.logs) - first > cut:
                 above.update((p.a, p.b))
-        rms = {n: math.sqrt(stats.fmean(x**2 for x in found)) for n, found in spreads.items()}
+
+        def rms(node: int, without: int | None = None) -> float:
+            found = [x for q, xs in spreads[node].items() if q != without for x in xs]
+            return math.sqrt(stats.fmean((x**2 for x in found), default=0.0))
+
         out: dict[int, float] = {}
-        for node, mine_partners in partners.items():
-            wide = rms[node] > NOISY_RATIO * typical and all(rms[node] > rms[q] for q in mine_partners)
-            if len(mine_partners) < 2 or node not in above or not wide:
+        for node, mine in spreads.items():
+            # each shared pair set aside: the node's other pairs against its partner's other pairs
+            wide = rms(node) > NOISY_RATIO * typical and all(rms(node, q) > rms(q, node) for q in mine)
+            if len(mine) < 2 or node not in above or not wide:
                 continue
             squares, dof = 0.0, 0
             for p in usable:
                 if p.has(node):
-                    t = trimmed(p.logs, OUTLIER_Z * rms[node])
+                    t = trimmed(p.logs, OUTLIER_Z * rms(node))
                     squares += sum((x - t.mean) ** 2 for x in t.kept)
                     dof += len(t.kept) - 1
             if dof:
@@ -220,7 +223,8 @@ class Judge:
         ``mild`` and no bolder than the profile's ``fraction``. The level leaves out the pairs slow at the
         hypothesis in use: first the profile's, then the one its level allows."""
         noise = self._noise()
-        level, level_var = self._level(noise, self.bound, robust=False)
+        # at 3 nodes every pair is the sample, and a slow node is in two of the three: the faster pair is the level
+        level, level_var = self._level(noise, self.bound, robust=self.nodes <= 3)
         effect, resolution = self._hypothesis(noise.sigma, level_var)
         if effect != self.bound:
             level, level_var = self._level(noise, effect, robust=True)
