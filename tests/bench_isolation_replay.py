@@ -55,21 +55,28 @@ class Cluster:
     rails: dict[tuple[int, int], float] = field(default_factory=dict)  # (node, gpu) -> pace
     flapping: set[int] = field(default_factory=set)
     fabric: float = 1.0  # every pair's pace: a fault no node is to blame for
+    outliers: float = 0.0  # the share of readings far below the rest (congestion, a retransmit)
+    noisy: dict[int, float] = field(default_factory=dict)  # node -> the noise of its pairs' readings
+    one_way: dict[int, float] = field(default_factory=dict)  # node -> its pace when it sends
+    rail_everywhere: dict[int, float] = field(default_factory=dict)  # GPU -> its pace on every node
 
     def __post_init__(self) -> None:
         self.pace = np.ones(self.nodes)
 
     @property
     def bad(self) -> set[int]:
-        """The nodes a verdict should name."""
-        return {int(n) for n in np.flatnonzero(self.pace < 1)} | {n for n, _ in self.rails} | self.flapping
+        """The nodes a verdict should name (a noisy node is not slow: naming it is blaming a healthy node)."""
+        slow = {int(n) for n in np.flatnonzero(self.pace < 1)} | set(self.one_way)
+        return slow | {n for n, _ in self.rails} | self.flapping
 
     def pairs(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         """One reading of each pair (a[i], b[i])."""
         node = self.pace.copy()
         for (n, _), p in self.rails.items():
             node[n] = min(node[n], p)
-        ends = np.minimum(node[a], node[b])
+        for n, p in self.one_way.items():  # an all_reduce sends both ways: the pair waits for the slow sender
+            node[n] = min(node[n], p)
+        ends = np.minimum(node[a], node[b]) * min(self.rail_everywhere.values(), default=1.0)
         for n in self.flapping:
             flap = ((a == n) | (b == n)) & (self.rng.random(len(a)) < FLAP_SHARE)
             ends = np.where(flap, np.minimum(ends, FLAP_FACTOR), ends)
@@ -77,12 +84,27 @@ class Cluster:
             x, y = tuple(key)
             on = ((a == x) & (b == y)) | ((a == y) & (b == x))
             ends = np.where(on, np.minimum(ends, p), ends)
-        return BASE_GBPS * self.fabric * ends * np.exp(self.sigma * self.rng.standard_normal(len(a)))
+        sigma = np.full(len(a), self.sigma)
+        for n, s in self.noisy.items():
+            sigma = np.where((a == n) | (b == n), np.maximum(sigma, s), sigma)
+        return (
+            BASE_GBPS * self.fabric * ends * np.exp(sigma * self.rng.standard_normal(len(a))) * self._outliers(len(a))
+        )
+
+    def _outliers(self, count: int) -> np.ndarray:
+        """Each reading, with chance ``outliers``, at 0.05-0.5x of its pace (log-uniform)."""
+        hit = self.rng.random(count) < self.outliers
+        return np.where(hit, np.exp(self.rng.uniform(math.log(0.05), math.log(0.5), count)), 1.0)
 
     def rail(self, a: int, b: int, gpu: int) -> float:
+        """One reading of GPU ``gpu`` of node ``a`` sending to the same GPU of node ``b``."""
         ends = [self.pace[n] * self.rails.get((n, gpu), 1.0) for n in (a, b)]
-        pace = min(*ends, self.paths.get(frozenset((a, b)), 1.0))
-        return float(BASE_GBPS * self.fabric * pace * math.exp(self.sigma * self.rng.standard_normal()))
+        pace = min(*ends, self.paths.get(frozenset((a, b)), 1.0), self.one_way.get(a, 1.0))
+        pace *= self.rail_everywhere.get(gpu, 1.0)
+        noise = max(self.sigma, self.noisy.get(a, 0.0), self.noisy.get(b, 0.0))
+        return float(
+            BASE_GBPS * self.fabric * pace * math.exp(noise * self.rng.standard_normal()) * self._outliers(1)[0]
+        )
 
     def hint(self) -> tuple[Pair, ...]:
         """The failing probe's slowest node pairs: one reading of each rail pair of its rounds."""
@@ -132,6 +154,40 @@ def fabric(factor: float) -> Fault:
     return apply
 
 
+def outliers(rate: float, then: Fault | None = None) -> Fault:
+    """A share of every reading far below the rest (heavy-tailed noise), with another fault or none."""
+
+    def apply(c: Cluster) -> None:
+        c.outliers = rate
+        if then is not None:
+            then(c)
+
+    return apply
+
+
+def noisy_node(c: Cluster) -> None:
+    """One node's pairs four times as noisy as the rest (at least 40% a reading), at full pace."""
+    c.noisy[int(c.rng.integers(c.nodes))] = max(4 * c.sigma, 0.4)
+
+
+def one_way(factor: float) -> Fault:
+    """One node slow only when it sends."""
+
+    def apply(c: Cluster) -> None:
+        c.one_way[int(c.rng.integers(c.nodes))] = factor
+
+    return apply
+
+
+def rail_everywhere(factor: float) -> Fault:
+    """One GPU's rail slow on every node: the fabric of that rail, no node to blame."""
+
+    def apply(c: Cluster) -> None:
+        c.rail_everywhere[int(c.rng.integers(GPUS))] = factor
+
+    return apply
+
+
 def flapping(c: Cluster) -> None:
     c.flapping.add(int(c.rng.integers(c.nodes)))
 
@@ -153,6 +209,12 @@ FAULTS: dict[str, Fault] = {
     "path 0.2x": slow_path(0.2),
     "rail 0.2x": slow_rail(0.2),
     "flapping 0.2x": flapping,
+    "outliers 1%": outliers(0.01),
+    "outliers 5%": outliers(0.05),
+    "outliers 5% + 1 node 0.5x": outliers(0.05, slow_nodes(0.5)),
+    "noisy node": noisy_node,
+    "one-way 0.2x": one_way(0.2),
+    "rail 0.2x on every node": rail_everywhere(0.2),
 }
 
 
@@ -167,7 +229,8 @@ class Trial:
     rounds: int
     message_bytes: int
     named_fraction: float  # the slow hypothesis the verdict was reached at
-    rail_named: bool  # the slow rail named (False where there is none)
+    rail_named: bool  # the slow rail named, or the one-way node as such (False where there is none)
+    raised: bool  # message() or evidence() raised
 
     @property
     def blamed_healthy(self) -> bool:
@@ -231,6 +294,18 @@ def trial(nodes: int, sigma: float, fault: Fault, seed: int, fraction: float = 0
     st = iso.status()
     true_paths = frozenset((min(p), max(p)) for p in cluster.paths)
     rail_nodes = {n for n, _ in cluster.rails}
+    try:
+        line = iso.message()
+        iso.evidence()
+        raised = False
+    except Exception:  # the verdict must never raise: the table counts the trials that did
+        line, raised = "", True
+    if cluster.one_way:  # named, and as slow when it sends
+        told = set(cluster.one_way) <= named and "when it sends" in line
+    elif cluster.rail_everywhere:  # the rail named on every node
+        told = all(f"GPU {g} <-> GPU {g}" in line for g in cluster.rail_everywhere) and "every node" in line
+    else:
+        told = bool(rail_nodes) and all(gpu in iso.slow_rails(n) for (n, gpu) in cluster.rails if n in named)
     return Trial(
         named=named,
         bad=frozenset(cluster.bad),
@@ -239,9 +314,10 @@ def trial(nodes: int, sigma: float, fault: Fault, seed: int, fraction: float = 0
         resolved=not named and not st.paths and not st.suspects and not st.untested,
         listed=bool(st.held or st.untested),
         rounds=len(iso.rounds),
-        message_bytes=len(iso.message().encode()),
+        message_bytes=len(line.encode()),
         named_fraction=math.exp(st.scale.effect),
-        rail_named=bool(rail_nodes) and all(gpu in iso.slow_rails(n) for (n, gpu) in cluster.rails if n in named),
+        rail_named=told,
+        raised=raised,
     )
 
 
@@ -302,6 +378,10 @@ class Cell:
         return sum(bool(t.true_paths & t.paths_named) for t in self.trials) / len(self.trials)
 
     @property
+    def raised(self) -> int:
+        return sum(t.raised for t in self.trials)
+
+    @property
     def rail_rate(self) -> float:
         return sum(t.rail_named for t in self.trials) / len(self.trials)
 
@@ -330,7 +410,8 @@ COLUMNS = (
     "max rounds",
     "names at",
     "max line B",
-    "path/rail",
+    "path/rail/one-way",
+    "raised",
 )
 
 
@@ -338,7 +419,13 @@ def row(c: Cell) -> tuple[str, ...]:
     def pct(x: float) -> str:
         return "-" if math.isnan(x) else f"{100 * x:.1f}%".replace(".0%", "%")
 
-    extra = pct(c.path_rate) if c.fault.startswith("path") else pct(c.rail_rate) if c.fault.startswith("rail") else ""
+    extra = (
+        pct(c.path_rate)
+        if c.fault.startswith("path")
+        else pct(c.rail_rate)
+        if c.fault.startswith(("rail", "one-way"))
+        else ""
+    )
     return (
         f"{c.sigma:g}",
         str(c.nodes),
@@ -346,7 +433,7 @@ def row(c: Cell) -> tuple[str, ...]:
         pct(c.clean),
         pct(c.precision),
         pct(c.recall),
-        pct(c.as_paths) if c.fault.startswith(("1 node", "2+", "rail", "flapping")) else "",
+        pct(c.as_paths) if c.fault.startswith(("1 node", "2+", "rail 0.2x", "flapping", "one-way")) else "",
         pct(c.resolved) if c.fault == "no fault" else "",
         pct(c.unlisted) if c.fault == "no fault" else "",
         f"{c.mean_rounds:.2f}",
@@ -354,6 +441,7 @@ def row(c: Cell) -> tuple[str, ...]:
         f"{c.named_fraction:.2f}x",
         str(c.max_message),
         extra,
+        str(c.raised),
     )
 
 

@@ -5,6 +5,7 @@ runs the full grid), and the verdicts' rules one at a time."""
 from __future__ import annotations
 
 import itertools
+import json
 import math
 import random
 from collections.abc import Callable
@@ -251,8 +252,8 @@ def test_two_slow_nodes_are_both_named(n: int, slow: tuple[int, int]) -> None:
 
 def test_nobody_stands_out_when_every_pair_is_alike_with_two_sets_of_partners() -> None:
     iso = simulate(8, speed(set(), noise=0.1))
-    assert iso.culprits == [] and len(iso.rounds) == 2
-    assert [r.census for r in iso.rounds] == [True, True]
+    assert iso.culprits == [] and [r.kind for r in iso.rounds] == ["pairs", "pairs", "rails"]
+    assert [r.census for r in iso.rounds] == [True, True, False]
     assert "no node stands out: 8 pairs at" in iso.message()
 
 
@@ -285,14 +286,14 @@ def test_a_hinted_slow_path_is_named_as_a_path_once_both_its_nodes_are_fast_with
 
 
 def test_a_flapping_pair_clears_nobody() -> None:
-    """Four readings above the healthy level and one under it: the pair's mean is healthy, yet its repeats
-    lie further apart than the noise allows."""
+    """Three readings above the healthy level and two under it: the pair's mean is healthy, yet two of its
+    repeats lie further from the rest than the noise allows (one would be an outlier, set aside)."""
     iso = Isolation(8, 0.5)
     first = iso.next_round()
     assert first is not None
     calm = [FAST, 9.9, 10.1, FAST, 9.8]
     rows = [{"a": a, "b": b, "gbps": FAST, "repeats_gbps": calm} for a, b in first.steps[0]]
-    rows[0]["repeats_gbps"] = [13.0, 13.0, 13.0, 13.0, 9.0]
+    rows[0]["repeats_gbps"] = [13.0, 13.0, 13.0, 9.0, 9.0]
     iso.record(first, {"pairs": rows})
     st = iso.status()
     (flap,) = st.flapping
@@ -380,11 +381,10 @@ def test_a_healthy_cluster_at_60_percent_noise_ends_resolved_within_the_rounds(n
     assert cell.max_rounds <= MAX_PAIR_ROUNDS
 
 
-def test_a_node_left_open_with_no_partner_left_to_meet_has_its_pairs_read_again() -> None:
-    """Three nodes, node 2 at half speed, noisy readings: after the two census rounds every pair has met
-    and node 2 is still open. The next round reads its pairs again, with the census's first step (the
-    level's sample, no pair chosen for what it read), until its two cleared partners name it, within the
-    rounds' bound."""
+def test_a_half_speed_node_among_three_is_named_once_every_pair_has_met() -> None:
+    """Three nodes, node 2 at half speed, noisy readings: after the two census rounds every pair has met;
+    the level rests on the faster pair (node 2 is in the other two), and its two cleared partners name it,
+    within the rounds' bound."""
     noisy = [FAST * 1.5, FAST / 1.5, FAST * 1.2, FAST / 1.2, FAST]
 
     def figure(a: int, b: int) -> float:
@@ -400,9 +400,8 @@ def test_a_node_left_open_with_no_partner_left_to_meet_has_its_pairs_read_again(
             iso.record(rnd, {"pairs": rows})
         else:
             iso.record(rnd, measure(rnd, lambda a, b: FAST * figure(a, b), set(), None))
-    assert [r.census for r in rounds[:3]] == [True, True, True]
+    assert [r.census for r in rounds[:2]] == [True, True]
     assert {p for step in rounds[1].steps for p in step} == {(1, 2)}
-    assert rounds[2].steps == (rounds[0].steps[0], ((2, 0),), ((1, 2),))
     assert iso.culprits == [2], iso.message()
     assert len([r for r in rounds if r.kind == "pairs"]) <= MAX_PAIR_ROUNDS and rounds[-1].kind == "rails"
 
@@ -435,3 +434,123 @@ def test_no_slow_node_is_told_as_paths_at_few_nodes() -> None:
     for nodes in (4, 5):
         cell = bench.cell(0.3, nodes, "1 node 0.5x", TRIALS, SEED)
         assert cell.as_paths == 0.0 and cell.clean == 1.0, nodes
+
+
+# -- what issue 49 asked of the test: the noise real fabrics have -------------------------------------------
+
+
+def test_one_outlier_repeat_makes_no_pair_slow_and_is_kept_as_evidence() -> None:
+    """A retransmit puts one of a pair's five repeats at a tenth of the rest: set aside and counted, the
+    pair judged on the other four (it would move their mean by 46%)."""
+    iso = Isolation(8, 0.5)
+    first = iso.next_round()
+    assert first is not None
+    calm = [FAST, 9.9, 10.1, 10.05, 9.95]
+    rows = [{"a": a, "b": b, "gbps": FAST, "repeats_gbps": calm} for a, b in first.steps[0]]
+    rows[1]["repeats_gbps"] = [FAST, 9.9, 1.0, 10.05, 9.95]
+    iso.record(first, {"pairs": rows})
+    st = iso.status()
+    assert not st.slow and not st.flapping and len(st.cleared) == 8, iso.message()
+    records = iso.evidence()["pairs"]
+    assert [r["outliers"] for r in records] == [0, 1, 0, 0] and iso.evidence()["outliers"] == 1
+
+
+@pytest.mark.parametrize("fault", ["outliers 1%", "outliers 5%", "outliers 5% + 1 node 0.5x", "noisy node"])
+def test_heavy_tailed_noise_and_a_noisy_node_name_no_healthy_node_or_path(fault: str) -> None:
+    for nodes in (4, 8, 16, 64):
+        cell = bench.cell(0.1, nodes, fault, TRIALS, SEED)
+        assert cell.clean >= 0.95, (nodes, [(t.named - t.bad, t.paths_named) for t in cell.trials if t.blamed_healthy])
+        if "node 0.5x" in fault:
+            assert cell.recall >= 0.95, (nodes, cell.recall)
+
+
+def test_a_noisy_node_is_judged_at_its_own_noise_and_called_noisy_not_slow() -> None:
+    """Node 5's pairs read 50% apart from repeat to repeat, the rest 2%; none of them is slower."""
+    rng = random.Random(5)
+
+    def figure(a: int, b: int) -> float:
+        return FAST * math.exp((0.5 if 5 in (a, b) else 0.02) * rng.gauss(0.0, 1.0))
+
+    iso = simulate(8, figure)
+    assert iso.culprits == [] and iso.status().paths == [], iso.message()
+    assert "node 5 (host ns5) noisy (" in iso.message() and "judged at its own noise, not slow" in iso.message()
+    assert list(iso.evidence()["noisy"]) == ["5"]
+
+
+def test_a_node_slow_only_when_it_sends_is_named_as_such() -> None:
+    iso = simulate(8, speed({3}), rails=lambda src, dst, gpu: SLOW if src == 3 else FAST)
+    assert iso.culprits == [3], iso.message()
+    assert "slow when it sends (0.3 GB/s out, 10 GB/s in)" in iso.message()
+    assert iso.evidence()["culprits"] == [3]
+
+
+def test_two_nodes_say_that_a_third_reading_would_pin_the_slow_end() -> None:
+    iso = simulate(2, speed({1}), rails=lambda src, dst, gpu: SLOW if src == 1 else FAST)
+    line = iso.message()
+    assert "two nodes can only blame their pair, not one node: which end is slow takes a third node's reading" in line
+    assert "slow one way only: 10 GB/s from node 0, 0.3 GB/s to it" in line
+
+
+def test_a_rail_slow_on_every_node_is_named_as_that_rail() -> None:
+    """Every pair alike (nobody stands out); one pair of cleared nodes' rails shows GPU 1 below the rest."""
+    iso = simulate(8, lambda a, b: SLOW, rails=lambda src, dst, gpu: SLOW if gpu == 1 else FAST)
+    line = iso.message()
+    assert iso.culprits == [] and [r.kind for r in iso.rounds] == ["pairs", "pairs", "rails"], line
+    assert "no node stands out" in line
+    assert "rail GPU 1 <-> GPU 1 below the other rails on every node measured (2): that rail on every node" in line
+
+
+def _random_fabric(seed: int) -> tuple[bench.Cluster, float]:
+    """A cluster of 2 to 40 nodes with any mix of the faults the bench draws, at any noise."""
+    rng = np.random.default_rng(seed)
+    cluster = bench.Cluster(int(rng.integers(2, 41)), float(rng.choice([0.0, 0.02, 0.1, 0.3, 0.6, 1.5])), rng)
+    for name in rng.choice(list(bench.FAULTS), size=int(rng.integers(0, 4)), replace=False):
+        bench.FAULTS[str(name)](cluster)
+    return cluster, float(rng.choice([0.05, 0.5, 0.8]))
+
+
+@pytest.mark.parametrize("seed", range(150))
+def test_the_verdict_is_written_for_any_fabric_whatever_the_readings(seed: int) -> None:
+    """Random fabrics, with readings that are zero, missing, negative or infinite, wrong data and rounds
+    that fail: every round's ``message()`` and evidence are written, and the evidence is JSON."""
+    cluster, fraction = _random_fabric(seed)
+    rng = random.Random(seed)
+    iso = Isolation(cluster.nodes, fraction, hint=cluster.hint() if cluster.nodes > 2 and rng.random() < 0.5 else ())
+    while (rnd := iso.next_round()) is not None:
+        if rng.random() < 0.03:
+            iso.fail(rnd, rng.choice(["", "probe isolation timed out\nlog", "exit 1"]))
+            break
+        result = bench.measure(cluster, rnd)
+        for row in cast(list[dict[str, object]], result.get("pairs", [])):
+            figures = cast(list[float], row["repeats_gbps"])
+            if rng.random() < 0.05:
+                figures[rng.randrange(len(figures))] = rng.choice([0.0, math.nan, -1.0, math.inf])
+            if rng.random() < 0.02:
+                row["wrong"] = 1
+            if rng.random() < 0.01:
+                row["repeats_gbps"] = []
+        for link_row in cast(list[dict[str, object]], result.get("links", [])):
+            if rng.random() < 0.02:
+                link_row["gbps"] = rng.choice([0.0, math.nan, math.inf])
+        iso.record(rnd, result)
+        assert isinstance(iso.message(), str)
+    line = iso.message()
+    assert line.startswith("isolation (") and "\n" not in line
+    evidence = iso.evidence()
+    assert evidence["message"] == line
+    json.dumps(evidence)
+
+
+@pytest.mark.parametrize("sigma", [0.02, 0.05])
+def test_a_half_speed_node_among_three_is_named_at_low_noise(sigma: float) -> None:
+    """Three nodes: the slow node is in two of the three pairs, so the level is the faster pair's, not
+    the median that the slow node sets itself."""
+    cell = bench.cell(sigma, 3, "1 node 0.5x", 2 * TRIALS, SEED)
+    assert cell.recall >= 0.9 and cell.clean == 1.0, (cell.recall, cell.clean)
+
+
+def test_a_node_slow_only_when_it_sends_is_named_as_such_in_95_percent_of_trials_from_4_nodes() -> None:
+    for nodes in (4, 8, 64):
+        cell = bench.cell(0.1, nodes, "one-way 0.2x", TRIALS, SEED)
+        assert cell.recall >= 0.95 and cell.rail_rate >= 0.95 and cell.clean == 1.0, (nodes, cell.recall)
+        assert cell.raised == 0

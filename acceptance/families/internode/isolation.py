@@ -11,22 +11,27 @@ one of the two, or their path, is slow.
 
 The decision, per pair and per node, in log space (a slowdown is a ratio):
 
+* a pair's reading: its repeats' mean, those further than ``OUTLIER_Z`` x the noise from their median
+  set aside as outliers and counted (a retransmit moves a pair by nothing); two outliers, or one above
+  the rest, make the pair flap (``pair_statistics``);
 * the noise: the spread of each healthy pair's repeats (pooled over the pairs above the midpoint to
   ``fraction`` x the census median, but those that flap, with an upper confidence bound when few pairs
   were measured: a steady throttled pair never makes the test bolder), never less than ``SIGMA_FLOOR``;
+  a noisy node (its pairs spread ``NOISY_RATIO`` x the typical pair's, more than its partners', with
+  readings far above healthy, which no fault gives) is judged at its own noise, called noisy, never named;
 * the healthy level: the median of the census pairs (round 1's first step, where every node is in one
-  pair), leaving out those decisively slow against a first median; never a maximum, which grows with the
-  number of noisy pairs. Where the slow hypothesis in use is milder than ``fraction``, the pairs slow at
-  it are left out too, and where one node's pairs can be half the sample (two pairs at 4 or 5 nodes)
-  against the faster pairs instead of a median that node sets itself. Its own error (the variance of a
-  median) enters every test below, since every pair is compared with the same level;
+  pair; at 3 nodes every pair), leaving out those decisively slow against a first median; never a
+  maximum, which grows with the number of noisy pairs. Where the slow hypothesis in use is milder than
+  ``fraction``, the pairs slow at it are left out too, and where one node's pairs can be half the sample
+  (two pairs at 4 or 5 nodes) against the faster pairs instead of a median that node sets itself. Its
+  own error (the variance of a median) enters every test below, since every pair is compared with the
+  same level;
 * the slow hypothesis: the mildest slowdown two witness pairs tell apart at this noise (``Scale``), no
   milder than ``mild`` and no bolder than ``fraction`` (the profile's ``slow_pair_fraction``);
 * each pair: Wald's sequential probability ratio test between "healthy" (its level) and "slow" (at the
   slow hypothesis x the level), over its
   repeats: a log-likelihood ratio over ``log((1 - BETA) / WITNESS_ALPHA)`` makes the pair slow, under
-  ``log(BETA / (1 - ALPHA))`` fast; a pair whose repeats disagree by more than the noise allows (it
-  flaps) clears nobody;
+  ``log(BETA / (1 - ALPHA))`` fast; a pair that flaps is flapping before it is slow, and clears nobody;
 * a node is cleared by a fast pair or by its pairs together, and re-opened when its pairs with two
   cleared partners are slow (or one is and the rest lean slow), whatever a fast pair said, unless those
   pairs together, the slow ones included, still clear it (a healthy node that met many partners at high
@@ -37,10 +42,13 @@ The decision, per pair and per node, in log space (a slowdown is a ratio):
   ``log((1 - BETA) / WITNESS_ALPHA)`` on its own: two independent witnesses, so one bad path or partner
   convicts nobody;
 * a slow pair of two cleared nodes, each fast with two other partners, is their path, not either node,
-  named within the paths' own budget (``PATH_ALPHA`` over the node pairs tested), and only where it also
+  named within the paths' own budget (``PATH_ALPHA`` over the node pairs tested), on two rounds'
+  readings (a disturbance does not repeat), and only where it also
   stands below each node's pairs with other cleared partners (a node too mildly slow to name is not
   told as its paths);
-* a rail is named only when it stands below the node's other rails, by the same test.
+* a rail is named only when it stands below the node's other rails, by the same test; a node whose rails
+  are slow one way only is slow when it sends (or receives); where nobody stands out, one pair's rails
+  name a rail slow on every node.
 
 Rounds:
 
@@ -69,302 +77,50 @@ noise leaves leaning slow on no more than noise are said to be too noisy to judg
 
 from __future__ import annotations
 
-import math
-import statistics
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, TypedDict, cast
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, cast
 
-from typing_extensions import NotRequired
+from acceptance.families.connectivity import Link
+from acceptance.families.internode import isolation_planner as planner
+from acceptance.families.internode import isolation_words as words
+from acceptance.families.internode.isolation_judge import Judge
+from acceptance.families.internode.isolation_records import (
+    MAX_PAIR_ROUNDS,
+    MESSAGE_NAMES,
+    NODE_ENV,
+    IsolationConfig,
+    IsolationEvidence,
+    Pair,
+    PairFigure,
+    PairRow,
+    Round,
+    RoundResult,
+    RoundSpec,
+    Status,
+)
 
-from acceptance.families.collectives import GroupFigure
-from acceptance.families.connectivity import Link, Matrix, endpoint, matrices
-
-Pair = tuple[int, int]
-# the node's own rank, which the plugin hands to every job of an isolation: torchrun's GROUP_RANK is
-# assigned anew by each rendezvous, so it cannot say which machine round 2's "node 3" is
-NODE_ENV = "ACCEPTANCE_NODE_RANK"
-# pair rounds: a third and more only while nodes are left open (at high noise); with the rails, at most 6
-MAX_PAIR_ROUNDS = 5
-# the partners each open node meets in a confirmation round: two witnesses; more where one pair says
-# little against the noise, up to this many steps in one round (each step a pair test of every open node)
-MAX_STEPS = 4
-# interleaved repeats of every pair in a round: the fewest that give a spread and a median
-REPEATS = 5
-# the chance, per isolation, that any healthy node is named (split over the N nodes: ALPHA / N each)
-ALPHA = 0.01
-# the chance, per isolation, that any healthy path is named (split over the node pairs tested): a path is
-# one pair's evidence, without the two witnesses that hold a node's blame well under ALPHA, so its own
-# budget is a tenth of the nodes'
-PATH_ALPHA = 0.001
-# the chance that a node at ``fraction`` x the healthy level is cleared by one pair
-BETA = 0.01
-# a node's evidence without its strongest witness must still say "slow" on its own at this error rate
-WITNESS_ALPHA = 0.05
-# the least noise assumed per reading (5%): timed windows of a healthy collective vary by a few percent,
-# and a figure closer than this to the level is no fault worth a node
-SIGMA_FLOOR = 0.05
-# the noise bound with few pairs: the upper 90% confidence bound of the variance (z of 0.90): few pairs,
-# few readings, a wider test
-SIGMA_CONFIDENCE_Z = 1.2816
-# the mildest slowdown worth naming where the noise allows (``Internode.mild_pair_fraction``): a NIC
-# trained at a lower rate or a noisy neighbour costs a node a fifth of its pace
-MILD = 0.8
-# the power at which the slow hypothesis is one the rounds can tell apart: 90% (z of 0.90)
-RESOLUTION_Z = 1.2816
-# a pair flaps when its repeats lie further apart than this many standard deviations of a difference
-FLAP_Z = 3.5
-# names in the one-line verdict; the full lists are in the evidence
-MESSAGE_NAMES = 10
-
-
-class RoundSpec(TypedDict):
-    number: int
-    kind: str
-    steps: list[list[list[int]]]  # per step, its node pairs
-    repeats: NotRequired[int]  # the steps run this many times over, interleaved
-    hint: NotRequired[list[list[int]]]  # round 1: the failing probe's slowest node pairs
-
-
-class IsolationConfig(TypedDict):
-    """An isolation round's section of its probe's spec (``acceptance.run.isolation_rounds.round_spec``)."""
-
-    round: RoundSpec
-    op: str
-    size: str
-    iters: int
-
-
-class PairRow(GroupFigure):
-    """One node pair's figure in a pairs round: its median repeat's collective figures (busbw is its
-    ``gbps``) and every repeat's busbw, in the order they ran."""
-
-    a: int
-    b: int
-    gbps: float
-    repeats_gbps: NotRequired[list[float]]
-
-
-class RoundResult(TypedDict):
-    """An isolation round's probe result: ``pairs`` in a pairs round, ``links`` in a rails round."""
-
-    round: int
-    kind: str
-    hosts: dict[int, str]
-    pairs: NotRequired[list[PairRow]]
-    links: NotRequired[list[Link]]
-    hint: NotRequired[list[list[int]]]  # round 1's, as it was asked: a replay starts from the same
-
-
-class PairRecord(TypedDict):
-    """A PairFigure in the evidence: its fields and its verdict."""
-
-    a: int
-    b: int
-    gbps: float  # the median repeat
-    repeats_gbps: list[float]
-    wrong: int
-    round: int
-    log_ratio: float  # ln(gbps / healthy level), the mean over the repeats
-    llr: float  # the log-likelihood ratio "slow" against "healthy"
-    verdict: str  # slow, fast, flapping or undecided
-
-
-class IsolationEvidence(TypedDict):
-    message: str
-    rounds: list[RoundSpec]
-    pairs: list[PairRecord]
-    pair_matrix: Matrix
-    healthy_gbps: float
-    slow_under_gbps: float
-    slow_pair_fraction: float
-    noise_sigma: float
-    noise_dof: int  # the degrees of freedom of the noise estimate
-    noise_by_round: list[float]  # the estimate after each pairs round: steady when the cluster is worst
-    named_fraction: float  # the slow hypothesis in use: a pair at this fraction of the level is slow
-    resolution: float  # the smallest slowdown (a fraction) two witness pairs tell apart at this noise
-    repeats: int
-    alpha: float
-    name_llr: float
-    witness_llr: float
-    clear_llr: float
-    cleared: list[int]
-    culprits: list[int]
-    hosts: dict[str, str]  # node -> its host, as the rounds named them: who a culprit is (the drain list)
-    witnesses: dict[str, list[int]]
-    paths: list[list[int]]
-    flapping: list[list[int]]
-    undecided: list[int]
-    suspects: list[int]
-    too_noisy: list[int]
-    untested: list[int]
-    hint: list[list[int]]
-    rails: list[Link]
-    rail_matrices: dict[str, Matrix]
-    slow_rails: dict[str, list[int]]  # node -> the GPU indexes of its rails below its others
-    error: str | None
-
-
-@dataclass(frozen=True)
-class PairFigure:
-    a: int
-    b: int
-    figures: tuple[float, ...]  # every repeat's GB/s
-    wrong: int = 0
-    round: int = 0
-
-    @property
-    def gbps(self) -> float:
-        usable = [f for f in self.figures if not math.isnan(f)]
-        return statistics.median(usable) if usable else math.nan
-
-    @property
-    def logs(self) -> list[float]:
-        return [math.log(f) for f in self.figures if f > 0 and math.isfinite(f)]
-
-    @property
-    def broken(self) -> bool:
-        """Wrong data, or a repeat that measured nothing: slow however fast the rest ran."""
-        return self.wrong > 0 or not self.figures or len(self.logs) < len(self.figures)
-
-    def has(self, node: int) -> bool:
-        return node in (self.a, self.b)
-
-    def other(self, node: int) -> int:
-        return self.b if node == self.a else self.a
-
-
-@dataclass(frozen=True)
-class Round:
-    number: int
-    kind: str  # "pairs": a collective inside each node pair; "rails": every rail of each pair, both directions
-    steps: tuple[tuple[Pair, ...], ...]
-    repeats: int = 1
-    census: bool = False  # every node in one pair: the healthy level's sample
-    hint: tuple[Pair, ...] = ()
-
-    def spec(self) -> RoundSpec:
-        out: RoundSpec = {
-            "number": self.number,
-            "kind": self.kind,
-            "steps": [[list(p) for p in step] for step in self.steps],
-        }
-        if self.kind == "pairs":
-            out["repeats"] = self.repeats
-        if self.hint:
-            out["hint"] = [list(p) for p in self.hint]
-        return out
-
-
-@dataclass(frozen=True)
-class Judged:
-    """A pair measurement against the healthy level."""
-
-    pair: PairFigure
-    log_ratio: float  # mean of ln(repeat / level)
-    llr: float  # log-likelihood ratio of "slow at fraction x" against "healthy"; +inf when broken
-    verdict: str  # slow, fast, flapping, undecided
-
-
-@dataclass(frozen=True)
-class Scale:
-    """What every pair is judged against, in log units."""
-
-    level: float  # ln GB/s of a healthy pair
-    level_var: float  # the variance of that estimate
-    sigma: float  # the noise of one reading, from the healthy pairs
-    dof: int  # the degrees of freedom the noise rests on
-    effect: float  # the slow hypothesis in use: ln of the slowdown a slow pair is tested against
-    resolution: float  # ln of the smallest slowdown two witness pairs tell apart at this noise
-
-
-@dataclass(frozen=True)
-class Status:
-    scale: Scale
-    judged: list[Judged]
-    cleared: list[int]
-    culprits: list[int]
-    witnesses: dict[int, list[int]]  # a culprit's cleared partners whose pairs were slow
-    paths: list[Pair]  # slow pairs of two cleared nodes, each fast with two other partners
-    open_paths: list[Pair]  # slow pairs of two cleared nodes, not yet decisive
-    path_ends: list[int]  # nodes of an open path that have not yet been fast with two other partners
-    undecided: list[int]  # neither cleared nor named
-    suspects: list[int]  # undecided, and their evidence leans slow: the next round's business
-    held: list[int]  # suspects slow with no cleared partner yet, or whose cleared partners together say "slow"
-    untested: list[int]
-
-    @property
-    def level(self) -> float:
-        """GB/s of a healthy pair."""
-        return math.exp(self.scale.level) if not math.isnan(self.scale.level) else math.nan
-
-    @property
-    def level_sigma(self) -> float:
-        """The standard error of the level's logarithm."""
-        return math.sqrt(self.scale.level_var)
-
-    @property
-    def sigma(self) -> float:
-        return self.scale.sigma
-
-    @property
-    def too_noisy(self) -> list[int]:
-        """Suspects the noise left neither cleared nor held: the verdict names and lists none of them."""
-        return [n for n in self.suspects if n not in self.held]
-
-    @property
-    def slow(self) -> list[Judged]:
-        return [j for j in self.judged if j.verdict == "slow"]
-
-    @property
-    def flapping(self) -> list[Judged]:
-        return [j for j in self.judged if j.verdict == "flapping"]
+__all__ = [
+    "MAX_PAIR_ROUNDS",
+    "MESSAGE_NAMES",
+    "NODE_ENV",
+    "Isolation",
+    "IsolationConfig",
+    "IsolationEvidence",
+    "Pair",
+    "PairFigure",
+    "PairRow",
+    "Round",
+    "RoundResult",
+    "RoundSpec",
+    "Status",
+]
 
 
 @dataclass
-class Isolation:
-    nodes: int
-    fraction: float  # the effect size worth naming: a pair at this fraction of the healthy level is slow
-    # the mildest slowdown named where the noise lets the rounds tell it apart (never bolder than fraction)
-    mild: float = MILD
-    hosts: dict[int, str] = field(default_factory=dict)
-    rounds: list[Round] = field(default_factory=list)
-    pairs: list[PairFigure] = field(default_factory=list)
-    rails: list[Link] = field(default_factory=list)
-    error: str | None = None
-    repeats: int = REPEATS
-    alpha: float = ALPHA
-    hint: tuple[Pair, ...] = ()  # the failing probe's slowest node pairs, slowest first
-    noise_by_round: list[float] = field(default_factory=list)  # the noise estimate after each pairs round
-    _status: Status | None = field(default=None, repr=False)
-
-    # the thresholds of the test, in log-likelihood ratio
-    @property
-    def name_llr(self) -> float:
-        return math.log((1 - BETA) * max(self.nodes, 1) / self.alpha)
-
-    @property
-    def witness_llr(self) -> float:
-        return math.log((1 - BETA) / WITNESS_ALPHA)
-
-    @property
-    def clear_llr(self) -> float:
-        return math.log(BETA / (1 - self.alpha))
-
-    def path_llr(self, tested: int) -> float:
-        """A path's own budget: PATH_ALPHA over the node pairs tested (each one a path that could be named),
-        apart from the nodes': there are about as many paths as nodes to test, and more with every round."""
-        return math.log((1 - BETA) * max(tested, 1) / PATH_ALPHA)
-
-    @property
-    def bound(self) -> float:
-        """ln(fraction): the profile's slowdown, always worth naming, in log units below the healthy level."""
-        return math.log(self.fraction)
-
-    @property
-    def effect(self) -> float:
-        """The slow hypothesis in use, in log units below the healthy level (``Scale.effect``)."""
-        return self.status().scale.effect
+class Isolation(Judge):
+    """The rounds as the plugin drives them: the next round to run, each round's result recorded, and the
+    verdict's line and evidence."""
 
     def next_round(self) -> Round | None:
         """The round to run now, or None when the verdict is in."""
@@ -372,12 +128,12 @@ class Isolation:
         if self.error is not None or self.nodes < 2 or any(r.kind == "rails" for r in self.rounds):
             return None
         if not self.rounds:
-            return self._first(number)
+            return planner.first_round(self, number)
         if self.nodes > 2 and len(self.rounds) < MAX_PAIR_ROUNDS:
-            found = self._again(number)
+            found = planner.next_pairs_round(self, number)
             if found is not None:
                 return found
-        rails = self._rail_pairs()
+        rails = planner.rail_pairs(self)
         return Round(number, "rails", (tuple(rails),)) if rails else None
 
     def record(self, rnd: Round, result: Mapping[str, Any]) -> None:
@@ -408,716 +164,13 @@ class Isolation:
         self._status = None
         self.error = error.strip().splitlines()[0] if error.strip() else "no result"
 
-    # -- the test ---------------------------------------------------------------------------------------
-
-    def status(self) -> Status:
-        if self._status is None:
-            self._status = self._judge()
-        return self._status
-
-    def _first_level(self) -> float:
-        """The median of the census pairs' mean logs (no noise needed): where healthy pairs are, for telling
-        the pairs that may estimate the noise from those plainly slow."""
-        sample = self._census_sample()
-        return statistics.median(statistics.fmean(p.logs) for p in sample) if sample else math.nan
-
-    def _census_sample(self) -> list[PairFigure]:
-        # a census round's first step: every node once (the hinted paths and the node left over of an odd
-        # count meet in the second), no pair chosen for what it read
-        census = {(r.number, frozenset(p)) for r in self.rounds if r.census for p in r.steps[0]}
-        usable = [p for p in self.pairs if not p.broken]
-        return [p for p in usable if (p.round, frozenset((p.a, p.b))) in census] or usable
-
-    def _sigma(self) -> tuple[float, int]:
-        """The noise of one reading in log units, and the degrees of freedom it rests on: the pooled variance
-        of each healthy pair's repeats around its mean, raised to its upper 90% bound for the degrees of
-        freedom it has (few pairs, few readings: a wider test, never a bolder one). Healthy: above the
-        midpoint to ``fraction`` x the first level; a throttled pair is steady, and pooling it would make the
-        test most confident where the cluster is worst. Pairs that flap against the healthy pairs' typical
-        spread are left out too: a flapping node is a fault to find, not noise to tolerate."""
-        first = self._first_level()
-        spreads: list[tuple[float, int, float]] = []  # sum of squares, degrees of freedom, range
-        for p in self.pairs:
-            logs = p.logs
-            if len(logs) >= 2 and not p.broken:
-                mean = statistics.fmean(logs)
-                if math.isnan(first) or mean - first > self.bound / 2:
-                    spreads.append((sum((x - mean) ** 2 for x in logs), len(logs) - 1, max(logs) - min(logs)))
-        if not spreads:
-            return max(SIGMA_FLOOR, -self.bound / 2), 0  # no spread measured: assume the effect is noise
-        typical = math.sqrt(statistics.median(ss / _median_chi2(k) for ss, k, _ in spreads))
-        calm = [
-            (ss, k)
-            for ss, k, r in spreads
-            if r <= max(FLAP_Z * max(typical, SIGMA_FLOOR) * math.sqrt(2), -self.bound / 2)
-        ]
-        squares, dof = sum(ss for ss, _ in calm), sum(k for _, k in calm)
-        if dof == 0:
-            return max(SIGMA_FLOOR, typical), 0
-        return max(SIGMA_FLOOR, math.sqrt(squares / _chi2_quantile(dof, -SIGMA_CONFIDENCE_Z))), dof
-
-    @staticmethod
-    def _llr(log_ratio: float, variance: float, effect: float) -> float:
-        """Wald's log-likelihood ratio of a normal estimate ``log_ratio`` of that ``variance``: mean ``effect``
-        against mean 0."""
-        return effect / variance * (log_ratio - effect / 2)
-
-    def _level(self, sigma: float, effect: float, robust: bool) -> tuple[float, float]:
-        """ln of a healthy pair's GB/s and the variance of that estimate: the median of the census pairs,
-        leaving out those decisively slow (at ``effect``) against a first median (a fault, not a sample of
-        the level). ``robust``: where one node's pairs can be half the sample or more (two census pairs at 4
-        or 5 nodes; the one pair at 2 or 3), a slow node sets that median itself, halfway between its pairs
-        and the healthy ones; the reference is then the median of the pairs left once as many of the slowest
-        as one node holds are set aside (a fault only slows a pair, so the faster pairs are the healthy ones),
-        with its own error in the test."""
-        sample = self._census_sample()
-        if not sample:
-            return math.nan, math.inf
-        means = sorted(((statistics.fmean(p.logs), len(p.logs)) for p in sample), reverse=True)
-        upper = means
-        if robust:
-            held: dict[int, int] = {}
-            for p in sample:
-                for n in (p.a, p.b):
-                    held[n] = held.get(n, 0) + 1
-            most = max(held.values())
-            if 2 * most >= len(means):
-                upper = means[: max(len(means) - most, 1)]
-        first = statistics.median(x for x, _ in upper)
-        # the reference's own error where it rests on a few pairs (the census median's is small beside a pair's)
-        ref_var = sigma**2 / statistics.fmean(n for _, n in upper) / len(upper) if upper is not means else 0.0
-        kept = [(x, n) for x, n in means if self._llr(x - first, sigma**2 / n + ref_var, effect) < self.witness_llr]
-        readings = statistics.fmean(n for _, n in kept)
-        # the variance of a median of k means: pi / 2 of the mean's for many, the mean's itself for 1 or 2
-        factor = math.pi / 2 if len(kept) > 2 else 1.0
-        return statistics.median(x for x, _ in kept), factor * sigma**2 / readings / len(kept)
-
-    def _scale(self) -> Scale:
-        """The noise, the level and the slow hypothesis: the mildest slowdown a node's two witness pairs can
-        tell apart from healthy within the node's share of the budget (90% of the time), no milder than
-        ``mild`` and no bolder than the profile's ``fraction``. The level leaves out the pairs slow at the
-        hypothesis in use: first the profile's, then the one its level allows."""
-        sigma, dof = self._sigma()
-        level, level_var = self._level(sigma, self.bound, robust=False)
-        effect, resolution = self._hypothesis(sigma, level_var)
-        if effect != self.bound:
-            level, level_var = self._level(sigma, effect, robust=True)
-            effect, resolution = self._hypothesis(sigma, level_var)
-        return Scale(level, level_var, sigma, dof, effect, resolution)
-
-    def _hypothesis(self, sigma: float, level_var: float) -> tuple[float, float]:
-        """The slow hypothesis in use and the resolution, in log units, at this noise and level error."""
-        # a node named on two witnesses: two pairs' readings, their mean against the level
-        node_var = sigma**2 / (2 * self.repeats) + (level_var if math.isfinite(level_var) else 0.0)
-        reach = RESOLUTION_Z + math.sqrt(RESOLUTION_Z**2 + 2 * self.name_llr)
-        resolution = -reach * math.sqrt(node_var)
-        return min(max(resolution, self.bound), max(math.log(self.mild), self.bound)), resolution
-
-    def _evidence(self, pairs: Sequence[PairFigure], scale: Scale) -> float:
-        """The log-likelihood ratio "slow" against "healthy" of these pairs together: their readings' mean
-        against the level, whose own error they share; +inf when one is broken."""
-        if any(p.broken for p in pairs):
-            return math.inf
-        logs = [x for p in pairs for x in p.logs]
-        if not logs:
-            return 0.0
-        return self._llr(
-            statistics.fmean(logs) - scale.level, scale.sigma**2 / len(logs) + scale.level_var, scale.effect
-        )
-
-    def _verdict(self, p: PairFigure, scale: Scale) -> Judged:
-        """One pair against the level: slow, flapping, fast or undecided."""
-        logs = p.logs
-        if p.broken or math.isnan(scale.level):
-            return Judged(p, statistics.fmean(logs) - scale.level if logs else math.nan, math.inf, "slow")
-        llr = self._evidence([p], scale)
-        spread = max(FLAP_Z * scale.sigma * math.sqrt(2), -self.bound / 2)
-        flaps = len(logs) >= 2 and max(logs) - min(logs) > spread
-        verdict = (
-            "slow"
-            if llr >= self.witness_llr
-            else "flapping"
-            if flaps
-            else "fast"
-            if llr <= self.clear_llr
-            else "undecided"
-        )
-        return Judged(p, statistics.fmean(logs) - scale.level, llr, verdict)
-
-    def _witnessed(self, per_partner: Mapping[int, list[PairFigure]], scale: Scale) -> list[int] | None:
-        """The cleared partners that witness a node slow, or None when it is not to be named: two witnesses
-        (without its strongest partner the rest still says "slow" on its own: one bad path convicts
-        nobody), and all of it passes the node's share of the error budget."""
-        if len(per_partner) < 2 or math.isnan(scale.level):
-            return None
-        every = [p for found in per_partner.values() for p in found]
-        rest = min(
-            self._evidence([p for q, found in per_partner.items() if q != partner for p in found], scale)
-            for partner in per_partner
-        )
-        if self._evidence(every, scale) < self.name_llr or rest < self.witness_llr:
-            return None
-        return sorted(q for q, found in per_partner.items() if self._evidence(found, scale) > 0)
-
-    def _cleared(self, judged: list[Judged], scale: Scale) -> set[int]:
-        """The nodes shown healthy: in a fast pair, or all their pairs together (flapping ones aside) say
-        "healthy" (a slow node makes every pair of its own slow, so they test the node itself). A node with
-        slow or flapping pairs with two cleared partners is re-opened whatever a fast pair said: one pair
-        that happened to read fast does not clear a node that two others say is slow. So is one whose pairs
-        with cleared partners, its slow path aside, lean slow: the evidence points at the node, not a path.
-        Unless all its pairs with cleared partners together, those slow or flapping included, still say
-        "healthy" past ``clear_llr``: a healthy node that met many partners at high noise has a slow or
-        flapping pair or two by chance (about 1% of its pairs at 60% noise), and its pairs together are the
-        test of the node; re-opened on them, it would stay open however many partners it met."""
-        by_node = _by_node(judged)
-        cleared = {n for j in judged if j.verdict == "fast" for n in (j.pair.a, j.pair.b)}
-        for node, mine in by_node.items():
-            steady = [j.pair for j in mine if j.verdict != "flapping"]
-            if node not in cleared and steady and self._evidence(steady, scale) <= self.clear_llr:
-                cleared.add(node)
-        for _ in range(len(by_node)):
-            reopened = set()
-            for node in cleared:
-                mine = [j for j in by_node.get(node, []) if j.pair.other(node) in cleared]
-                against = {j.pair.other(node) for j in mine if j.verdict in ("slow", "flapping")}
-                rest = [j.pair for j in mine if j.verdict not in ("slow", "flapping")]
-                doubted = len(against) >= 2 or (against and rest and self._evidence(rest, scale) > 0)
-                # all of them together, the slow and flapping ones included, still clear it: the test of
-                # the node itself, which one pair's chance reading does not undo (Wald's lower boundary)
-                if doubted and self._evidence([j.pair for j in mine], scale) > self.clear_llr:
-                    reopened.add(node)
-            if not reopened:
-                break
-            cleared -= reopened
-        return cleared
-
-    def _judge(self) -> Status:
-        scale = self._scale()
-        judged = [self._verdict(p, scale) for p in self.pairs]
-        cleared = self._cleared(judged, scale)
-        measured = {n for p in self.pairs for n in (p.a, p.b)}
-        by_node = _by_node(judged)
-        witnesses: dict[int, list[int]] = {}
-        for node in sorted(measured - cleared):
-            per_partner: dict[int, list[PairFigure]] = {}
-            for j in by_node[node]:
-                if j.pair.other(node) in cleared:
-                    per_partner.setdefault(j.pair.other(node), []).append(j.pair)
-            found = self._witnessed(per_partner, scale)
-            if found is not None:
-                witnesses[node] = found
-        per_path: dict[Pair, list[Judged]] = {}
-        for j in judged:
-            per_path.setdefault((min(j.pair.a, j.pair.b), max(j.pair.a, j.pair.b)), []).append(j)
-        # a path: slow between two cleared nodes, never fast or flapping; named within the paths' own budget,
-        # and only once each of its nodes was fast with two other partners (one pair that happened to read
-        # fast does not make a slow node's pair a path)
-        fast_with = {n: set[int]() for n in measured}
-        for j in judged:
-            if j.verdict == "fast":
-                fast_with[j.pair.a].add(j.pair.b)
-                fast_with[j.pair.b].add(j.pair.a)
-        slow_paths = {
-            key: self._evidence([j.pair for j in found], scale)
-            for key, found in sorted(per_path.items())
-            if set(key) <= cleared
-            and any(j.verdict == "slow" for j in found)
-            and all(j.verdict in ("slow", "undecided") for j in found)
-        }
-        path_llr = self.path_llr(len(per_path))
-        confirmed = {n for n, others in fast_with.items() if len(others) >= 2}
-        named_paths = [
-            key
-            for key, llr in slow_paths.items()
-            if llr >= path_llr and set(key) <= confirmed and self._below_ends(key, by_node, cleared, scale)
-        ]
-        open_paths = [key for key in slow_paths if key not in named_paths]
-        left = measured - cleared - set(witnesses)
-
-        def against(node: int) -> list[PairFigure]:
-            # its pairs with cleared partners: the witnesses it would be named on
-            return [j.pair for j in by_node[node] if j.pair.other(node) in cleared]
-
-        def leans_slow(node: int) -> bool:
-            # its pairs with nodes not named: a pair with a named node says nothing of this one
-            mine = [j for j in by_node[node] if j.pair.other(node) not in witnesses]
-            steady = [j.pair for j in mine if j.verdict != "flapping"]
-            return any(j.verdict in ("slow", "flapping") for j in mine) or self._evidence(steady, scale) > 0
-
-        suspects = sorted(n for n in left if leans_slow(n))
-        return Status(
-            scale=scale,
-            judged=judged,
-            cleared=sorted(cleared),
-            culprits=sorted(witnesses),
-            witnesses=witnesses,
-            paths=named_paths,
-            open_paths=open_paths,
-            path_ends=sorted({n for key in open_paths for n in key if n not in confirmed}),
-            undecided=sorted(left),
-            # undecided, and the evidence leans slow: the next round's business
-            suspects=suspects,
-            held=[
-                n
-                for n in suspects
-                # slow with nobody cleared to weigh it against yet, or slow with its cleared partners
-                if (not against(n) and any(j.verdict == "slow" for j in by_node[n]))
-                or self._evidence(against(n), scale) >= self.witness_llr
-            ],
-            untested=sorted(set(range(self.nodes)) - measured),
-        )
-
-    def _below_ends(self, key: Pair, by_node: Mapping[int, list[Judged]], cleared: set[int], scale: Scale) -> bool:
-        """A path's pairs stand below each of its nodes' pairs with other cleared partners, by the test of a
-        witness: the path is slow, not one of its nodes at a pace of its own too mild to name (a node at 0.8x
-        among 30% noise is cleared, and its pairs, a chance low reading or two, would read as a slow path).
-        The rails' rule, for nodes: a rail is named only below the node's other rails."""
-        a, b = key
-        path = [j.pair for j in by_node[a] if j.pair.other(a) == b]
-        if any(p.broken for p in path):
-            return True
-        logs = [x for p in path for x in p.logs]
-        for node, partner in ((a, b), (b, a)):
-            others = [
-                x
-                for j in by_node[node]
-                if j.pair.other(node) != partner and j.pair.other(node) in cleared and j.verdict != "flapping"
-                for x in j.pair.logs
-            ]
-            if not logs or not others:
-                return False
-            variance = scale.sigma**2 / len(logs) + scale.sigma**2 / len(others)
-            if self._llr(statistics.fmean(logs) - statistics.fmean(others), variance, scale.effect) < self.witness_llr:
-                return False
-        return True
-
-    # -- the rounds -------------------------------------------------------------------------------------
-
-    def _first(self, number: int) -> Round:
-        """Every node in one pair; the hinted paths measured as well, their nodes first paired elsewhere."""
-        hinted: list[int] = []
-        for a, b in self.hint:
-            hinted += [n for n in (a, b) if n not in hinted and 0 <= n < self.nodes]
-        others = [n for n in range(self.nodes) if n not in hinted]
-        order: list[int] = []
-        # each hinted node beside an unhinted partner, so its first pair is not its own slow link
-        while hinted or others:
-            if hinted:
-                order.append(hinted.pop(0))
-            if others:
-                order.append(others.pop(0))
-        step = tuple((order[i], order[i + 1]) for i in range(0, len(order) - 1, 2))
-        second: list[Pair] = []
-        used: set[int] = set()
-        met = {frozenset(p) for p in step}
-        for a, b in self.hint:
-            if a != b and {a, b} <= set(range(self.nodes)) and not {a, b} & used and frozenset((a, b)) not in met:
-                second.append((a, b))
-                used.update((a, b))
-                met.add(frozenset((a, b)))
-        if len(order) % 2:
-            last = order[-1]
-            partner = next((n for n in order[:-1] if n not in used), None)
-            if partner is not None and last not in used:
-                second.append((last, partner))
-        steps = (step, tuple(second)) if second else (step,)
-        return Round(number, "pairs", steps, self.repeats, census=True, hint=self.hint)
-
-    def _again(self, number: int) -> Round | None:
-        st = self.status()
-        met = {frozenset((p.a, p.b)) for p in self.pairs}
-        if len(self.rounds) == 1 and not st.slow and not st.culprits:
-            # nothing slow in round 1: the fabric, a bound set too high, or a slow path not paired yet; a
-            # new partner for every node measures other paths, and the level from twice the pairs
-            step = _matching(list(range(self.nodes)), met, prefer=set(st.cleared))
-            return Round(number, "pairs", (tuple(step),), self.repeats, census=True) if step else None
-        todo = st.suspects + st.untested + [n for n in st.path_ends if n not in st.suspects]
-        strength = dict.fromkeys(todo, 0.0)
-        for j in st.judged:
-            for n in (j.pair.a, j.pair.b):
-                if n in strength:
-                    strength[n] += j.llr  # the most likely culprits first, to the first cleared partners
-        todo.sort(key=lambda n: (-strength[n], n))
-        steps: list[tuple[Pair, ...]] = []
-        rotate = number * 7919  # a different start in the cleared nodes each round: partners spread
-        paths = list(st.open_paths)
-        leaning = [n for n in st.undecided if n not in st.suspects]
-        # partners whose pairs together clear them by a slow pair's worth and more first: a chance slow pair
-        # with a suspect then re-opens no partner in the round's wake
-        firm = self._firm(st)
-        partners = [n for n in st.cleared if n in firm] + [n for n in st.cleared if n not in firm]
-        for s in range(self._partners(st.scale)):
-            # cleared partners first; with too few, nodes that lean healthy (not suspects) before suspects
-            step = _with_partners(todo, partners + leaning, met, rotate + s * 104729, len(firm) or len(partners))
-            for a, b in list(paths):  # a slow path not yet decisive, once, where both its nodes are free
-                if not {a, b} & {n for pair in step for n in pair}:
-                    step.append((a, b))
-                    paths.remove((a, b))
-            if step:
-                steps.append(tuple(step))
-                met |= {frozenset(p) for p in step}
-        if not steps and st.suspects:
-            return self._repeat(number, st)
-        return Round(number, "pairs", tuple(steps), self.repeats) if steps else None
-
-    def _repeat(self, number: int, st: Status) -> Round | None:
-        """Nodes left open that have met every node they could (a few nodes): their pairs read again, and
-        the census's first step with them (the level's sample, no pair chosen for what it read): more
-        readings where no new partner is left, at most ``MAX_STEPS`` steps."""
-        first = next((r for r in self.rounds if r.census), None)
-        if first is None or not first.steps[0]:
-            return None
-        steps: list[tuple[Pair, ...]] = [first.steps[0]]
-        done = {frozenset(p) for p in first.steps[0]}
-        todo: list[Pair] = []
-        for node in st.suspects:
-            for p in self.pairs:
-                if p.has(node) and frozenset((p.a, p.b)) not in done:
-                    todo.append((p.a, p.b))
-                    done.add(frozenset((p.a, p.b)))
-        while todo and len(steps) < MAX_STEPS:
-            used: set[int] = set()
-            step = []
-            for a, b in list(todo):
-                if not {a, b} & used:
-                    step.append((a, b))
-                    used.update((a, b))
-                    todo.remove((a, b))
-            steps.append(tuple(step))
-        return Round(number, "pairs", tuple(steps), self.repeats, census=True)
-
-    def _firm(self, st: Status) -> set[int]:
-        """The cleared nodes whose pairs together stay past ``clear_llr`` however one more pair reads slow."""
-        by_node = _by_node(st.judged)
-        return {
-            n
-            for n in st.cleared
-            if self._evidence([j.pair for j in by_node.get(n, [])], st.scale) <= self.clear_llr - self.witness_llr
-        }
-
-    def _partners(self, scale: Scale) -> int:
-        """The partners each open node meets in a round: two witnesses, or as many as a healthy node needs
-        for its pairs together to clear it (two standard deviations past ``clear_llr``) where one pair says
-        little against the noise, at most ``MAX_STEPS``."""
-        variance = scale.sigma**2 / self.repeats + scale.level_var
-        per_pair = scale.effect**2 / (2 * variance)  # a healthy pair's expected evidence, -llr
-        if not per_pair > 0:
-            return 2
-        # k pairs give -k I with a standard deviation of sqrt(2 k I): k I >= (sqrt 2 + sqrt(2 + |clear|))^2
-        needed = (math.sqrt(2) + math.sqrt(2 - self.clear_llr)) ** 2 / per_pair
-        return max(2, min(MAX_STEPS, math.ceil(needed)))
-
-    def _rail_pairs(self) -> list[Pair]:
-        st = self.status()
-        if self.nodes == 2:
-            return [(0, 1)] if self.pairs else []
-        met = {frozenset((p.a, p.b)) for p in self.pairs}
-        used: set[int] = set()
-        pairs: list[Pair] = []
-        for node in st.culprits:
-            spare = [g for g in st.cleared if g not in used]
-            # a cleared node it has not met yet: one more partner for the verdict, and the rails' own figure
-            fresh = [g for g in spare if frozenset((node, g)) not in met] or spare
-            if fresh and node not in used:
-                pairs.append((node, fresh[0]))
-                used.update((node, fresh[0]))
-        for a, b in st.paths:
-            if not used & {a, b}:
-                pairs.append((a, b))
-                used.update((a, b))
-        return pairs
-
-    # -- the verdict ------------------------------------------------------------------------------------
-
-    @property
-    def culprits(self) -> list[int]:
-        return [] if self.nodes == 2 else self.status().culprits
-
-    def label(self, node: int) -> str:
-        host = self.hosts.get(node)
-        return f"node {node} (host {host})" if host else f"node {node}"
-
     def message(self) -> str:
         """One line: who is to blame, on what evidence, and the rail that stands below the others."""
-        st = self.status()
-        head = f"isolation ({len(self.rounds)} round{'s' * (len(self.rounds) != 1)}"
-        if self.pairs and not math.isnan(st.level):
-            head += (
-                f"; healthy pair {st.level:.3g} GB/s, noise {st.sigma:.0%} a reading, "
-                f"naming {math.exp(st.scale.effect):.2g}x and slower"
-            )
-        head += "): "
-        parts: list[str] = []
-        if self.nodes == 2 and self.pairs:
-            parts.append(self._pair_of_two())
-        else:
-            culprits = self.culprits
-            if len(culprits) <= 3:
-                parts += [self._culprit(node, st) for node in culprits]
-            else:
-                parts.append(
-                    f"{len(culprits)} nodes slow with two or more cleared partners each: "
-                    + _names([f"{self.label(n)} {self._node_gbps(n, st):.3g} GB/s" for n in culprits])
-                )
-            if len(st.paths) <= 3:
-                parts += [
-                    f"the path {self.label(a)} <-> {self.label(b)} at {self._path_gbps(a, b):.3g} GB/s "
-                    "while both are fast with others" + self._rail_text(a, b)
-                    for a, b in st.paths
-                ]
-            else:
-                parts.append(
-                    f"{len(st.paths)} paths slow between nodes fast with others: "
-                    + _names([f"{a} <-> {b}" for a, b in st.paths])
-                )
-            left = st.held + st.untested
-            if left and self.pairs:
-                parts.append(
-                    f"not resolved in {len(self.rounds)} rounds (slow pairs, too few cleared witnesses): "
-                    + _names([self.label(n) for n in left])
-                )
-            if st.too_noisy and self.pairs:
-                # leaning slow on evidence no stronger than the noise gives a healthy node: nobody to list
-                parts.append(
-                    f"too noisy to judge {len(st.too_noisy)} node{'s' * (len(st.too_noisy) != 1)} in "
-                    f"{len(self.rounds)} rounds (noise {st.sigma:.0%} a reading; none slow past its witnesses)"
-                )
-            if not parts and self.pairs:
-                parts.append(self._nobody(st))
-        if self.error is not None:
-            parts.append(f"round {len(self.rounds)} failed: {self.error}")
-        return head + (" | ".join(parts) or "nothing measured")
-
-    def _node_gbps(self, node: int, st: Status) -> float:
-        mine = [j.pair.gbps for j in st.judged if j.pair.has(node) and j.pair.other(node) in st.witnesses.get(node, [])]
-        return statistics.median(mine) if mine else math.nan
-
-    def _path_gbps(self, a: int, b: int) -> float:
-        return min((p.gbps for p in self.pairs if {p.a, p.b} == {a, b}), default=math.nan)
-
-    def _culprit(self, node: int, st: Status) -> str:
-        mine = [j for j in st.judged if j.pair.has(node) and j.pair.other(node) in st.cleared]
-        slow = [j.pair.gbps for j in mine if j.verdict == "slow"]
-        partners = ", ".join(str(n) for n in st.witnesses[node])
-        return (
-            f"{self.label(node)}: {len(slow)} of {len(mine)} pairs with cleared partners ({partners}) "
-            f"at {_span(slow)} GB/s against {st.level:.3g} healthy" + self._rail_text(node)
-        )
-
-    def _pair_of_two(self) -> str:
-        figures = [f for p in self.pairs for f in p.figures]
-        return (
-            f"{self.label(0)} and {self.label(1)}: their pair at {_span(figures)} GB/s; "
-            "two nodes can only blame their pair, not one node" + self._rail_text(0, 1)
-        )
-
-    def _nobody(self, st: Status) -> str:
-        figures = [p.gbps for p in self.pairs]
-        return (
-            f"no node stands out: {len(figures)} pairs at {_span(figures)} GB/s, none named at "
-            f"{self.fraction:g} x the healthy level; every node shares the fault (a switch, the fabric) "
-            "or the bound is too high"
-        )
-
-    def slow_rails(self, node: int) -> dict[int, float]:
-        """The rails of ``node`` (GPU index -> its slower direction's GB/s) that stand below its other
-        rails: both directions under the midpoint to ``fraction`` x the others' median, by the same test as
-        a pair (one reading a direction)."""
-        per_rail: dict[int, list[float]] = {}
-        for k in self.rails:
-            if node in (k["src_node"], k["dst_node"]):
-                per_rail.setdefault(int(k["src_gpu"]), []).append(float(k["gbps"]))
-        if len(per_rail) < 2:
-            return {}
-        sigma, effect = self.status().sigma, self.effect
-        out: dict[int, float] = {}
-        threshold = math.log((1 - BETA) * len(per_rail) / WITNESS_ALPHA)
-        for gpu, figures in per_rail.items():
-            others = [f for g, fs in per_rail.items() if g != gpu for f in fs if f > 0 and math.isfinite(f)]
-            if not others:
-                continue
-            ref = math.log(statistics.median(others))
-            bad = [f for f in figures if not (f > 0 and math.isfinite(f))]
-            logs = [math.log(f) - ref for f in figures if f > 0 and math.isfinite(f)]
-            llr = math.inf if bad else sum(self._llr(x, sigma**2, effect) for x in logs)
-            if llr >= threshold:
-                out[gpu] = min(figures)
-        return out
-
-    def _rail_text(self, *nodes: int) -> str:
-        mine = [k for k in self.rails if {k["src_node"], k["dst_node"]} & set(nodes)]
-        if not mine:
-            return ""
-        worst = min(mine, key=lambda k: k["gbps"] if not math.isnan(k["gbps"]) else -1.0)
-        where = f"{endpoint(worst, 'src')} -> {endpoint(worst, 'dst')}"
-        gpus = {int(k["src_gpu"]) for k in mine}
-        if len(gpus) == 1:
-            rail = f"GPU {worst['src_gpu']} <-> GPU {worst['dst_gpu']}"
-            return f"; rail {rail} at {worst['gbps']:.3g} GB/s ({where}), the only rail"
-        below = {g: f for n in nodes for g, f in self.slow_rails(n).items()}
-        if below:
-            named = ", ".join(f"GPU {g} <-> GPU {g} ({f:.3g} GB/s)" for g, f in sorted(below.items()))
-            others = statistics.median(float(k["gbps"]) for k in mine if int(k["src_gpu"]) not in below)
-            return f"; rail {named} below the node's other rails ({others:.3g} GB/s median; slowest {where})"
-        return (
-            f"; rail GPU {worst['src_gpu']} <-> GPU {worst['dst_gpu']} slowest ({worst['gbps']:.3g} GB/s, {where}) "
-            "but not below the others"
-        )
+        return words.message(self)
 
     def evidence(self) -> IsolationEvidence:
-        st = self.status()
-        cells: dict[frozenset[int], float] = {}
-        for p in self.pairs:
-            key = frozenset((p.a, p.b))
-            cells[key] = min(p.gbps, cells.get(key, math.inf))
-        return {
-            "message": self.message(),
-            "rounds": [r.spec() for r in self.rounds],
-            "pairs": [
-                {
-                    "a": j.pair.a,
-                    "b": j.pair.b,
-                    "gbps": j.pair.gbps,
-                    "repeats_gbps": list(j.pair.figures),
-                    "wrong": j.pair.wrong,
-                    "round": j.pair.round,
-                    "log_ratio": j.log_ratio,
-                    "llr": j.llr,
-                    "verdict": j.verdict,
-                }
-                for j in st.judged
-            ],
-            "pair_matrix": {
-                "labels": [self.label(n) for n in range(self.nodes)],
-                "matrix": [[cells.get(frozenset((a, b))) for b in range(self.nodes)] for a in range(self.nodes)],
-                "unit": "busbw_gbps",
-            },
-            "healthy_gbps": st.level,
-            "slow_under_gbps": st.level * math.exp(st.scale.effect / 2),
-            "slow_pair_fraction": self.fraction,
-            "noise_sigma": st.sigma,
-            "noise_dof": st.scale.dof,
-            "noise_by_round": list(self.noise_by_round),
-            "named_fraction": math.exp(st.scale.effect),
-            "resolution": math.exp(st.scale.resolution),
-            "repeats": self.repeats,
-            "alpha": self.alpha,
-            "name_llr": self.name_llr,
-            "witness_llr": self.witness_llr,
-            "clear_llr": self.clear_llr,
-            "cleared": st.cleared,
-            "culprits": self.culprits,
-            "hosts": {str(n): h for n, h in sorted(self.hosts.items())},
-            "witnesses": {str(n): w for n, w in st.witnesses.items()},
-            "paths": [list(p) for p in st.paths],
-            "flapping": [[j.pair.a, j.pair.b] for j in st.flapping],
-            "undecided": st.undecided,
-            "suspects": st.suspects,
-            "too_noisy": st.too_noisy,
-            "untested": st.untested,
-            "hint": [list(p) for p in self.hint],
-            "rails": self.rails,
-            "rail_matrices": matrices(self.rails, "gpu"),
-            "slow_rails": {
-                str(n): sorted(self.slow_rails(n)) for n in sorted({*self.culprits, *(x for p in st.paths for x in p)})
-            },
-            "error": self.error,
-        }
+        return words.evidence(self)
 
-
-def _by_node(judged: Iterable[Judged]) -> dict[int, list[Judged]]:
-    """Each node's judged pairs."""
-    out: dict[int, list[Judged]] = {}
-    for j in judged:
-        out.setdefault(j.pair.a, []).append(j)
-        out.setdefault(j.pair.b, []).append(j)
-    return out
-
-
-def _chi2_quantile(dof: int, z: float) -> float:
-    """The chi-square quantile of ``dof`` degrees of freedom at the normal quantile ``z`` (Wilson and
-    Hilferty, 1931: accurate to a few percent from 2 degrees of freedom)."""
-    k = 2 / (9 * dof)
-    return dof * max(1 - k + z * math.sqrt(k), 0.05) ** 3
-
-
-def _median_chi2(dof: int) -> float:
-    return _chi2_quantile(dof, 0.0)
-
-
-def _matching(nodes: list[int], met: set[frozenset[int]], prefer: set[int]) -> list[Pair]:
-    """Disjoint pairs of nodes that have not met, greedily; a node outside ``prefer`` meets one inside
-    first."""
-    used: set[int] = set()
-    pairs: list[Pair] = []
-    outside = [n for n in nodes if n not in prefer]
-    ranked = [n for n in nodes if n in prefer] + outside
-    start = 0
-    for node in outside + [n for n in nodes if n in prefer]:
-        if node in used:
-            continue
-        while start < len(ranked) and ranked[start] in used:
-            start += 1
-        partner = next(
-            (p for p in ranked[start:] if p not in used and p != node and frozenset((node, p)) not in met), None
-        )
-        if partner is not None:
-            pairs.append((node, partner))
-            used.update((node, partner))
-    return pairs
-
-
-def _with_partners(
-    todo: Sequence[int], partners: Sequence[int], met: set[frozenset[int]], start: int, rotating: int
-) -> list[Pair]:
-    """One step: each node of ``todo`` with a partner it has not met: the first ``rotating`` partners (the
-    cleared nodes) in turn from ``start``, then the rest in order; with none to spare, another node of
-    ``todo`` it has not met."""
-    used: set[int] = set()
-    pairs: list[Pair] = []
-    skip = set(todo)
-    head = [n for n in partners[:rotating] if n not in skip]
-    if head:
-        head = head[start % len(head) :] + head[: start % len(head)]
-    pool = head + [n for n in partners[rotating:] if n not in skip]
-    at = 0
-    spare = len(pool)
-    alone: list[int] = []
-    for node in todo:
-        partner = None
-        for k in range(len(pool) if spare else 0):
-            cand = pool[(at + k) % len(pool)]
-            if cand not in used and frozenset((node, cand)) not in met:
-                partner = cand
-                at = (at + k + 1) % len(pool)
-                spare -= 1
-                break
-        if partner is None:
-            alone.append(node)
-        else:
-            pairs.append((node, partner))
-            used.update((node, partner))
-    for i, node in enumerate(alone):
-        if node in used:
-            continue
-        partner = next((p for p in alone[i + 1 :] if p not in used and frozenset((node, p)) not in met), None)
-        if partner is not None:
-            pairs.append((node, partner))
-            used.update((node, partner))
-    return pairs
-
-
-def _names(items: Iterable[str]) -> str:
-    listed = list(items)
-    shown = ", ".join(listed[:MESSAGE_NAMES])
-    return shown + (
-        f" and {len(listed) - MESSAGE_NAMES} more (all in the evidence)" if len(listed) > MESSAGE_NAMES else ""
-    )
-
-
-def _span(values: list[float]) -> str:
-    usable = [v for v in values if not math.isnan(v)]
-    if not usable:
-        return "nan"
-    lo, hi = min(usable), max(usable)
-    return f"{lo:.3g}" if f"{lo:.3g}" == f"{hi:.3g}" else f"{lo:.3g}-{hi:.3g}"
+    def slow_rails(self, node: int) -> dict[int, float]:
+        """The rails of ``node`` that stand below its other rails (``isolation_words.slow_rails``)."""
+        return words.slow_rails(self, node)

@@ -1,0 +1,446 @@
+"""The isolation rounds' statistical test: from the pairs measured to who is cleared, who is named and who
+is left open, within an explicit error budget (``acceptance.families.internode.isolation`` gives the
+math; docs/isolation.md too)."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from acceptance.families.connectivity import Link
+from acceptance.families.internode import pair_statistics as stats
+from acceptance.families.internode.isolation_records import (
+    ALPHA,
+    BETA,
+    MILD,
+    PATH_ALPHA,
+    REPEATS,
+    RESOLUTION_Z,
+    SIGMA_CONFIDENCE_Z,
+    SIGMA_FLOOR,
+    WITNESS_ALPHA,
+    Judged,
+    Noise,
+    Pair,
+    PairFigure,
+    Round,
+    Scale,
+    Status,
+)
+from acceptance.families.internode.isolation_records import by_node as per_node
+from acceptance.families.internode.pair_statistics import NOISY_RATIO, OUTLIER_Z, trimmed
+
+
+@dataclass
+class Judge:
+    """The statistical test over the pairs measured so far: the noise, the level, each pair's verdict, who is
+    cleared, named, or left open (``Status``). The rounds (``isolation_planner``) and the verdict's words
+    (``isolation_words``) read it; ``Isolation`` adds the rounds' records to it."""
+
+    nodes: int
+    fraction: float  # the effect size worth naming: a pair at this fraction of the healthy level is slow
+    # the mildest slowdown named where the noise lets the rounds tell it apart (never bolder than fraction)
+    mild: float = MILD
+    hosts: dict[int, str] = field(default_factory=dict)
+    rounds: list[Round] = field(default_factory=list)
+    pairs: list[PairFigure] = field(default_factory=list)
+    rails: list[Link] = field(default_factory=list)
+    error: str | None = None
+    repeats: int = REPEATS
+    alpha: float = ALPHA
+    hint: tuple[Pair, ...] = ()  # the failing probe's slowest node pairs, slowest first
+    noise_by_round: list[float] = field(default_factory=list)  # the noise estimate after each pairs round
+    _status: Status | None = field(default=None, repr=False)
+
+    # the thresholds of the test, in log-likelihood ratio
+    @property
+    def name_llr(self) -> float:
+        return math.log((1 - BETA) * max(self.nodes, 1) / self.alpha)
+
+    @property
+    def witness_llr(self) -> float:
+        return math.log((1 - BETA) / WITNESS_ALPHA)
+
+    @property
+    def clear_llr(self) -> float:
+        return math.log(BETA / (1 - self.alpha))
+
+    def path_llr(self, tested: int) -> float:
+        """A path's own budget: PATH_ALPHA over the node pairs tested (each one a path that could be named),
+        apart from the nodes': there are about as many paths as nodes to test, and more with every round."""
+        return math.log((1 - BETA) * max(tested, 1) / PATH_ALPHA)
+
+    @property
+    def bound(self) -> float:
+        """ln(fraction): the profile's slowdown, always worth naming, in log units below the healthy level."""
+        return math.log(self.fraction)
+
+    @property
+    def effect(self) -> float:
+        """The slow hypothesis in use, in log units below the healthy level (``Scale.effect``)."""
+        return self.status().scale.effect
+
+    def status(self) -> Status:
+        if self._status is None:
+            self._status = self._judge()
+        return self._status
+
+    def _first_level(self) -> float:
+        """The median of the census pairs' median logs (no noise needed, no outlier moves it): where healthy
+        pairs are, for telling the pairs that may estimate the noise from those plainly slow."""
+        return stats.median(stats.median(p.logs) for p in self.census_sample())
+
+    def census_sample(self) -> list[PairFigure]:
+        # a census round's first step: every node once, no pair chosen for what it read; and round 1's pair of
+        # the node left over of an odd count (in its second step, beside the hinted paths, which are chosen for
+        # what the failing probe read): at 3 nodes, the one pair that does not share the first step's fate
+        census = {(r.number, frozenset(p)) for r in self.rounds if r.census for p in r.steps[0]}
+        hinted = {frozenset(p) for r in self.rounds for p in r.hint}
+        census |= {
+            (r.number, frozenset(p))
+            for r in self.rounds[:1]
+            if r.census
+            for step in r.steps[1:]
+            for p in step
+            if frozenset(p) not in hinted
+        }
+        usable = [p for p in self.pairs if not p.broken]
+        if self.nodes <= 3:
+            # every pair there is: the level's reference is then the faster ones (``_level``), since a slow
+            # node is in two of the three and the hint has chosen all of them
+            return usable
+        return [p for p in usable if (p.round, frozenset((p.a, p.b))) in census] or usable
+
+    def _noise(self) -> Noise:
+        """The noise of one reading in log units, and the degrees of freedom it rests on: the pooled variance
+        of each healthy pair's repeats around their mean (its outliers set aside), raised to its upper 90%
+        bound for the degrees of freedom it has (few pairs, few readings: a wider test, never a bolder one).
+        Healthy: above the midpoint to ``fraction`` x the first level; a throttled pair is steady, and pooling
+        it would make the test most confident where the cluster is worst. Pairs that flap are left out: a
+        flapping node is a fault to find, not noise to tolerate; so are a noisy node's pairs, judged at that
+        node's own noise (``_noisy``) instead of widening every other pair's test."""
+        first = self._first_level()
+        usable = [p for p in self.pairs if len(p.logs) >= 2 and not p.broken]
+        healthy = [p for p in usable if math.isnan(first) or stats.median(p.logs) - first > self.bound / 2]
+        if not healthy:
+            floor = max(SIGMA_FLOOR, -self.bound / 2)  # no spread measured: assume the effect is noise
+            return Noise(floor, 0, max(OUTLIER_Z * floor, -self.bound / 2))
+        # the typical pair's spread, from the middle of its readings: outliers move neither
+        typical = max(SIGMA_FLOOR, stats.median(stats.middle_span_sigma(p.logs) for p in healthy))
+        cut = max(OUTLIER_Z * typical, -self.bound / 2)
+        noisy = self._noisy(usable, typical, cut, first)
+        squares, dof = 0.0, 0
+        for p in healthy:
+            t = trimmed(p.logs, cut)
+            if p.a in noisy or p.b in noisy or t.flaps or len(t.kept) < 2:
+                continue
+            squares += sum((x - t.mean) ** 2 for x in t.kept)
+            dof += len(t.kept) - 1
+        if dof == 0:
+            return Noise(typical, 0, cut, noisy)
+        sigma = max(SIGMA_FLOOR, math.sqrt(squares / stats.chi2_quantile(dof, -SIGMA_CONFIDENCE_Z)))
+        return Noise(sigma, dof, cut, {n: max(s, sigma) for n, s in noisy.items()})
+
+    def _noisy(self, usable: Sequence[PairFigure], typical: float, cut: float, first: float) -> dict[int, float]:
+        """The nodes noisier than the rest, with their own noise (upper 90% bound): the middle of their pairs'
+        readings spreads ``NOISY_RATIO`` x the typical pair's (root mean square over two partners or more)
+        and more than each partner's other pairs do, their shared pair aside (it is the partner's too), and some of
+        their readings lie above the healthy level by more than an outlier's distance: a fault only slows a
+        pair, so readings far above healthy are noise, not a slow node, nor a flapping one (slow in some
+        readings, never fast beyond the rest)."""
+        spreads: dict[int, dict[int, list[float]]] = {}  # node -> partner -> its pairs' spreads
+        above: set[int] = set()
+        for p in usable:
+            spread = stats.middle_span_sigma(p.logs)
+            for n in (p.a, p.b):
+                spreads.setdefault(n, {}).setdefault(p.other(n), []).append(spread)
+            if not math.isnan(first) and max(p.logs) - first > cut:
+                above.update((p.a, p.b))
+
+        def rms(node: int, without: int | None = None) -> float:
+            found = [x for q, xs in spreads[node].items() if q != without for x in xs]
+            return math.sqrt(stats.fmean((x**2 for x in found), default=0.0))
+
+        out: dict[int, float] = {}
+        for node, mine in spreads.items():
+            # each shared pair set aside: the node's other pairs against its partner's other pairs
+            wide = rms(node) > NOISY_RATIO * typical and all(rms(node, q) > rms(q, node) for q in mine)
+            if len(mine) < 2 or node not in above or not wide:
+                continue
+            squares, dof = 0.0, 0
+            for p in usable:
+                if p.has(node):
+                    t = trimmed(p.logs, OUTLIER_Z * rms(node))
+                    squares += sum((x - t.mean) ** 2 for x in t.kept)
+                    dof += len(t.kept) - 1
+            if dof:
+                out[node] = math.sqrt(squares / stats.chi2_quantile(dof, -SIGMA_CONFIDENCE_Z))
+        return out
+
+    @staticmethod
+    def _llr(log_ratio: float, variance: float, effect: float) -> float:
+        return stats.llr(log_ratio, variance, effect)
+
+    def _level(self, noise: Noise, effect: float, robust: bool) -> tuple[float, float]:
+        """ln of a healthy pair's GB/s and the variance of that estimate: the median of the census pairs
+        (each its readings' mean, outliers aside), leaving out those decisively slow (at ``effect``) against
+        a first median (a fault, not a sample of the level). ``robust``: where one node's pairs can be half
+        the sample or more (two census pairs at 4 or 5 nodes; the one pair at 2 or 3), a slow node sets that
+        median itself, halfway between its pairs and the healthy ones; the reference is then the median of
+        the pairs left once as many of the slowest as one node holds are set aside (a fault only slows a
+        pair, so the faster pairs are the healthy ones), with its own error in the test."""
+        sample = [(p, noise.trim(p)) for p in self.census_sample()]
+        sample = [(p, t) for p, t in sample if t.kept]
+        if not sample:
+            return math.nan, math.inf
+        sigma = noise.sigma
+        means = sorted(((t.mean, len(t.kept)) for _, t in sample), reverse=True)
+        upper = means
+        if robust:
+            held: dict[int, int] = {}
+            for p, _ in sample:
+                for n in (p.a, p.b):
+                    held[n] = held.get(n, 0) + 1
+            most = max(held.values())
+            if 2 * most >= len(means):
+                upper = means[: max(len(means) - most, 1)]
+        first = statistics.median(x for x, _ in upper)
+        # the reference's own error where it rests on a few pairs (the census median's is small beside a pair's)
+        ref_var = sigma**2 / statistics.fmean(n for _, n in upper) / len(upper) if upper is not means else 0.0
+        kept = [(x, n) for x, n in means if self._llr(x - first, sigma**2 / n + ref_var, effect) < self.witness_llr]
+        if not kept:
+            return first, sigma**2 / statistics.fmean(n for _, n in upper) / len(upper)
+        readings = statistics.fmean(n for _, n in kept)
+        # the variance of a median of k means: pi / 2 of the mean's for many, the mean's itself for 1 or 2
+        factor = math.pi / 2 if len(kept) > 2 else 1.0
+        return statistics.median(x for x, _ in kept), factor * sigma**2 / readings / len(kept)
+
+    def _scale(self) -> Scale:
+        """The noise, the level and the slow hypothesis: the mildest slowdown a node's two witness pairs can
+        tell apart from healthy within the node's share of the budget (90% of the time), no milder than
+        ``mild`` and no bolder than the profile's ``fraction``. The level leaves out the pairs slow at the
+        hypothesis in use: first the profile's, then the one its level allows."""
+        noise = self._noise()
+        # at 3 nodes every pair is the sample, and a slow node is in two of the three: the faster pair is the level
+        level, level_var = self._level(noise, self.bound, robust=self.nodes <= 3)
+        effect, resolution = self._hypothesis(noise.sigma, level_var)
+        if effect != self.bound:
+            level, level_var = self._level(noise, effect, robust=True)
+            effect, resolution = self._hypothesis(noise.sigma, level_var)
+        return Scale(level, level_var, noise, effect, resolution)
+
+    def _hypothesis(self, sigma: float, level_var: float) -> tuple[float, float]:
+        """The slow hypothesis in use and the resolution, in log units, at this noise and level error."""
+        # a node named on two witnesses: two pairs' readings, their mean against the level
+        node_var = sigma**2 / (2 * self.repeats) + (level_var if math.isfinite(level_var) else 0.0)
+        reach = RESOLUTION_Z + math.sqrt(RESOLUTION_Z**2 + 2 * self.name_llr)
+        resolution = -reach * math.sqrt(node_var)
+        return min(max(resolution, self.bound), max(math.log(self.mild), self.bound)), resolution
+
+    def weigh(self, pairs: Sequence[PairFigure], scale: Scale) -> float:
+        """The log-likelihood ratio "slow" against "healthy" of these pairs together: their readings' mean
+        (each pair's outliers aside) against the level, whose own error they share, each reading at its
+        pair's noise; +inf when one is broken."""
+        if any(p.broken for p in pairs):
+            return math.inf
+        total, count, variance = 0.0, 0, 0.0
+        for p in pairs:
+            kept = scale.noise.trim(p).kept
+            total += sum(kept)
+            count += len(kept)
+            variance += len(kept) * scale.noise.of(p) ** 2
+        if not count:
+            return 0.0
+        return self._llr(total / count - scale.level, variance / count**2 + scale.level_var, scale.effect)
+
+    def _verdict(self, p: PairFigure, scale: Scale) -> Judged:
+        """One pair against the level: slow, flapping (two outliers or more in its repeats: the pair, not
+        chance, and decided before "slow": a pair that flaps clears nobody and convicts nobody on its own),
+        fast or undecided."""
+        t = scale.noise.trim(p)
+        if p.broken or math.isnan(scale.level):
+            return Judged(p, t.mean - scale.level, math.inf, "slow", t.outliers)
+        llr = self.weigh([p], scale)
+        verdict = (
+            "flapping"
+            if t.flaps
+            else "slow"
+            if llr >= self.witness_llr
+            else "fast"
+            if llr <= self.clear_llr
+            else "undecided"
+        )
+        return Judged(p, t.mean - scale.level, llr, verdict, t.outliers)
+
+    def _witnessed(self, per_partner: Mapping[int, list[PairFigure]], scale: Scale) -> list[int] | None:
+        """The cleared partners that witness a node slow, or None when it is not to be named: two witnesses
+        (without its strongest partner the rest still says "slow" on its own: one bad path convicts
+        nobody), and all of it passes the node's share of the error budget."""
+        if len(per_partner) < 2 or math.isnan(scale.level):
+            return None
+        every = [p for found in per_partner.values() for p in found]
+        rest = min(
+            self.weigh([p for q, found in per_partner.items() if q != partner for p in found], scale)
+            for partner in per_partner
+        )
+        if self.weigh(every, scale) < self.name_llr or rest < self.witness_llr:
+            return None
+        return sorted(q for q, found in per_partner.items() if self.weigh(found, scale) > 0)
+
+    def _cleared(self, judged: list[Judged], scale: Scale) -> set[int]:
+        """The nodes shown healthy: in a fast pair, or all their pairs together (flapping ones aside) say
+        "healthy" (a slow node makes every pair of its own slow, so they test the node itself). A node with
+        slow or flapping pairs with two cleared partners is re-opened whatever a fast pair said: one pair
+        that happened to read fast does not clear a node that two others say is slow. So is one whose pairs
+        with cleared partners, its slow path aside, lean slow: the evidence points at the node, not a path.
+        Unless all its pairs with cleared partners together, those slow or flapping included, still say
+        "healthy" past ``clear_llr``: a healthy node that met many partners at high noise has a slow or
+        flapping pair or two by chance (about 1% of its pairs at 60% noise), and its pairs together are the
+        test of the node; re-opened on them, it would stay open however many partners it met."""
+        by_node = per_node(judged)
+        # a fast pair clears its nodes where it read steadily: one with an outlier may be a flapping node's
+        # pair that happened to read slow once only
+        cleared = {n for j in judged if j.verdict == "fast" and not j.outliers for n in (j.pair.a, j.pair.b)}
+        for node, mine in by_node.items():
+            steady = [j.pair for j in mine if j.verdict != "flapping"]
+            if node not in cleared and steady and self.weigh(steady, scale) <= self.clear_llr:
+                cleared.add(node)
+        for _ in range(len(by_node)):
+            reopened = set()
+            for node in cleared:
+                mine = [j for j in by_node.get(node, []) if j.pair.other(node) in cleared]
+                against = {j.pair.other(node) for j in mine if j.verdict in ("slow", "flapping")}
+                rest = [j.pair for j in mine if j.verdict not in ("slow", "flapping")]
+                doubted = len(against) >= 2 or (against and rest and self.weigh(rest, scale) > 0)
+                # all of them together, the slow and flapping ones included, still clear it: the test of
+                # the node itself, which one pair's chance reading does not undo (Wald's lower boundary)
+                if doubted and self.weigh([j.pair for j in mine], scale) > self.clear_llr:
+                    reopened.add(node)
+            if not reopened:
+                break
+            cleared -= reopened
+        return cleared
+
+    def _judge(self) -> Status:
+        scale = self._scale()
+        judged = [self._verdict(p, scale) for p in self.pairs]
+        cleared = self._cleared(judged, scale)
+        measured = {n for p in self.pairs for n in (p.a, p.b)}
+        by_node = per_node(judged)
+        witnesses: dict[int, list[int]] = {}
+        for node in sorted(measured - cleared):
+            per_partner: dict[int, list[PairFigure]] = {}
+            for j in by_node[node]:
+                if j.pair.other(node) in cleared:
+                    per_partner.setdefault(j.pair.other(node), []).append(j.pair)
+            found = self._witnessed(per_partner, scale)
+            if found is not None:
+                witnesses[node] = found
+        per_path: dict[Pair, list[Judged]] = {}
+        for j in judged:
+            per_path.setdefault((min(j.pair.a, j.pair.b), max(j.pair.a, j.pair.b)), []).append(j)
+        # a path: slow between two cleared nodes, never fast or flapping; named within the paths' own budget,
+        # and only once each of its nodes was fast with two other partners (one pair that happened to read
+        # fast does not make a slow node's pair a path)
+        fast_with = {n: set[int]() for n in measured}
+        for j in judged:
+            if j.verdict == "fast":
+                fast_with[j.pair.a].add(j.pair.b)
+                fast_with[j.pair.b].add(j.pair.a)
+        slow_paths = {
+            key: self.weigh([j.pair for j in found], scale)
+            for key, found in sorted(per_path.items())
+            if set(key) <= cleared
+            and any(j.verdict == "slow" for j in found)
+            and all(j.verdict in ("slow", "undecided") for j in found)
+        }
+        path_llr = self.path_llr(len(per_path))
+        confirmed = {n for n, others in fast_with.items() if len(others) >= 2}
+        named_paths = [
+            key
+            for key, llr in slow_paths.items()
+            if llr >= path_llr
+            and set(key) <= confirmed
+            and self._replicated([j.pair for j in per_path[key]], scale)
+            and self._below_ends(key, by_node, cleared, scale)
+        ]
+        open_paths = [key for key in slow_paths if key not in named_paths]
+        left = measured - cleared - set(witnesses)
+
+        def against(node: int) -> list[PairFigure]:
+            # its pairs with cleared partners: the witnesses it would be named on
+            return [j.pair for j in by_node[node] if j.pair.other(node) in cleared]
+
+        def leans_slow(node: int) -> bool:
+            # its pairs with nodes not named: a pair with a named node says nothing of this one
+            mine = [j for j in by_node[node] if j.pair.other(node) not in witnesses]
+            steady = [j.pair for j in mine if j.verdict != "flapping"]
+            return any(j.verdict in ("slow", "flapping") for j in mine) or self.weigh(steady, scale) > 0
+
+        suspects = sorted(n for n in left if leans_slow(n))
+        return Status(
+            scale=scale,
+            judged=judged,
+            cleared=sorted(cleared),
+            culprits=sorted(witnesses),
+            witnesses=witnesses,
+            paths=named_paths,
+            open_paths=open_paths,
+            path_ends=sorted({n for key in open_paths for n in key if n not in confirmed}),
+            undecided=sorted(left),
+            # undecided, and the evidence leans slow: the next round's business
+            suspects=suspects,
+            held=[
+                n
+                for n in suspects
+                # slow with nobody cleared to weigh it against yet, or slow with its cleared partners
+                if (not against(n) and any(j.verdict == "slow" for j in by_node[n]))
+                or self.weigh(against(n), scale) >= self.witness_llr
+            ],
+            untested=sorted(set(range(self.nodes)) - measured),
+        )
+
+    def _replicated(self, path: Sequence[PairFigure], scale: Scale) -> bool:
+        """A path's evidence stands in two rounds: without its strongest round the rest still says "slow"
+        on its own. A path rests on one pair, without a node's two witnesses; read again in another round,
+        a passing disturbance or a noisy node's chance low readings do not repeat, a slow link does."""
+        if any(p.broken for p in path):
+            return True
+        rounds = {p.round for p in path}
+        if len(rounds) < 2:
+            return False
+        return min(self.weigh([p for p in path if p.round != r], scale) for r in rounds) >= self.witness_llr
+
+    def _below_ends(self, key: Pair, by_node: Mapping[int, list[Judged]], cleared: set[int], scale: Scale) -> bool:
+        """A path's pairs stand below each of its nodes' pairs with other cleared partners, by the test of a
+        witness: the path is slow, not one of its nodes at a pace of its own too mild to name (a node at 0.8x
+        among 30% noise is cleared, and its pairs, a chance low reading or two, would read as a slow path).
+        The rails' rule, for nodes: a rail is named only below the node's other rails."""
+        a, b = key
+        path = [j.pair for j in by_node[a] if j.pair.other(a) == b]
+        if any(p.broken for p in path):
+            return True
+        logs = [x for p in path for x in scale.noise.trim(p).kept]
+        for node, partner in ((a, b), (b, a)):
+            others = [
+                x
+                for j in by_node[node]
+                if j.pair.other(node) != partner and j.pair.other(node) in cleared and j.verdict != "flapping"
+                for x in scale.noise.trim(j.pair).kept
+            ]
+            if not logs or not others:
+                return False
+            variance = scale.sigma**2 / len(logs) + scale.sigma**2 / len(others)
+            if self._llr(statistics.fmean(logs) - statistics.fmean(others), variance, scale.effect) < self.witness_llr:
+                return False
+        return True
+
+    @property
+    def culprits(self) -> list[int]:
+        return [] if self.nodes == 2 else self.status().culprits
+
+    def label(self, node: int) -> str:
+        host = self.hosts.get(node)
+        return f"node {node} (host {host})" if host else f"node {node}"
