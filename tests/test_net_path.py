@@ -207,7 +207,9 @@ def test_the_transport_figure_fails_on_a_network_finding_with_its_category(
         except pytest.skip.Exception as skipped:
             message = f"skipped: {skipped}"
         cases: dict[str, SimpleNamespace] = {}
-        evidence = SimpleNamespace(test=lambda nodeid: cases.setdefault(nodeid, SimpleNamespace(category=None)))
+        evidence = SimpleNamespace(
+            test=lambda nodeid: cases.setdefault(nodeid, SimpleNamespace(category=None)), doc=run.evidence.doc
+        )
         report = SimpleNamespace(failed=bool(message), longrepr=message, nodeid=item.nodeid)
         drain_hooks.categorize(SimpleNamespace(excinfo=None), report, SimpleNamespace(evidence=evidence))  # type: ignore[arg-type]
     finally:

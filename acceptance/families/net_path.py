@@ -29,14 +29,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal, TypedDict
 
-from acceptance.families.transport import FORCED_BY_SETTING, RankLog
+from acceptance.families.transport import FORCED_BY_SETTING, NetFinding, RankLog
 
 # NCCL's path types as NCCL_NET_GDR_LEVEL names them, in NCCL's order (src/include/graph.h: PATH_PIX 4, PATH_PXB 5,
 # PATH_P2C 6, PATH_PXN 7, PATH_PHB 8, PATH_SYS 9; src/graph/topo.cc: topoPathTypeStr); the PCIe tree tells four apart
 PATH_LEVELS = {"LOC": 0, "NVL": 1, "NVB": 2, "C2C": 3, "PIX": 4, "PXB": 5, "P2C": 6, "PXN": 7, "PHB": 8, "SYS": 9}
 PathType = Literal["PIX", "PXB", "PHB", "SYS"]
-# whose fault a finding is, in the evidence's words (acceptance.evidence.causes.Category)
-Category = Literal["hardware", "fabric", "configuration", "environment"]
 # NCCL's default NCCL_NET_GDR_LEVEL as it acts on a PCIe tree (src/graph/paths.cc, ncclTopoCheckGdr: PATH_P2C with
 # NCCL_NET_GDR_C2C on, its default, else PATH_PXB; P2C paths exist only where the GPU reaches the CPU over C2C, which
 # no PCIe path shows, so on a PCIe tree both admit PIX and PXB and no more)
@@ -95,15 +93,6 @@ class NetUse:
     dev: int  # NCCL's index of the NIC
     proxy: int | None  # PXN: the rank whose NIC carries it
     gdr: bool
-
-
-class NetFinding(TypedDict):
-    """A NET connection that went another way than the hardware offers, named with its cause."""
-
-    host: str
-    gpu: int  # NVML index
-    text: str
-    category: Category
 
 
 def net_use(transport: str) -> NetUse | None:

@@ -28,14 +28,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Literal, TypedDict
+from typing import Literal, TypedDict
 
 from typing_extensions import NotRequired
 
 from acceptance.families.nvlink_domain import label as domain_label
-
-if TYPE_CHECKING:  # net_path judges the RankLogs of this module
-    from acceptance.families.net_path import NetFinding
 
 # the settings that steer NCCL off NVLink, in the order a message names them
 FORCING = (
@@ -109,6 +106,20 @@ class Unresolved(TypedDict):
     peer_comm_rank: int
     peer_dev: int
     transport: str
+
+
+# whose fault a finding across nodes is, in the evidence's words (acceptance.evidence.causes.Category)
+Category = Literal["hardware", "fabric", "configuration", "environment"]
+
+
+class NetFinding(TypedDict):
+    """A NET connection that went another way than the hardware offers, named with its cause
+    (``families.net_path`` judges them; the record keeps them)."""
+
+    host: str
+    gpu: int  # NVML index
+    text: str
+    category: Category
 
 
 class TransportRecord(TypedDict):
