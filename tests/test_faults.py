@@ -234,10 +234,13 @@ def test_a_gpu_profile_on_a_cpu_only_torch_is_one_line(suite: pytest.Pytester) -
         pytest.skip("this node has an NVIDIA driver: a GPU profile would run its probes here")
     run = Run(suite, "", ["tests_cluster/"], profile="h200-x2")
     assert run.wait() == pytest.ExitCode.TESTS_FAILED, run.output
-    line = "preflight: profile h200-x2 runs on CUDA GPUs (topology.device: cuda), but this torch * is a CPU-only build*"
-    # the line twice: the failing health gate, and the summary above the verdict
-    shown = [text for text in run.output.splitlines() if text.startswith("preflight")]
-    assert len(shown) == 2 and all(fnmatch.fnmatch(text, line) for text in shown), run.output
+    line = "profile h200-x2 runs on CUDA GPUs (topology.device: cuda), but this torch * is a CPU-only build*"
+    # the line twice: the failing health gate, and the summary's first line, which says the cause and what to do
+    shown = [text for text in run.output.splitlines() if text.startswith(("preflight", "cause"))]
+    assert len(shown) == 2, run.output
+    assert fnmatch.fnmatch(shown[0], f"preflight: {line}") and fnmatch.fnmatch(
+        shown[1], f"cause (fix the install): {line}"
+    )
     # the soak is opt-in (deselected); the fabric counters need no GPU and are recorded
     assert re.search(r"=+ \d+ skipped, \d+ deselected, 1 error, 1 recorded in ", run.output), run.output
     assert len(run.output.splitlines()) < 60 and "_cuda_setDevice" not in run.output, run.output
