@@ -8,6 +8,7 @@ import random
 import socket
 from importlib.metadata import entry_points
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -80,3 +81,17 @@ def counts(result: pytest.RunResult) -> dict[str, int]:
     """A pytester run's outcome counts as its last line gives them, ``recorded`` among them (a test whose
     figures all lack a bound: information, not a pass), which ``assert_outcomes`` does not know."""
     return {k: v for k, v in result.parseoutcomes().items() if k not in ("warnings", "warning")}
+
+
+def categorized(run: Any, nodeid: str, message: str) -> dict[str, str | None]:
+    """The categories ``drain_hooks.categorize`` gives the test ``nodeid`` of ``run`` that failed with ``message``
+    ("" for a pass), by node id: empty where it gave none."""
+    from acceptance.plugin import drain_hooks
+
+    cases: dict[str, SimpleNamespace] = {}
+    evidence = SimpleNamespace(
+        test=lambda nodeid: cases.setdefault(nodeid, SimpleNamespace(category=None)), doc=run.evidence.doc
+    )
+    report = SimpleNamespace(failed=bool(message), longrepr=message, nodeid=nodeid)
+    drain_hooks.categorize(SimpleNamespace(excinfo=None), report, SimpleNamespace(evidence=evidence))  # type: ignore[arg-type]
+    return {key: case.category for key, case in cases.items()}

@@ -14,13 +14,13 @@ import pytest
 from acceptance.families import net_path, transport
 from acceptance.families.net_path import GpuPlace, NicPlace, NodeNetwork
 from acceptance.families.transport import RankLog
-from acceptance.plugin import drain_hooks
 from acceptance.plugin.api import transport_figure
 from acceptance.plugin.checker import Checker
 from acceptance.probes import pcie_places
 from acceptance.profile.loader import load
 from acceptance.run.cluster_run import ClusterRun
 from acceptance.run.placement import Placement
+from tests.harness import categorized
 
 # github.com/NVIDIA/nccl/issues/1537: a RoCE node's list of NICs (two HCAs, relaxed ordering on)
 USING = (
@@ -206,17 +206,12 @@ def test_the_transport_figure_fails_on_a_network_finding_with_its_category(
             message = str(failed)
         except pytest.skip.Exception as skipped:
             message = f"skipped: {skipped}"
-        cases: dict[str, SimpleNamespace] = {}
-        evidence = SimpleNamespace(
-            test=lambda nodeid: cases.setdefault(nodeid, SimpleNamespace(category=None)), doc=run.evidence.doc
-        )
-        report = SimpleNamespace(failed=bool(message), longrepr=message, nodeid=item.nodeid)
-        drain_hooks.categorize(SimpleNamespace(excinfo=None), report, SimpleNamespace(evidence=evidence))  # type: ignore[arg-type]
+        categories = categorized(run, item.nodeid, message)
     finally:
         run.close()
     if category == "passed":
-        assert message == "" and cases == {}
+        assert message == "" and categories == {}
         assert found["network_paths"] == ["node-b GPU 1 -> mlx5_1 (IB, GDRDMA)"]
         return
     assert "node-b GPU 1 over mlx5_1 (PIX): staged through host memory" in message
-    assert cases[item.nodeid].category == category
+    assert categories[item.nodeid] == category

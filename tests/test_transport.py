@@ -13,13 +13,13 @@ import pytest
 
 from acceptance.families import transport
 from acceptance.families.transport import RankLog
-from acceptance.plugin import drain_hooks
 from acceptance.plugin.checker import Checker
 from acceptance.probes import nvml
 from acceptance.profile.loader import load
 from acceptance.run.cluster_run import ClusterRun
 from acceptance.run.placement import Placement
 from acceptance.schema.sizes import parse_size
+from tests.harness import categorized
 
 HOST = "gpu-node-1"
 
@@ -235,16 +235,11 @@ def test_a_collective_slowed_by_a_forced_transport_is_the_setting_s(
             function = getattr(_shipped_module("test_collectives"), test)
             function(run, sweep, case, Checker(run, cast(Any, item)))
         message = str(failed.value) if failed is not None else ""
-        cases: dict[str, SimpleNamespace] = {}
-        found = SimpleNamespace(
-            test=lambda nodeid: cases.setdefault(nodeid, SimpleNamespace(category=None)), doc=run.evidence.doc
-        )
-        report = SimpleNamespace(failed=bool(message), longrepr=message, nodeid=item.nodeid)
-        drain_hooks.categorize(SimpleNamespace(excinfo=None), report, SimpleNamespace(evidence=found))  # type: ignore[arg-type]
+        categories = categorized(run, item.nodeid, message)
     finally:
         run.close()
     assert ("set in the environment" in message) is (category == "environment")
-    assert getattr(cases.get(item.nodeid), "category", None) == (None if category == "passed" else category)
+    assert categories.get(item.nodeid) == (None if category == "passed" else category)
 
 
 def test_a_healthy_node_reads_every_pair_over_p2p() -> None:
