@@ -95,3 +95,12 @@ def categorized(run: Any, nodeid: str, message: str) -> dict[str, str | None]:
     report = SimpleNamespace(failed=bool(message), longrepr=message, nodeid=nodeid)
     drain_hooks.categorize(SimpleNamespace(excinfo=None), report, SimpleNamespace(evidence=evidence))  # type: ignore[arg-type]
     return {key: case.category for key, case in cases.items()}
+
+
+def collected(suite: pytest.Pytester, *args: str, timeout: float) -> list[str]:
+    """The node ids a local-cpu run with ``args`` selects (``--collect-only``: nothing runs)."""
+    result = suite.runpytest_subprocess(
+        *PLUGIN_ARGS, "-p", "no:cacheprovider", "--cluster-profile", "local-cpu", "--collect-only", "-q", *args,
+        timeout=timeout,
+    )  # fmt: skip
+    return [line for line in result.outlines if "::" in line]

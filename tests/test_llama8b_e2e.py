@@ -6,18 +6,14 @@ from __future__ import annotations
 
 import pytest
 
-from tests.harness import PLUGIN_ARGS, evidence
+from tests.harness import PLUGIN_ARGS, collected, evidence
 
 RUN_TIMEOUT_S = 600  # only so that a broken launcher cannot hang CI (DeepSpeed's CPU op may build first)
 LLAMA8B_TESTS = 12  # tests_cluster/test_llama8b.py's 6 tests for each of the 2 strategies
 
 
 def _collected(suite: pytest.Pytester, *args: str) -> list[str]:
-    result = suite.runpytest_subprocess(
-        *PLUGIN_ARGS, "-p", "no:cacheprovider", "--cluster-profile", "local-cpu", "--collect-only", "-q", *args,
-        timeout=RUN_TIMEOUT_S,
-    )  # fmt: skip
-    return [line for line in result.outlines if "::" in line]
+    return collected(suite, *args, timeout=RUN_TIMEOUT_S)
 
 
 @pytest.mark.e2e

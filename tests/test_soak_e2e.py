@@ -13,7 +13,7 @@ import pytest
 
 from acceptance.families import soak as rules
 from acceptance.probes.soak import FAULT_ENV, PARTIAL
-from tests.harness import PLUGIN_ARGS, evidence, free_port
+from tests.harness import PLUGIN_ARGS, collected, evidence, free_port
 from tests.test_multinode import run_nodes
 
 RUN_TIMEOUT_S = 300  # only so that a broken launcher cannot hang CI; nothing here measures speed
@@ -29,11 +29,7 @@ def _soak(suite: pytest.Pytester, *args: str, duration_s: float = 2) -> pytest.R
 
 
 def _collected(suite: pytest.Pytester, *args: str) -> list[str]:
-    result = suite.runpytest_subprocess(
-        *PLUGIN_ARGS, "-p", "no:cacheprovider", "--cluster-profile", "local-cpu", "--collect-only", "-q", *args,
-        timeout=RUN_TIMEOUT_S,
-    )  # fmt: skip
-    return [line for line in result.outlines if "::" in line]
+    return collected(suite, *args, timeout=RUN_TIMEOUT_S)
 
 
 @pytest.mark.e2e
