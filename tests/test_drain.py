@@ -518,3 +518,43 @@ def test_a_run_that_cannot_name_its_node_drains_nothing_and_says_so(tmp_path: Pa
     [line] = found["applied"]
     assert line.startswith("kubernetes: not applied: this run cannot name its node for Kubernetes: NODE_NAME")
     assert json.loads((tmp_path / "drain.json").read_text())["applied"] == [line]
+
+
+@pytest.mark.e2e  # starts a ``sleep``
+@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
+def test_a_signal_while_the_command_starts_still_ends_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sig: str
+) -> None:
+    """The signal lands inside ``subprocess.Popen`` (after the child exists, before the caller holds it): the
+    KeyboardInterrupt comes all the same, and the command is killed, not left behind."""
+    import os
+    import signal
+
+    started: list[subprocess.Popen[str]] = []
+    real = subprocess.Popen
+
+    def popen_then_signal(*args: Any, **kwargs: Any) -> subprocess.Popen[str]:
+        started.append(real(*args, **kwargs))
+        os.kill(os.getpid(), signal.Signals[sig])  # as if it came while Popen still ran
+        return started[-1]
+
+    def interrupt_on_term(signum: int, _frame: object) -> None:
+        raise KeyboardInterrupt(f"signal {signal.Signals(signum).name}")  # the session's SIGTERM handler
+
+    monkeypatch.setattr(subprocess, "Popen", popen_then_signal)
+    previous = signal.signal(signal.SIGTERM, interrupt_on_term)
+    on_int = signal.getsignal(signal.SIGINT)
+    try:
+        with pytest.raises(KeyboardInterrupt) as raised:
+            scheduler._run(["sleep", "120"])
+        handlers = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        for left in started:  # whatever the code under test left running
+            if left.poll() is None:
+                left.kill()
+                left.wait()
+    assert scheduler.interrupted_by(raised.value) == sig
+    [child] = started
+    assert child.returncode == -signal.SIGKILL  # killed and reaped by _run
+    assert handlers == (interrupt_on_term, on_int)  # the handlers it deferred are back

@@ -31,7 +31,9 @@ import os
 import re
 import signal
 import subprocess
+import threading
 from collections.abc import Callable, Mapping, Sequence
+from types import FrameType
 
 from acceptance.evidence.drain import Command, DrainList, DrainNode, to_drain
 
@@ -39,21 +41,55 @@ KEY = "cluster-acceptance/verdict"
 REASON_KEY = "cluster-acceptance/reason"
 COMMAND_TIMEOUT_S = 30.0  # scontrol and kubectl answer in a second; a hung controller must not hang the run
 Runner = Callable[[Sequence[str]], "subprocess.CompletedProcess[str]"]
+_Handler = Callable[[int, FrameType | None], object] | int | None  # signal.getsignal's answer
 
 
 SLURM_NAME = "SLURMD_NODENAME"
 KUBERNETES_NAME = "NODE_NAME"  # deploy/k8s/*.yaml: valueFrom.fieldRef.fieldPath spec.nodeName
 
 
+_STOPS = (signal.SIGINT, signal.SIGTERM)
+
+
+def _deferring(pending: list[int]) -> dict[int, _Handler] | None:
+    """SIGINT and SIGTERM noted in ``pending`` instead of handled, until ``_replay``: one that comes while
+    ``subprocess.Popen`` starts the child would raise inside it, before the caller holds a process to kill.
+    None where handlers cannot be set (only the main thread may)."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    return {sig: signal.signal(sig, lambda signum, _frame: pending.append(signum)) for sig in _STOPS}
+
+
+def _replay(previous: dict[int, _Handler] | None, pending: list[int]) -> None:
+    """The handlers back, then each noted signal handled as they would have (a KeyboardInterrupt, mostly)."""
+    for sig, handler in (previous or {}).items():
+        signal.signal(sig, handler)
+    for signum in pending:
+        handler = (previous or {}).get(signum)
+        if callable(handler):
+            handler(signum, None)
+        elif handler != signal.SIG_IGN:
+            signal.raise_signal(signum)
+
+
 def _run(argv: Sequence[str]) -> subprocess.CompletedProcess[str]:
     """``argv`` in a process group of its own, killed whole when the run is interrupted or the command
-    hangs: no command (nor a child it started) outlives the run."""
-    with subprocess.Popen(
-        list(argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
-    ) as process:
+    hangs: no command (nor a child it started) outlives the run, also when the signal came while it
+    started."""
+    pending: list[int] = []
+    previous = _deferring(pending)
+    try:
+        process = subprocess.Popen(
+            list(argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+        )
+    except BaseException:
+        _replay(previous, pending)
+        raise
+    with process:
         try:
+            _replay(previous, pending)
             out, err = process.communicate(timeout=COMMAND_TIMEOUT_S)
-        except BaseException:  # a timeout, or SIGTERM / Ctrl-C (KeyboardInterrupt) while it runs
+        except BaseException:  # a timeout, or SIGTERM / Ctrl-C (KeyboardInterrupt) while it runs or started
             os.killpg(process.pid, signal.SIGKILL)
             process.wait()
             raise
