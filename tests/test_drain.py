@@ -408,6 +408,46 @@ def test_a_probe_killed_at_any_time_limit_is_the_operator_s_setting() -> None:
     assert run.test("test_x.py::test_y").category == "environment"
 
 
+HEAD = "probe training failed: rank 1 (host gpu-a, local rank 1) raised "
+ECC_LOG = (
+    "\n--- logs/x/attempt_0/1/stderr.log ---\n[rank1]: torch.AcceleratorError: CUDA error: uncorrectable ECC error"
+    " encountered"
+)
+
+
+@pytest.mark.parametrize(
+    ("message", "category"),
+    [
+        # an error of the suite's own code, naming neither the device nor the network: no evidence against the node
+        (HEAD + "RuntimeError: injected crash on rank 1 (ACCEPTANCE_TEST_FAULT=crash@1)", "suite"),
+        (HEAD + "KeyError: 'tokens'", "suite"),
+        (HEAD + "ModuleNotFoundError: No module named 'deepspeed'", "software"),
+        # the device's own fault, in the error or in the log tail below it
+        (HEAD + "Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions." + ECC_LOG, "hardware"),
+        (HEAD + "torch.AcceleratorError: CUDA error: unspecified launch failure", "hardware"),
+        # a device or network error that shows no device fault: the figures' guess stands
+        (HEAD + "torch.distributed.DistBackendError: NCCL error: remote process exited or there was a network error",
+         None),
+        (HEAD + "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB", None),
+        ("probe training exited with status 1 and left no result; see torchrun.log", None),
+    ],
+)  # fmt: skip
+def test_a_crashed_rank_drains_only_for_a_fault_its_error_shows(message: str, category: str | None) -> None:
+    """A rank that raised is the node's hardware's fault only where its error or log shows a device fault; an
+    error of the suite's own code is for review, a module that would not import the install's."""
+    run = _Run()
+    try:
+        try:
+            raise ProbeError(message)
+        except ProbeError:
+            pytest.fail("probe training failed", pytrace=False)  # as a test fails on its probe's error
+    except pytest.fail.Exception as exc:
+        call = SimpleNamespace(excinfo=SimpleNamespace(value=exc))
+    report = SimpleNamespace(failed=True, longrepr=message.splitlines()[0], nodeid="test_x.py::test_y")
+    drain_hooks.categorize(call, report, run)  # type: ignore[arg-type]
+    assert run.test("test_x.py::test_y").category == category
+
+
 def test_the_causes_the_preflight_names_drain_no_node() -> None:
     """The job's environment, the wrong profile, the install's missing compiler and another process on a GPU:
     each is for review with its own action; a GPU really missing still drains it."""

@@ -141,6 +141,9 @@ def test_a_crashed_rank_is_named_once(suite: pytest.Pytester) -> None:
     assert [p["status"] for p in data["probes"]] == ["failed"]
     assert junit_errors(run) == 9
     assert_nothing_left(run.mark)
+    # an error of the suite's own code, naming neither the device nor the network: for review, never drained
+    [node] = json.loads((run.folder / "drain.json").read_text())["nodes"]
+    assert (node["severity"], node["category"], node["action"]) == ("review", "suite", "review")
 
 
 def hung_connectivity(timeout_s: int) -> str:

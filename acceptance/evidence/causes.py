@@ -12,6 +12,7 @@ carries a category, and the category says the action; a scheduler acts only on `
 
 from __future__ import annotations
 
+import re
 from typing import Literal, get_args
 
 # foreign load: another job's process on the run's GPU while a figure was timed (the GPU is shared, not broken)
@@ -53,3 +54,39 @@ def cause_first(text: str, category: Category) -> str:
     if category == "foreign load" and not text.startswith(FOREIGN_LOAD_FIRST):
         return FOREIGN_LOAD_FIRST + text
     return text
+
+
+# A probe that raised is the node's hardware's fault only where the error says so. These are the texts the
+# device's own faults give (CUDA Runtime API, enum cudaError: cudaErrorECCUncorrectable, cudaErrorNvlinkUncorrectable,
+# cudaErrorHardwareStackError, cudaErrorLaunchFailure; NVML's nvmlReturn_t NVML_ERROR_GPU_IS_LOST; the driver's
+# XID 79 "GPU has fallen off the bus", NVIDIA's XID catalog), in the error or in the log tail that follows it.
+_HARDWARE_SIGNS = re.compile(
+    r"uncorrectable ECC error|uncorrectable NVLink error|hardware stack error|unspecified launch failure"
+    r"|GPU is lost|fallen off the bus|\bXid\b",
+    re.IGNORECASE,
+)
+# an error of the device, its libraries or the network between ranks: whose fault it is stays the figures' guess
+_DEVICE_OR_NETWORK = re.compile(
+    r"cuda|nccl|gloo|nvml|cudnn|cublas|nvlink|ecc|accelerator|distributed|connect|socket|network|peer|timed? ?out",
+    re.IGNORECASE,
+)
+_MISSING_MODULE = re.compile(r"^(ModuleNotFoundError|ImportError)\b")
+_RAISED = re.compile(r"^probe \S+ failed: .*? raised (?P<error>.*)$", re.MULTILINE)
+
+
+def crash_category(message: str) -> Category | None:
+    """Whose fault a probe's crash is, from its message (``acceptance.run.diagnose.crash``: "probe P failed:
+    rank R (...) raised ERROR", then the rank's log tail): the node's hardware where the error or its log
+    shows a fault of the device; the install for a module that would not import; the suite itself for an
+    error of its own code that names neither the device nor the network (no evidence against the node: review,
+    never drain); None for the rest (a CUDA, NCCL or network error without a device fault: the figures'
+    guess stands), and for a message that is no crash."""
+    raised = _RAISED.search(message)
+    if raised is None:
+        return None
+    if _HARDWARE_SIGNS.search(message):
+        return "hardware"
+    error = raised.group("error")
+    if _MISSING_MODULE.match(error):
+        return "software"
+    return None if _DEVICE_OR_NETWORK.search(error) else "suite"

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from acceptance.evidence import drain
+from acceptance.evidence.causes import crash_category
 from acceptance.evidence.model import EvidenceDoc
 from acceptance.evidence.verdict import verdict_of
 from acceptance.families.gpu_users import FOREIGN_LOAD, GPU_FAULT
@@ -47,6 +48,10 @@ def categorize(call: pytest.CallInfo[None], report: pytest.TestReport, run: Clus
         run.evidence.test(report.nodeid).category = preflight[line]
     elif report.failed and isinstance(cause, ProbeError) and cause.timed_out:
         run.evidence.test(report.nodeid).category = "environment"
+    elif report.failed and isinstance(cause, ProbeError) and (crashed := crash_category(str(cause))) is not None:
+        # a rank raised: a device fault in its error or log is the hardware's; an error of the suite's own code
+        # that names neither the device nor the network is no evidence against the node (review)
+        run.evidence.test(report.nodeid).category = crashed
     elif report.failed and FORCED_BY_SETTING in str(report.longrepr):
         # NCCL sent a pair's traffic another way because the run's environment told it to (NCCL_P2P_DISABLE):
         # fix the setting; the node is not at fault for it
