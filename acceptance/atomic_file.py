@@ -27,8 +27,8 @@ def host_part() -> str:
     return name_part(socket.gethostname())
 
 
-def write_atomic(path: Path, text: str, durable: bool = True) -> None:
-    """Write ``text`` to a temporary file beside ``path``, fsync it, then rename it over ``path``.
+def write_atomic(path: Path, text: str | bytes, durable: bool = True) -> None:
+    """Write ``text`` (or bytes: an image) to a temporary file beside ``path``, fsync it, then rename it over ``path``.
 
     Ranks of several nodes may share one folder, and a crash must never leave a half-written file under the
     real name. The temporary name holds the host and pid (who left it) and a random part, and is created
@@ -41,10 +41,11 @@ def write_atomic(path: Path, text: str, durable: bool = True) -> None:
     tmp = path.with_name(f".{path.name}.{host_part()}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
     # opened outside the try: an open that fails made no file to remove (it may be another writer's); the with
     # below closes it
-    handle = open(tmp, "x", encoding="utf-8")  # noqa: SIM115
+    data = text if isinstance(text, bytes) else text.encode("utf-8")
+    handle = open(tmp, "xb")  # noqa: SIM115
     try:
         with handle:
-            handle.write(text)
+            handle.write(data)
             handle.flush()
             if durable:
                 os.fsync(handle.fileno())

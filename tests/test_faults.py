@@ -146,10 +146,12 @@ def test_a_crashed_rank_is_named_once(suite: pytest.Pytester) -> None:
     assert (node["severity"], node["category"], node["action"]) == ("review", "suite", "review")
 
 
-def hung_connectivity(timeout_s: int) -> str:
-    """The message of a connectivity probe whose rank 1 hung in 'barrier latency' (``hang@1:barrier latency``)."""
+def hung_connectivity(timeout_s: int, origin: str) -> str:
+    """The message of a connectivity probe whose rank 1 hung in 'barrier latency' (``hang@1:barrier latency``),
+    its limit set by ``origin``."""
     return (
-        rf"probe connectivity timed out after {timeout_s} s and was killed: rank 1 \(host {HOST}, local rank 1\) "
+        rf"probe connectivity timed out after {timeout_s} s \({re.escape(origin)}\) and was killed: "
+        rf"rank 1 \(host {HOST}, local rank 1\) "
         r"stopped progressing \d+ s ago in phase 'barrier latency' \(progress \d+; pid \d+\); the others wait for it: "
         rf"rank 0 \(host {HOST}, local rank 0\) in phase 'barrier latency'"
     )
@@ -161,7 +163,9 @@ def test_a_hung_rank_is_named_with_its_phase(suite: pytest.Pytester) -> None:
     limit = ["--cluster-set", f"timeouts.connectivity={TIMEOUT_S}"]
     run = Run(suite, "hang@1:barrier latency", [*limit, *CONNECTIVITY], timeout_s=None)
     assert run.wait() == pytest.ExitCode.TESTS_FAILED, run.output
-    assert re.search(hung_connectivity(TIMEOUT_S), run.output), run.output
+    # the message says whose setting stopped it: the key, its value and the option that set it
+    origin = f"timeouts.connectivity = {TIMEOUT_S} s, --cluster-set timeouts.connectivity={TIMEOUT_S}"
+    assert re.search(hung_connectivity(TIMEOUT_S, origin), run.output), run.output
     assert "timed out after" in assert_failed_evidence(run, complete=True)["probes"][0]["error"]
     assert_nothing_left(run.mark)
     [node] = json.loads((run.folder / "drain.json").read_text())["nodes"]

@@ -41,6 +41,14 @@ def _cases(tmp_path: Path, ours: Path, theirs: Path) -> dict[str, tuple[list[str
         "junit -o another run's evidence": (["junit", str(ours), "-o", str(theirs)], "holds a run's evidence"),
         "report -o another run's evidence": (["report", str(ours), "-o", str(theirs)], "holds a run's evidence"),
         "report -o a folder": (["report", str(ours), "-o", str(folder)], "is a folder"),
+        "report -o into another run's folder": (
+            ["report", str(ours), "-o", str(theirs.with_name("report.html"))],
+            "is in another run's evidence folder",
+        ),
+        "merge -o into another run's folder": (
+            ["merge", str(ours), "-o", str(theirs.with_name("merged.json"))],
+            "is in another run's evidence folder",
+        ),
         "report -o its Markdown": (["report", str(ours), "-o", str(tmp_path / "r.md")], "the same file as -o"),
         "export -o its input": (["export", str(ours), "-o", str(ours)], "is one of the inputs"),
     }
@@ -55,6 +63,7 @@ def test_every_output_path_is_checked_the_same_way(tmp_path: Path, capsys: pytes
         assert len(err.splitlines()) == 1 and said in err, (name, err)
         assert (theirs.read_bytes(), ours.read_bytes()) == before, name
     assert not (tmp_path / "m.json").exists() and sorted(p.name for p in (tmp_path / "a-folder").iterdir()) == []
+    assert sorted(p.name for p in theirs.parent.iterdir()) == ["evidence.json"]
 
 
 def test_an_output_that_cannot_be_written_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

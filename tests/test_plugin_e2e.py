@@ -198,7 +198,7 @@ def test_hanging_rank_is_killed_at_the_timeout(suite: pytest.Pytester, monkeypat
     result.assert_outcomes(errors=9)
     host = re.escape(socket.gethostname())
     out = result.stdout.str()
-    assert re.search(r"probe connectivity timed out after 60 s and was killed: ", out), out
+    assert re.search(r"probe connectivity timed out after 60 s \(--cluster-timeout 60\) and was killed: ", out), out
     assert re.search(
         rf"rank 1 \(host {host}, local rank 1\) stopped progressing \d+ s ago in phase 'barrier latency'", out
     )

@@ -14,6 +14,7 @@ from acceptance.families.connectivity import CONNECTIVITY
 from acceptance.profile import loader as profiles
 from acceptance.profile.judge import Judge
 from acceptance.profile.loader import ProfileError, load
+from acceptance.run.launcher import ProbeError
 
 BASE = "topology: {nodes: 1, ranks_per_node: 2, device: cpu, backend: gloo}\n"
 
@@ -297,3 +298,23 @@ def test_bench_train_measures_with_the_full_lengths_unless_told(here: Path) -> N
     assert CONNECTIVITY.section_of(bench_train.load(args).model).barrier_iters == 900
     args.tier = "standard"
     assert CONNECTIVITY.section_of(bench_train.load(args).model).barrier_iters == 7
+
+
+def test_a_probe_s_time_limit_says_where_it_was_set() -> None:
+    """A probe killed at its limit names the key, its value and where it was set: the option, the file's
+    line, or the default; its family's key where set, else ``timeouts.default``."""
+    profile = load("local-cpu", ["timeouts.health=7"])
+    timeouts = profile.model.timeouts
+    assert (timeouts.key_for("health"), timeouts.for_probe("health")) == ("health", 7.0)
+    assert profile.origin("timeouts", "health") == "--cluster-set timeouts.health=7"
+    assert timeouts.key_for("compute") == "default"
+    assert re.fullmatch(r".*local-cpu\.yaml:\d+", profile.origin("timeouts", "default"))
+    assert profile.origin("timeouts", "storage") == "the default"
+    error = ProbeError("probe health timed out after 7 s and was killed: rank 0 at import\nlog", timed_out=True)
+    error.name_limit("timeouts.health = 7 s, --cluster-set timeouts.health=7")
+    assert str(error).startswith(
+        "probe health timed out after 7 s (timeouts.health = 7 s, --cluster-set timeouts.health=7) and was killed: "
+    )
+    crashed = ProbeError("probe health failed: rank 0 raised KeyError: 'x'")
+    crashed.name_limit("timeouts.health = 7 s, the default")
+    assert str(crashed) == "probe health failed: rank 0 raised KeyError: 'x'"  # no limit stopped it

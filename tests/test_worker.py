@@ -173,7 +173,7 @@ def test_a_crash_fails_its_probe_and_the_next_one_runs_in_a_fresh_worker(suite: 
 def test_a_hang_times_out_naming_the_rank_and_the_next_probe_runs(suite: pytest.Pytester) -> None:
     run = Run(suite, "hang@1:barrier latency", [*FAST[:2], *ONE_READING], timeout_s=60)
     assert run.wait() == pytest.ExitCode.TESTS_FAILED, run.output
-    assert re.search(hung_connectivity(60), run.output), run.output
+    assert re.search(hung_connectivity(60, "--cluster-timeout 60"), run.output), run.output
     found = probes(run)
     assert [(p["key"], p["status"]) for p in found] == [("connectivity", "failed"), ("compute", "ok")]
     assert worker_folders(run) == [EARLY, "02-compute"]

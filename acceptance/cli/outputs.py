@@ -1,5 +1,5 @@
-"""Where a command may write: never over its own input, another run's evidence, a folder or something
-that is not a file, and never two outputs on one path. Every ``-o``, ``--junit`` and ``report``'s files
+"""Where a command may write: never over its own input, another run's evidence or into its folder, a folder
+or something that is not a file, and never two outputs on one path. Every ``-o``, ``--junit`` and ``report``'s files
 are checked here before anything is read or written."""
 
 from __future__ import annotations
@@ -44,10 +44,14 @@ def check_outputs(outputs: Sequence[tuple[str, Path]], inputs: Sequence[Path] = 
             raise ValueError(f"{where}: {above} is not a folder; name a file in a folder")
         if real in read:
             raise ValueError(f"{where}: is one of the inputs; write to another file")
-        if not path.exists() and not path.is_symlink():
-            continue
-        refusal = not_regular(path)  # a FIFO, a device, a dangling link
-        if refusal is not None:
-            raise ValueError(f"{where}: {refusal}; name a file to write")
-        if _is_evidence(path):
-            raise ValueError(f"{where}: holds a run's evidence, which is never overwritten; write to another file")
+        if path.exists() or path.is_symlink():
+            refusal = not_regular(path)  # a FIFO, a device, a dangling link
+            if refusal is not None:
+                raise ValueError(f"{where}: {refusal}; name a file to write")
+            if _is_evidence(path):
+                raise ValueError(f"{where}: holds a run's evidence, which is never overwritten; write to another file")
+        beside = real.parent / "evidence.json"
+        if beside.is_file() and beside.resolve() not in read:
+            # a run's folder holds what that run wrote (its report among them): another's output there would
+            # pass for the run's own
+            raise ValueError(f"{where}: is in another run's evidence folder ({real.parent}); write elsewhere")

@@ -103,10 +103,12 @@ def cmd_report(args: argparse.Namespace) -> int:
     data, origin = load(args.evidence)
     blocks = overview.blocks(data, origin)
     title = f"Cluster acceptance: {verdict_of(data)} ({data.profile.name})"
-    write_atomic(output, html.document(blocks, title))
     text, images = markdown.document(blocks, output.stem)
+    pictures = [(f"-o (its image {name})", output.parent / name) for name in images]
+    check_outputs([("-o", output), ("-o (its Markdown)", output.with_suffix(".md")), *pictures], [args.evidence])
+    write_atomic(output, html.document(blocks, title))
     for name, png in images.items():
-        (output.parent / name).write_bytes(png)
+        write_atomic(output.parent / name, png)
     write_atomic(output.with_suffix(".md"), text)
     print(f"wrote {output} and {output.with_suffix('.md')}" + (f" (+{len(images)} PNG)" if images else ""))
     return 0

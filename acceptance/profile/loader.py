@@ -5,7 +5,8 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from types import UnionType
@@ -36,10 +37,15 @@ class Profile:
     resolved: JSONObject
     sha256: str
     chain: tuple[Path, ...]
+    origins: Mapping[tuple[str, ...], str] = field(default_factory=dict)  # key path -> FILE:LINE or the option
 
     @property
     def name(self) -> str:
         return self.model.name
+
+    def origin(self, *key: str) -> str:
+        """Where the key's value was set (``FILE:LINE``, ``--cluster-set '...'``), or ``the default``."""
+        return self.origins.get(key, "the default")
 
     def threshold(self, metric: str) -> Threshold | None:
         return self.model.thresholds.get(canonical_metric(metric))
@@ -166,7 +172,7 @@ def _build(raw: JSONObject, chain: tuple[Path, ...], lines: LineMap, overrides: 
     model = _canonical_thresholds(model, path)
     _check_metric_names(model, path, lines)
     resolved = model.model_dump(mode="json")
-    return Profile(model=model, path=path.resolve(), resolved=resolved, sha256=_digest(resolved), chain=chain)
+    return Profile(model, path.resolve(), resolved, _digest(resolved), chain, lines)
 
 
 def _digest(resolved: JSONObject) -> str:

@@ -23,12 +23,15 @@ class TimeoutsBase(Strict):
     default: Seconds = 300
     rendezvous: Seconds = 300  # multi-node: how long the nodes wait for each other at the start and before a probe
 
-    def for_probe(self, probe: str) -> float:
-        """The limit of the family that runs ``probe`` (``timeouts.internode`` covers the isolation rounds
-        too), else ``default``."""
+    def key_for(self, probe: str) -> str:
+        """The key that holds ``probe``'s limit: its family's (``timeouts.internode`` covers the isolation
+        rounds too) where set, else ``default``."""
         family = next((f.name for f in FAMILIES if probe in f.probes), probe)
-        value = getattr(self, family, None)
-        return float(value if value is not None else self.default)
+        return family if getattr(self, family, None) is not None else "default"
+
+    def for_probe(self, probe: str) -> float:
+        """The limit of the family that runs ``probe``, else ``default``."""
+        return float(getattr(self, self.key_for(probe)))
 
 
 if TYPE_CHECKING:

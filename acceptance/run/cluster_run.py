@@ -142,6 +142,16 @@ class ClusterRun:
         strategies of one job) gets it ``parts`` times."""
         return (self.timeout_override or self.profile.model.timeouts.for_probe(probe)) * parts
 
+    def timeout_origin(self, probe: str, parts: int = 1) -> str:
+        """Where the probe's time limit was set: the option, else the profile's key and its line (or the
+        option that set it), for a message that says whose setting stopped a probe."""
+        if self.timeout_override:
+            return f"--cluster-timeout {self.timeout_override:g}"
+        timeouts = self.profile.model.timeouts
+        key = timeouts.key_for(probe)
+        times = f"{parts} parts of " if parts > 1 else ""
+        return f"{times}timeouts.{key} = {timeouts.for_probe(probe):g} s, {self.profile.origin('timeouts', key)}"
+
     def say(self, line: str) -> None:
         """One progress line, from the main thread or a probe's watcher."""
         if self.progress is not None:
@@ -170,7 +180,7 @@ class ClusterRun:
             spec = spec if spec is not None else self.spec(name)
             if name in self._let_import:  # its run lets a staged job import (``let_import_within``)
                 spec = {**spec, "let_import": self._let_import.pop(name)}
-            self._probes[key] = self._run(name, spec, key, env or {}, *where, timeout_s=self.timeout(name, parts))
+            self._probes[key] = self._run(name, spec, key, env or {}, *where, parts=parts)
         found = self._probes[key]
         if isinstance(found, launch.ProbeError):
             raise found
@@ -221,8 +231,9 @@ class ClusterRun:
         env: dict[str, str],
         topo: Topology | None = None,
         placement: Placement | None = None,
-        timeout_s: float = 0.0,
+        parts: int = 1,
     ) -> JSONObject | launch.ProbeError:
+        timeout_s = self.timeout(name, parts)
         where = self.executor.place(key, spec, env, topo or self.topology, placement or self.placement)
         if where.staged is None and not self._beside_imports(name):
             self.executor.quiet_host(key)
@@ -234,6 +245,7 @@ class ClusterRun:
             self.recorder.interrupted(record)
             raise
         except launch.ProbeError as error:
+            error.name_limit(self.timeout_origin(name, parts))
             self._partials[key] = self.recorder.failed(record, error, where, start)
             return error
         self.recorder.finished(record, outcome, where)

@@ -46,6 +46,13 @@ class ProbeError(Exception):
         self.timed_out = timed_out
         self.shown_in: str | None = None
 
+    def name_limit(self, origin: str) -> None:
+        """A timeout's message with where its limit was set, after "timed out after N s": whose setting it
+        is, so the operator finds the line or the option to change."""
+        head, sep, rest = str(self).partition(" and was killed")
+        if self.timed_out and sep:
+            self.args = (f"{head} ({origin}){sep}{rest}",)
+
 
 @dataclass
 class ProbeRun:
