@@ -13,14 +13,20 @@ import torch.distributed as dist
 from acceptance.families.collectives import Collectives, figures
 from acceptance.families.compute import Compute
 from acceptance.families.internode import Internode
-from acceptance.probes.ops import UNITS, Op
+from acceptance.probes import nccl_loop
+from acceptance.probes.ops import Op
 from acceptance.probes.rank import TORCH_DTYPES
 from acceptance.schema.collectives import COLLECTIVE_OPS, OPS
 from acceptance.schema.dtypes import DTYPE_NAMES, DTYPES
 
 
-def test_both_halves_list_the_same_ops() -> None:
-    assert list(UNITS) == list(OPS) == list(COLLECTIVE_OPS)
+def test_each_op_is_defined_once_with_a_torch_call_and_an_nccl_call_the_c_loop_binds() -> None:
+    assert list(OPS) == list(COLLECTIVE_OPS)
+    for c in OPS.values():
+        assert callable(getattr(dist, c.torch.function)), c.name
+        # an entry point the C loop calls through its own prototype, or a group of sends and receives
+        assert c.nccl.entry is None or nccl_loop.SHAPES[c.nccl.entry] is c.nccl.prototype, c.name
+        assert c.nccl.entry is not None or c.nccl.grouped is not None, c.name
 
 
 @pytest.mark.parametrize("section", [Collectives, Internode])
