@@ -58,6 +58,12 @@ def test_busbw_factor(op: str, n: int, factor: float) -> None:
     assert OPS[op].busbw_factor(n) == pytest.approx(factor)
 
 
+def test_each_op_names_its_nccl_tests_program() -> None:
+    # NVIDIA/nccl-tests src/<name>.cu, each built as <name>_perf
+    names = {"all_to_all": "alltoall"}
+    assert {op: c.nccl_tests for op, c in OPS.items()} == {op: names.get(op, op) for op in COLLECTIVE_OPS}
+
+
 def test_every_op_has_a_factor() -> None:
     assert set(OPS) == set(NCCL_TESTS_FACTORS)
 

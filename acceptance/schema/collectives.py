@@ -130,6 +130,7 @@ class TorchCall:
 @dataclass(frozen=True)
 class Collective:
     name: str
+    nccl_tests: str  # nccl-tests' name of the op: its src/<name>.cu, built as <name>_perf
     layout: Layout
     busbw_factor: Callable[[int], float]  # busbw = algbw * factor(ranks)
     nccl: NcclCall
@@ -174,6 +175,7 @@ OPS: dict[str, Collective] = {
     for c in (
         Collective(
             "all_reduce",
+            "all_reduce",
             "whole",
             _all_reduce_factor,
             NcclCall("ncclAllReduce"),
@@ -183,6 +185,7 @@ OPS: dict[str, Collective] = {
             waits_for_all=True,
         ),
         Collective(
+            "all_gather",
             "all_gather",
             "gather",
             _share_factor,
@@ -194,6 +197,7 @@ OPS: dict[str, Collective] = {
         ),
         Collective(
             "reduce_scatter",
+            "reduce_scatter",
             "scatter",
             _share_factor,
             NcclCall("ncclReduceScatter", count="part"),
@@ -203,6 +207,7 @@ OPS: dict[str, Collective] = {
         ),
         Collective(
             "all_to_all",
+            "alltoall",
             "exchange",
             _share_factor,
             NcclCall("ncclAlltoAll", Prototype.COLL6, "part", "none", grouped="exchange"),
@@ -217,6 +222,7 @@ OPS: dict[str, Collective] = {
         ),
         Collective(
             "broadcast",
+            "broadcast",
             "whole",
             _one,
             NcclCall("ncclBroadcast", arg="root"),
@@ -226,6 +232,7 @@ OPS: dict[str, Collective] = {
         ),
         Collective(
             "reduce",
+            "reduce",
             "whole",
             _one,
             NcclCall("ncclReduce", Prototype.REDUCE, arg="sum_root"),
@@ -234,6 +241,7 @@ OPS: dict[str, Collective] = {
             in_place=True,
         ),
         Collective(
+            "sendrecv",
             "sendrecv",
             "whole",
             _one,
