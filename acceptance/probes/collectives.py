@@ -1,16 +1,17 @@
 """Collective bandwidth sweep, measured the way nccl-tests measures it.
 
-For each op and size (the ops' halves: ``schema.collectives`` and ``probes.ops``): a data check (the
-count of wrong elements, like nccl-tests' #wrong, exact at any world size: ``verifiable``), warm-up, then
-``iters`` timed calls, in one timed loop whose mode (``collectives.timing``) is chosen apart from its reason:
-on GPUs libnccl called directly from a C loop the host times (nccl-tests' time), or the calls captured in one
-CUDA graph and replayed; on the CPU (gloo) a synchronised host clock times torch's calls. The timed calls are cut into up to five windows (``probes.windows``; on
-GPUs a timing event captured between two windows in the graph): a rank's time per call is its median
-window's, then averaged across ranks (nccl-tests' default ``-a 1``); the slowest rank's time is kept too,
-and every window's busbw beside the figure. The transport NCCL chose between each two ranks comes from
-its own report (``probes.nccl_log``). After the sweep, the spread pass at sizes of its own: blocking calls
-through the sweep's own call, each marked on the rank's own timeline, which say which rank the others waited
-for (``collectives.lateness``).
+For each op and size (its definition: ``schema.collectives``; its buffers and call: ``probes.ops``): a data
+check (the count of wrong elements, like nccl-tests' #wrong, exact at any world size: ``verifiable``),
+warm-up, then ``iters`` timed calls in one timed loop, whose mode (``collectives.timing``) is chosen apart from
+its reason: on GPUs libnccl called directly from a C loop the host times (nccl-tests' time), or the calls
+captured in one CUDA graph and replayed; on the CPU (gloo) a synchronised host clock times torch's calls. The
+timed calls are cut into up to five windows (``probes.windows``; in a graph a timing event captured between
+two windows): a rank's time per call is its whole loop's where the host timed it, else its median window's,
+then averaged across ranks (nccl-tests' default ``-a 1``); the slowest rank's time is kept too, and every
+window's busbw beside the figure. The transport NCCL chose between each two ranks comes from its own report
+(``probes.nccl_log``). After the sweep, the spread pass at sizes of its own: blocking calls through the
+sweep's own call, each marked on the rank's own timeline, which say which rank the others waited for
+(``collectives.lateness``).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ import torch.distributed as dist
 
 from acceptance.families.collectives import CollectiveRow, CollectivesConfig, Measured, SweepResult, figures, lateness
 from acceptance.families.collectives.lateness import RankPlace, Spread
-from acceptance.families.collectives.timing import Reason, Timing, TimingAsked, TimingMode
+from acceptance.families.collectives.timing import Reason, Timing, TimingAsked, TimingMode, calls_nccl
 from acceptance.masking import masked_env
 from acceptance.probes import nccl_calls, nccl_log, nccl_loop, windows
 from acceptance.probes.gpu_sampler import GpuSampler
@@ -360,7 +361,7 @@ def run(ctx: Ctx) -> SweepResult:
     # another job's process that starts on a rank's GPU meanwhile slows every collective: named as the cause
     sampler = GpuSampler(ctx.device, period_s=SWEEP_SAMPLE_S)
     sampler.start()
-    nccl = direct_nccl(ctx) if cfg["timing"] in ("auto", "nccl") else None
+    nccl = direct_nccl(ctx) if calls_nccl(cfg["timing"]) else None
     # the sweep on a stream of its own, non-blocking as nccl-tests' (src/common.cu): NCCL on the legacy default
     # stream cost 1-2 us more a call on an H200 host (docs/measurements.md)
     own = torch.cuda.stream(torch.cuda.Stream(ctx.device)) if ctx.is_cuda else contextlib.nullcontext()

@@ -10,6 +10,14 @@ from typing import Literal
 # what a profile asks for (``collectives.timing``): auto is nccl for the whole world on GPUs, a CUDA graph inside a
 # subgroup, eager on the CPU (``probes.collectives.timing_of``)
 TimingAsked = Literal["auto", "nccl", "cuda_graph", "eager"]
+
+
+def calls_nccl(asked: TimingAsked) -> bool:
+    """Whether a sweep timed as ``asked`` calls libnccl directly on GPUs (through the C loop, which needs a C
+    compiler): ``nccl``, and ``auto`` for the whole world."""
+    return asked in ("auto", "nccl")
+
+
 # nccl: libnccl called directly, the loop timed by the host (nccl-tests' time, ``probes.nccl_calls``);
 # cuda_graph: the loop captured in a CUDA graph, timed on the device; eager: torch.distributed's calls timed by
 # the host (the CPU's only mode)
