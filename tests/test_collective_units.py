@@ -3,7 +3,9 @@ nccl-tests', and the torch-free dtype table agrees with torch."""
 
 from __future__ import annotations
 
+import gc
 import statistics
+import weakref
 from typing import get_args
 
 import pytest
@@ -167,4 +169,28 @@ def test_the_data_check_counts_nan_and_a_changed_element_as_wrong() -> None:
         op.out[5] += 1
         assert op.wrong() == 2
     finally:
+        dist.destroy_process_group()
+
+
+def test_each_op_s_torch_call_gives_its_result_and_a_dropped_op_frees_its_buffers_at_once() -> None:
+    """One rank: every op's call through its definition leaves what the data check expects; the call holds the
+    op's tensors, not the op, so dropping the op frees them without the cycle collector (a sweep frees one
+    size's buffers before it makes the next's)."""
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)  # type: ignore[attr-defined]
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        for name in OPS:
+            op = Op(name, 4096, "float32", torch.device("cpu"))
+            op.fill()
+            called = name != "sendrecv"  # gloo makes no pair from a rank to itself; two ranks: the local-cpu suite
+            if called:
+                op()
+            wrong, held = op.wrong(), [weakref.ref(op.inp), weakref.ref(op.out)]
+            del op  # (pytest's rewritten assert would hold a bound method of it: the figures are read first)
+            assert wrong == 0 or not called, name
+            assert [ref() for ref in held] == [None, None], name
+    finally:
+        if collecting:
+            gc.enable()
         dist.destroy_process_group()

@@ -6,6 +6,8 @@ bit at any world size.
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,26 +22,31 @@ from acceptance.schema.dtypes import DTYPES
 CHECK_CHUNK = 1 << 25  # elements generated and compared at once: bounds the check's extra memory
 
 
-def _call(op: Op) -> None:
-    """The op's torch.distributed call in its form (``schema.collectives.TorchCall``)."""
+def _torch_call(op: Op) -> Callable[[], object]:
+    """The op's torch.distributed call in its form (``schema.collectives.TorchCall``), its arguments bound once:
+    a timed loop of eager calls pays for the call alone. It holds the op's tensors, never the op (which holds
+    it): the op's buffers are freed the moment the op is dropped, before the next size's are made."""
     how = op.collective.torch
     fn = getattr(dist, how.function)
     if how.form == "in_place":
-        fn(op.inp, group=op.group)
-    elif how.form == "out_in":
-        fn(op.out, op.inp, group=op.group)
-    elif how.form == "from_root":
-        fn(op.inp, src=op.global_rank(ROOT), group=op.group)
-    elif how.form == "to_root":
-        fn(op.inp, dst=op.global_rank(ROOT), group=op.group)
-    else:  # each rank sends to the next and receives from the previous (nccl-tests' sendrecv ring)
-        rank, ranks = op.place.rank, op.place.ranks
-        pair = [
-            dist.P2POp(dist.isend, op.inp, op.global_rank((rank + 1) % ranks), op.group),
-            dist.P2POp(dist.irecv, op.out, op.global_rank((rank - 1) % ranks), op.group),
-        ]
+        return functools.partial(fn, op.inp, group=op.group)
+    if how.form == "out_in":
+        return functools.partial(fn, op.out, op.inp, group=op.group)
+    if how.form == "from_root":
+        return functools.partial(fn, op.inp, src=op.global_rank(ROOT), group=op.group)
+    if how.form == "to_root":
+        return functools.partial(fn, op.inp, dst=op.global_rank(ROOT), group=op.group)
+    # each rank sends to the next and receives from the previous (nccl-tests' sendrecv ring)
+    rank, ranks = op.place.rank, op.place.ranks
+    nxt, prev = op.global_rank((rank + 1) % ranks), op.global_rank((rank - 1) % ranks)
+    inp, out, group = op.inp, op.out, op.group
+
+    def ring() -> None:
+        pair = [dist.P2POp(dist.isend, inp, nxt, group), dist.P2POp(dist.irecv, out, prev, group)]
         for work in fn(pair):
             work.wait()
+
+    return ring
 
 
 def sent(c: Collective, p: Place, pos: torch.Tensor) -> torch.Tensor:
@@ -114,6 +121,7 @@ class Op:
                 if self.collective.in_place
                 else torch.empty(self.sizing.recv, dtype=torch_dtype, device=device)
             )
+        self.issue = _torch_call(self)
 
     @property
     def send_bytes(self) -> int:
@@ -127,7 +135,7 @@ class Op:
         return group_rank if self.group is None else dist.get_global_rank(self.group, group_rank)
 
     def __call__(self) -> None:
-        _call(self)
+        self.issue()
 
     def fill(self) -> None:
         """This rank's input: the values the check's expectations are computed from."""
