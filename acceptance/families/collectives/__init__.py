@@ -34,11 +34,7 @@ class Collectives(Strict):
     dtype: Literal[DTYPE_NAMES] = "bfloat16"  # type: ignore[valid-type]
     warmup_iters: Annotated[int, Field(ge=0)] = 5
     iters: PositiveInt = 20
-    # auto: nccl on GPUs for the whole world (a CUDA graph inside a subgroup), eager on the CPU. nccl: libnccl
-    # called directly from one loop timed by the host, nccl-tests' time at every size (``probes.nccl_calls``);
-    # cuda_graph: the loop captured in a CUDA graph, without NCCL's host work (faster than nccl-tests below
-    # 1 MiB); eager: torch.distributed's calls timed by the host (its Python and work objects included)
-    timing: TimingAsked = "auto"
+    timing: TimingAsked = "auto"  # how the sweep is timed: ``timing``'s modes, auto picking one
     # a host-timed loop lasts at least this long (more calls than ``iters`` where a call takes microseconds):
     # a small message's time is then the pace of many calls, not the loop's start and its window marks,
     # which cost a few microseconds each (measured on 2x H200: 13.5 us a call over 20 calls, 10.7 over 200).

@@ -18,9 +18,10 @@ def calls_nccl(asked: TimingAsked) -> bool:
     return asked in ("auto", "nccl")
 
 
-# nccl: libnccl called directly, the loop timed by the host (nccl-tests' time, ``probes.nccl_calls``);
-# cuda_graph: the loop captured in a CUDA graph, timed on the device; eager: torch.distributed's calls timed by
-# the host (the CPU's only mode)
+# nccl: libnccl called directly from one loop timed by the host, nccl-tests' time at every size
+# (``probes.nccl_calls``); cuda_graph: the loop captured in a CUDA graph, timed on the device, without NCCL's host
+# work (faster than nccl-tests below 1 MiB); eager: torch.distributed's calls timed by the host, its Python and
+# work objects included (the CPU's only mode)
 TimingMode = Literal["nccl", "cuda_graph", "eager"]
 # no_nccl: the direct calls were asked for (or ``auto``'s) and no communicator of the probe's own could be made;
 # from_python: NCCL called directly, the calls issued from Python where the C loop could not be built (slower than
