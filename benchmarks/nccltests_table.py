@@ -10,7 +10,7 @@ suite's (= the suite's busbw over nccl-tests'), flagged outside 0.95-1.05 from 1
 the larger buffer);
 nccl-tests rounds a rank's part down to 16 B, the suite up to one 16 B part (``schema.collectives``), so a
 size only one side measured is listed with the reason. The column compared is the one whose buffers the suite
-uses: in place for all_reduce and broadcast (``probes.ops``: ``in_place=True``), out of place for the others.
+uses: in place for all_reduce, broadcast and reduce (their definitions' ``in_place``), out of place for the others.
 Exit 1 when a pair is flagged, 2 on unreadable input.
 """
 
@@ -22,16 +22,11 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-# nccl-tests' program per suite op name (src/<op>.cu builds <op>_perf)
-NCCL_TESTS_NAMES = {
-    "all_reduce": "all_reduce",
-    "all_gather": "all_gather",
-    "reduce_scatter": "reduce_scatter",
-    "all_to_all": "alltoall",
-    "broadcast": "broadcast",
-    "sendrecv": "sendrecv",
-}
-IN_PLACE = frozenset({"all_reduce", "broadcast"})  # the suite's ops whose output is their input (probes.ops)
+from acceptance.schema.collectives import OPS
+
+# nccl-tests' program per suite op name, and the ops whose output is their input: the ops' definitions
+NCCL_TESTS_NAMES = {name: op.nccl_tests for name, op in OPS.items()}
+IN_PLACE = frozenset(name for name, op in OPS.items() if op.in_place)
 MIB = 2**20
 # the acceptance bounds: within 0.95-1.05 from 1 MiB up, 0.9-1.1 below
 BOUNDS = {True: (0.95, 1.05), False: (0.9, 1.1)}

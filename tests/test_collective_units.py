@@ -3,7 +3,9 @@ nccl-tests', and the torch-free dtype table agrees with torch."""
 
 from __future__ import annotations
 
+import gc
 import statistics
+import weakref
 from typing import get_args
 
 import pytest
@@ -13,14 +15,20 @@ import torch.distributed as dist
 from acceptance.families.collectives import Collectives, figures
 from acceptance.families.compute import Compute
 from acceptance.families.internode import Internode
-from acceptance.probes.ops import UNITS, Op
+from acceptance.probes import nccl_loop
+from acceptance.probes.ops import Op
 from acceptance.probes.rank import TORCH_DTYPES
 from acceptance.schema.collectives import COLLECTIVE_OPS, OPS
 from acceptance.schema.dtypes import DTYPE_NAMES, DTYPES
 
 
-def test_both_halves_list_the_same_ops() -> None:
-    assert list(UNITS) == list(OPS) == list(COLLECTIVE_OPS)
+def test_each_op_is_defined_once_with_a_torch_call_and_an_nccl_call_the_c_loop_binds() -> None:
+    assert list(OPS) == list(COLLECTIVE_OPS)
+    for c in OPS.values():
+        assert callable(getattr(dist, c.torch.function)), c.name
+        # an entry point the C loop calls through its own prototype, or a group of sends and receives
+        assert c.nccl.entry is None or nccl_loop.SHAPES[c.nccl.entry] is c.nccl.prototype, c.name
+        assert c.nccl.entry is not None or c.nccl.grouped is not None, c.name
 
 
 @pytest.mark.parametrize("section", [Collectives, Internode])
@@ -50,6 +58,12 @@ NCCL_TESTS_FACTORS = {
 )
 def test_busbw_factor(op: str, n: int, factor: float) -> None:
     assert OPS[op].busbw_factor(n) == pytest.approx(factor)
+
+
+def test_each_op_names_its_nccl_tests_program() -> None:
+    # NVIDIA/nccl-tests src/<name>.cu, each built as <name>_perf
+    names = {"all_to_all": "alltoall"}
+    assert {op: c.nccl_tests for op, c in OPS.items()} == {op: names.get(op, op) for op in COLLECTIVE_OPS}
 
 
 def test_every_op_has_a_factor() -> None:
@@ -155,4 +169,28 @@ def test_the_data_check_counts_nan_and_a_changed_element_as_wrong() -> None:
         op.out[5] += 1
         assert op.wrong() == 2
     finally:
+        dist.destroy_process_group()
+
+
+def test_each_op_s_torch_call_gives_its_result_and_a_dropped_op_frees_its_buffers_at_once() -> None:
+    """One rank: every op's call through its definition leaves what the data check expects; the call holds the
+    op's tensors, not the op, so dropping the op frees them without the cycle collector (a sweep frees one
+    size's buffers before it makes the next's)."""
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)  # type: ignore[attr-defined]
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        for name in OPS:
+            op = Op(name, 4096, "float32", torch.device("cpu"))
+            op.fill()
+            called = name != "sendrecv"  # gloo makes no pair from a rank to itself; two ranks: the local-cpu suite
+            if called:
+                op()
+            wrong, held = op.wrong(), [weakref.ref(op.inp), weakref.ref(op.out)]
+            del op  # (pytest's rewritten assert would hold a bound method of it: the figures are read first)
+            assert wrong == 0 or not called, name
+            assert [ref() for ref in held] == [None, None], name
+    finally:
+        if collecting:
+            gc.enable()
         dist.destroy_process_group()

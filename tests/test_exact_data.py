@@ -14,10 +14,10 @@ from collections.abc import Iterator
 import pytest
 import torch
 
-from acceptance.probes.ops import UNITS, Place
+from acceptance.probes.ops import expected, sent
 from acceptance.probes.rank import TORCH_DTYPES
 from acceptance.probes.verifiable import count_wrong, summand, tag, target
-from acceptance.schema.collectives import OPS
+from acceptance.schema.collectives import OPS, Place
 from acceptance.schema.dtypes import DTYPE_NAMES, DTYPES
 
 WORLD_SIZES = (2, 3, 7, 8, 64, 85, 96, 128, 256, 1000, 1024)
@@ -158,21 +158,21 @@ def run_unit(name: str, ranks: int, dtype: str, moved: bool) -> int:
     spec = DTYPES[dtype]
     sizing = OPS[name].sizing(1000 * spec.nbytes, ranks, spec.nbytes)
     places = [Place(r, ranks, sizing.part, spec.exact_integers) for r in range(ranks)]
-    unit = UNITS[name]
-    inputs = [unit.sent(p, torch.arange(sizing.send)).to(TORCH_DTYPES[dtype]) for p in places]
-    untouched = [x if unit.in_place else torch.zeros(sizing.recv, dtype=x.dtype) for x in inputs]
+    op = OPS[name]
+    inputs = [sent(op, p, torch.arange(sizing.send)).to(TORCH_DTYPES[dtype]) for p in places]
+    untouched = [x if op.in_place else torch.zeros(sizing.recv, dtype=x.dtype) for x in inputs]
     outputs = simulate(name, inputs, sizing.part) if moved else untouched
     wrong = 0
     for place, out in zip(places, outputs, strict=True):
         assert out.numel() == sizing.recv
-        want = unit.expected(place, torch.arange(sizing.recv))
+        want = expected(op, place, torch.arange(sizing.recv))
         wrong += 0 if want is None else count_wrong(out, want)
     return wrong
 
 
 @pytest.mark.parametrize("dtype", DTYPE_NAMES)
 @pytest.mark.parametrize("ranks", [1, 2, 3, 8])
-@pytest.mark.parametrize("name", list(UNITS))
+@pytest.mark.parametrize("name", list(OPS))
 def test_each_op_expects_what_it_delivers(name: str, ranks: int, dtype: str) -> None:
     assert run_unit(name, ranks, dtype, moved=True) == 0
     if ranks > 1:

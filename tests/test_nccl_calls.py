@@ -12,6 +12,7 @@ import torch
 import torch.distributed as dist
 
 from acceptance.families.collectives import figures
+from acceptance.families.collectives.timing import TimingAsked
 from acceptance.probes import collectives, nccl_calls, nccl_loop, ops, windows
 from acceptance.schema.collectives import OPS
 
@@ -39,7 +40,7 @@ class FakeNccl:
 
 def _library(fake: FakeNccl) -> nccl_calls.Library:
     lib = nccl_calls.Library.__new__(nccl_calls.Library)
-    lib.lib, lib.has_all_to_all = fake, hasattr(fake, "ncclAlltoAll")
+    lib.lib = fake
     lib.looper = "no C compiler ('cc' not on PATH)"  # the Python loop: the C loop's own tests, test_nccl_loop
     return lib
 
@@ -133,24 +134,33 @@ def _ctx(device: str) -> Any:
     return SimpleNamespace(is_cuda=device == "cuda", device=torch.device(device), backend="nccl")
 
 
+def _timing(device: str, asked: TimingAsked, group: Any, nccl: Any) -> tuple[str, str | None, str]:
+    """The mode, the reason's kind and the label ``timing_of`` gives."""
+    t = collectives.timing_of(_ctx(device), asked, group, nccl)
+    return t.mode, t.reason.kind if t.reason else None, t.label
+
+
 def test_auto_is_direct_nccl_for_the_world_on_gpus_a_graph_in_subgroups_and_the_host_on_the_cpu() -> None:
     lib = _library(FakeNccl())
     comms = nccl_calls.Communicators(lib, lambda uid, group: b"")
-    # issued from Python where the C loop could not be built: the figure says so, and why
-    assert collectives._mode(_ctx("cuda"), "auto", None, comms) == (
-        "nccl (issued from Python: no C compiler ('cc' not on PATH))"
+    # issued from Python where the C loop could not be built: NCCL still called directly, and the label says why
+    assert _timing("cuda", "auto", None, comms) == (
+        "nccl",
+        "from_python",
+        "nccl (issued from Python: no C compiler ('cc' not on PATH))",
     )
-    assert collectives.direct(collectives._mode(_ctx("cuda"), "auto", None, comms))  # NCCL still called directly
     lib.looper = nccl_loop.Looper.__new__(nccl_loop.Looper)
-    assert collectives._mode(_ctx("cuda"), "auto", None, comms) == "nccl"
-    assert collectives.direct("nccl") and not collectives.direct("cuda_graph (libnccl not callable: x)")
-    assert collectives._mode(_ctx("cuda"), "auto", object(), comms) == "cuda_graph"
-    assert collectives._mode(_ctx("cpu"), "auto", None, "no NCCL on cpu") == "eager"
-    # asked for and not to be had: the figure says how it was timed instead, and why
-    assert collectives._mode(_ctx("cuda"), "nccl", None, "libnccl not callable: x") == (
-        "cuda_graph (libnccl not callable: x)"
+    assert _timing("cuda", "auto", None, comms) == ("nccl", None, "nccl")
+    assert _timing("cuda", "auto", object(), comms) == ("cuda_graph", None, "cuda_graph")
+    assert _timing("cpu", "auto", None, "no NCCL on cpu") == ("eager", None, "eager")
+    # asked for and not to be had: the mode it is timed in instead, and why
+    assert _timing("cuda", "nccl", None, "libnccl not callable: x") == (
+        "cuda_graph",
+        "no_nccl",
+        "cuda_graph (libnccl not callable: x)",
     )
-    assert collectives._mode(_ctx("cpu"), "nccl", None, "no NCCL on cpu") == "eager (no NCCL on cpu)"
+    assert _timing("cpu", "nccl", None, "no NCCL on cpu") == ("eager", "no_nccl", "eager (no NCCL on cpu)")
+    assert _timing("cuda", "eager", None, comms) == ("eager", None, "eager")
     assert collectives.direct_nccl(_ctx("cpu")) == "no NCCL on cpu"
 
 
@@ -168,9 +178,11 @@ def test_nccl_types_are_nccl_h_s() -> None:
 
 
 def test_auto_without_communicators_asked_is_a_graph_and_says_nothing_more() -> None:
-    assert collectives._mode(_ctx("cuda"), "auto", None, None) == "cuda_graph"  # the internode probe's world
-    assert collectives._mode(_ctx("cuda"), "auto", None, "libnccl not callable: x") == (
-        "cuda_graph (libnccl not callable: x)"
+    assert _timing("cuda", "auto", None, None) == ("cuda_graph", None, "cuda_graph")  # the internode probe's world
+    assert _timing("cuda", "auto", None, "libnccl not callable: x") == (
+        "cuda_graph",
+        "no_nccl",
+        "cuda_graph (libnccl not callable: x)",
     )
 
 

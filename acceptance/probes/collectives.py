@@ -1,16 +1,17 @@
 """Collective bandwidth sweep, measured the way nccl-tests measures it.
 
-For each op and size (the ops' halves: ``schema.collectives`` and ``probes.ops``): a data check (the
-count of wrong elements, like nccl-tests' #wrong, exact at any world size: ``verifiable``), warm-up, then
-``iters`` timed calls. On GPUs the timed calls are captured in one CUDA graph and replayed, so the
-figure is the collective's time rather than Python's launch cost; on the CPU (gloo) a synchronised
-host clock times a plain loop. The timed calls are cut into up to five windows (``probes.windows``; on
-GPUs a timing event captured between two windows in the graph): a rank's time per call is its median
-window's, then averaged across ranks (nccl-tests' default ``-a 1``); the slowest rank's time is kept too,
-and every window's busbw beside the figure. The transport NCCL chose between each two ranks comes from
-its own report (``probes.nccl_log``). After the sweep, the spread pass at sizes of its own: blocking calls
-through the sweep's own call, each marked on the rank's own timeline, which say which rank the others waited
-for (``collectives.lateness``).
+For each op and size (its definition: ``schema.collectives``; its buffers and call: ``probes.ops``): a data
+check (the count of wrong elements, like nccl-tests' #wrong, exact at any world size: ``verifiable``),
+warm-up, then ``iters`` timed calls in one timed loop, whose mode (``collectives.timing``) is chosen apart from
+its reason: on GPUs libnccl called directly from a C loop the host times (nccl-tests' time), or the calls
+captured in one CUDA graph and replayed; on the CPU (gloo) a synchronised host clock times torch's calls. The
+timed calls are cut into up to five windows (``probes.windows``; in a graph a timing event captured between
+two windows): a rank's time per call is its whole loop's where the host timed it, else its median window's,
+then averaged across ranks (nccl-tests' default ``-a 1``); the slowest rank's time is kept too, and every
+window's busbw beside the figure. The transport NCCL chose between each two ranks comes from its own report
+(``probes.nccl_log``). After the sweep, the spread pass at sizes of its own: blocking calls through the
+sweep's own call, each marked on the rank's own timeline, which say which rank the others waited for
+(``collectives.lateness``).
 """
 
 from __future__ import annotations
@@ -28,8 +29,9 @@ import torch.distributed as dist
 
 from acceptance.families.collectives import CollectiveRow, CollectivesConfig, Measured, SweepResult, figures, lateness
 from acceptance.families.collectives.lateness import RankPlace, Spread
+from acceptance.families.collectives.timing import Reason, Timing, TimingAsked, TimingMode, calls_nccl
 from acceptance.masking import masked_env
-from acceptance.probes import nccl_calls, nccl_log, windows
+from acceptance.probes import nccl_calls, nccl_log, nccl_loop, windows
 from acceptance.probes.gpu_sampler import GpuSampler
 from acceptance.probes.links import stable_node
 from acceptance.probes.ops import Arena, Op
@@ -145,9 +147,7 @@ def spread_case(
     nbytes = parse_size(size)
     ctx.phase(f"{name} {format_size(nbytes)} spread")
     op = Op(name, nbytes, cfg["dtype"], ctx.device)
-    timed = _torch_timed(op)
-    if isinstance(nccl, nccl_calls.Communicators) and direct(_mode(ctx, cfg["timing"], None, nccl)):
-        timed = direct_timed(op, ctx.device, cfg["dtype"], nccl)
+    timed = host_timed(op, ctx, cfg["dtype"], timing_of(ctx, cfg["timing"], None, nccl), nccl)
     for _ in range(max(1, cfg["warmup_iters"])):
         timed.call()
     ctx.sync()
@@ -188,28 +188,47 @@ def direct_nccl(ctx: Ctx) -> nccl_calls.Communicators | str:
         return f"libnccl not callable: {str(exc)[:200]}"
 
 
-def _mode(ctx: Ctx, asked: str, group: Any, nccl: nccl_calls.Communicators | str | None) -> str:
+def timing_of(ctx: Ctx, asked: TimingAsked, group: Any, nccl: nccl_calls.Communicators | str | None) -> Timing:
     """How this op is timed: ``auto`` is NCCL called directly for the whole world on GPUs (nccl-tests' time),
     a CUDA graph inside a subgroup (an isolation pair, an internode scope: one communicator each would cost
     more than the figure), the host clock on the CPU. Where the direct calls were asked for (or ``auto``'s)
-    and cannot be made, the label says how it was timed instead, and why."""
-    direct = isinstance(nccl, nccl_calls.Communicators)
-    fallback = "cuda_graph" if ctx.is_cuda else "eager"
+    and cannot be made, the mode it is timed in instead, and why; where they are issued from Python, why."""
+    fallback: TimingMode = "cuda_graph" if ctx.is_cuda else "eager"
     if asked == "auto":
         if not ctx.is_cuda or group is not None or nccl is None:
-            return fallback
+            return Timing(fallback)
         asked = "nccl"
-    if asked == "nccl" and not direct:
-        return f"{fallback} ({nccl or 'no NCCL communicator given'})"
-    if asked == "nccl" and isinstance(nccl, nccl_calls.Communicators) and isinstance(nccl.lib.looper, str):
-        return f"nccl (issued from Python: {nccl.lib.looper})"  # slower than nccl-tests below 1 MiB: said
-    return asked
+    if asked == "nccl":
+        if not isinstance(nccl, nccl_calls.Communicators):
+            return Timing(fallback, Reason("no_nccl", nccl or "no NCCL communicator given"))
+        if isinstance(nccl.lib.looper, str):  # slower than nccl-tests below 1 MiB: said
+            return Timing("nccl", Reason("from_python", nccl.lib.looper))
+        return Timing("nccl")
+    return Timing("cuda_graph" if asked == "cuda_graph" else "eager")
 
 
-def direct(mode: str) -> bool:
-    """Whether an op timed in ``mode`` calls NCCL directly: from the C loop (``nccl``), or from Python where the
-    loop could not be built (``nccl (issued from Python: ...)``)."""
-    return mode == "nccl" or mode.startswith("nccl (")
+def host_timed(op: Op, ctx: Ctx, dtype: str, timing: Timing, nccl: nccl_calls.Communicators | str | None) -> HostTimed:
+    """The op's call as the host issues it in ``timing``'s mode: NCCL's own where it is called directly, else
+    torch's (a CUDA graph's warm-up, data check and spread pass go through torch's call too)."""
+    if timing.mode == "nccl" and isinstance(nccl, nccl_calls.Communicators):
+        return direct_timed(op, ctx.device, dtype, nccl)
+    return _torch_timed(op)
+
+
+def timed_loop(
+    ctx: Ctx, op: Op, timed: HostTimed, timing: Timing, group: Any, cfg: CollectivesConfig
+) -> tuple[list[float], float | None, Timing]:
+    """The op's timed loop in its mode: each timed window's seconds per call, the whole loop's on the host's
+    clock (None for a CUDA graph, timed on the device), and the timing it had: a graph that cannot capture the
+    collective is timed eagerly, and says why."""
+    if timing.mode == "cuda_graph":
+        try:
+            return time_graph(op, ctx, cfg["warmup_iters"], cfg["iters"]), None, timing
+        except RuntimeError as exc:  # a build or backend that cannot capture collectives
+            timing = Timing("eager", Reason("graph_failed", str(exc).splitlines()[0][:200]))
+            timed = _torch_timed(op)
+    seconds, loop = time_eager(timed, ctx, group, cfg)
+    return seconds, loop, timing
 
 
 def _bound(
@@ -241,10 +260,8 @@ def measure(
     ``size_bytes`` is the size asked for; ``bytes`` and ``count`` what the call moved (the parts rounded)."""
     ctx.phase(f"{name} {format_size(nbytes)}")
     op = Op(name, nbytes, cfg["dtype"], ctx.device, group, arena)
-    mode = _mode(ctx, cfg["timing"], group, nccl)
-    timed = _torch_timed(op)
-    if isinstance(nccl, nccl_calls.Communicators) and direct(mode):
-        timed = direct_timed(op, ctx.device, cfg["dtype"], nccl)  # the data check goes through the timed call too
+    timing = timing_of(ctx, cfg["timing"], group, nccl)
+    timed = host_timed(op, ctx, cfg["dtype"], timing, nccl)  # the data check goes through the timed call too
     wrong = 0
     if cfg.get("check_data", True):
         op.fill()
@@ -253,15 +270,7 @@ def measure(
         ctx.sync()
         wrong = op.wrong()
     ctx.progress()
-    loop: float | None = None
-    if mode == "cuda_graph":
-        try:
-            seconds = time_graph(op, ctx, cfg["warmup_iters"], cfg["iters"])
-        except RuntimeError as exc:  # a build or backend that cannot capture collectives: say so, time eagerly
-            mode = f"eager (CUDA graph capture failed: {str(exc).splitlines()[0][:200]})"
-            seconds, loop = time_eager(_torch_timed(op), ctx, group, cfg)
-    else:
-        seconds, loop = time_eager(timed, ctx, group, cfg)
+    seconds, loop, timing = timed_loop(ctx, op, timed, timing, group, cfg)
     sizing = op.sizing
     del op, timed
     measured: Measured = {
@@ -272,7 +281,7 @@ def measure(
         "count": sizing.count,
         "seconds": seconds,
         "wrong": wrong,
-        "timing": mode,
+        "timing": timing.label,
     }
     if loop is not None:
         measured["loop_seconds"] = loop
@@ -326,7 +335,8 @@ def _sweep(
     sizes = [parse_size(size) for size in cfg["sizes"]]
     # the C loop moves each call on into buffers as large as the op's largest size, as nccl-tests does (the
     # Python loop does not: its label says it is issued from Python)
-    shifted = _mode(ctx, cfg["timing"], None, nccl) == "nccl"
+    looper = nccl.lib.looper if isinstance(nccl, nccl_calls.Communicators) else None
+    shifted = timing_of(ctx, cfg["timing"], None, nccl).mode == "nccl" and isinstance(looper, nccl_loop.Looper)
     for op in cfg["ops"]:
         arena = Arena.for_sweep(op, sizes, cfg["dtype"], ctx.device) if shifted else None
         for nbytes in sizes:
@@ -351,7 +361,7 @@ def run(ctx: Ctx) -> SweepResult:
     # another job's process that starts on a rank's GPU meanwhile slows every collective: named as the cause
     sampler = GpuSampler(ctx.device, period_s=SWEEP_SAMPLE_S)
     sampler.start()
-    nccl = direct_nccl(ctx) if cfg["timing"] in ("auto", "nccl") else None
+    nccl = direct_nccl(ctx) if calls_nccl(cfg["timing"]) else None
     # the sweep on a stream of its own, non-blocking as nccl-tests' (src/common.cu): NCCL on the legacy default
     # stream cost 1-2 us more a call on an H200 host (docs/measurements.md)
     own = torch.cuda.stream(torch.cuda.Stream(ctx.device)) if ctx.is_cuda else contextlib.nullcontext()

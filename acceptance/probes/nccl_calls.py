@@ -8,8 +8,8 @@ and the very ``libnccl`` that torch loaded (the one its jobs use), with the argu
 once: the figure is NCCL's time as nccl-tests prints it, at every size. vLLM's ``PyNcclCommunicator`` calls
 NCCL the same way.
 
-The entry points and enums are nccl.h's (NCCL 2.19+ for bfloat16 ``ncclBfloat16 = 9``; ``ncclAlltoAll`` from
-2.28, else grouped sends and receives as nccl-tests does before 2.28, src/alltoall.cu).
+Each op's entry point and arguments are its definition's (``schema.collectives.NcclCall``); the enums are
+nccl.h's (NCCL 2.19+ for bfloat16 ``ncclBfloat16 = 9``).
 """
 
 from __future__ import annotations
@@ -22,14 +22,13 @@ from pathlib import Path
 from typing import Any
 
 from acceptance.probes import nccl_loop, windows
-from acceptance.schema.collectives import OPS
+from acceptance.schema.collectives import OPS, ROOT
 
 SONAME = "libnccl.so.2"
 # ncclDataType_t (nccl.h): the profile's type names
 NCCL_TYPES = {"float16": 6, "float32": 7, "bfloat16": 9}
 NCCL_SUM = 0  # ncclRedOp_t ncclSum
 UNIQUE_ID_BYTES = 128  # NCCL_UNIQUE_ID_BYTES
-ROOT = 0  # nccl-tests' default -r 0 (as ``probes.ops.ROOT``)
 
 
 class NcclCallError(RuntimeError):
@@ -63,7 +62,6 @@ class Library:
         self.lib = lib
         lib.ncclGetErrorString.restype = ctypes.c_char_p
         lib.ncclGetErrorString.argtypes = [ctypes.c_int]
-        self.has_all_to_all = hasattr(lib, "ncclAlltoAll")
         self.looper = looper
 
     @classmethod
@@ -162,34 +160,30 @@ def _grouped(lib: Library, calls: list[tuple[str, _Args]]) -> Callable[[], int]:
 
 
 def bind(lib: Library, op: str, b: Buffers, dtype: str, comm: int, stream: int) -> Bound:
-    """One call of ``op`` over ``b`` (nccl-tests' ``<op>RunColl``), ready to be issued back to back. In place
-    where the suite's op is (all_reduce, broadcast, reduce)."""
+    """One call of ``op`` over ``b`` as its definition's ``NcclCall`` says (nccl-tests' ``<op>RunColl``), ready to
+    be issued back to back. In place where the op's result lands in its input (all_reduce, broadcast, reduce)."""
     if op not in OPS:
         raise ValueError(f"unknown collective {op!r}")
-    t, c, s = ctypes.c_int(NCCL_TYPES[dtype]), ctypes.c_void_p(comm), ctypes.c_void_p(stream)
-    inp, out, size = ctypes.c_void_p(b.inp), ctypes.c_void_p(b.out), ctypes.c_size_t
+    c = OPS[op]
+    how = c.nccl
+    t, com, s = ctypes.c_int(NCCL_TYPES[dtype]), ctypes.c_void_p(comm), ctypes.c_void_p(stream)
+    inp, size = ctypes.c_void_p(b.inp), ctypes.c_size_t
+    out = inp if c.in_place else ctypes.c_void_p(b.out)
     total, part, root, red = size(b.send), size(b.part), ctypes.c_int(ROOT), ctypes.c_int(NCCL_SUM)
-    single: dict[str, tuple[str, _Args]] = {
-        "all_reduce": ("ncclAllReduce", (inp, inp, total, t, red, c, s)),
-        "all_gather": ("ncclAllGather", (inp, out, part, t, c, s)),
-        "reduce_scatter": ("ncclReduceScatter", (inp, out, part, t, red, c, s)),
-        "broadcast": ("ncclBroadcast", (inp, inp, total, t, root, c, s)),
-        "reduce": ("ncclReduce", (inp, inp, total, t, red, root, c, s)),
-    }
-    if lib.has_all_to_all:
-        single["all_to_all"] = ("ncclAlltoAll", (inp, out, part, t, c, s))
-    if op in single:
-        name, args = single[op]
-        return _made(lib, name, b, [single[op]], functools.partial(getattr(lib.lib, name), *args))
+    count = total if how.count == "total" else part
+    if how.entry is not None and (how.grouped is None or hasattr(lib.lib, how.entry)):
+        extra: dict[str, _Args] = {"sum": (red,), "root": (root,), "sum_root": (red, root), "none": ()}
+        call = (how.entry, (inp, out, count, t, *extra[how.arg], com, s))
+        return _made(lib, how.entry, b, [call], functools.partial(getattr(lib.lib, how.entry), *call[1]))
     calls: list[tuple[str, _Args]] = []
-    if op == "sendrecv":
+    if how.grouped == "ring":
         nxt, prev = ctypes.c_int((b.rank + 1) % b.ranks), ctypes.c_int((b.rank - 1) % b.ranks)
-        calls = [("ncclSend", (inp, total, t, nxt, c, s)), ("ncclRecv", (out, total, t, prev, c, s))]
+        calls = [("ncclSend", (inp, total, t, nxt, com, s)), ("ncclRecv", (out, total, t, prev, com, s))]
     else:
-        step = b.part * b.elem  # all_to_all before NCCL 2.28: a send and a receive per peer, in one group
+        step = b.part * b.elem  # a send and a receive per peer, in one group
         for peer in range(b.ranks):
-            calls.append(("ncclSend", (ctypes.c_void_p(b.inp + peer * step), part, t, ctypes.c_int(peer), c, s)))
-            calls.append(("ncclRecv", (ctypes.c_void_p(b.out + peer * step), part, t, ctypes.c_int(peer), c, s)))
+            calls.append(("ncclSend", (ctypes.c_void_p(b.inp + peer * step), part, t, ctypes.c_int(peer), com, s)))
+            calls.append(("ncclRecv", (ctypes.c_void_p(b.out + peer * step), part, t, ctypes.c_int(peer), com, s)))
     group: list[tuple[str, _Args]] = [("ncclGroupStart", ()), *calls, ("ncclGroupEnd", ())]
     return _made(lib, "ncclSend/ncclRecv", b, group, _grouped(lib, calls))
 

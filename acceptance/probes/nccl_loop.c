@@ -9,6 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* kept in step with acceptance/schema/collectives.py's Prototype, where each collective names its own */
 enum shape {
     GROUP = 0,   /* ncclGroupStart, ncclGroupEnd */
     COLL7 = 1,   /* ncclAllReduce, ncclReduceScatter (op in arg), ncclBroadcast (root in arg) */

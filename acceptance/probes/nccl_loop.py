@@ -21,20 +21,18 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
+from acceptance.schema.collectives import OPS, Prototype
+
 SOURCE = "nccl_loop.c"
 BUILD_TIMEOUT_S = 120  # a cold compiler on a busy node; a build takes well under a second
-# nccl.h's prototypes, by the shape nccl_loop.c calls them through (its ``enum shape``)
-SHAPES = {
-    "ncclGroupStart": 0,
-    "ncclGroupEnd": 0,
-    "ncclAllReduce": 1,
-    "ncclReduceScatter": 1,
-    "ncclBroadcast": 1,
-    "ncclAllGather": 2,
-    "ncclAlltoAll": 2,
-    "ncclReduce": 3,
-    "ncclSend": 4,
-    "ncclRecv": 4,
+# nccl.h's prototypes, by the shape nccl_loop.c calls them through (its ``enum shape``): each collective's entry
+# point as its definition names it, and the group and point-to-point calls its grouped form issues
+SHAPES: dict[str, Prototype] = {
+    "ncclGroupStart": Prototype.GROUP,
+    "ncclGroupEnd": Prototype.GROUP,
+    "ncclSend": Prototype.P2P,
+    "ncclRecv": Prototype.P2P,
+    **{c.nccl.entry: c.nccl.prototype for c in OPS.values() if c.nccl.entry is not None},
 }
 
 
@@ -78,14 +76,14 @@ def step(name: str, fn: int, args: Sequence[object], slots: Slots | None = None)
     """The step that calls ``name`` (at address ``fn``) with ``args`` in nccl.h's order, moved on by ``slots``."""
     shape, moved = SHAPES[name], slots or Slots()
     v = [_value(a) for a in args]
-    if shape == 0:
+    if shape is Prototype.GROUP:
         return Step(shape=shape, fn=fn)
     both = (moved.send, moved.recv, moved.count)
-    if shape == 1:  # send, recv, count, type, op or root, comm, stream
+    if shape is Prototype.COLL7:  # send, recv, count, type, op or root, comm, stream
         return Step(shape, v[3], v[4], 0, fn, v[0], v[1], v[2], v[5], v[6], *both)
-    if shape == 2:  # send, recv, count, type, comm, stream
+    if shape is Prototype.COLL6:  # send, recv, count, type, comm, stream
         return Step(shape, v[3], 0, 0, fn, v[0], v[1], v[2], v[4], v[5], *both)
-    if shape == 3:  # send, recv, count, type, op, root, comm, stream
+    if shape is Prototype.REDUCE:  # send, recv, count, type, op, root, comm, stream
         return Step(shape, v[3], v[4], v[5], fn, v[0], v[1], v[2], v[6], v[7], *both)
     # buffer, count, type, peer, comm, stream: the buffer in ``send``, moved on as the buffer it is
     own = moved.recv if name == "ncclRecv" else moved.send

@@ -1,12 +1,12 @@
-"""The torch half of each collective: its call, what each rank sends, what each rank must hold afterwards.
-
-Keyed by the names of ``acceptance.schema.collectives.OPS``, which holds the other half (sizing and
-busbw factor), like nccl-tests' ``src/<op>.cu`` (``RunColl``, ``InitData``). The values come from
-``verifiable``: sums exact in every reduction order, so the check compares bit for bit at any world size.
+"""One collective's buffers and its call through torch.distributed, as its definition
+(``acceptance.schema.collectives.OPS``: nccl-tests' ``struct testColl``) lays them out, fills them and checks
+them. The values come from ``verifiable``: sums exact in every reduction order, so the check compares bit for
+bit at any world size.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -16,95 +16,52 @@ import torch.distributed as dist
 
 from acceptance.probes.rank import TORCH_DTYPES
 from acceptance.probes.verifiable import count_wrong, summand, tag, target
-from acceptance.schema.collectives import OPS
+from acceptance.schema.collectives import OPS, ROOT, Collective, Place
 from acceptance.schema.dtypes import DTYPES
 
-ROOT = 0  # broadcast's source and reduce's destination, as a rank of the group (nccl-tests' default -r 0)
 CHECK_CHUNK = 1 << 25  # elements generated and compared at once: bounds the check's extra memory
 
 
-@dataclass(frozen=True)
-class Place:
-    """Where this rank stands in one call: its rank and the rank count (of the group), the elements of
-    one rank's part, and the largest sum the type holds exactly."""
-
-    rank: int
-    ranks: int
-    part: int
-    bound: int
-
-
-Values = Callable[[Place, torch.Tensor], torch.Tensor]  # buffer positions -> the int64 values held there
-
-
-@dataclass(frozen=True)
-class Unit:
-    call: Callable[[Op], None]
-    sent: Values  # this rank's input
-    expected: Callable[[Place, torch.Tensor], torch.Tensor | None]  # its output; None: no result defined here
-    in_place: bool = False  # the result lands in the input buffer
-
-
-def _all_reduce(op: Op) -> None:
-    dist.all_reduce(op.inp, group=op.group)
-
-
-def _all_gather(op: Op) -> None:
-    dist.all_gather_into_tensor(op.out, op.inp, group=op.group)
-
-
-def _reduce_scatter(op: Op) -> None:
-    dist.reduce_scatter_tensor(op.out, op.inp, group=op.group)
-
-
-def _all_to_all(op: Op) -> None:
-    dist.all_to_all_single(op.out, op.inp, group=op.group)
-
-
-def _broadcast(op: Op) -> None:
-    dist.broadcast(op.inp, src=op.global_rank(ROOT), group=op.group)
-
-
-def _reduce(op: Op) -> None:
-    dist.reduce(op.inp, dst=op.global_rank(ROOT), group=op.group)
-
-
-def _sendrecv(op: Op) -> None:
-    """Each rank sends to the next and receives from the previous (nccl-tests' sendrecv ring)."""
+def _torch_call(op: Op) -> Callable[[], object]:
+    """The op's torch.distributed call in its form (``schema.collectives.TorchCall``), its arguments bound once:
+    a timed loop of eager calls pays for the call alone. It holds the op's tensors, never the op (which holds
+    it): the op's buffers are freed the moment the op is dropped, before the next size's are made."""
+    how = op.collective.torch
+    fn = getattr(dist, how.function)
+    if how.form == "in_place":
+        return functools.partial(fn, op.inp, group=op.group)
+    if how.form == "out_in":
+        return functools.partial(fn, op.out, op.inp, group=op.group)
+    if how.form == "from_root":
+        return functools.partial(fn, op.inp, src=op.global_rank(ROOT), group=op.group)
+    if how.form == "to_root":
+        return functools.partial(fn, op.inp, dst=op.global_rank(ROOT), group=op.group)
+    # each rank sends to the next and receives from the previous (nccl-tests' sendrecv ring)
     rank, ranks = op.place.rank, op.place.ranks
-    ops = [
-        dist.P2POp(dist.isend, op.inp, op.global_rank((rank + 1) % ranks), op.group),
-        dist.P2POp(dist.irecv, op.out, op.global_rank((rank - 1) % ranks), op.group),
-    ]
-    for work in dist.batch_isend_irecv(ops):
-        work.wait()
+    nxt, prev = op.global_rank((rank + 1) % ranks), op.global_rank((rank - 1) % ranks)
+    inp, out, group = op.inp, op.out, op.group
+
+    def ring() -> None:
+        pair = [dist.P2POp(dist.isend, inp, nxt, group), dist.P2POp(dist.irecv, out, prev, group)]
+        for work in fn(pair):
+            work.wait()
+
+    return ring
 
 
-def _summands(p: Place, pos: torch.Tensor) -> torch.Tensor:
-    return summand(p.rank, p.ranks, pos, p.bound)
+def sent(c: Collective, p: Place, pos: torch.Tensor) -> torch.Tensor:
+    """The int64 values rank ``p`` sends at these positions of its input (``DataCheck``)."""
+    at = c.check.sent_at(p, pos)
+    return summand(p.rank, p.ranks, at, p.bound) if c.check.reduces else tag(p.rank, at, p.bound)
 
 
-def _own_tags(p: Place, pos: torch.Tensor) -> torch.Tensor:
-    return tag(p.rank, pos, p.bound)
-
-
-# Reductions send summands and must give the target; the other ops send tags and must deliver them to
-# the right place. Positions are indices into this rank's buffer.
-UNITS: dict[str, Unit] = {
-    "all_reduce": Unit(_all_reduce, _summands, lambda p, pos: target(pos, p.bound), in_place=True),
-    "all_gather": Unit(
-        _all_gather,
-        lambda p, pos: tag(p.rank, p.rank * p.part + pos, p.bound),
-        lambda p, pos: tag(pos // p.part, pos, p.bound),
-    ),
-    "reduce_scatter": Unit(_reduce_scatter, _summands, lambda p, pos: target(p.rank * p.part + pos, p.bound)),
-    "all_to_all": Unit(
-        _all_to_all, _own_tags, lambda p, pos: tag(pos // p.part, p.rank * p.part + pos % p.part, p.bound)
-    ),
-    "broadcast": Unit(_broadcast, _own_tags, lambda p, pos: tag(ROOT, pos, p.bound), in_place=True),
-    "reduce": Unit(_reduce, _summands, lambda p, pos: target(pos, p.bound) if p.rank == ROOT else None, in_place=True),
-    "sendrecv": Unit(_sendrecv, _own_tags, lambda p, pos: tag((p.rank - 1) % p.ranks, pos, p.bound)),
-}
+def expected(c: Collective, p: Place, pos: torch.Tensor) -> torch.Tensor | None:
+    """The int64 values rank ``p`` must hold at these positions of its output; None: no result defined there."""
+    check = c.check
+    if check.on_root_only and p.rank != ROOT:
+        return None
+    at = check.got_at(p, pos)
+    return target(at, p.bound) if check.reduces else tag(check.got_from(p, pos), at, p.bound)
 
 
 @dataclass(frozen=True)
@@ -126,7 +83,7 @@ class Arena:
         sizings = [OPS[name].sizing(n, ranks, elem) for n in sizes]
         send = torch.empty(max(s.send for s in sizings) * elem, dtype=torch.uint8, device=device)
         recv_bytes = max(s.recv for s in sizings) * elem
-        recv = None if UNITS[name].in_place else torch.empty(recv_bytes, dtype=torch.uint8, device=device)
+        recv = None if OPS[name].in_place else torch.empty(recv_bytes, dtype=torch.uint8, device=device)
         return cls(send, recv)
 
     def slots(self, send_bytes: int, recv_bytes: int) -> int:
@@ -145,9 +102,9 @@ class Op:
     def __init__(
         self, name: str, nbytes: int, dtype: str, device: torch.device, group: Any = None, arena: Arena | None = None
     ) -> None:
-        self.name, self.group, self.unit = name, group, UNITS[name]
+        self.name, self.group, self.collective = name, group, OPS[name]
         ranks = dist.get_world_size(group)
-        self.sizing = OPS[name].sizing(nbytes, ranks, DTYPES[dtype].nbytes)
+        self.sizing = self.collective.sizing(nbytes, ranks, DTYPES[dtype].nbytes)
         self.place = Place(dist.get_rank(group), ranks, self.sizing.part, DTYPES[dtype].exact_integers)
         torch_dtype = TORCH_DTYPES[dtype]
         # in an arena, the buffers are its first bytes and the rest is the timed loop's to move on into; slots:
@@ -160,8 +117,11 @@ class Op:
         else:
             self.inp = torch.empty(self.sizing.send, dtype=torch_dtype, device=device)
             self.out = (
-                self.inp if self.unit.in_place else torch.empty(self.sizing.recv, dtype=torch_dtype, device=device)
+                self.inp
+                if self.collective.in_place
+                else torch.empty(self.sizing.recv, dtype=torch_dtype, device=device)
             )
+        self.issue = _torch_call(self)
 
     @property
     def send_bytes(self) -> int:
@@ -175,20 +135,20 @@ class Op:
         return group_rank if self.group is None else dist.get_global_rank(self.group, group_rank)
 
     def __call__(self) -> None:
-        self.unit.call(self)
+        self.issue()
 
     def fill(self) -> None:
         """This rank's input: the values the check's expectations are computed from."""
         for start in range(0, self.inp.numel(), CHECK_CHUNK):
             pos = self._positions(start, self.inp.numel())
-            self.inp[start : start + pos.numel()].copy_(self.unit.sent(self.place, pos))
+            self.inp[start : start + pos.numel()].copy_(sent(self.collective, self.place, pos))
 
     def wrong(self) -> int:
         """Elements of this rank's output that are not exactly what the call must have left there."""
         bad = 0
         for start in range(0, self.out.numel(), CHECK_CHUNK):
             pos = self._positions(start, self.out.numel())
-            want = self.unit.expected(self.place, pos)
+            want = expected(self.collective, self.place, pos)
             if want is not None:
                 bad += count_wrong(self.out[start : start + pos.numel()], want)
         return bad

@@ -18,6 +18,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
 from acceptance.families.collectives import COLLECTIVES
+from acceptance.families.collectives.timing import calls_nccl
 from acceptance.families.training import DEEPSPEED_STRATEGIES, TRAINING
 from acceptance.profile.model import ProfileModel
 
@@ -73,7 +74,7 @@ def needs(model: ProfileModel, families: Collection[str] | None = None) -> list[
             found.append((DEEPSPEED_CPU, f"training: {', '.join(deepspeed)}"))
     if cuda and (families is None or COLLECTIVES.name in families):
         timing = COLLECTIVES.section_of(model).timing
-        if timing in ("auto", "nccl"):
+        if calls_nccl(timing):
             found.append((NCCL_LOOP, f"collectives.timing: {timing}"))
     return found
 

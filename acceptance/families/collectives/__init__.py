@@ -12,6 +12,7 @@ from typing_extensions import NotRequired
 
 from acceptance.families.collectives import lateness
 from acceptance.families.collectives.lateness import RankPlace, Spread
+from acceptance.families.collectives.timing import TimingAsked
 from acceptance.families.gpu_users import ForeignSeen
 from acceptance.families.transport import TransportRecord
 from acceptance.numbers import spread
@@ -33,11 +34,7 @@ class Collectives(Strict):
     dtype: Literal[DTYPE_NAMES] = "bfloat16"  # type: ignore[valid-type]
     warmup_iters: Annotated[int, Field(ge=0)] = 5
     iters: PositiveInt = 20
-    # auto: nccl on GPUs for the whole world (a CUDA graph inside a subgroup), eager on the CPU. nccl: libnccl
-    # called directly from one loop timed by the host, nccl-tests' time at every size (``probes.nccl_calls``);
-    # cuda_graph: the loop captured in a CUDA graph, without NCCL's host work (faster than nccl-tests below
-    # 1 MiB); eager: torch.distributed's calls timed by the host (its Python and work objects included)
-    timing: Literal["auto", "nccl", "cuda_graph", "eager"] = "auto"
+    timing: TimingAsked = "auto"  # how the sweep is timed: ``timing``'s modes, auto picking one
     # a host-timed loop lasts at least this long (more calls than ``iters`` where a call takes microseconds):
     # a small message's time is then the pace of many calls, not the loop's start and its window marks,
     # which cost a few microseconds each (measured on 2x H200: 13.5 us a call over 20 calls, 10.7 over 200).
@@ -181,7 +178,7 @@ class CollectivesConfig(TypedDict):
     """The probe's ``collectives`` section: the profile's, or an isolation round's (no ops, no sizes)."""
 
     dtype: str
-    timing: str  # auto, nccl, cuda_graph or eager
+    timing: TimingAsked
     warmup_iters: int
     iters: int
     check_data: NotRequired[bool]
@@ -222,7 +219,7 @@ class Measured(TypedDict):
     # loops: nccl, eager); absent for a CUDA graph, whose figure is its median window
     loop_seconds: NotRequired[float]
     wrong: int
-    timing: str  # how it was timed (nccl, eager, cuda_graph, or why the one asked for could not be)
+    timing: str  # how it was timed: ``timing.Timing.label``, its mode and the reason for it in words
 
 
 class CollectiveRow(Figures):
