@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, NoReturn, TypeVar, cast
+from typing import Any, NoReturn, TypeVar, cast, overload
 
 import pytest
 
@@ -11,6 +11,7 @@ from acceptance.evidence.junit import figure_properties
 from acceptance.run.cluster_run import ClusterRun
 from acceptance.run.launcher import ProbeError
 from acceptance.schema.bounds import Threshold
+from acceptance.schema.figure import Figure
 
 T = TypeVar("T")
 SESSION_NAME = "cluster-acceptance-session"
@@ -66,12 +67,17 @@ def require_ranks(run: ClusterRun, at_least: int, what: str) -> None:
 
 
 class Checker:
-    """``check(metric, value, unit)``: the run's judge gives the figure its verdict; it is recorded, and the
-    test fails with one line per figure that failed (a known issue: xfail)."""
+    """``check(figure)`` (a family's rules give the ``Figure``) or ``check(metric, value, unit)``: the run's
+    judge gives the figure its verdict; it is recorded, and the test fails with one line per figure that
+    failed (a known issue: xfail)."""
 
     def __init__(self, run: ClusterRun, item: pytest.Item) -> None:
         self.run, self.item = run, item
 
+    @overload
+    def __call__(self, metric: Figure) -> None: ...
+
+    @overload
     def __call__(
         self,
         metric: str,
@@ -80,8 +86,29 @@ class Checker:
         detail: str = "",
         default: Threshold | None = None,
         unmeasured: str | None = None,
+    ) -> None: ...
+
+    def __call__(
+        self,
+        metric: str | Figure,
+        value: float = 0.0,
+        unit: str = "",
+        detail: str = "",
+        default: Threshold | None = None,
+        unmeasured: str | None = None,
     ) -> None:
+        if isinstance(metric, Figure):
+            self.figure(metric)
+            return
         self.all([(metric, value, unit, detail)], default=default, unmeasured=unmeasured)
+
+    def figure(self, fig: Figure) -> None:
+        """A family's figure: skipped where it does not apply (``skip``, which says why), else checked with
+        its detail, its bound from the run (a profile threshold of the same name wins) and what could not be
+        measured (the judge fails it with that)."""
+        if fig.skip:
+            pytest.skip(fig.skip)
+        self.all([(fig.metric, fig.value, fig.unit, fig.detail)], default=fig.bound, unmeasured=fig.unmeasured_text)
 
     def all(
         self,
