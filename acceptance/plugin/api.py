@@ -194,27 +194,13 @@ def foreign_text(foreign: dict[str, list[ForeignSeen]] | None, xids: dict[str, l
 
 
 def transport_figure(check: Checker, metric: str, found: transport.TransportRecord | None) -> None:
-    """``metric`` (``<family>.transport_mismatches``): the rank pairs inside a node that NVLink joins (or across
-    nodes of one NVLink domain) and whose traffic NCCL sent another way, each named with the setting that forced
-    it, and every NET connection without the GPUDirect RDMA or the nearest NIC the hardware offers
-    (``families.net_path``); the pair-by-transport map goes into the evidence. Skipped, saying why, where
-    nothing can be asserted: no NCCL (gloo), NCCL's log not ours, NVLink not known or joining no pair."""
-    if found is None:
-        pytest.skip("the probe's result records no transport (a result from before it was recorded)")
-    check.measurements("transport", transport.pair_map(found["pairs"]))
-    pairs = transport.judged(found["pairs"])
-    network, paths = found.get("network", []), found.get("network_paths", [])
-    if paths:
-        check.measurements("network_paths", paths)
-    reason = transport.unjudged(pairs, found)
-    if reason is not None and not paths:
-        pytest.skip(reason)
-    bad = transport.mismatches(pairs)
-    lines = [transport.summary(pairs, found["settings"])] if reason is None else []
-    if paths and not network:
-        lines.append(f"{len(paths)} GPU-to-NIC paths across nodes, each as the hardware offers it")
-    lines += [f["text"] for f in network]
-    check(metric, len(bad) + len(network), "pairs", "; ".join(lines))
+    """``metric`` (``<family>.transport_mismatches``) checked as ``families.transport.figure`` gives it; the
+    pair-by-transport map and the GPU-to-NIC paths go into the evidence."""
+    if found is not None:
+        check.measurements("transport", transport.pair_map(found["pairs"]))
+        if found.get("network_paths"):
+            check.measurements("network_paths", found.get("network_paths", []))
+    check(transport.figure(metric, found))
 
 
 def forced_transport(found: transport.TransportRecord | None) -> str:
