@@ -13,8 +13,9 @@ from typing import Any, cast
 
 import pytest
 
-from acceptance.families import fabric, transport
+from acceptance.families import compute, fabric, transport
 from acceptance.families.answers import clock_events_text
+from acceptance.families.compute import COMPUTE
 from acceptance.families.fabric import FABRIC
 from acceptance.families.gpu_users import ForeignSeen, XidSeen, gpu_fault_text, seen_text
 from acceptance.families.internode import INTERNODE
@@ -104,17 +105,17 @@ def fabric_figures(run: ClusterRun) -> fabric.FabricResult:
 def compute_figures(run: ClusterRun) -> dict[str, Any]:
     """The per-GPU speed probe's result; a figure the judge would fail is measured again before it stands
     (``compute.remeasure``)."""
-    return remeasure.measured(run)
+    return remeasure.measured(run, COMPUTE)
 
 
 def earlier_readings(result: dict[str, Any], figure: str) -> str:
     """What a per-GPU figure read before it was measured again, in words ("" when it was measured once)."""
-    return remeasure.earlier_text(result, figure)
+    return compute.earlier_text(result, figure)
 
 
 def tolerance_below_median(run: ClusterRun, figure: str) -> Threshold | None:
     """The bound of ``compute.<figure>_below_median``: the profile's, else ``compute.tolerance``."""
-    return remeasure.tolerance(run, figure)
+    return run.judge.bound(f"compute.{figure}_below_median")
 
 
 def training_runs(run: ClusterRun, session: pytest.Session) -> dict[str, dict[str, Any]]:

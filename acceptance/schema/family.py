@@ -19,7 +19,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Generic, Literal, Protocol, TypeVar
+from typing import Any, Generic, Literal, Protocol, TypeVar
 
 from acceptance.json_types import JSONObject
 from acceptance.schema.bounds import Threshold
@@ -87,6 +87,22 @@ class Metric(Generic[S]):
         return tuple("".join(pick) for pick in itertools.product(*options))
 
 
+# a probe's result as a re-measure merges it: read and written by the figures' names
+Result = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Remeasure(Generic[S]):
+    """How a family measures again, before they stand, the figures the run's judge would fail (a shared host's
+    neighbours can hold a link down for seconds); the plugin drives it (``acceptance.plugin.remeasure``)."""
+
+    times: Callable[[S], int]  # at most this many times more, from the family's section
+    # the figures to measure again: ``fails(metric, value)`` is the run's judge, a baseline included
+    low: Callable[[Result, Callable[[str, float], bool], S], list[str]]
+    spec: Callable[[JSONObject, list[str]], JSONObject]  # the family's spec section for those figures alone
+    merge: Callable[[Result, Result, list[str]], Result]  # the first result with those figures measured again
+
+
 @dataclass(frozen=True)
 class Family(Generic[S]):
     """One family of checks; the name is the same on every side (see the module's docstring)."""
@@ -125,6 +141,8 @@ class Family(Generic[S]):
     # its figures are of a node's own hardware (``Metric.local``, which a metric may set otherwise), and so
     # is a failure of its tests that checked no figure (a probe that failed on the node)
     local: bool = False
+    # measures again the figures the judge would fail before they stand; None: the first reading stands
+    remeasure: Remeasure[S] | None = None
 
     @property
     def beside_imports(self) -> bool:
