@@ -10,10 +10,10 @@ import statistics
 from collections import Counter
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal, TypedDict, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import Field
-from typing_extensions import NotRequired
+from typing_extensions import NotRequired, TypedDict
 
 from acceptance.families.answers import clock_events_text
 from acceptance.families.gpu_users import ForeignSeen, PcieLow, XidSeen, gpu_fault_text, seen_text

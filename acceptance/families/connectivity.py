@@ -17,9 +17,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import TypedDict
 
-from typing_extensions import NotRequired
+from typing_extensions import NotRequired, TypedDict
 
 from acceptance.families.heartbeat import RankIdentity
 from acceptance.families.transport import TransportRecord

@@ -12,9 +12,10 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Annotated, TypeAlias, TypedDict
+from typing import Annotated, TypeAlias
 
 from pydantic import AfterValidator, model_validator
+from typing_extensions import TypedDict
 
 from acceptance.families.answers import NotMeasured, not_measured, unanswered
 from acceptance.schema.bounds import must_be_zero

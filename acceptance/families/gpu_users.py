@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TypedDict
+
+from typing_extensions import TypedDict
 
 # The most memory an idle GPU shows in use, as NVML's ``nvmlMemory_v2_t.used`` counts it (the driver's own
 # reservation is in ``reserved``, apart: nvml.h, "nvmlMemory_v2_t"); a CUDA context of another process alone

@@ -10,10 +10,10 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal, TypedDict
+from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, Field
-from typing_extensions import NotRequired
+from typing_extensions import NotRequired, TypedDict
 
 from acceptance.families import nvlink_domain
 from acceptance.families.answers import NOT_MEASURED, NotMeasured, gpu_label, is_measured, unanswered

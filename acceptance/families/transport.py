@@ -28,9 +28,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from typing import Literal, TypedDict
+from typing import Literal
 
-from typing_extensions import NotRequired
+from typing_extensions import NotRequired, TypedDict
 
 from acceptance.families.nvlink_domain import label as domain_label
 from acceptance.schema.figure import Figure

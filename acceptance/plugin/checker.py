@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, NoReturn, TypeVar, cast, overload
+from typing import Any, NoReturn, TypeVar, overload
 
 import pytest
 
@@ -12,6 +12,7 @@ from acceptance.run.cluster_run import ClusterRun
 from acceptance.run.launcher import ProbeError
 from acceptance.schema.bounds import Threshold
 from acceptance.schema.figure import Figure
+from acceptance.schema.results import ResultMismatch, validated
 
 T = TypeVar("T")
 SESSION_NAME = "cluster-acceptance-session"
@@ -38,14 +39,19 @@ def probe_result(
     nodes: int | None = None,
     parts: int = 1,
 ) -> T:
-    """A probe's result for a fixture, as its family's type (``shape``: the TypedDict its probe writes), its
-    failure as the test's error (with the failing rank's log tail). ``env``, ``ranks_per_node``, ``nodes``,
-    ``parts``: as in ``ClusterRun.probe``."""
+    """A probe's result for a fixture, validated as its family's type (``shape``: the TypedDict its probe
+    writes), so that the family's rules read what the type says; its failure as the test's error (with the
+    failing rank's log tail), and so is a result that does not match its type (each field named).
+    ``env``, ``ranks_per_node``, ``nodes``, ``parts``: as in ``ClusterRun.probe``."""
     try:
-        return cast(T, run.probe(name, spec, key, env, ranks_per_node, nodes, parts))
+        found = run.probe(name, spec, key, env, ranks_per_node, nodes, parts)
     except ProbeError as exc:
         # shown once (no chained copy), yet the cause stays reachable as __context__: the report of every
         # later test that hits it shrinks to one line (ClusterSession.pytest_runtest_makereport)
+        raise pytest.fail.Exception(str(exc), pytrace=False) from None
+    try:
+        return validated(name, shape, found)
+    except ResultMismatch as exc:
         raise pytest.fail.Exception(str(exc), pytrace=False) from None
 
 

@@ -5,9 +5,10 @@ and the isolation that names the node, rail or path when a figure across nodes f
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Annotated, Literal, TypedDict
+from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
+from typing_extensions import TypedDict
 
 from acceptance.families.collectives import GroupFigure, RankMeasured
 from acceptance.families.connectivity import ConnectivityResult as ConnectivityResult

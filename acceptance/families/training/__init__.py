@@ -16,9 +16,10 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Literal, TypedDict
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, model_validator
+from typing_extensions import TypedDict
 
 from acceptance.json_types import JSONObject
 from acceptance.schema.bounds import Threshold
