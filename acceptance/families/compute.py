@@ -23,6 +23,7 @@ from acceptance.schema.bounds import Threshold, must_be_zero
 from acceptance.schema.dtypes import DTYPE_NAMES
 from acceptance.schema.family import GPU_ONLY, Family, Metric, Remeasure, Result
 from acceptance.schema.fields import PositiveInt, Size, Strict
+from acceptance.schema.figure import Figure
 
 
 class Compute(Strict):
@@ -310,6 +311,74 @@ def burnin_verdict(rows: Sequence[Row]) -> BurninVerdict:
         "first": disagreeing[0] if disagreeing else None,
         "calls": {label(r): r["burnin"]["calls"] for r in ran},
     }
+
+
+def _summary_text(found: Summary, spread_of_all: bool) -> str:
+    """The slowest GPU with its clocks and timed windows (``spread_of_all``: the spread over every GPU instead)."""
+    if spread_of_all:
+        text = f"min {fmt(found['min'])}, max {fmt(found['max'])} over {found['count']} GPUs"
+        text += f"; slowest GPU's {found['slowest_clocks']}" if found["slowest_clocks"] else ""
+        if found["window_spread_max"]:
+            widest, where = found["window_spread_max"], found["window_spread_gpu"]
+            text += f"; widest spread of one GPU's timed windows {widest:.1%} ({where})"
+        return text
+    text = f"slowest: {found['slowest']}" + (f" ({found['slowest_clocks']})" if found["slowest_clocks"] else "")
+    if found["slowest_windows"]:
+        text += f"; its timed windows {fmt(min(found['slowest_windows']))}-{fmt(max(found['slowest_windows']))}"
+    return text
+
+
+def figures_of(result: Result, figure: str, median_of: str, limit: float) -> tuple[Figure, Figure, Figure]:
+    """``figure``'s slowest GPU, median, and shortfall under the median (every GPU further under it than
+    ``limit`` named, else the furthest), each with its earlier readings where it was measured again. They skip
+    where no GPU measured the figure; the min and median are over the GPUs that did, so those that did not
+    fail them (``unmeasured``)."""
+    unit = FIGURES[figure][1]
+    out = (
+        Figure(f"compute.{figure}_min", unit),
+        Figure(f"compute.{figure}_median", unit),
+        Figure(f"compute.{figure}_below_median", "fraction"),
+    )
+    found = result["summary"].get(figure)
+    if found is None:
+        for fig in out:
+            fig.skip = f"{figure} not measured: " + "; ".join(result["not_measured"].get(figure, []))
+        return out
+    rows = result["rows"]
+    shorts = shortfalls(rows, figure, median_of)
+    off = [describe(s, figure) for s in shorts if s.fraction > limit] or [describe(shorts[0], figure)]
+    values = (found["min"], found["median"], shorts[0].fraction)
+    texts = (_summary_text(found, False), _summary_text(found, True), "\n".join(off))
+    unmeasured, earlier = partly_measured(rows, figure), earlier_text(result, figure)
+    for fig, value, text in zip(out, values, texts, strict=True):
+        fig.value = value
+        fig.findings.append("; ".join(part for part in (text, earlier) if part))
+        fig.unmeasured += [unmeasured] if unmeasured else []
+    return out
+
+
+def missing_ranks(result: Result, world_size: int) -> Figure:
+    """Ranks of the run that reported no figures: the min and median are over the others."""
+    reported = len(result["rows"])
+    fig = Figure("compute.missing_ranks", "ranks", world_size - reported)
+    if fig.value:
+        fig.findings.append(f"{reported} ranks reported, {world_size} ran")
+    return fig
+
+
+def burnin_figure(result: Result) -> Figure:
+    """GPUs whose burn-in results differ from the others', the first one that does named first."""
+    fig = Figure("compute.burnin_disagreeing_gpus", "GPUs")
+    verdict = result["burnin"]
+    if verdict is None:
+        fig.skip = "burn-in off: set compute.duration_s (seconds) to run it"
+        return fig
+    fig.value = len(verdict["disagreeing"])
+    fig.findings = [
+        *([f"first GPU that disagrees: {verdict['first']}"] if verdict["first"] else []),
+        *verdict["disagreeing"],
+    ]
+    return fig
 
 
 # Measured again before it stands. A shared host's other tenants can hold its links down for seconds: on a fresh

@@ -13,7 +13,7 @@ from typing import Any, cast
 
 import pytest
 
-from acceptance.families import compute, fabric, transport
+from acceptance.families import fabric, transport
 from acceptance.families.answers import clock_events_text
 from acceptance.families.compute import COMPUTE
 from acceptance.families.fabric import FABRIC
@@ -48,7 +48,6 @@ __all__ = [
     "collective_causes",
     "compute_figures",
     "earlier_isolation",
-    "earlier_readings",
     "fabric_figures",
     "fmt",
     "forced_transport",
@@ -106,11 +105,6 @@ def compute_figures(run: ClusterRun) -> dict[str, Any]:
     """The per-GPU speed probe's result; a figure the judge would fail is measured again before it stands
     (``compute.remeasure``)."""
     return remeasure.measured(run, COMPUTE)
-
-
-def earlier_readings(result: dict[str, Any], figure: str) -> str:
-    """What a per-GPU figure read before it was measured again, in words ("" when it was measured once)."""
-    return compute.earlier_text(result, figure)
 
 
 def tolerance_below_median(run: ClusterRun, figure: str) -> Threshold | None:
