@@ -172,3 +172,12 @@ def descends_from(root: int, proc: Path = PROC) -> Ours:
         return False
 
     return ours
+
+
+def foreign_text(foreign: dict[str, list[ForeignSeen]] | None, xids: dict[str, list[XidSeen]] | None = None) -> str:
+    """Per rank, the critical XIDs and the processes not of this run seen on its GPU while a figure was
+    measured (the causes a slowed figure names, ``acceptance.probes.gpu_sampler``), one line each; "" when
+    none was seen."""
+    lines = [f"rank {rank}: {gpu_fault_text(None, seen)}" for rank, seen in (xids or {}).items() if seen]
+    lines += [f"rank {rank}: {seen_text(seen)}" for rank, seen in (foreign or {}).items() if seen]
+    return "\n".join(lines)

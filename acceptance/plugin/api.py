@@ -17,7 +17,7 @@ from acceptance.families import fabric, transport
 from acceptance.families.answers import clock_events_text
 from acceptance.families.compute import COMPUTE
 from acceptance.families.fabric import FABRIC
-from acceptance.families.gpu_users import ForeignSeen, XidSeen, gpu_fault_text, seen_text
+from acceptance.families.gpu_users import ForeignSeen, foreign_text
 from acceptance.families.internode import INTERNODE
 from acceptance.families.internode.isolation import Isolation
 from acceptance.json_types import JSONObject
@@ -177,15 +177,6 @@ def internode_spec(run: ClusterRun, scopes: list[str]) -> dict[str, object]:
     }
     spec["scopes"] = scopes
     return spec
-
-
-def foreign_text(foreign: dict[str, list[ForeignSeen]] | None, xids: dict[str, list[XidSeen]] | None = None) -> str:
-    """Per rank, the critical XIDs and the processes not of this run seen on its GPU while a figure was
-    measured (the causes a slowed figure names, ``acceptance.probes.gpu_sampler``), one line each; "" when
-    none was seen."""
-    lines = [f"rank {rank}: {gpu_fault_text(None, seen)}" for rank, seen in (xids or {}).items() if seen]
-    lines += [f"rank {rank}: {seen_text(seen)}" for rank, seen in (foreign or {}).items() if seen]
-    return "\n".join(lines)
 
 
 def transport_figure(check: Checker, metric: str, found: transport.TransportRecord | None) -> None:
