@@ -3,6 +3,7 @@ the scaling efficiency and the canary from two runs."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from acceptance.families.answers import clock_events_text
@@ -55,10 +56,6 @@ def strategy_figures(strategy: str, run: Run) -> dict[str, Figure]:
     """Every figure of one strategy's run, by metric; MFU and utilisation skip where they were not measured,
     saying why."""
     per_rank = ", ".join(f"{m:.2f}" for m in run["peak_mem_per_rank_gib"])
-    learned = (
-        f"loss {run['loss_first']:.4f} at the first step, {run['loss_last']:.4f} at step {len(run['losses'])}: "
-        f"a run that does not learn is broken (data, optimizer, precision or gradient reduction)"
-    )
     found = [
         _figure(strategy, "tokens_per_s_per_gpu", "tokens/s", run["tokens_per_s_per_gpu"], _summary(run)),
         _figure(strategy, "step_time_s", "s", run["step_time_s"], _summary(run)),
@@ -71,33 +68,43 @@ def strategy_figures(strategy: str, run: Run) -> dict[str, Figure]:
         _utilisation(strategy, run),
         _figure(strategy, "loss_first", "nats", run["loss_first"], "first step"),
         _figure(strategy, "loss_last", "nats", run["loss_last"], "last step"),
-        _figure(strategy, "loss_ratio", "last/first", run["loss_ratio"], learned),
+        loss_figure(f"training.{strategy}.loss_ratio", run),
     ]  # fmt: skip
     return {fig.metric: fig for fig in found}
 
 
-def _mfu(strategy: str, run: Run) -> Figure:
-    fig = Figure(f"training.{strategy}.mfu", "fraction")
-    if run["mfu"] is None:
-        fig.skip = f"MFU not measured: {run['mfu_reason']}"
-        return fig
-    fig.value = run["mfu"]
-    fig.findings.append(
-        f"{run['tokens_per_s_per_gpu']:,.0f} tokens/s x {run['flops_per_token']:.4g} FLOP/token "
-        f"({run['model_shape']['flops_formula']}) / dense {run['precision']} peak {run['peak_tflops']:g} TFLOP/s "
-        f"({run['peak_tflops_source']})\n{_clocks(run)}"
+def loss_figure(metric: str, run: Run) -> Figure:
+    """The last step's loss over the first's (the training family's and the reference workload's)."""
+    detail = (
+        f"loss {run['loss_first']:.4f} at the first step, {run['loss_last']:.4f} at step {len(run['losses'])}: "
+        "a run that does not learn is broken (data, optimizer, precision or gradient reduction)"
     )
-    return fig
+    return Figure(metric, "last/first", run["loss_ratio"], findings=[detail])
+
+
+def optional_figure(metric: str, unit: str, value: float | None, missing: str, detail: Callable[[], str]) -> Figure:
+    """A figure the run may not have measured (no GPU peak, no NVML): skipped saying why (``missing``) where
+    ``value`` is None, else with its ``detail``."""
+    if value is None:
+        return Figure(metric, unit, skip=missing)
+    return Figure(metric, unit, value, findings=[detail()])
+
+
+def _mfu(strategy: str, run: Run) -> Figure:
+    return optional_figure(
+        f"training.{strategy}.mfu", "fraction", run["mfu"], f"MFU not measured: {run['mfu_reason']}",
+        lambda: f"{run['tokens_per_s_per_gpu']:,.0f} tokens/s x {run['flops_per_token']:.4g} FLOP/token "
+        f"({run['model_shape']['flops_formula']}) / dense {run['precision']} peak {run['peak_tflops']:g} TFLOP/s "
+        f"({run['peak_tflops_source']})\n{_clocks(run)}",
+    )  # fmt: skip
 
 
 def _utilisation(strategy: str, run: Run) -> Figure:
-    fig = Figure(f"training.{strategy}.gpu_util_pct", "%")
-    if run["gpu_util_pct"] is None:
-        fig.skip = f"GPU utilisation not measured: {run['gpu_util_reason']}"
-        return fig
-    fig.value = run["gpu_util_pct"]
-    fig.findings.append(f"lowest over ranks; per rank: {run['gpu_util_per_rank_pct']}\n{_clocks(run)}")
-    return fig
+    return optional_figure(
+        f"training.{strategy}.gpu_util_pct", "%", run["gpu_util_pct"],
+        f"GPU utilisation not measured: {run['gpu_util_reason']}",
+        lambda: f"lowest over ranks; per rank: {run['gpu_util_per_rank_pct']}\n{_clocks(run)}",
+    )  # fmt: skip
 
 
 def wall_figure(strategy: str, run: Run, shared: list[str], job_wall_s: float) -> Figure:
