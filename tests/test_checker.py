@@ -60,3 +60,16 @@ def test_a_figure_that_does_not_apply_skips_saying_why(run: ClusterRun) -> None:
     with pytest.raises(pytest.skip.Exception, match="no NVLink"):
         _check(run)(Figure("connectivity.p2p_min_gbps", "GB/s", skip="no NVLink"))
     assert not any(case.checks for case in run.evidence.doc.tests)
+
+
+def test_several_figures_are_checked_each_against_its_own_bound(run: ClusterRun) -> None:
+    held = Figure("connectivity.world_size", "ranks", 2, bound=Threshold(eq=2, source="nodes x ranks per node"))
+    missed = Figure("connectivity.missing_ranks", "ranks", 1, findings=["node 1 has 1 ranks, expected 2"])
+    with pytest.raises(pytest.fail.Exception, match=r"connectivity\.missing_ranks") as failed:
+        _check(run).all([held, missed])
+    assert "world_size" not in str(failed.value)
+    checks = run.evidence.test(NODEID).checks
+    assert [(c.metric, c.verdict) for c in checks] == [
+        ("connectivity.world_size", "pass"),
+        ("connectivity.missing_ranks", "fail"),
+    ]

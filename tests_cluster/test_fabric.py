@@ -21,7 +21,7 @@ def test_ports(fabric: fabric_rules.FabricResult, check: Checker) -> None:
     check.measurements("numa", fabric_rules.affinity(fabric.after))
     figures = [fabric.figures[m] for m in ("fabric.ports", "fabric.ports_down")]
     unmeasured = next((f.unmeasured_text for f in figures if f.unmeasured), None)  # the second reading failed
-    check.all([(f.metric, f.value, f.unit, f.detail) for f in figures], unmeasured=unmeasured)
+    check.all(figures, unmeasured=unmeasured)
 
 
 def test_error_counters_did_not_rise(fabric: fabric_rules.FabricResult, check: Checker) -> None:

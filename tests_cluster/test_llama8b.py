@@ -77,7 +77,7 @@ def test_step_time(cluster: ClusterRun, runs: dict[str, dict[str, Any]], strateg
     check.measurements("step_times_s", run_of(runs, strategy)["step_times_s"])
     figures = _figures(cluster, runs, strategy)
     found = [figures[f"llama8b.{strategy}.{name}"] for name in ("step_time_s", "step_time_std_s")]
-    check.all([(f.metric, f.value, f.unit, f.detail) for f in found])
+    check.all(found)
 
 
 def test_peak_memory(cluster: ClusterRun, runs: dict[str, dict[str, Any]], strategy: str, check: Checker) -> None:

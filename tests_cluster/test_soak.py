@@ -85,7 +85,7 @@ def test_sustained_speed(cluster: ClusterRun, soak: soak_rules.SoakResult, dtype
     if low.skip:
         pytest.skip(low.skip)
     # a GPU that could not run the GEMM fails the test
-    check.all([(f.metric, f.value, f.unit, f.detail) for f in (low, median, sag)], unmeasured=low.unmeasured_text)
+    check.all([low, median, sag], unmeasured=low.unmeasured_text)
     check(below.metric, below.value, below.unit, below.detail)
 
 
@@ -95,4 +95,4 @@ def test_steady_state(soak: soak_rules.SoakResult, check: Checker) -> None:
     figures = [f for f in found if not f.skip]
     if not figures:
         pytest.skip("; ".join(dict.fromkeys(f.skip or "" for f in found)))
-    check.all([(f.metric, f.value, f.unit, f.detail) for f in figures])
+    check.all(figures)

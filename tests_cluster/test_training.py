@@ -87,7 +87,7 @@ def test_loss_values(runs: dict[str, dict[str, Any]], train_strategy: str, check
     check.measurements("losses", run_of(runs, train_strategy)["losses"])
     figures = _figures(runs, train_strategy)
     found = [figures[f"training.{train_strategy}.{name}"] for name in ("loss_first", "loss_last")]
-    check.all([(f.metric, f.value, f.unit, f.detail) for f in found])
+    check.all(found)
 
 
 def test_loss_falls(runs: dict[str, dict[str, Any]], train_strategy: str, check: Checker) -> None:

@@ -114,20 +114,26 @@ class Checker:
         measured (the judge fails it with that)."""
         if fig.skip:
             pytest.skip(fig.skip)
-        self.all([(fig.metric, fig.value, fig.unit, fig.detail)], default=fig.bound, unmeasured=fig.unmeasured_text)
+        self.all([fig], unmeasured=fig.unmeasured_text)
 
     def all(
         self,
-        figures: Sequence[tuple[str, float, str, str]],
+        figures: Sequence[Figure | tuple[str, float, str, str]],
         default: Threshold | None = None,
         unmeasured: str | None = None,
     ) -> None:
-        """Check several figures; fail once, listing every figure that failed. ``unmeasured``: the units that
-        could not measure the figures (taken over the others), in words; the judge fails each figure with it
+        """Check several figures (a family's ``Figure``s, with their own bounds, or ``(metric, value, unit,
+        detail)``); fail once, listing every figure that failed. ``unmeasured``: the units that could not
+        measure the figures (taken over the others), in words; the judge fails each figure with it
         (``Judge.judge``)."""
         failures, xfails = [], []
-        for metric, value, unit, detail in figures:
-            judged = self.run.check(self.item.nodeid, metric, value, unit, detail, default, unmeasured)
+        for found in figures:
+            bound = default
+            if isinstance(found, Figure):
+                metric, value, unit, detail, bound = found.metric, found.value, found.unit, found.detail, found.bound
+            else:
+                metric, value, unit, detail = found
+            judged = self.run.check(self.item.nodeid, metric, value, unit, detail, bound or default, unmeasured)
             # the same properties the plugin's own JUnit carries (what record_property does, without its
             # warning under the default junit_family xunit2)
             self.item.user_properties += figure_properties(metric, value, unit, judged.bound, judged.verdict)
