@@ -235,8 +235,9 @@ NAMING_A_FAMILY: dict[str, str] = {
     "run/toolchain.py": "the collectives' and training's toolchain",
     "run/training_jobs.py": "the training and llama8b jobs",
     "run/worker_pool.py": "the internode probe's worker",
-    "evidence/causes.py": "the fabric's counters as a cause",
-    "evidence/drain.py": "the fabric's counters in the drain list",
+    # "fabric" here is a failure's category (a link across nodes), which shares the family's name
+    "evidence/causes.py": "the fabric category of a cause",
+    "evidence/drain.py": "the fabric category of a failure in the drain list",
     "cli/bench_train.py": "the bench_train command",
     "cli/sweep.py": "the sweep command",
 }
