@@ -228,7 +228,6 @@ NAMING_A_FAMILY: dict[str, str] = {
     # what one family alone has, outside the list
     "plugin/preflight_hooks.py": "the fabric's first reading before any probe",
     "plugin/training_stage.py": "the training job's staging",
-    "plugin/summary.py": "the collectives' and internode's summary lines",
     "run/fabric_readings.py": "the fabric's readings in the plugin process",
     "run/isolation_rounds.py": "the isolation rounds (collectives, connectivity, internode)",
     "run/preflight.py": "the preflight's GPU count (health)",
