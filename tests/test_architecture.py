@@ -220,7 +220,6 @@ NAMING_A_FAMILY: dict[str, str] = {
     "reports/measured.py": "the per-GPU, collectives and internode tables of the report",
     "reports/view.py": "the compute rows of the report's view",
     "reports/export.py": "the compute rows of the export",
-    "reports/references.py": "the drift fields beside the reference rows",
     # init's first profile, the hardware floors and the baseline rule's noise, per family
     "profile/initial.py": "init's first profile, one block per family",
     "profile/floors.py": "the hardware floors init writes, per family",

@@ -81,6 +81,7 @@ DRIFT = Family(
         Metric[Drift](r"(fields_not_measured)", _DRIFT, "lower", scale="bound"),
     ),
     probes=("drift",),
+    describes_nics=True,
     in_worker=("drift",),
     quick=True,
 )

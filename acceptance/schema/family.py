@@ -132,6 +132,9 @@ class Family(Generic[S]):
     lets_import: bool = False
     # its result lists every rank's host and device: the evidence's ``cluster.nodes`` is taken from it
     describes_nodes: bool = False
+    # its result lists each node's InfiniBand HCAs with their ports' rates (``hcas``): the report's reference
+    # rows take the run's NICs from it
+    describes_nics: bool = False
     # in the quick tier too (``acceptance.profile.tiers``): its probes take seconds and judge a node on their
     # own, so a job prolog or an init container can run them before every job
     quick: bool = False
