@@ -218,7 +218,6 @@ NAMING_A_FAMILY: dict[str, str] = {
     "reports/training.py": "the training report section",
     "reports/soak.py": "the soak report section",
     "reports/measured.py": "the per-GPU, collectives and internode tables of the report",
-    "reports/view.py": "the compute rows of the report's view",
     "reports/export.py": "the compute rows of the export",
     # init's first profile, the hardware floors and the baseline rule's noise, per family
     "profile/initial.py": "init's first profile, one block per family",
