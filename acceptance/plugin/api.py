@@ -33,6 +33,7 @@ from acceptance.run.launcher import ProbeError
 from acceptance.run.training_jobs import baseline_run, reference_runs, strategy_runs
 from acceptance.schema.bounds import Threshold
 from acceptance.schema.figure import Figure
+from acceptance.schema.results import validated
 
 __all__ = [
     "NO_PROFILE",
@@ -97,7 +98,7 @@ def fabric_figures(run: ClusterRun) -> fabric.FabricResult:
     section = FABRIC.section_of(run.profile.model)
     after = fabric_readings.read(section.sysfs_root)
     stored = run.evidence.cluster.fabric_before
-    before = cast(fabric.FabricReading, stored) if stored else None
+    before = validated("fabric", fabric.FabricReading, stored) if stored else None
     return fabric.FabricResult(before, after, fabric.evaluate(before, after, section.counters))
 
 
