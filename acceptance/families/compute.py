@@ -24,6 +24,8 @@ from acceptance.schema.dtypes import DTYPE_NAMES
 from acceptance.schema.family import GPU_ONLY, Family, Metric, Remeasure, Result
 from acceptance.schema.fields import PositiveInt, Size, Strict
 from acceptance.schema.figure import Figure
+from acceptance.schema.noise import Noise, at, combined, items, log_noise, results
+from acceptance.schema.stored import StoredRun
 
 
 class Compute(Strict):
@@ -466,6 +468,42 @@ def earlier_text(result: Result, figure: str) -> str:
     return f"measured {len(found['earlier_min']) + 1} times: the slowest GPU read {readings} before this"
 
 
+def _ratio(low: object, middle: object) -> float | None:
+    if isinstance(low, (int, float)) and isinstance(middle, (int, float)) and middle > 0 and low >= 0:
+        return min(float(low) / float(middle), 1.0)
+    return None
+
+
+def _noise_of(evidence: StoredRun, figure: str, statistic: str) -> Noise | None:
+    """``_min``: the slowest GPU's windows; ``_median``: every GPU's windows (the GPUs differ, and the
+    median over them moves with that too); ``_below_median``: both, in points."""
+    for result in results(evidence, "compute"):
+        found = at(result, "summary", figure)
+        slowest = items(at(found, "slowest_windows"))
+        every = [w for row in items(result.get("rows")) for w in items(at(row, "windows", figure))]
+        low = log_noise(slowest, f"the slowest GPU's {len(slowest)} timed windows") if slowest else None
+        middle = log_noise(every, f"{len(every)} timed windows of every GPU") if every else None
+        if statistic == "min":
+            return low
+        if statistic == "median":
+            return middle
+        both = combined(low, middle)
+        ratio = _ratio(at(found, "min"), at(found, "median"))
+        if both is None or ratio is None:
+            return None
+        # 1 - min/median moves by min/median x the relative change of the ratio: that many points
+        return Noise(ratio * both.standard_error, both.readings, both.source)
+    return None
+
+
+def noise(evidence: StoredRun, parts: list[str], size: str) -> Noise | None:
+    """The noise of ``compute.<figure>_<min|median|below_median>`` from the GPUs' timed windows."""
+    figure, _, statistic = parts[0].rpartition("_") if len(parts) == 1 and not size else ("", "", "")
+    if statistic == "median" and figure.endswith("_below"):
+        return _noise_of(evidence, figure.removesuffix("_below"), "below_median")
+    return _noise_of(evidence, figure, statistic) if statistic in ("min", "median") else None
+
+
 REMEASURE = Remeasure[Compute](lambda s: s.remeasure, low_figures, again_spec, merged)
 
 
@@ -507,4 +545,5 @@ COMPUTE = Family(
     lets_import=True,
     quick=True,
     remeasure=REMEASURE,
+    noise=noise,
 )

@@ -24,6 +24,8 @@ from typing import Any, Generic, Literal, Protocol, TypeVar
 from acceptance.json_types import JSONObject
 from acceptance.schema.bounds import Threshold
 from acceptance.schema.fields import Strict
+from acceptance.schema.noise import Noise
+from acceptance.schema.stored import StoredRun
 
 Better = Literal["higher", "lower", "none"]  # none: a count to match (world size), or a value with no good side
 # How a change against a baseline run is measured (``compare``, ``--cluster-baseline``): relative to the old
@@ -146,6 +148,9 @@ class Family(Generic[S]):
     local: bool = False
     # measures again the figures the judge would fail before they stand; None: the first reading stands
     remeasure: Remeasure[S] | None = None
+    # a stored figure's noise from the readings its evidence keeps beside it (``acceptance.schema.noise``):
+    # ``noise(evidence, parts, size)`` for ``<family>.<parts joined by .>@<size>``; None: no readings kept
+    noise: Callable[[StoredRun, list[str], str], Noise | None] | None = None
 
     @property
     def beside_imports(self) -> bool:

@@ -20,6 +20,8 @@ from acceptance.schema.collectives import COLLECTIVE_OPS
 from acceptance.schema.family import Family, Metric
 from acceptance.schema.fields import Size, Strict
 from acceptance.schema.figure import Figure
+from acceptance.schema.noise import Noise, at, items, results, size_of, windows_noise
+from acceptance.schema.stored import StoredRun
 
 
 class Internode(Strict):
@@ -61,6 +63,18 @@ def _sizes(s: Internode) -> Sequence[str]:
     return s.sizes
 
 
+def noise(evidence: StoredRun, parts: list[str], size: str) -> Noise | None:
+    """The noise of ``internode.<scope>.<op>.busbw_gbps@<size>`` from its row's timed windows."""
+    if not (size and len(parts) == 3 and parts[2] == "busbw_gbps"):
+        return None
+    scope, op = parts[0], parts[1]
+    for result in results(evidence, "internode"):
+        for row in items(result.get("rows")):
+            if at(row, "scope") == scope and at(row, "op") == op and size_of(at(row, "size")) == size:
+                return windows_noise(row, f"{scope} busbw")
+    return None
+
+
 _SWEEP = {"op": _ops, "size": _sizes}
 INTERNODE = Family(
     "internode",
@@ -86,6 +100,7 @@ INTERNODE = Family(
     in_worker=("internode", "isolation"),
     gpu_timed=True,
     host_loops=True,
+    noise=noise,
 )
 
 
