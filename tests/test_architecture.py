@@ -203,3 +203,76 @@ def test_the_type_checker_sees_every_first_party_import() -> None:
     lenient = [name for o in mypy.get("overrides", []) if o.get("ignore_missing_imports") for name in o["module"]]
     assert lenient, "the third-party modules without types are named"
     assert not [name for name in lenient if name.split(".")[0] in ("acceptance", "tests", "tests_cluster")]
+
+
+# The modules outside families/, probes/ and the registry that name a family in code (import its module, or
+# spell its name or a metric of it in a string), each for its reason. A family's behaviour belongs to its
+# descriptor (``Family``: its rules, its re-measure, ...) and shared code reaches it through the registry, so
+# this list only shrinks: a module that starts naming a family fails the test, and so does one listed here
+# that no longer does.
+NAMING_A_FAMILY: dict[str, str] = {
+    # the suite's public API: the fixtures' helpers of the families whose probes need the run (the fabric's
+    # two readings, compute's re-measure, the internode spec, the collectives' causes)
+    "plugin/api.py": "the suite's helpers, one per family that needs the run",
+    # a report section is a renderer of its own, for what one family alone has
+    "reports/training.py": "the training report section",
+    "reports/soak.py": "the soak report section",
+    "reports/measured.py": "the per-GPU, collectives and internode tables of the report",
+    "reports/export.py": "the compute rows of the export",
+    # init's first profile, the hardware floors and the baseline rule's noise, per family
+    "profile/initial.py": "init's first profile, one block per family",
+    "profile/floors.py": "the hardware floors init writes, per family",
+    "profile/readings.py": "the collectives' noise, until their family carries its own (Family.noise)",
+    # what one family alone has, outside the list
+    "plugin/preflight_hooks.py": "the fabric's first reading before any probe",
+    "plugin/training_stage.py": "the training job's staging",
+    "run/fabric_readings.py": "the fabric's readings in the plugin process",
+    "run/isolation_rounds.py": "the isolation rounds (collectives, connectivity, internode)",
+    "run/preflight.py": "the preflight's GPU count (health)",
+    "run/toolchain.py": "the collectives' and training's toolchain",
+    "run/training_jobs.py": "the training and llama8b jobs",
+    "run/worker_pool.py": "the internode probe's worker",
+    # "fabric" here is a failure's category (a link across nodes), which shares the family's name
+    "evidence/causes.py": "the fabric category of a cause",
+    "evidence/drain.py": "the fabric category of a failure in the drain list",
+    "cli/bench_train.py": "the bench_train command",
+    "cli/sweep.py": "the sweep command",
+}
+
+
+def naming_a_family() -> dict[str, set[str]]:
+    """Every module outside families/, probes/ and the registry that names a family in code, with how."""
+    from acceptance.profile.registry import FAMILIES
+
+    names = {f.name for f in FAMILIES}
+    found: dict[str, set[str]] = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        rel = path.relative_to(PACKAGE).as_posix()
+        if rel.startswith(("families/", "probes/")) or rel == "profile/registry.py":
+            continue
+        tree = ast.parse(path.read_text())
+        docstrings = {
+            id(node.body[0].value)
+            for node in ast.walk(tree)
+            if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+            and node.body
+            and isinstance(node.body[0], ast.Expr)
+        }
+        how: set[str] = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("acceptance.families"):
+                modules = [node.module, *(f"{node.module}.{alias.name}" for alias in node.names)]
+                how |= {f"imports {m}" for m in modules if m.split(".")[2:3] and m.split(".")[2] in names}
+            elif isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
+                how |= {f"'{n}'" for n in names if node.value == n or node.value.startswith(f"{n}.")}
+        if how:
+            found[rel] = how
+    return found
+
+
+def test_only_the_listed_modules_name_a_family() -> None:
+    found = naming_a_family()
+    new = [f"{rel}: {', '.join(sorted(how))}" for rel, how in found.items() if rel not in NAMING_A_FAMILY]
+    assert not new, "modules that name a family; reach it through its descriptor (the registry):\n" + "\n".join(new)
+    stale = sorted(set(NAMING_A_FAMILY) - set(found))
+    assert not stale, f"listed as naming a family, yet name none (drop them from NAMING_A_FAMILY): {stale}"

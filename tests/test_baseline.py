@@ -22,8 +22,8 @@ from acceptance.cli.main import main
 from acceptance.evidence.store import read_evidence
 from acceptance.profile import loader as profiles
 from acceptance.profile.baseline import StoredFigure, change, figures, judge
-from acceptance.profile.readings import Noise
 from acceptance.reports import compare
+from acceptance.schema.noise import Noise
 from tests.harness import EVIDENCE, ROOT, schema
 
 BASELINE = {

@@ -20,9 +20,9 @@ from acceptance.profile import loader as profiles
 from acceptance.profile.baseline import change, tolerance_for
 from acceptance.profile.judge import Judge
 from acceptance.profile.metrics import better, kind, scale
-from acceptance.profile.readings import log_noise
 from acceptance.reports import compare
 from acceptance.schema.bounds import Threshold, evaluate, limits
+from acceptance.schema.noise import log_noise
 from tests.harness import EVIDENCE
 
 

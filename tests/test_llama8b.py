@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import torch
 
+from acceptance.families import llama8b as llama8b_rules
 from acceptance.families.llama8b import LLAMA8B, PROBE, Llama8b, layers_text, spec
 from acceptance.families.training import StrategyResult, run_jobs
 from acceptance.probes.train_model import ZERO_STATE_BYTES, build_config, build_model, describe, layers_that_fit
@@ -104,3 +105,29 @@ def test_a_job_that_dies_is_named_under_the_workload_s_own_job_keys() -> None:
     assert calls == [(["fsdp", "zero3"], "llama8b"), (["zero3"], "llama8b-2")]
     assert found["fsdp"] == {"error": "rank 0 exited with SIGKILL", "strategy": "fsdp", "job": "llama8b"}
     assert found["zero3"] == {"tokens_per_s_per_gpu": 1.0}
+
+
+def _run() -> dict[str, object]:
+    shape = {"layers": 8, "of_layers": 32, "flops_formula": "6N + 12 L s d", "matmul_params": 7_000_000_000}
+    return {
+        "strategy": "fsdp", "model": "llama-3.1-8b", "model_shape": shape, "precision": "bf16", "compile": False,
+        "world_size": 1, "device_name": "NVIDIA H100 80GB HBM3", "setup": {"seq_len": 8192, "micro_batch": 1,
+        "steps": 20}, "windows": [1, 2], "tokens_per_s_per_gpu": 3000.0, "tokens_per_s_per_gpu_min": 2900.0,
+        "tokens_per_s_per_gpu_max": 3100.0, "tokens_per_s_per_gpu_spread": 0.06, "mfu": 0.4, "mfu_reason": None,
+        "flops_per_token": 4.5e10, "peak_tflops": 989.0, "peak_tflops_source": "profile", "step_time_s": 2.7,
+        "step_time_std_s": 0.01, "peak_mem_gib": 70.0, "peak_mem_per_rank_gib": [70.0], "peak_mem_source": "torch",
+        "losses": [12.0, 11.0], "loss_first": 12.0, "loss_last": 11.0, "loss_ratio": 11.0 / 12.0,
+    }  # fmt: skip
+
+
+def test_the_mfu_skips_where_the_profile_sets_no_peak_and_else_names_its_reference() -> None:
+    section = Llama8b()
+    figures = llama8b_rules.strategy_figures("fsdp", _run(), section, "0.95 of the reference: DGX Cloud")
+    assert figures["llama8b.fsdp.mfu"].skip == (
+        "MFU not measured: the profile sets no llama8b.peak_tflops (cluster-acceptance init writes it)"
+    )
+    peak = Llama8b(peak_tflops={"bf16": 989.4}, peak_tflops_source="test")
+    with_peak = llama8b_rules.strategy_figures("fsdp", _run(), peak, "0.95 of the reference")
+    mfu = with_peak["llama8b.fsdp.mfu"]
+    assert (mfu.value, mfu.detail.splitlines()[-1]) == (0.4, "0.95 of the reference")
+    assert with_peak["llama8b.fsdp.loss_ratio"].detail.startswith("loss 12.0000 at the first step, 11.0000 at step 2")

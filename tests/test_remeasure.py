@@ -66,6 +66,11 @@ class FakeRun:
         return self.readings[len(self.asked) - 1]
 
 
+def low(run: FakeRun, found: dict[str, Any]) -> list[str]:
+    """The figures compute's rule would measure again, by the run's judge."""
+    return pergpu.low_figures(found, run.judge.fails, COMPUTE.section_of(run.profile.model))
+
+
 def profile(tmp_path: Path, extra: str = "") -> Profile:
     path = tmp_path / "p.yaml"
     path.write_text(
@@ -79,7 +84,7 @@ def profile(tmp_path: Path, extra: str = "") -> Profile:
 
 def test_a_low_reading_is_measured_again_and_the_second_one_is_judged(tmp_path: Path) -> None:
     run = FakeRun(profile(tmp_path), [result(43.8, 43.9), result(53.0, 53.4)])
-    found = remeasure.measured(run)  # type: ignore[arg-type]
+    found = remeasure.measured(run, COMPUTE)  # type: ignore[arg-type]
     assert [key for key, _ in run.asked] == ["compute", "compute-again-1"]
     again = run.asked[1][1]["compute"]
     assert again["figures"] == [FIGURE] and again["duration_s"] == 0  # only the low figure, no burn-in
@@ -89,26 +94,26 @@ def test_a_low_reading_is_measured_again_and_the_second_one_is_judged(tmp_path: 
     assert found["summary"][FIGURE]["min"] == 53.0
     assert found["rows"][0]["matmul_tflops"] == 650.0  # the figures not measured again stay as they were
     assert found["remeasured"] == {FIGURE: {"earlier_min": [43.8]}}
-    assert remeasure.earlier_text(found, FIGURE) == "measured 2 times: the slowest GPU read 43.8 before this"
-    assert remeasure.low_figures(run, found) == []  # type: ignore[arg-type]
+    assert pergpu.earlier_text(found, FIGURE) == "measured 2 times: the slowest GPU read 43.8 before this"
+    assert low(run, found) == []
 
 
 def test_a_link_that_stays_slow_still_fails_with_every_reading(tmp_path: Path) -> None:
     readings = [result(26.1, 53.0), result(26.3, 53.1), result(26.0, 52.9)]
     run = FakeRun(profile(tmp_path, ", remeasure: 2"), readings)
-    found = remeasure.measured(run)  # type: ignore[arg-type]
+    found = remeasure.measured(run, COMPUTE)  # type: ignore[arg-type]
     assert [key for key, _ in run.asked] == ["compute", "compute-again-1", "compute-again-2"]
     assert found["summary"][FIGURE]["min"] == 26.0
     assert found["rows"][0]["earlier"] == {FIGURE: [26.1, 26.3]}
-    assert remeasure.earlier_text(found, FIGURE) == "measured 3 times: the slowest GPU read 26.1, then 26.3 before this"
-    assert remeasure.low_figures(run, found) == [FIGURE]  # type: ignore[arg-type]
+    assert pergpu.earlier_text(found, FIGURE) == "measured 3 times: the slowest GPU read 26.1, then 26.3 before this"
+    assert low(run, found) == [FIGURE]
 
 
 def test_one_gpu_past_the_tolerance_is_measured_again_without_a_bound(tmp_path: Path) -> None:
     """45 is above the bound of 44, but 15% under its sibling: the tolerance (5%) fails it."""
     run = FakeRun(profile(tmp_path), [result(45.0, 53.0), result(52.5, 53.0)])
-    assert remeasure.low_figures(run, run.readings[0]) == [FIGURE]  # type: ignore[arg-type]
-    assert remeasure.measured(run)["summary"][FIGURE]["min"] == 52.5  # type: ignore[arg-type]
+    assert low(run, run.readings[0]) == [FIGURE]
+    assert remeasure.measured(run, COMPUTE)["summary"][FIGURE]["min"] == 52.5  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(
@@ -123,9 +128,9 @@ def test_no_remeasure_when_off_or_a_known_issue(tmp_path: Path, extra: str, boun
     path.write_text(f"name: p\nextends: local-cpu\ncompute: {{tolerance: 0.5{extra}}}\n")
     path.write_text(path.read_text() + f"thresholds:\n  compute.h2d_gbps_min: {bound}\n")
     run = FakeRun(load(str(path)), [result(26.1, 26.3)])
-    found = remeasure.measured(run)  # type: ignore[arg-type]
+    found = remeasure.measured(run, COMPUTE)  # type: ignore[arg-type]
     assert [key for key, _ in run.asked] == ["compute"] and "remeasured" not in found
-    assert remeasure.earlier_text(found, FIGURE) == ""
+    assert pergpu.earlier_text(found, FIGURE) == ""
 
 
 def test_remeasure_is_a_checked_profile_key(tmp_path: Path) -> None:
@@ -143,7 +148,7 @@ def test_a_figure_some_gpus_could_not_measure_is_not_measured_again(tmp_path: Pa
     first["rows"][0]["not_measured"] = {FIGURE: "cudaMemcpyAsync failed"}
     first["summary"][FIGURE] = pergpu.summary(first["rows"], FIGURE)
     run = FakeRun(profile(tmp_path), [first])
-    assert remeasure.low_figures(run, first) == []  # type: ignore[arg-type]
+    assert low(run, first) == []
 
 
 def test_a_re_measure_that_some_gpu_could_not_take_keeps_the_first_readings(tmp_path: Path) -> None:
@@ -153,18 +158,18 @@ def test_a_re_measure_that_some_gpu_could_not_take_keeps_the_first_readings(tmp_
     again["rows"][1][FIGURE] = None
     again["rows"][1]["not_measured"] = {FIGURE: "cudaMemcpyAsync failed"}
     run = FakeRun(profile(tmp_path, ", remeasure: 1"), [result(53.0, 45.0), again])
-    found = remeasure.measured(run)  # type: ignore[arg-type]
+    found = remeasure.measured(run, COMPUTE)  # type: ignore[arg-type]
     assert [r[FIGURE] for r in found["rows"]] == [53.0, 45.0] and found["rows"][0]["earlier"] == {}
     assert found["remeasured"][FIGURE]["not_measured_again"] == ["cudaMemcpyAsync failed (node-0 GPU 1 (GPU-1aaa...))"]
-    assert remeasure.low_figures(run, found) == [FIGURE]  # type: ignore[arg-type]
-    assert "the readings before stand" in remeasure.earlier_text(found, FIGURE)
+    assert low(run, found) == [FIGURE]
+    assert "the readings before stand" in pergpu.earlier_text(found, FIGURE)
 
 
 def test_rows_are_matched_by_gpu_uuid_not_rank(tmp_path: Path) -> None:
     """A job of its own may hand the ranks out in another order: each GPU keeps its own readings."""
     again = result(53.4, 53.0)
     again["rows"][0]["uuid"], again["rows"][1]["uuid"] = "GPU-1aaaaaaa", "GPU-0aaaaaaa"
-    found = remeasure.merged(result(43.8, 45.0), again, [FIGURE])
+    found = pergpu.merged(result(43.8, 45.0), again, [FIGURE])
     assert [(r["uuid"], r[FIGURE], r["earlier"][FIGURE]) for r in found["rows"]] == [
         ("GPU-0aaaaaaa", 53.0, [43.8]),
         ("GPU-1aaaaaaa", 53.4, [45.0]),
@@ -181,10 +186,10 @@ def test_a_figure_worse_than_the_baseline_is_measured_again_though_its_bound_hol
     checker would fail. A reading of 54 on the re-measure is within it and is the one judged."""
     old = baseline_of(f"compute.{FIGURE}_min", 55.0)
     plain = FakeRun(profile(tmp_path), [result(48.0, 48.3)])
-    assert remeasure.low_figures(plain, plain.readings[0]) == []  # type: ignore[arg-type]
+    assert low(plain, plain.readings[0]) == []
     run = FakeRun(profile(tmp_path), [result(48.0, 48.3), result(54.0, 54.2)], old)
-    assert remeasure.low_figures(run, run.readings[0]) == [FIGURE]  # type: ignore[arg-type]
-    found = remeasure.measured(run)  # type: ignore[arg-type]
+    assert low(run, run.readings[0]) == [FIGURE]
+    found = remeasure.measured(run, COMPUTE)  # type: ignore[arg-type]
     assert [key for key, _ in run.asked] == ["compute", "compute-again-1"]
     assert found["summary"][FIGURE]["min"] == 54.0 and found["remeasured"] == {FIGURE: {"earlier_min": [48.0]}}
 
@@ -195,20 +200,20 @@ def test_the_baseline_rule_is_the_checkers(tmp_path: Path) -> None:
     but one that holds its bound is judged against the baseline like any other figure, and measured again."""
     old = baseline_of(f"compute.{FIGURE}_min", 55.0)
     run = FakeRun(profile(tmp_path), [result(53.0, 53.3)], old)
-    assert remeasure.low_figures(run, run.readings[0]) == []  # type: ignore[arg-type]
+    assert low(run, run.readings[0]) == []
     path = tmp_path / "ungated.yaml"
     path.write_text("name: p\nextends: local-cpu\ncompute: {tolerance: 0.5}\n")
     ungated = FakeRun(load(str(path)), [result(30.0, 30.3)], old)
-    assert remeasure.low_figures(ungated, ungated.readings[0]) == []  # type: ignore[arg-type]
+    assert low(ungated, ungated.readings[0]) == []
     path = tmp_path / "known.yaml"
     path.write_text(
         "name: p\nextends: local-cpu\nbaseline: {tolerance: 0.05}\n"
         "thresholds:\n  compute.h2d_gbps_min: {min: 44, xfail: 'a riser'}\n"
     )
     known = FakeRun(load(str(path)), [result(48.0, 48.3), result(54.0, 54.2)], old)
-    assert remeasure.low_figures(known, result(40.0, 40.3)) == []  # type: ignore[arg-type]
-    assert remeasure.low_figures(known, known.readings[0]) == [FIGURE]  # type: ignore[arg-type]
-    assert remeasure.measured(known)["summary"][FIGURE]["min"] == 54.0  # type: ignore[arg-type]
+    assert low(known, result(40.0, 40.3)) == []
+    assert low(known, known.readings[0]) == [FIGURE]
+    assert remeasure.measured(known, COMPUTE)["summary"][FIGURE]["min"] == 54.0  # type: ignore[arg-type]
     assert known.said == [f"compute: {FIGURE} out of bounds or worse than --cluster-baseline; measuring again (1 of 1)"]
 
 

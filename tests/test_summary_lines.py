@@ -6,9 +6,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from acceptance.evidence.drain import build
 from acceptance.evidence.model import EvidenceDoc
-from acceptance.plugin.summary import family_lines, summary_lines
+from acceptance.plugin.summary import family_lines, next_lines, summary_lines
 from tests.harness import doc
 
 EVIDENCE = Path(__file__).resolve().parent / "data" / "evidence" / "h200-x2" / "evidence.json"
@@ -104,3 +106,14 @@ def test_what_next_names_the_sweep_only_for_a_failed_collective() -> None:
     failed["checks"] = [{"metric": "collectives.all_reduce.busbw_gbps@1G", "verdict": "fail"}]
     lines = [line for line, _ in summary_lines(doc(verdict="FAIL", tests=[failed]), "ev/evidence.json")]
     assert "`cluster-acceptance sweep`" in next(line for line in lines if line.startswith("what next: "))
+
+
+@pytest.mark.parametrize(
+    ("metric", "hinted"),
+    [("collectives.all_reduce.busbw_gbps@1G", True), ("internode.all.all_reduce.busbw_gbps@1G", True),
+     ("compute.matmul_tflops_min", False)],
+)  # fmt: skip
+def test_a_failed_figure_measured_per_size_points_at_the_sweep(metric: str, hinted: bool) -> None:
+    data = doc(verdict="FAIL", tests=[{"outcome": "failed", "checks": [{"metric": metric, "verdict": "fail"}]}])
+    shown = "\n".join(next_lines(data, "ev/evidence.json", None))
+    assert ("`cluster-acceptance sweep` measures the collectives across sizes" in shown) is hinted

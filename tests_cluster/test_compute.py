@@ -8,18 +8,10 @@ import pytest
 
 from acceptance.families import compute as compute_rules
 from acceptance.families.compute import COMPUTE
-from acceptance.plugin.api import (
-    Checker,
-    ClusterRun,
-    Threshold,
-    compute_figures,
-    earlier_readings,
-    fmt,
-    probe_wall_s,
-    tolerance_below_median,
-)
+from acceptance.plugin.api import Checker, ClusterRun, Figure, compute_figures, probe_wall_s, tolerance_below_median
 
 FIGURES = list(compute_rules.FIGURES)
+STATS = {"min": 0, "median": 1, "below_median": 2}
 
 
 @pytest.fixture(scope="module")
@@ -29,26 +21,13 @@ def perf(cluster: ClusterRun) -> dict[str, Any]:
     return compute_figures(cluster)
 
 
-def _summary(perf: dict[str, Any], figure: compute_rules.FigureName) -> dict[str, Any]:
-    found = perf["summary"].get(figure)
-    if found is None:
-        pytest.skip(f"{figure} not measured: " + "; ".join(perf["not_measured"].get(figure, [])))
-    return found  # type: ignore[no-any-return]
-
-
-def _check_every_gpu(
-    check: Checker,
-    perf: dict[str, Any],
-    figure: compute_rules.FigureName,
-    figures: tuple[str, float, str, str],
-    default: Threshold | None = None,
-) -> None:
-    """Check the figure, with its earlier readings where it was measured again; the min and median are over
-    the GPUs that measured it, so the GPUs that could not fail the test as well (``unmeasured``)."""
-    metric, value, unit, detail = figures
-    detail = "; ".join(part for part in (detail, earlier_readings(perf, figure)) if part)
-    unmeasured = compute_rules.partly_measured(perf["rows"], figure)
-    check(metric, value, unit, detail, default=default, unmeasured=unmeasured)
+def _figure(cluster: ClusterRun, perf: dict[str, Any], figure: str, stat: str) -> Figure:
+    """The figure's min, median or shortfall under the median; a GPU further under the median than the
+    profile's tolerance (``compute.<figure>_below_median``, else ``compute.tolerance``) is named."""
+    cfg = COMPUTE.section_of(cluster.profile.model)
+    bound = tolerance_below_median(cluster, figure)
+    limit = bound.max if bound is not None and bound.max is not None else cfg.tolerance
+    return compute_rules.figures_of(perf, figure, cfg.median_of, limit)[STATS[stat]]
 
 
 def test_every_rank_measured(cluster: ClusterRun, perf: dict[str, Any], check: Checker) -> None:
@@ -56,31 +35,17 @@ def test_every_rank_measured(cluster: ClusterRun, perf: dict[str, Any], check: C
     check.measurements("summary", perf["summary"])
     if perf.get("remeasured"):
         check.measurements("remeasured", perf["remeasured"])
-    missing = cluster.world_size - len(perf["rows"])
-    detail = f"{len(perf['rows'])} ranks reported, {cluster.world_size} ran" if missing else ""
-    check("compute.missing_ranks", missing, "ranks", detail)
+    check(compute_rules.missing_ranks(perf, cluster.world_size))
 
 
 @pytest.mark.parametrize("figure", FIGURES)
-def test_slowest(perf: dict[str, Any], figure: compute_rules.FigureName, check: Checker) -> None:
-    found = _summary(perf, figure)
-    unit = compute_rules.FIGURES[figure][1]
-    detail = f"slowest: {found['slowest']}" + (f" ({found['slowest_clocks']})" if found["slowest_clocks"] else "")
-    if found["slowest_windows"]:
-        detail += f"; its timed windows {fmt(min(found['slowest_windows']))}-{fmt(max(found['slowest_windows']))}"
-    _check_every_gpu(check, perf, figure, (f"compute.{figure}_min", found["min"], unit, detail))
+def test_slowest(cluster: ClusterRun, perf: dict[str, Any], figure: compute_rules.FigureName, check: Checker) -> None:
+    check(_figure(cluster, perf, figure, "min"))
 
 
 @pytest.mark.parametrize("figure", FIGURES)
-def test_median(perf: dict[str, Any], figure: compute_rules.FigureName, check: Checker) -> None:
-    found = _summary(perf, figure)
-    unit = compute_rules.FIGURES[figure][1]
-    spread = f"min {fmt(found['min'])}, max {fmt(found['max'])} over {found['count']} GPUs"
-    spread += f"; slowest GPU's {found['slowest_clocks']}" if found["slowest_clocks"] else ""
-    if found["window_spread_max"]:
-        widest, where = found["window_spread_max"], found["window_spread_gpu"]
-        spread += f"; widest spread of one GPU's timed windows {widest:.1%} ({where})"
-    _check_every_gpu(check, perf, figure, (f"compute.{figure}_median", found["median"], unit, spread))
+def test_median(cluster: ClusterRun, perf: dict[str, Any], figure: compute_rules.FigureName, check: Checker) -> None:
+    check(_figure(cluster, perf, figure, "median"))
 
 
 @pytest.mark.parametrize("figure", FIGURES)
@@ -88,27 +53,13 @@ def test_within_tolerance(
     cluster: ClusterRun, perf: dict[str, Any], figure: compute_rules.FigureName, check: Checker
 ) -> None:
     """Each GPU within the profile's tolerance of the median; the message names every GPU that is not."""
-    _summary(perf, figure)
-    cfg = COMPUTE.section_of(cluster.profile.model)
-    shorts = compute_rules.shortfalls(perf["rows"], figure, cfg.median_of)
-    bound = tolerance_below_median(cluster, figure)
-    limit = bound.max if bound is not None and bound.max is not None else cfg.tolerance
-    off = [compute_rules.describe(s, figure) for s in shorts if s.fraction > limit] or [
-        compute_rules.describe(shorts[0], figure)
-    ]
-    figures = (f"compute.{figure}_below_median", shorts[0].fraction, "fraction", "\n".join(off))
-    _check_every_gpu(check, perf, figure, figures)
+    check(_figure(cluster, perf, figure, "below_median"))
 
 
 def test_burnin_same_result(perf: dict[str, Any], check: Checker) -> None:
-    verdict = perf["burnin"]
-    if verdict is None:
-        pytest.skip("burn-in off: set compute.duration_s (seconds) to run it")
-    check.measurements("burnin", verdict)
-    detail = "\n".join(verdict["disagreeing"])
-    if verdict["first"]:
-        detail = f"first GPU that disagrees: {verdict['first']}\n{detail}"
-    check("compute.burnin_disagreeing_gpus", len(verdict["disagreeing"]), "GPUs", detail)
+    if perf["burnin"] is not None:
+        check.measurements("burnin", perf["burnin"])
+    check(compute_rules.burnin_figure(perf))
 
 
 def test_probe_time(cluster: ClusterRun, perf: dict[str, Any], check: Checker) -> None:

@@ -15,6 +15,7 @@ from acceptance.families.internode import INTERNODE
 from acceptance.plugin.api import (
     Checker,
     ClusterRun,
+    Figure,
     Isolation,
     ProfileModel,
     earlier_isolation,
@@ -69,39 +70,31 @@ def ring(cluster: ClusterRun) -> internode_rules.InternodeResult:
     )
 
 
-def _row(
-    check: Checker, result: internode_rules.InternodeResult, scope: str, case: tuple[str, str], metric: str
-) -> internode_rules.InternodeRow:
-    """The probe's row for the case; a row it did not measure fails ``metric`` as unmeasured."""
-    op, size = case
-    for row in result["rows"]:
-        if row["scope"] == scope and row["op"] == op and row["size"] == size:
-            return row
-    check.missing(metric, "GB/s", f"the internode probe has no {scope} row for {op} at {size}")
+def _measured(check: Checker, result: internode_rules.InternodeResult, scope: str, case: tuple[str, str]) -> None:
+    row = internode_rules.row_of(result, scope, case)
+    if row is not None:
+        check.measurements("row", row)
 
 
-def _detail(row: internode_rules.InternodeRow) -> str:
-    groups = "; ".join(f"ranks {g['ranks_of_group']}: {g['busbw_gbps']:.2f} GB/s" for g in row["groups"])
-    return f"{row['op']} {row['size']} over {row['ranks']} ranks, timing {row['timing']}; {groups}"
-
-
-def _isolating(run: ClusterRun, check: Checker, metric: str, value: float, detail: str) -> tuple[str, Isolation | None]:
-    """The figure's detail; when the figure misses its bound, with the isolation's verdict (one line) added."""
-    found = isolate_if_failing(run, metric, value)
-    if found is None:
-        return detail, None
-    check.measurements("isolation", found.evidence())
-    return f"{detail}\n{found.message()}", found
+def _isolating(run: ClusterRun, check: Checker, fig: Figure) -> Isolation | None:
+    """When the figure misses its bound across nodes, the isolation rounds; their verdict (one line) is added
+    to the figure's detail."""
+    found = None if fig.unmeasured else isolate_if_failing(run, fig.metric, fig.value)
+    if found is not None:
+        check.measurements("isolation", found.evidence())
+        fig.notes.append(found.message())
+    return found
 
 
 def test_internode_busbw(
     cluster: ClusterRun, internode: internode_rules.InternodeResult, inter_case: tuple[str, str], check: Checker
 ) -> None:
-    metric = "internode.all.{}.busbw_gbps@{}".format(*inter_case)
-    row = _row(check, internode, "all", inter_case, metric)
-    check.measurements("row", row)
-    detail, _ = _isolating(cluster, check, metric, row["busbw_gbps"], _detail(row))
-    check(metric, row["busbw_gbps"], "GB/s", detail)
+    fig = internode_rules.busbw_figure(
+        internode, "all", inter_case, "internode.all.{}.busbw_gbps@{}".format(*inter_case)
+    )
+    _measured(check, internode, "all", inter_case)
+    _isolating(cluster, check, fig)
+    check(fig)
 
 
 def test_intranode_busbw(
@@ -109,34 +102,22 @@ def test_intranode_busbw(
 ) -> None:
     require_node_peers(cluster, "an intra-node figure")
     metric = "internode.intranode.{}.busbw_gbps@{}".format(*inter_case)
-    row = _row(check, internode, "intranode", inter_case, metric)
-    check.measurements("row", row)
+    _measured(check, internode, "intranode", inter_case)
     # the slowest node's figure: a gate on it names a node that is slow inside itself
-    check(metric, row["busbw_gbps"], "GB/s", _detail(row))
+    check(internode_rules.busbw_figure(internode, "intranode", inter_case, metric))
 
 
 def test_internode_efficiency(
     cluster: ClusterRun, internode: internode_rules.InternodeResult, inter_case: tuple[str, str], check: Checker
 ) -> None:
     require_node_peers(cluster, "the internode efficiency")
-    metric = "internode.{}.efficiency@{}".format(*inter_case)
-    across = _row(check, internode, "all", inter_case, metric)
-    inside = _row(check, internode, "intranode", inter_case, metric)
-    value = across["busbw_gbps"] / inside["busbw_gbps_mean"]
-    detail = (
-        f"busbw {across['busbw_gbps']:.2f} GB/s over {across['ranks']} ranks / "
-        f"{inside['busbw_gbps_mean']:.2f} GB/s inside one node (mean of {len(inside['groups'])} nodes)"
-    )
-    check(metric, value, "ratio", detail)
+    check(internode_rules.efficiency_figure(internode, inter_case))
 
 
 def test_internode_data_correct(
     internode: internode_rules.InternodeResult, inter_case: tuple[str, str], check: Checker
 ) -> None:
-    op, size = inter_case
-    rows = [r for r in internode["rows"] if r["op"] == op and r["size"] == size]
-    figures = [(f"internode.{r['scope']}.{op}.wrong@{size}", r["wrong"], "elements", "") for r in rows]
-    check.all(figures)
+    check.all(internode_rules.wrong_figures(internode, inter_case))
 
 
 def test_one_gpu_per_node_busbw(
@@ -145,21 +126,19 @@ def test_one_gpu_per_node_busbw(
     if not INTERNODE.section_of(cluster.profile.model).one_gpu_per_node:
         pytest.skip(f"internode.one_gpu_per_node is off in profile {cluster.profile.name}")
     metric = "internode.one_gpu_per_node.{}.busbw_gbps@{}".format(*inter_case)
-    row = _row(check, internode, "one_gpu_per_node", inter_case, metric)
-    check.measurements("row", row)
-    check(metric, row["busbw_gbps"], "GB/s", _detail(row))
+    _measured(check, internode, "one_gpu_per_node", inter_case)
+    check(internode_rules.busbw_figure(internode, "one_gpu_per_node", inter_case, metric))
 
 
 def test_ring_busbw(ring: internode_rules.InternodeResult, inter_case: tuple[str, str], check: Checker) -> None:
-    metric = "internode.ring.{}.busbw_gbps@{}".format(*inter_case)
-    row = _row(check, ring, "all", inter_case, metric)
-    check.measurements("row", {**row, "nccl_algo": ring["nccl_algo"]})
-    check(metric, row["busbw_gbps"], "GB/s", _detail(row))
+    row = internode_rules.row_of(ring, "all", inter_case)
+    if row is not None:
+        check.measurements("row", {**row, "nccl_algo": ring["nccl_algo"]})
+    check(internode_rules.busbw_figure(ring, "all", inter_case, "internode.ring.{}.busbw_gbps@{}".format(*inter_case)))
 
 
 def test_ring_data_correct(ring: internode_rules.InternodeResult, inter_case: tuple[str, str], check: Checker) -> None:
-    metric = "internode.ring.{}.wrong@{}".format(*inter_case)
-    check(metric, _row(check, ring, "all", inter_case, metric)["wrong"], "elements")
+    check(internode_rules.wrong_figure(ring, "all", inter_case, "internode.ring.{}.wrong@{}".format(*inter_case)))
 
 
 @pytest.fixture(scope="module")
@@ -170,33 +149,20 @@ def rails(cluster: ClusterRun) -> internode_rules.ConnectivityResult:
 
 
 def test_rail_data_correct(rails: internode_rules.ConnectivityResult, check: Checker) -> None:
-    wrong = internode_rules.wrong(rails["rails"])
-    check("internode.rail_wrong", rails["rails_wrong"], "elements", wrong)
+    check(internode_rules.rail_figures(rails)[0])
 
 
 def test_rail_slowest(cluster: ClusterRun, rails: internode_rules.ConnectivityResult, check: Checker) -> None:
     """Last in this module: an isolation that an earlier figure started is replayed here, so its count of
     culprits is recorded once per run, and 0 when no figure across nodes missed its bound."""
-    measured = rails["rails"]
-    check.measurements("rails", measured)
-    check.measurements("rail_matrices", internode_rules.matrices(measured, "gpu"))
-    detail = (
-        f"{len(measured)} rail links, {rails['p2p_size']} each way in {rails['rails_rounds']} round(s); "
-        f"slowest: {internode_rules.slowest(measured)}"
-    )
-    slowest = rails["rails_slowest"]
-    if slowest is None:  # nodes that measured no rail between them: never a pass
-        check.missing("internode.rail_min_gbps", "GB/s", f"no rail across nodes was measured ({len(measured)} links)")
-    value = slowest["gbps"]
-    detail, found = _isolating(cluster, check, "internode.rail_min_gbps", value, detail)
-    found = found or earlier_isolation(cluster)
+    check.measurements("rails", rails["rails"])
+    check.measurements("rail_matrices", internode_rules.matrices(rails["rails"], "gpu"))
+    fig = internode_rules.rail_figures(rails)[1]
+    if fig.unmeasured:  # nodes that measured no rail between them: never a pass
+        check(fig)
+    found = _isolating(cluster, check, fig) or earlier_isolation(cluster)
     if found is not None:
         check.measurements("isolation", found.evidence())
     culprits = len(found.culprits) if found else 0
     verdict = found.message() if found else "no figure across nodes missed its bound: no isolation ran"
-    check.all(
-        [
-            ("internode.rail_min_gbps", value, "GB/s", detail),
-            ("internode.isolation_culprits", culprits, "nodes", verdict),
-        ]
-    )
+    check.all([fig, ("internode.isolation_culprits", culprits, "nodes", verdict)])

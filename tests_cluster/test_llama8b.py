@@ -12,13 +12,13 @@ from typing import Any
 
 import pytest
 
-from acceptance.families.llama8b import LLAMA8B, layers_text
+from acceptance.families import llama8b as llama8b_rules
+from acceptance.families.llama8b import LLAMA8B
 from acceptance.plugin.api import (
     Checker,
     ClusterRun,
+    Figure,
     ProfileModel,
-    fmt,
-    foreign_text,
     parametrize_from_profile,
     reference_row,
     reference_runs,
@@ -46,80 +46,43 @@ def run_of(runs: dict[str, dict[str, Any]], strategy: str) -> dict[str, Any]:
     return found
 
 
-def _workload(run: dict[str, Any]) -> str:
-    setup = run["setup"]
-    return (
-        f"{run['strategy']} {run['model']}, {layers_text(run['model_shape'])}, {run['precision']}, seq "
-        f"{setup['seq_len']}, micro-batch {setup['micro_batch']}, compile {run['compile']}, on {run['world_size']} "
-        f"rank(s) ({run['device_name']})"
-    )
-
-
-def _against(cluster: ClusterRun, metric: str, run: dict[str, Any], value: float) -> str:
-    """The figure over its public reference, in words ("0.86 of ..."), or that the table has none here."""
-    row = reference_row(cluster, metric, run["device_name"])
-    if row is None:
-        return f"no public reference for {metric} on {run['device_name']} (acceptance/profile/references.yaml)"
-    return f"{value / row.value:.2f} of the reference: {row.words()}"
+def _figures(cluster: ClusterRun, runs: dict[str, dict[str, Any]], strategy: str) -> dict[str, Figure]:
+    run = run_of(runs, strategy)
+    metric = f"llama8b.{strategy}.mfu"
+    against = ""
+    if run["mfu"] is not None:  # the MFU over its public reference, in words, or that the table has none here
+        row = reference_row(cluster, metric, run["device_name"])
+        against = (
+            f"no public reference for {metric} on {run['device_name']} (acceptance/profile/references.yaml)"
+            if row is None
+            else f"{run['mfu'] / row.value:.2f} of the reference: {row.words()}"
+        )
+    return llama8b_rules.strategy_figures(strategy, run, LLAMA8B.section_of(cluster.profile.model), against)
 
 
 def test_tokens_per_s(cluster: ClusterRun, runs: dict[str, dict[str, Any]], strategy: str, check: Checker) -> None:
-    run = run_of(runs, strategy)
-    check.measurements("run", run)
-    detail = (
-        f"{_workload(run)}: median of {len(run['windows'])} timed windows ({run['setup']['steps']} steps), "
-        f"min {fmt(run['tokens_per_s_per_gpu_min'])}, max {fmt(run['tokens_per_s_per_gpu_max'])} "
-        f"((max - min) / median {run['tokens_per_s_per_gpu_spread']:.1%})"
-    )
-    cause = foreign_text(run.get("foreign"), run.get("xids"))
-    detail += f"\n{cause}" if cause else ""
-    check(f"llama8b.{strategy}.tokens_per_s_per_gpu", run["tokens_per_s_per_gpu"], "tokens/s", detail)
+    check.measurements("run", run_of(runs, strategy))
+    check(_figures(cluster, runs, strategy)[f"llama8b.{strategy}.tokens_per_s_per_gpu"])
 
 
 def test_mfu(cluster: ClusterRun, runs: dict[str, dict[str, Any]], strategy: str, check: Checker) -> None:
-    run = run_of(runs, strategy)
-    if LLAMA8B.section_of(cluster.profile.model).peak_tflops is None:
-        pytest.skip("MFU not measured: the profile sets no llama8b.peak_tflops (cluster-acceptance init writes it)")
-    if run["mfu"] is None:
-        pytest.skip(f"MFU not measured: {run['mfu_reason']}")
-    metric = f"llama8b.{strategy}.mfu"
-    shape = run["model_shape"]
-    detail = (
-        f"{_workload(run)}: {fmt(run['tokens_per_s_per_gpu'])} tokens/s x {run['flops_per_token']:.4g} FLOP/token "
-        f"({shape['flops_formula']}, N = {shape['matmul_params']:,} parameters in matrix products: the input "
-        f"embedding excluded) / dense {run['precision']} peak {run['peak_tflops']:g} TFLOP/s "
-        f"({run['peak_tflops_source']})\n{_against(cluster, metric, run, run['mfu'])}"
-    )
-    check(metric, run["mfu"], "fraction", detail)
+    check(_figures(cluster, runs, strategy)[f"llama8b.{strategy}.mfu"])
 
 
-def test_layers(runs: dict[str, dict[str, Any]], strategy: str, check: Checker) -> None:
-    run = run_of(runs, strategy)
-    check(f"llama8b.{strategy}.layers", run["model_shape"]["layers"], "layers", layers_text(run["model_shape"]))
+def test_layers(cluster: ClusterRun, runs: dict[str, dict[str, Any]], strategy: str, check: Checker) -> None:
+    check(_figures(cluster, runs, strategy)[f"llama8b.{strategy}.layers"])
 
 
-def test_step_time(runs: dict[str, dict[str, Any]], strategy: str, check: Checker) -> None:
-    run = run_of(runs, strategy)
-    check.measurements("step_times_s", run["step_times_s"])
-    check.all(
-        [
-            (f"llama8b.{strategy}.step_time_s", run["step_time_s"], "s", f"median step, {_workload(run)}"),
-            (f"llama8b.{strategy}.step_time_std_s", run["step_time_std_s"], "s", "standard deviation of the steps"),
-        ]
-    )
+def test_step_time(cluster: ClusterRun, runs: dict[str, dict[str, Any]], strategy: str, check: Checker) -> None:
+    check.measurements("step_times_s", run_of(runs, strategy)["step_times_s"])
+    figures = _figures(cluster, runs, strategy)
+    found = [figures[f"llama8b.{strategy}.{name}"] for name in ("step_time_s", "step_time_std_s")]
+    check.all(found)
 
 
-def test_peak_memory(runs: dict[str, dict[str, Any]], strategy: str, check: Checker) -> None:
-    run = run_of(runs, strategy)
-    per_rank = ", ".join(f"{m:.2f}" for m in run["peak_mem_per_rank_gib"])
-    detail = f"max over ranks of {run['peak_mem_source']}; per rank GiB: {per_rank}; {_workload(run)}"
-    check(f"llama8b.{strategy}.peak_mem_gib", run["peak_mem_gib"], "GiB", detail)
+def test_peak_memory(cluster: ClusterRun, runs: dict[str, dict[str, Any]], strategy: str, check: Checker) -> None:
+    check(_figures(cluster, runs, strategy)[f"llama8b.{strategy}.peak_mem_gib"])
 
 
-def test_loss_falls(runs: dict[str, dict[str, Any]], strategy: str, check: Checker) -> None:
-    run = run_of(runs, strategy)
-    detail = (
-        f"loss {run['loss_first']:.4f} at the first step, {run['loss_last']:.4f} at step {len(run['losses'])}: "
-        "a run that does not learn is broken (data, optimizer, precision or gradient reduction)"
-    )
-    check(f"llama8b.{strategy}.loss_ratio", run["loss_ratio"], "last/first", detail)
+def test_loss_falls(cluster: ClusterRun, runs: dict[str, dict[str, Any]], strategy: str, check: Checker) -> None:
+    check(_figures(cluster, runs, strategy)[f"llama8b.{strategy}.loss_ratio"])

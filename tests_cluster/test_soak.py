@@ -30,14 +30,6 @@ def counts(soak: soak_rules.SoakResult) -> dict[str, Figure]:
     return {f.metric: f for f in soak_rules.counts(soak)}
 
 
-def _count(fig: Figure, check: Checker) -> None:
-    """A correctness count: 0 unless the profile bounds it otherwise; the lines name each GPU. A GPU that
-    could not measure it fails the test (the count over the others is no pass for it)."""
-    if fig.skip:
-        pytest.skip(fig.skip)
-    check(fig.metric, fig.value, fig.unit, fig.detail, unmeasured=fig.unmeasured_text)
-
-
 def test_every_rank_soaked(cluster: ClusterRun, soak: soak_rules.SoakResult, check: Checker) -> None:
     """Every rank ran for the whole duration; its figures go into the evidence (its samples and windows are
     in the probe's result there). A soak stopped part-way fails here, with the seconds it soaked."""
@@ -48,8 +40,7 @@ def test_every_rank_soaked(cluster: ClusterRun, soak: soak_rules.SoakResult, che
     detail = f"{len(soak['ranks'])} ranks reported, {cluster.world_size} ran" if missing else ""
     check("soak.missing_ranks", missing, "ranks", detail)
     check("soak.wall_s", probe_wall_s(cluster, "soak"), "s", f"soak.duration_s {soak['config']['duration_s']:g} s")
-    whole = soak_rules.completed(soak)
-    check(whole.metric, whole.value, whole.unit, whole.detail, unmeasured=whole.unmeasured_text)
+    check(soak_rules.completed(soak))
 
 
 @pytest.mark.parametrize(
@@ -58,7 +49,7 @@ def test_every_rank_soaked(cluster: ClusterRun, soak: soak_rules.SoakResult, che
 def test_gemm_results(counts: dict[str, Figure], metric: str, check: Checker) -> None:
     """Each result equals the GPU's first, bit for bit; the first equals the other GPUs' of its model and
     an fp64 product within the arithmetic's bound."""
-    _count(counts[metric], check)
+    check(counts[metric])
 
 
 def test_memory_patterns(
@@ -66,27 +57,24 @@ def test_memory_patterns(
 ) -> None:
     """Walking ones, seeded random and address-in-address over most of the free memory: every word read back,
     over at least ``soak.memory_coverage_min`` of the memory asked for on every rank."""
-    _count(counts["soak.memory_bad_words"], check)
-    covered = soak_rules.memory_coverage(soak)
-    if covered.skip:
-        pytest.skip(covered.skip)
-    check(covered.metric, covered.value, covered.unit, covered.detail)
+    check(counts["soak.memory_bad_words"])
+    check(soak_rules.memory_coverage(soak))
 
 
 def test_allreduce_under_load(counts: dict[str, Figure], check: Checker) -> None:
     """An all_reduce of exactly summable data beside the GEMMs, every element of every result checked."""
-    _count(counts["soak.allreduce_wrong"], check)
+    check(counts["soak.allreduce_wrong"])
 
 
 @pytest.mark.parametrize("metric", ["soak.ecc_new_errors", "soak.remapped_rows_new", "soak.xid_new"])
 def test_no_new_errors(counts: dict[str, Figure], metric: str, check: Checker) -> None:
     """NVML's uncorrectable ECC errors and remapped rows before and after, its XID events during."""
-    _count(counts[metric], check)
+    check(counts[metric])
 
 
 def test_no_slowdown(counts: dict[str, Figure], check: Checker) -> None:
     """No thermal or hardware slowdown held a GPU's clocks back (``soak.slowdown_reasons``)."""
-    _count(counts["soak.slowdown_gpus"], check)
+    check(counts["soak.slowdown_gpus"])
 
 
 @pytest.mark.parametrize("dtype", list(soak_rules.DTYPE_FIGURE))
@@ -97,7 +85,7 @@ def test_sustained_speed(cluster: ClusterRun, soak: soak_rules.SoakResult, dtype
     if low.skip:
         pytest.skip(low.skip)
     # a GPU that could not run the GEMM fails the test
-    check.all([(f.metric, f.value, f.unit, f.detail) for f in (low, median, sag)], unmeasured=low.unmeasured_text)
+    check.all([low, median, sag], unmeasured=low.unmeasured_text)
     check(below.metric, below.value, below.unit, below.detail)
 
 
@@ -107,4 +95,4 @@ def test_steady_state(soak: soak_rules.SoakResult, check: Checker) -> None:
     figures = [f for f in found if not f.skip]
     if not figures:
         pytest.skip("; ".join(dict.fromkeys(f.skip or "" for f in found)))
-    check.all([(f.metric, f.value, f.unit, f.detail) for f in figures])
+    check.all(figures)

@@ -26,7 +26,9 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal, TypedDict
+from typing import Literal
+
+from typing_extensions import TypedDict
 
 from acceptance.atomic_file import write_atomic
 from acceptance.evidence.causes import Action, Category, action, category_of, cause_first, node_fault

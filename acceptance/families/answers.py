@@ -7,9 +7,8 @@ A query a probe cannot answer (an older GPU, no permission, a lost GPU) becomes
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TypedDict
 
-from typing_extensions import TypeIs
+from typing_extensions import TypedDict, TypeIs
 
 NOT_MEASURED = "not_measured"
 

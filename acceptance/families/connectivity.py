@@ -17,15 +17,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import TypedDict
 
-from typing_extensions import NotRequired
+from typing_extensions import NotRequired, TypedDict
 
 from acceptance.families.heartbeat import RankIdentity
 from acceptance.families.transport import TransportRecord
-from acceptance.schema.bounds import must_be_zero
+from acceptance.schema.bounds import Threshold, must_be_zero
 from acceptance.schema.family import GPU_ONLY, Family, Metric
 from acceptance.schema.fields import PositiveInt, Size, Strict
+from acceptance.schema.figure import Figure
 
 
 class Connectivity(Strict):
@@ -262,3 +262,48 @@ def _square(table: _Table) -> Matrix:
         "matrix": [[cells.get((a, b)) for b in order] for a in order],  # [sender][receiver]
         "unit": "gbps",
     }
+
+
+def _figure(metric: str, unit: str, value: float, *lines: str) -> Figure:
+    return Figure(f"connectivity.{metric}", unit, value, findings=[line for line in lines if line])
+
+
+def figures(result: ConnectivityResult) -> dict[str, Figure]:
+    """Every figure of the connectivity result but the transport's (``transport.figure``), by metric."""
+    short, ranks = result["short_nodes"], result["ranks"]
+    per_node = result["expected_ranks_per_node"]
+    dupes = result["duplicate_uuids"]
+    holders = "; ".join(f"{u} held by ranks {[r['rank'] for r in ranks if r.get('uuid') == u]}" for u in dupes)
+    found = [
+        Figure(
+            "connectivity.world_size", "ranks", result["world_size"],
+            bound=Threshold(eq=result["expected_world_size"], source="nodes x ranks per node"),
+        ),
+        _figure(
+            "missing_ranks", "ranks", len(result["missing_ranks"]) + len(short),
+            "; ".join(f"node {k} has {v} ranks, expected {per_node}" for k, v in short.items()),
+        ),
+        _figure("duplicate_uuids", "GPUs", len(dupes), holders),
+        _figure("allreduce_wrong", "elements", result["allreduce_wrong"]),
+        _figure("p2p_wrong", "elements", result["p2p_wrong"], wrong(result["p2p"])),
+        _p2p_slowest(result),
+        _figure("barrier_latency_us", "us", result["barrier_latency_us"]),
+        _figure("rendezvous_s", "s", result["rendezvous_s"]),
+    ]  # fmt: skip
+    return {fig.metric: fig for fig in found}
+
+
+def _p2p_slowest(result: ConnectivityResult) -> Figure:
+    """The slowest link inside a node; ranks that share a node and measured no link between them: unmeasured,
+    never a pass."""
+    measured, slowest_link = result["p2p"], result["p2p_slowest"]
+    fig = Figure("connectivity.p2p_min_gbps", "GB/s")
+    if slowest_link is None:
+        fig.unmeasured.append(f"no link inside a node was measured ({len(measured)} links)")
+        return fig
+    fig.value = slowest_link["gbps"]
+    fig.findings.append(
+        f"{len(measured)} links inside nodes, {result['p2p_size']} each way in {result['p2p_rounds']} round(s); "
+        f"slowest: {slowest(measured)}"
+    )
+    return fig

@@ -12,9 +12,10 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Annotated, TypeAlias, TypedDict
+from typing import Annotated, TypeAlias
 
 from pydantic import AfterValidator, model_validator
+from typing_extensions import TypedDict
 
 from acceptance.families.answers import NotMeasured, not_measured, unanswered
 from acceptance.schema.bounds import must_be_zero
@@ -80,6 +81,7 @@ DRIFT = Family(
         Metric[Drift](r"(fields_not_measured)", _DRIFT, "lower", scale="bound"),
     ),
     probes=("drift",),
+    describes_nics=True,
     in_worker=("drift",),
     quick=True,
 )
@@ -334,6 +336,8 @@ def _golden(result: DriftResult, pins: Pins) -> Figure:
         fig.findings += off
         fig.not_measured += [line for _, line in _unread(holders, [name])]
     fig.value = len(fig.findings)
+    if fig.not_measured:  # a pinned value nobody could read is not confirmed: never a pass
+        fig.unmeasured.append("pinned in drift.golden but not measured:\n  " + "\n  ".join(fig.not_measured))
     return fig
 
 

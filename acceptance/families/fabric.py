@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TypedDict
+
+from typing_extensions import TypedDict
 
 from acceptance.schema.bounds import must_be_zero
 from acceptance.schema.family import Family, Metric

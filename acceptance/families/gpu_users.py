@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TypedDict
+
+from typing_extensions import TypedDict
 
 # The most memory an idle GPU shows in use, as NVML's ``nvmlMemory_v2_t.used`` counts it (the driver's own
 # reservation is in ``reserved``, apart: nvml.h, "nvmlMemory_v2_t"); a CUDA context of another process alone
@@ -171,3 +172,12 @@ def descends_from(root: int, proc: Path = PROC) -> Ours:
         return False
 
     return ours
+
+
+def foreign_text(foreign: dict[str, list[ForeignSeen]] | None, xids: dict[str, list[XidSeen]] | None = None) -> str:
+    """Per rank, the critical XIDs and the processes not of this run seen on its GPU while a figure was
+    measured (the causes a slowed figure names, ``acceptance.probes.gpu_sampler``), one line each; "" when
+    none was seen."""
+    lines = [f"rank {rank}: {gpu_fault_text(None, seen)}" for rank, seen in (xids or {}).items() if seen]
+    lines += [f"rank {rank}: {seen_text(seen)}" for rank, seen in (foreign or {}).items() if seen]
+    return "\n".join(lines)

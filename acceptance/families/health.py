@@ -10,10 +10,10 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal, TypedDict
+from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, Field
-from typing_extensions import NotRequired
+from typing_extensions import NotRequired, TypedDict
 
 from acceptance.families import nvlink_domain
 from acceptance.families.answers import NOT_MEASURED, NotMeasured, gpu_label, is_measured, unanswered
@@ -561,8 +561,10 @@ def _ecc(nodes: Nodes, expect: Expect) -> Figure:
 
 
 def evaluate(nodes: Nodes, expect: Expect) -> list[Figure]:
-    """One figure per gate, over every GPU of every node, in the order a person would look."""
-    return [
+    """One figure per gate, over every GPU of every node, in the order a person would look; a gate measured on
+    some GPUs but not on others fails (``unmeasured``): the count over the GPUs that answered is no pass for
+    those that did not."""
+    figures = [
         *_node_figures(nodes, expect),
         _model(nodes, expect),
         _ecc(nodes, expect),
@@ -577,6 +579,11 @@ def evaluate(nodes: Nodes, expect: Expect) -> list[Figure]:
         _gate(nodes, "health.throttled", _field("clock_event_reasons"), _throttle_judge(expect)),
         _temperature(nodes, expect),
     ]
+    for fig in figures:
+        if fig.not_measured and not fig.skip:
+            lines = "\n  ".join(fig.not_measured)
+            fig.unmeasured.append(f"{fig.metric}: measured on some GPUs but not on these:\n  {lines}")
+    return figures
 
 
 METRICS = tuple(f.metric for f in evaluate([], Expect(gpu_model="any", min_driver="1")))

@@ -4,9 +4,7 @@ the launcher and the diagnosis of a hang (``acceptance.run.diagnose``). Torch-fr
 
 from __future__ import annotations
 
-from typing import TypedDict
-
-from typing_extensions import NotRequired
+from typing_extensions import NotRequired, TypedDict
 
 
 class RankIdentity(TypedDict):

@@ -19,11 +19,15 @@ from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
+from acceptance.families.gpu_users import foreign_text
 from acceptance.families.training import Training
+from acceptance.families.training.rules import Run, loss_figure, optional_figure
 from acceptance.json_types import JSONObject
+from acceptance.numbers import fmt
 from acceptance.schema.bounds import Threshold
 from acceptance.schema.family import GPU_ONLY, Family, Metric
 from acceptance.schema.fields import PositiveInt, Strict
+from acceptance.schema.figure import Figure
 from acceptance.schema.peaks import Peaks, Precision
 
 # the shapes in acceptance/probes/train_model.py: the 8B as published, and the same config at toy width
@@ -123,3 +127,53 @@ def layers_text(shape: JSONObject) -> str:
     if of is None or of == layers:
         return f"all {layers} decoder layers"
     return f"{layers} of {of} decoder layers (as many as fit the GPUs' memory, or as the profile's layers says)"
+
+
+def _workload(run: Run) -> str:
+    setup = run["setup"]
+    return (
+        f"{run['strategy']} {run['model']}, {layers_text(run['model_shape'])}, {run['precision']}, seq "
+        f"{setup['seq_len']}, micro-batch {setup['micro_batch']}, compile {run['compile']}, on {run['world_size']} "
+        f"rank(s) ({run['device_name']})"
+    )
+
+
+def strategy_figures(strategy: str, run: Run, section: Llama8b, mfu_reference: str) -> dict[str, Figure]:
+    """Every figure of one strategy's run, by metric. ``mfu_reference``: the MFU over its public reference, in
+    words (or that the table has none here); MFU skips where the profile sets no peak or the run measured none."""
+    prefix = f"llama8b.{strategy}."
+    tokens = (
+        f"{_workload(run)}: median of {len(run['windows'])} timed windows ({run['setup']['steps']} steps), "
+        f"min {fmt(run['tokens_per_s_per_gpu_min'])}, max {fmt(run['tokens_per_s_per_gpu_max'])} "
+        f"((max - min) / median {run['tokens_per_s_per_gpu_spread']:.1%})"
+    )
+    cause = foreign_text(run.get("foreign"), run.get("xids"))
+    tokens += f"\n{cause}" if cause else ""
+    per_rank = ", ".join(f"{m:.2f}" for m in run["peak_mem_per_rank_gib"])
+    found = [
+        Figure(f"{prefix}tokens_per_s_per_gpu", "tokens/s", run["tokens_per_s_per_gpu"], findings=[tokens]),
+        _mfu(prefix, run, section, mfu_reference),
+        Figure(f"{prefix}layers", "layers", run["model_shape"]["layers"], findings=[layers_text(run["model_shape"])]),
+        Figure(f"{prefix}step_time_s", "s", run["step_time_s"], findings=[f"median step, {_workload(run)}"]),
+        Figure(f"{prefix}step_time_std_s", "s", run["step_time_std_s"], findings=["standard deviation of the steps"]),
+        Figure(
+            f"{prefix}peak_mem_gib", "GiB", run["peak_mem_gib"],
+            findings=[f"max over ranks of {run['peak_mem_source']}; per rank GiB: {per_rank}; {_workload(run)}"],
+        ),
+        loss_figure(f"{prefix}loss_ratio", run),
+    ]  # fmt: skip
+    return {fig.metric: fig for fig in found}
+
+
+def _mfu(prefix: str, run: Run, section: Llama8b, reference: str) -> Figure:
+    if section.peak_tflops is None:
+        why = "the profile sets no llama8b.peak_tflops (cluster-acceptance init writes it)"
+        return Figure(f"{prefix}mfu", "fraction", skip=f"MFU not measured: {why}")
+    shape = run["model_shape"]
+    return optional_figure(
+        f"{prefix}mfu", "fraction", run["mfu"], f"MFU not measured: {run['mfu_reason']}",
+        lambda: f"{_workload(run)}: {fmt(run['tokens_per_s_per_gpu'])} tokens/s x {run['flops_per_token']:.4g} "
+        f"FLOP/token ({shape['flops_formula']}, N = {shape['matmul_params']:,} parameters in matrix products: the "
+        f"input embedding excluded) / dense {run['precision']} peak {run['peak_tflops']:g} TFLOP/s "
+        f"({run['peak_tflops_source']})\n{reference}",
+    )  # fmt: skip

@@ -27,7 +27,9 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal, TypedDict
+from typing import Literal
+
+from typing_extensions import TypedDict
 
 from acceptance.families.transport import FORCED_BY_SETTING, NetFinding, RankLog
 

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TypedDict
+
+from typing_extensions import TypedDict
 
 # nvmlGpuFabricState_t (nvml.h: NVML_GPU_FABRIC_STATE_*)
 STATES = {0: "not supported", 1: "not started", 2: "in progress", 3: "completed"}

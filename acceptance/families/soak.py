@@ -18,9 +18,10 @@ import statistics
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Annotated, Literal, TypedDict, cast
+from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
+from typing_extensions import TypedDict
 
 from acceptance.families.answers import NotMeasured, clock_events_text, unanswered
 from acceptance.numbers import fmt
@@ -28,6 +29,7 @@ from acceptance.schema.bounds import Threshold, must_be_zero
 from acceptance.schema.family import GPU_ONLY, Family, Metric
 from acceptance.schema.fields import PositiveInt, Size, Strict, ThrottleReason
 from acceptance.schema.figure import Figure
+from acceptance.schema.results import validated
 from acceptance.schema.rounding import U_FP8_ACCUMULATE, accumulation_gamma, largest_k
 
 SOAK_SLOWDOWNS: list[ThrottleReason] = ["hw_slowdown", "hw_thermal", "hw_power_brake", "sw_thermal"]
@@ -307,7 +309,7 @@ def from_partial(found: Mapping[str, object], error: str) -> SoakResult | None:
     ranks = found.get("ranks")
     if found.get("complete") is not False or not isinstance(ranks, list) or not ranks:
         return None
-    return cast(SoakResult, {**found, "stopped": error})
+    return validated("soak", SoakResult, {**found, "stopped": error})
 
 
 # ---- who a rank is --------------------------------------------------------------------------------------

@@ -11,15 +11,15 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TypedDict
 
-from typing_extensions import NotRequired
+from typing_extensions import NotRequired, TypedDict
 
 from acceptance.families import compute
 from acceptance.numbers import fmt
 from acceptance.schema.bounds import must_be_zero
 from acceptance.schema.family import Family, Metric
 from acceptance.schema.fields import AbsolutePath, RunName, Size, Strict
+from acceptance.schema.figure import Figure
 
 
 class StoragePath(Strict):
@@ -402,3 +402,107 @@ def aggregate(checkpoint: Checkpoint, op: str) -> tuple[float, str]:
     if op == "read" and kept:
         detail += "; the page cache could not be dropped, so the read may be memory's: " + "; ".join(kept)
     return nbytes / seconds / 1e9, detail
+
+
+OPS = ("write", "read")
+
+
+def figures(name: str, found: PathResult) -> dict[str, Figure]:
+    """Every figure of the path ``name`` of ``storage.paths``, by metric. One that does not apply, or that
+    waits on what failed before it, skips saying why and which test names the cause."""
+    prefix, views, left = f"storage.{name}.", found.get("nodes", []), list(found.get("left_behind", []))
+    out = [
+        Figure(f"{prefix}unusable_nodes", "nodes", len(unusable(views)), findings=unusable(views)),
+        *_shared(name, found, views),
+        _free_space(prefix, views),
+        _intact(prefix, found),
+        *(fig for op in OPS for fig in _speeds(prefix, found, op)),
+        *_times(prefix, found),
+        Figure(f"{prefix}left_behind", "files", len(left), findings=left),
+    ]
+    return {fig.metric: fig for fig in out}
+
+
+def _unusable_reason(views: Sequence[NodeView]) -> str | None:
+    """Why the nodes' views cannot be measured (test_path_usable names the node and the path); None: they can."""
+    reason = not_run(views, None)
+    return None if reason is None else f"not measured: {reason}"
+
+
+def _shared(name: str, found: PathResult, views: Sequence[NodeView]) -> list[Figure]:
+    """The same files, and the same mount, on every node of a shared path."""
+    prefix = f"storage.{name}."
+    files, mounts = Figure(f"{prefix}nodes_not_shared", "nodes"), Figure(f"{prefix}mount_mismatch", "nodes")
+    skip = _unusable_reason(views)
+    if not found["shared"]:
+        skip = f"not required: storage.paths.{name}.shared is false (each node may have its own)"
+    if skip:
+        files.skip = mounts.skip = skip
+        return [files, mounts]
+    marker = found["marker"]
+    if marker is None:  # node 0 writes its file on every shared path its nodes can use
+        files.unmeasured.append("node 0 wrote no file to read back on the other nodes")
+    else:
+        files.findings = not_shared(views, marker)
+    mounts.findings = mount_mismatch(views)
+    files.value, mounts.value = len(files.findings), len(mounts.findings)
+    return [files, mounts]
+
+
+def _free_space(prefix: str, views: Sequence[NodeView]) -> Figure:
+    fig = Figure(f"{prefix}free_gib_min", "GiB", skip=_unusable_reason(views))
+    if not fig.skip:
+        fig.value, line = free_space(views)
+        fig.findings.append(line)
+    return fig
+
+
+def _intact(prefix: str, found: PathResult) -> Figure:
+    """Every rank's shard written, read back, and equal to what was written."""
+    fig = Figure(f"{prefix}checkpoint_bad_ranks", "ranks")
+    if found["checkpoint"] is None:
+        fig.skip = f"no checkpoint written: {found.get('skipped')}"
+    else:
+        fig.findings = list(found["checkpoint"]["failed"])
+        fig.value = len(fig.findings)
+    return fig
+
+
+def _finished(found: PathResult) -> Checkpoint | str:
+    """The checkpoint's figures, or why there are none (and which test says why)."""
+    if found["checkpoint"] is None:
+        return f"no checkpoint written: {found.get('skipped')}"
+    if found["checkpoint"]["failed"]:
+        return "checkpoint not completed (see test_checkpoint_intact)"
+    return found["checkpoint"]
+
+
+def _speeds(prefix: str, found: PathResult, op: str) -> list[Figure]:
+    """The whole checkpoint's GB/s (every rank at once), the slowest node's and how far it falls under the
+    nodes' median."""
+    metrics = ((f"{op}_gbps", "GB/s"), (f"{op}_gbps_min", "GB/s"), (f"{op}_below_median", "fraction"))
+    out = [Figure(prefix + metric, unit) for metric, unit in metrics]
+    done = _finished(found)
+    if isinstance(done, str):
+        for fig in out:
+            fig.skip = done
+        return out
+    rows = done["ranks"]
+    found_figures = (aggregate(done, op), slowest_node(rows, op), below_median(rows, op))
+    for fig, (value, line) in zip(out, found_figures, strict=True):
+        fig.value, fig.findings = value, [line]
+    return out
+
+
+def _times(prefix: str, found: PathResult) -> list[Figure]:
+    """Seconds to save the checkpoint of every rank (what a training job waits for) and to load it back on
+    every rank (what a restart waits for)."""
+    save, load = Figure(f"{prefix}checkpoint_s", "s"), Figure(f"{prefix}restore_s", "s")
+    done = _finished(found)
+    if isinstance(done, str):
+        save.skip = load.skip = done
+        return [save, load]
+    save.value, save.findings = done["save_s"], [aggregate(done, "write")[1]]
+    # None only where a rank failed, which _finished leaves out
+    load.value, load.findings = done["load_s"] or 0.0, [aggregate(done, "read")[1]]
+    return [save, load]

@@ -28,11 +28,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from typing import Literal, TypedDict
+from typing import Literal
 
-from typing_extensions import NotRequired
+from typing_extensions import NotRequired, TypedDict
 
 from acceptance.families.nvlink_domain import label as domain_label
+from acceptance.schema.figure import Figure
 
 # the settings that steer NCCL off NVLink, in the order a message names them
 FORCING = (
@@ -411,3 +412,29 @@ def _forcing(pair: PairTransport, run: Mapping[str, str]) -> Mapping[str, str]:
     environment may differ), else the run's."""
     own = pair.get("settings")
     return own if own is not None else run
+
+
+def figure(metric: str, found: TransportRecord | None) -> Figure:
+    """``metric`` (``<family>.transport_mismatches``): the rank pairs inside a node that NVLink joins (or across
+    nodes of one NVLink domain) and whose traffic NCCL sent another way, each named with the setting that forced
+    it, and every NET connection without the GPUDirect RDMA or the nearest NIC the hardware offers
+    (``families.net_path``). Skipped, saying why, where nothing can be asserted: no NCCL (gloo), NCCL's log not
+    ours, NVLink not known or joining no pair."""
+    fig = Figure(metric, "pairs")
+    if found is None:
+        fig.skip = "the probe's result records no transport (a result from before it was recorded)"
+        return fig
+    pairs = judged(found["pairs"])
+    network, paths = found.get("network", []), found.get("network_paths", [])
+    reason = unjudged(pairs, found)
+    if reason is not None and not paths:
+        fig.skip = reason
+        return fig
+    bad = mismatches(pairs)
+    lines = [summary(pairs, found["settings"])] if reason is None else []
+    if paths and not network:
+        lines.append(f"{len(paths)} GPU-to-NIC paths across nodes, each as the hardware offers it")
+    lines += [f["text"] for f in network]
+    fig.value = len(bad) + len(network)
+    fig.findings += ["; ".join(lines)] if lines else []
+    return fig

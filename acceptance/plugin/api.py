@@ -15,8 +15,9 @@ import pytest
 
 from acceptance.families import fabric, transport
 from acceptance.families.answers import clock_events_text
+from acceptance.families.compute import COMPUTE
 from acceptance.families.fabric import FABRIC
-from acceptance.families.gpu_users import ForeignSeen, XidSeen, gpu_fault_text, seen_text
+from acceptance.families.gpu_users import ForeignSeen, foreign_text
 from acceptance.families.internode import INTERNODE
 from acceptance.families.internode.isolation import Isolation
 from acceptance.json_types import JSONObject
@@ -32,6 +33,7 @@ from acceptance.run.launcher import ProbeError
 from acceptance.run.training_jobs import baseline_run, reference_runs, strategy_runs
 from acceptance.schema.bounds import Threshold
 from acceptance.schema.figure import Figure
+from acceptance.schema.results import validated
 
 __all__ = [
     "NO_PROFILE",
@@ -47,7 +49,6 @@ __all__ = [
     "collective_causes",
     "compute_figures",
     "earlier_isolation",
-    "earlier_readings",
     "fabric_figures",
     "fmt",
     "forced_transport",
@@ -97,24 +98,19 @@ def fabric_figures(run: ClusterRun) -> fabric.FabricResult:
     section = FABRIC.section_of(run.profile.model)
     after = fabric_readings.read(section.sysfs_root)
     stored = run.evidence.cluster.fabric_before
-    before = cast(fabric.FabricReading, stored) if stored else None
+    before = validated("fabric", fabric.FabricReading, stored) if stored else None
     return fabric.FabricResult(before, after, fabric.evaluate(before, after, section.counters))
 
 
 def compute_figures(run: ClusterRun) -> dict[str, Any]:
     """The per-GPU speed probe's result; a figure the judge would fail is measured again before it stands
     (``compute.remeasure``)."""
-    return remeasure.measured(run)
-
-
-def earlier_readings(result: dict[str, Any], figure: str) -> str:
-    """What a per-GPU figure read before it was measured again, in words ("" when it was measured once)."""
-    return remeasure.earlier_text(result, figure)
+    return remeasure.measured(run, COMPUTE)
 
 
 def tolerance_below_median(run: ClusterRun, figure: str) -> Threshold | None:
     """The bound of ``compute.<figure>_below_median``: the profile's, else ``compute.tolerance``."""
-    return remeasure.tolerance(run, figure)
+    return run.judge.bound(f"compute.{figure}_below_median")
 
 
 def training_runs(run: ClusterRun, session: pytest.Session) -> dict[str, dict[str, Any]]:
@@ -184,37 +180,14 @@ def internode_spec(run: ClusterRun, scopes: list[str]) -> dict[str, object]:
     return spec
 
 
-def foreign_text(foreign: dict[str, list[ForeignSeen]] | None, xids: dict[str, list[XidSeen]] | None = None) -> str:
-    """Per rank, the critical XIDs and the processes not of this run seen on its GPU while a figure was
-    measured (the causes a slowed figure names, ``acceptance.probes.gpu_sampler``), one line each; "" when
-    none was seen."""
-    lines = [f"rank {rank}: {gpu_fault_text(None, seen)}" for rank, seen in (xids or {}).items() if seen]
-    lines += [f"rank {rank}: {seen_text(seen)}" for rank, seen in (foreign or {}).items() if seen]
-    return "\n".join(lines)
-
-
 def transport_figure(check: Checker, metric: str, found: transport.TransportRecord | None) -> None:
-    """``metric`` (``<family>.transport_mismatches``): the rank pairs inside a node that NVLink joins (or across
-    nodes of one NVLink domain) and whose traffic NCCL sent another way, each named with the setting that forced
-    it, and every NET connection without the GPUDirect RDMA or the nearest NIC the hardware offers
-    (``families.net_path``); the pair-by-transport map goes into the evidence. Skipped, saying why, where
-    nothing can be asserted: no NCCL (gloo), NCCL's log not ours, NVLink not known or joining no pair."""
-    if found is None:
-        pytest.skip("the probe's result records no transport (a result from before it was recorded)")
-    check.measurements("transport", transport.pair_map(found["pairs"]))
-    pairs = transport.judged(found["pairs"])
-    network, paths = found.get("network", []), found.get("network_paths", [])
-    if paths:
-        check.measurements("network_paths", paths)
-    reason = transport.unjudged(pairs, found)
-    if reason is not None and not paths:
-        pytest.skip(reason)
-    bad = transport.mismatches(pairs)
-    lines = [transport.summary(pairs, found["settings"])] if reason is None else []
-    if paths and not network:
-        lines.append(f"{len(paths)} GPU-to-NIC paths across nodes, each as the hardware offers it")
-    lines += [f["text"] for f in network]
-    check(metric, len(bad) + len(network), "pairs", "; ".join(lines))
+    """``metric`` (``<family>.transport_mismatches``) checked as ``families.transport.figure`` gives it; the
+    pair-by-transport map and the GPU-to-NIC paths go into the evidence."""
+    if found is not None:
+        check.measurements("transport", transport.pair_map(found["pairs"]))
+        if found.get("network_paths"):
+            check.measurements("network_paths", found.get("network_paths", []))
+    check(transport.figure(metric, found))
 
 
 def forced_transport(found: transport.TransportRecord | None) -> str:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, NoReturn, TypeVar, cast
+from typing import Any, NoReturn, TypeVar, overload
 
 import pytest
 
@@ -11,6 +11,8 @@ from acceptance.evidence.junit import figure_properties
 from acceptance.run.cluster_run import ClusterRun
 from acceptance.run.launcher import ProbeError
 from acceptance.schema.bounds import Threshold
+from acceptance.schema.figure import Figure
+from acceptance.schema.results import ResultMismatch, validated
 
 T = TypeVar("T")
 SESSION_NAME = "cluster-acceptance-session"
@@ -37,14 +39,19 @@ def probe_result(
     nodes: int | None = None,
     parts: int = 1,
 ) -> T:
-    """A probe's result for a fixture, as its family's type (``shape``: the TypedDict its probe writes), its
-    failure as the test's error (with the failing rank's log tail). ``env``, ``ranks_per_node``, ``nodes``,
-    ``parts``: as in ``ClusterRun.probe``."""
+    """A probe's result for a fixture, validated as its family's type (``shape``: the TypedDict its probe
+    writes), so that the family's rules read what the type says; its failure as the test's error (with the
+    failing rank's log tail), and so is a result that does not match its type (each field named).
+    ``env``, ``ranks_per_node``, ``nodes``, ``parts``: as in ``ClusterRun.probe``."""
     try:
-        return cast(T, run.probe(name, spec, key, env, ranks_per_node, nodes, parts))
+        found = run.probe(name, spec, key, env, ranks_per_node, nodes, parts)
     except ProbeError as exc:
         # shown once (no chained copy), yet the cause stays reachable as __context__: the report of every
         # later test that hits it shrinks to one line (ClusterSession.pytest_runtest_makereport)
+        raise pytest.fail.Exception(str(exc), pytrace=False) from None
+    try:
+        return validated(name, shape, found)
+    except ResultMismatch as exc:
         raise pytest.fail.Exception(str(exc), pytrace=False) from None
 
 
@@ -66,12 +73,17 @@ def require_ranks(run: ClusterRun, at_least: int, what: str) -> None:
 
 
 class Checker:
-    """``check(metric, value, unit)``: the run's judge gives the figure its verdict; it is recorded, and the
-    test fails with one line per figure that failed (a known issue: xfail)."""
+    """``check(figure)`` (a family's rules give the ``Figure``) or ``check(metric, value, unit)``: the run's
+    judge gives the figure its verdict; it is recorded, and the test fails with one line per figure that
+    failed (a known issue: xfail)."""
 
     def __init__(self, run: ClusterRun, item: pytest.Item) -> None:
         self.run, self.item = run, item
 
+    @overload
+    def __call__(self, metric: Figure) -> None: ...
+
+    @overload
     def __call__(
         self,
         metric: str,
@@ -80,21 +92,48 @@ class Checker:
         detail: str = "",
         default: Threshold | None = None,
         unmeasured: str | None = None,
-    ) -> None:
-        self.all([(metric, value, unit, detail)], default=default, unmeasured=unmeasured)
+    ) -> None: ...
 
-    def all(
+    def __call__(
         self,
-        figures: Sequence[tuple[str, float, str, str]],
+        metric: str | Figure,
+        value: float = 0.0,
+        unit: str = "",
+        detail: str = "",
         default: Threshold | None = None,
         unmeasured: str | None = None,
     ) -> None:
-        """Check several figures; fail once, listing every figure that failed. ``unmeasured``: the units that
-        could not measure the figures (taken over the others), in words; the judge fails each figure with it
+        if isinstance(metric, Figure):
+            self.figure(metric)
+            return
+        self.all([(metric, value, unit, detail)], default=default, unmeasured=unmeasured)
+
+    def figure(self, fig: Figure) -> None:
+        """A family's figure: skipped where it does not apply (``skip``, which says why), else checked with
+        its detail, its bound from the run (a profile threshold of the same name wins) and what could not be
+        measured (the judge fails it with that)."""
+        if fig.skip:
+            pytest.skip(fig.skip)
+        self.all([fig], unmeasured=fig.unmeasured_text)
+
+    def all(
+        self,
+        figures: Sequence[Figure | tuple[str, float, str, str]],
+        default: Threshold | None = None,
+        unmeasured: str | None = None,
+    ) -> None:
+        """Check several figures (a family's ``Figure``s, with their own bounds, or ``(metric, value, unit,
+        detail)``); fail once, listing every figure that failed. ``unmeasured``: the units that could not
+        measure the figures (taken over the others), in words; the judge fails each figure with it
         (``Judge.judge``)."""
         failures, xfails = [], []
-        for metric, value, unit, detail in figures:
-            judged = self.run.check(self.item.nodeid, metric, value, unit, detail, default, unmeasured)
+        for found in figures:
+            bound = default
+            if isinstance(found, Figure):
+                metric, value, unit, detail, bound = found.metric, found.value, found.unit, found.detail, found.bound
+            else:
+                metric, value, unit, detail = found
+            judged = self.run.check(self.item.nodeid, metric, value, unit, detail, bound or default, unmeasured)
             # the same properties the plugin's own JUnit carries (what record_property does, without its
             # warning under the default junit_family xunit2)
             self.item.user_properties += figure_properties(metric, value, unit, judged.bound, judged.verdict)

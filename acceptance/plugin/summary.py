@@ -128,8 +128,9 @@ def cause_lines(data: EvidenceDoc) -> list[str]:
     return [f"cause ({action(category)}): {line.removeprefix(PREFLIGHT)}" for line, category in causes]
 
 
-# figures that `cluster-acceptance sweep` measures again, across sizes: where it helps after a failure
-SWEPT = ("collectives.", "internode.")
+# the families whose figures are measured per message size (a metric with a ``size`` domain): after one
+# fails, `cluster-acceptance sweep` measures the collectives across sizes
+SWEPT = tuple(f.prefix for f in FAMILIES if any("size" in m.domains for m in f.metrics))
 
 
 def next_lines(data: EvidenceDoc, path: str, drain: DrainList | None) -> list[str]:

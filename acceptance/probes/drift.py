@@ -28,9 +28,10 @@ import platform
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import Any
 
 import torch
+from typing_extensions import TypedDict
 
 from acceptance.families.answers import NotMeasured, not_measured, unanswered
 from acceptance.families.drift import (

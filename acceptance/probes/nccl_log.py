@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Protocol, TypedDict
+from typing import Any, Protocol
+
+from typing_extensions import TypedDict
 
 from acceptance.families import net_path, nvlink_domain, transport
 from acceptance.families.answers import unanswered

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import ctypes
 from collections.abc import Callable
-from typing import Any, TypedDict, TypeVar, cast
+from typing import Any, TypeVar, cast
+
+from typing_extensions import TypedDict
 
 from acceptance.families import nvlink_domain
 from acceptance.families.answers import NOT_MEASURED as NOT_MEASURED

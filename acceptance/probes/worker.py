@@ -28,11 +28,10 @@ import itertools
 import json
 import time
 from pathlib import Path
-from typing import TypedDict
 
 import torch.distributed as dist
 from torch.distributed.elastic.multiprocessing.errors import record
-from typing_extensions import NotRequired
+from typing_extensions import NotRequired, TypedDict
 
 from acceptance.probes.rank import Ctx, Heartbeat, ProbeSpec, connect, identity, serve
 

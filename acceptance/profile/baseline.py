@@ -24,7 +24,8 @@ from dataclasses import dataclass
 
 from acceptance.numbers import fmt
 from acceptance.profile.metrics import Better, Scale, better, canonical_metric, scale
-from acceptance.profile.readings import Noise, at, noise_of
+from acceptance.profile.readings import noise_of
+from acceptance.schema.noise import Noise, at
 from acceptance.schema.stored import StoredCheck, StoredRun
 
 DEFAULT_TOLERANCE = 0.05

@@ -9,9 +9,16 @@ from typing import cast
 
 from acceptance.evidence.model import EvidenceDoc
 from acceptance.families.compute import FIGURES, GpuRow, shortfalls
+from acceptance.json_types import JSONObject
 from acceptance.reports import view
 
 COLUMNS = ("metric", "value", "unit", "bound", "verdict", "node", "gpu", "source", "test")
+
+
+def _gpu_rows(result: JSONObject) -> list[GpuRow]:
+    """The compute probe's rows, one per GPU (rank on the CPU), as its result in the evidence holds them:
+    older files may lack the newer keys, so a reader takes them with ``get``."""
+    return cast(list[GpuRow], view.objects(result.get("rows")))
 
 
 def _gpu(row: GpuRow) -> str:
@@ -23,7 +30,7 @@ def _culprits(data: EvidenceDoc) -> dict[str, GpuRow]:
     """compute.<figure>_min and _below_median -> the GPU row they name (the slowest, furthest under)."""
     out: dict[str, GpuRow] = {}
     for run in view.series(data, "compute"):
-        rows = view.gpu_rows(run.result)
+        rows = _gpu_rows(run.result)
         median_of = str(view.object_of(run.result.get("config")).get("median_of", "cluster"))
         for figure in FIGURES:
             found = shortfalls(rows, figure, median_of)
@@ -42,7 +49,7 @@ def rows(data: EvidenceDoc) -> list[dict[str, str | float | None]]:
         out.append({"metric": f.metric, "value": f.value, "unit": f.unit, "bound": f.bound, "verdict": f.verdict,
                     "node": node, "gpu": _gpu(gpu) if gpu else "", "source": f.source, "test": f.test})  # fmt: skip
     for run in view.series(data, "compute"):
-        for r in view.gpu_rows(run.result):
+        for r in _gpu_rows(run.result):
             for figure, (_, unit) in FIGURES.items():
                 if isinstance(value := r.get(figure), (int, float)):
                     out.append({"metric": f"compute.{figure}", "value": value, "unit": unit, "bound": "",

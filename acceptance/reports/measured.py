@@ -199,7 +199,7 @@ def per_gpu(data: EvidenceDoc) -> list[Block]:
         head = ["rank", "host", "GPU", "UUID", *(f"{FIGURES[f][0]} ({FIGURES[f][1]})" for f in shown)]
         table = [[r.get("rank"), r.get("host"), r.get("gpu"), r.get("uuid"), *(r.get(f) for f in shown)] for r in rows]
         png = plots.per_gpu(charts)
-        again = run.key != "compute"  # a re-measure of figures out of bounds (plugin/remeasure.py)
+        again = run.key != "compute"  # a re-measure of figures out of bounds (the family's Remeasure)
         blocks += [Text(f"{run.key}: measured again, the figures out of bounds the first time")] if again else []
         name = f"per-gpu-{run.key}{run.label}" if again else f"per-gpu{run.label}"
         blocks += [*image(name, png, "per-GPU figures with median and tolerance")]

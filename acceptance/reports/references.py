@@ -4,7 +4,7 @@ and where that is published (``acceptance.profile.references``).
 The run's setup is read from its evidence: the GPU model and GPUs per node from the profile (else the
 devices the connectivity probe listed), the node count from the run, NVLS from the profile's
 ``NCCL_NVLS_ENABLE`` (unset: unknown, so only rows that do not depend on it apply), and the NICs from the
-port rates the drift probe recorded.
+port rates a family's probe recorded (``Family.describes_nics``: drift's).
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from typing import Any
 
 from acceptance.evidence.model import EvidenceDoc
 from acceptance.profile.references import ReferenceTable, Setup, table
+from acceptance.profile.registry import FAMILIES
 from acceptance.reports import view
 
 # an InfiniBand port's rate as sysfs writes it: "400 Gb/sec (4X NDR)"
@@ -48,8 +49,9 @@ def _device_name(data: EvidenceDoc) -> str | None:
 
 
 def _nic_kinds(data: EvidenceDoc, refs: ReferenceTable) -> Iterator[str]:
+    probes = {p for f in FAMILIES if f.describes_nics for p in f.probes}
     for probe in data.probes:
-        if probe.name == "drift" and probe.result is not None:
+        if probe.name in probes and probe.result is not None:
             for rate in _rates(probe.result):
                 match = _IB_RATE.match(rate)
                 kind = refs.nic_of("InfiniBand", float(match.group(1))) if match else None
@@ -58,7 +60,7 @@ def _nic_kinds(data: EvidenceDoc, refs: ReferenceTable) -> Iterator[str]:
 
 
 def _rates(value: Any) -> Iterator[str]:
-    """Every port rate under the drift result's ``hcas`` lists, wherever they sit."""
+    """Every port rate under the result's ``hcas`` lists, wherever they sit."""
     if isinstance(value, dict):
         for key, item in value.items():
             if key == "hcas" and isinstance(item, list):

@@ -10,11 +10,9 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
-from typing import cast
 
 from acceptance.evidence.model import Case, Check, EvidenceDoc, ProbeRecord
 from acceptance.evidence.verdict import verdict_of
-from acceptance.families.compute import GpuRow
 from acceptance.json_types import JSONObject, JSONValue
 from acceptance.verdicts import INFORMATION, FigureVerdict
 
@@ -179,12 +177,6 @@ def object_of(value: JSONValue) -> JSONObject:
 def objects(value: JSONValue) -> list[JSONObject]:
     """The objects of a JSON list (a probe's rows); none where it is not a list."""
     return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else []
-
-
-def gpu_rows(result: JSONObject) -> list[GpuRow]:
-    """The compute probe's rows, one per GPU (rank on the CPU), as its result in the evidence holds them:
-    older files may lack the newer keys, so a reader takes them with ``get``."""
-    return cast(list[GpuRow], objects(result.get("rows")))
 
 
 def number(value: JSONValue) -> float | None:

@@ -18,6 +18,7 @@ from acceptance.families.training import TRAINING
 from acceptance.json_types import JSONObject
 from acceptance.run.cluster_run import ClusterRun
 from acceptance.run.launcher import ProbeError
+from acceptance.schema.results import validated
 
 
 def strategy_runs(
@@ -53,7 +54,7 @@ def _launcher(
         if staged:
             cluster.stage(probe, found_spec, key, parts=len(pending))  # unless it was, ahead of its turn
         try:
-            done = cast(plan.TrainingResult, cluster.probe(probe, found_spec, key=key, parts=len(pending)))
+            done = validated(probe, plan.TrainingResult, cluster.probe(probe, found_spec, key=key, parts=len(pending)))
             found, error = done.get("strategies", {}), None
         except ProbeError as exc:  # the parts its ranks finished before it failed
             found, error = cast(dict[str, plan.StrategyResult], cluster.partial(key).get("parts", {})), str(exc)
@@ -120,7 +121,7 @@ def baseline_run(
         return {**result, "job": shared.get("job")}
     spec = plan.spec(cluster.profile, [strategy], base.world_size, base.ranks_per_node, base.nodes)
     found = cluster.probe(plan.PROBE, spec, key=plan.BASELINE_KEY, ranks_per_node=base.ranks_per_node, nodes=base.nodes)
-    runs_found = cast(plan.TrainingResult, found).get("strategies", {})
+    runs_found = validated(plan.PROBE, plan.TrainingResult, found).get("strategies", {})
     result = runs_found.get(strategy) or {"error": f"the baseline job has no result for {strategy}"}
     if result.get("error"):
         raise ProbeError(f"the scaling baseline ({base.label}) failed: {result['error']}")

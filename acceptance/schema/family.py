@@ -19,11 +19,13 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Generic, Literal, Protocol, TypeVar
+from typing import Any, Generic, Literal, Protocol, TypeVar
 
 from acceptance.json_types import JSONObject
 from acceptance.schema.bounds import Threshold
 from acceptance.schema.fields import Strict
+from acceptance.schema.noise import Noise
+from acceptance.schema.stored import StoredRun
 
 Better = Literal["higher", "lower", "none"]  # none: a count to match (world size), or a value with no good side
 # How a change against a baseline run is measured (``compare``, ``--cluster-baseline``): relative to the old
@@ -87,6 +89,22 @@ class Metric(Generic[S]):
         return tuple("".join(pick) for pick in itertools.product(*options))
 
 
+# a probe's result as a re-measure merges it: read and written by the figures' names
+Result = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Remeasure(Generic[S]):
+    """How a family measures again, before they stand, the figures the run's judge would fail (a shared host's
+    neighbours can hold a link down for seconds); the plugin drives it (``acceptance.plugin.remeasure``)."""
+
+    times: Callable[[S], int]  # at most this many times more, from the family's section
+    # the figures to measure again: ``fails(metric, value)`` is the run's judge, a baseline included
+    low: Callable[[Result, Callable[[str, float], bool], S], list[str]]
+    spec: Callable[[JSONObject, list[str]], JSONObject]  # the family's spec section for those figures alone
+    merge: Callable[[Result, Result, list[str]], Result]  # the first result with those figures measured again
+
+
 @dataclass(frozen=True)
 class Family(Generic[S]):
     """One family of checks; the name is the same on every side (see the module's docstring)."""
@@ -116,6 +134,9 @@ class Family(Generic[S]):
     lets_import: bool = False
     # its result lists every rank's host and device: the evidence's ``cluster.nodes`` is taken from it
     describes_nodes: bool = False
+    # its result lists each node's InfiniBand HCAs with their ports' rates (``hcas``): the report's reference
+    # rows take the run's NICs from it
+    describes_nics: bool = False
     # in the quick tier too (``acceptance.profile.tiers``): its probes take seconds and judge a node on their
     # own, so a job prolog or an init container can run them before every job
     quick: bool = False
@@ -125,6 +146,11 @@ class Family(Generic[S]):
     # its figures are of a node's own hardware (``Metric.local``, which a metric may set otherwise), and so
     # is a failure of its tests that checked no figure (a probe that failed on the node)
     local: bool = False
+    # measures again the figures the judge would fail before they stand; None: the first reading stands
+    remeasure: Remeasure[S] | None = None
+    # a stored figure's noise from the readings its evidence keeps beside it (``acceptance.schema.noise``):
+    # ``noise(evidence, parts, size)`` for ``<family>.<parts joined by .>@<size>``; None: no readings kept
+    noise: Callable[[StoredRun, list[str], str], Noise | None] | None = None
 
     @property
     def beside_imports(self) -> bool:

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Sequence
-from typing import Annotated, Literal, TypedDict
+from typing import Annotated, Literal
 
 from pydantic import Field, field_validator
-from typing_extensions import NotRequired
+from typing_extensions import NotRequired, TypedDict
 
 from acceptance.families.collectives import lateness
 from acceptance.families.collectives.lateness import RankPlace, Spread

@@ -31,7 +31,8 @@ import statistics
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TypedDict
+
+from typing_extensions import TypedDict
 
 from acceptance.numbers import fmt
 from acceptance.schema.collectives import OPS

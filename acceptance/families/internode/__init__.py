@@ -5,9 +5,10 @@ and the isolation that names the node, rail or path when a figure across nodes f
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Annotated, Literal, TypedDict
+from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
+from typing_extensions import TypedDict
 
 from acceptance.families.collectives import GroupFigure, RankMeasured
 from acceptance.families.connectivity import ConnectivityResult as ConnectivityResult
@@ -18,6 +19,9 @@ from acceptance.schema.bounds import must_be_zero
 from acceptance.schema.collectives import COLLECTIVE_OPS
 from acceptance.schema.family import Family, Metric
 from acceptance.schema.fields import Size, Strict
+from acceptance.schema.figure import Figure
+from acceptance.schema.noise import Noise, at, items, results, size_of, windows_noise
+from acceptance.schema.stored import StoredRun
 
 
 class Internode(Strict):
@@ -59,6 +63,18 @@ def _sizes(s: Internode) -> Sequence[str]:
     return s.sizes
 
 
+def noise(evidence: StoredRun, parts: list[str], size: str) -> Noise | None:
+    """The noise of ``internode.<scope>.<op>.busbw_gbps@<size>`` from its row's timed windows."""
+    if not (size and len(parts) == 3 and parts[2] == "busbw_gbps"):
+        return None
+    scope, op = parts[0], parts[1]
+    for result in results(evidence, "internode"):
+        for row in items(result.get("rows")):
+            if at(row, "scope") == scope and at(row, "op") == op and size_of(at(row, "size")) == size:
+                return windows_noise(row, f"{scope} busbw")
+    return None
+
+
 _SWEEP = {"op": _ops, "size": _sizes}
 INTERNODE = Family(
     "internode",
@@ -84,6 +100,7 @@ INTERNODE = Family(
     in_worker=("internode", "isolation"),
     gpu_timed=True,
     host_loops=True,
+    noise=noise,
 )
 
 
@@ -113,3 +130,86 @@ class InternodeResult(TypedDict):
     rows: list[InternodeRow]
     nccl_version: str | None
     nccl_algo: str
+
+
+Case = tuple[str, str]  # (op, size)
+
+
+def row_of(result: InternodeResult, scope: str, case: Case) -> InternodeRow | None:
+    """The probe's row for ``scope`` and the case, else None."""
+    op, size = case
+    return next((r for r in result["rows"] if r["scope"] == scope and r["op"] == op and r["size"] == size), None)
+
+
+def _unmeasured(fig: Figure, scope: str, case: Case) -> Figure:
+    fig.unmeasured.append(f"the internode probe has no {scope} row for {case[0]} at {case[1]}")
+    return fig
+
+
+def _groups(row: InternodeRow) -> str:
+    groups = "; ".join(f"ranks {g['ranks_of_group']}: {g['busbw_gbps']:.2f} GB/s" for g in row["groups"])
+    return f"{row['op']} {row['size']} over {row['ranks']} ranks, timing {row['timing']}; {groups}"
+
+
+def busbw_figure(result: InternodeResult, scope: str, case: Case, metric: str) -> Figure:
+    """``metric``: the busbw of ``scope``'s row for the case, each group's named; a row the probe did not
+    measure fails it as unmeasured."""
+    fig, row = Figure(metric, "GB/s"), row_of(result, scope, case)
+    if row is None:
+        return _unmeasured(fig, scope, case)
+    fig.value = row["busbw_gbps"]
+    fig.findings.append(_groups(row))
+    return fig
+
+
+def efficiency_figure(result: InternodeResult, case: Case) -> Figure:
+    """Busbw over every node over the mean busbw inside one node, for the case."""
+    fig = Figure("internode.{}.efficiency@{}".format(*case), "ratio")
+    across, inside = row_of(result, "all", case), row_of(result, "intranode", case)
+    if across is None:
+        return _unmeasured(fig, "all", case)
+    if inside is None:
+        return _unmeasured(fig, "intranode", case)
+    fig.value = across["busbw_gbps"] / inside["busbw_gbps_mean"]
+    fig.findings.append(
+        f"busbw {across['busbw_gbps']:.2f} GB/s over {across['ranks']} ranks / "
+        f"{inside['busbw_gbps_mean']:.2f} GB/s inside one node (mean of {len(inside['groups'])} nodes)"
+    )
+    return fig
+
+
+def wrong_figures(result: InternodeResult, case: Case) -> list[Figure]:
+    """The wrong elements of every row of the case, one figure per scope."""
+    op, size = case
+    rows = [r for r in result["rows"] if r["op"] == op and r["size"] == size]
+    return [Figure(f"internode.{r['scope']}.{op}.wrong@{size}", "elements", r["wrong"]) for r in rows]
+
+
+def wrong_figure(result: InternodeResult, scope: str, case: Case, metric: str) -> Figure:
+    """``metric``: the wrong elements of ``scope``'s row for the case; a row the probe did not measure fails
+    it as unmeasured."""
+    fig, row = Figure(metric, "elements"), row_of(result, scope, case)
+    if row is None:
+        return _unmeasured(fig, scope, case)
+    fig.value = row["wrong"]
+    return fig
+
+
+def rail_figures(rails: ConnectivityResult) -> tuple[Figure, Figure]:
+    """The wrong elements over every rail and the slowest rail; nodes that measured no rail between them:
+    unmeasured, never a pass."""
+    wrong_links = wrong(rails["rails"])
+    wrong_fig = Figure(
+        "internode.rail_wrong", "elements", rails["rails_wrong"], findings=[wrong_links] if wrong_links else []
+    )
+    measured, found = rails["rails"], rails["rails_slowest"]
+    fig = Figure("internode.rail_min_gbps", "GB/s")
+    if found is None:
+        fig.unmeasured.append(f"no rail across nodes was measured ({len(measured)} links)")
+        return wrong_fig, fig
+    fig.value = found["gbps"]
+    fig.findings.append(
+        f"{len(measured)} rail links, {rails['p2p_size']} each way in {rails['rails_rounds']} round(s); "
+        f"slowest: {slowest(measured)}"
+    )
+    return wrong_fig, fig

@@ -16,10 +16,12 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Literal, TypedDict
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, model_validator
+from typing_extensions import TypedDict
 
+from acceptance.families.training.noise import noise
 from acceptance.json_types import JSONObject
 from acceptance.schema.bounds import Threshold
 from acceptance.schema.family import GPU_ONLY, Family, LoadedProfile, Metric
@@ -128,6 +130,7 @@ TRAINING = Family(
         ),
     ),
     probes=("training",),
+    noise=noise,
 )  # fmt: skip
 
 

@@ -8,9 +8,9 @@ from __future__ import annotations
 import itertools
 import statistics
 from collections.abc import Sequence
-from typing import Literal, TypedDict
+from typing import Literal
 
-from typing_extensions import NotRequired
+from typing_extensions import NotRequired, TypedDict
 
 from acceptance.families.gpu_users import ForeignSeen, PcieLow, XidSeen
 from acceptance.json_types import JSONObject
