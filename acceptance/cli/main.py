@@ -8,7 +8,7 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Any, get_args
+from typing import Any
 
 import pytest
 import yaml
@@ -23,7 +23,6 @@ from acceptance.evidence.junit import junit_xml
 from acceptance.evidence.merge import merge
 from acceptance.evidence.merge import notes as merge_notes
 from acceptance.evidence.store import EvidenceError, as_data, read_evidence
-from acceptance.families.collectives.timing import TimingAsked
 from acceptance.json_types import JSONObject, JSONValue
 from acceptance.profile import loader as profiles
 from acceptance.profile.arguments import positive_seconds
@@ -132,7 +131,7 @@ def add_sweep(sub: Any) -> None:
     sw.add_argument("-n", "--iters", type=int, help="timed calls per size (default: the profile's, 20)")
     sw.add_argument(
         "--timing",
-        choices=get_args(TimingAsked),
+        choices=sweep.TIMINGS,
         help="how the calls are timed (default: the profile's, auto: NCCL called directly on GPUs, as nccl-tests)",
     )
     sw.add_argument("--nproc-per-node", type=int, help="ranks per node (default: the profile's, else every GPU or 2)")

@@ -11,11 +11,12 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TextIO, cast
+from typing import TextIO, cast, get_args
 
 from acceptance.evidence.folder import default_folder
 from acceptance.evidence.verdict import facts_of
 from acceptance.families.collectives import COLLECTIVES, CollectiveRow, SweepResult
+from acceptance.families.collectives.timing import TimingAsked
 from acceptance.json_types import JSONObject, JSONValue
 from acceptance.profile import loader as profiles
 from acceptance.run.cluster_run import ClusterRun
@@ -25,6 +26,8 @@ from acceptance.schema.collectives import PART_ALIGN_BYTES
 from acceptance.schema.dtypes import DTYPES
 from acceptance.schema.sizes import format_size, parse_size
 from acceptance.verdicts import decide, figure_failed
+
+TIMINGS: tuple[str, ...] = get_args(TimingAsked)  # what --timing may ask for: the profile's choices
 
 # the largest size of a sweep without -e: nccl-tests' 1G on a GPU; on the CPU, gloo takes seconds a call
 # from 64M up, and a sweep to 1G ran out of its time at 512M as if it hung
