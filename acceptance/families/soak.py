@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Annotated, Literal, TypedDict, cast
 
@@ -326,6 +326,17 @@ def _bad(bad: Bad | None) -> str:
     return f"; first at {bad['where']}: got {bad['got']}, expected {bad['want']}" if bad else ""
 
 
+# a rank's count of wrong values, what was wrong in words, and the first wrong value
+Wrong = tuple[int, str, "Bad | None"]
+
+
+def _per_rank(fig: Figure, result: SoakResult, wrong: Callable[[RankSoak], Wrong]) -> Figure:
+    """``fig`` with each rank's count of wrong values (``wrong``) added, and a finding for each rank that has any."""
+    for r in result["ranks"]:
+        _count(fig, r, *wrong(r))
+    return fig
+
+
 def _count(fig: Figure, r: RankSoak, count: int, what: str, first: Bad | None) -> None:
     """Add a rank's count of wrong values to ``fig``, where it has any, with a finding that names the rank, what
     was wrong (``what``) and the first wrong value."""
@@ -404,12 +415,16 @@ def gemm_disagreeing(result: SoakResult) -> Figure:
 
 
 def memory_bad(result: SoakResult) -> Figure:
-    fig = Figure("soak.memory_bad_words", "words")
-    for r in result["ranks"]:
-        m = r["memory"]
-        what = f"{m['bad_words']} bad 64-bit word(s) in {m['passes']} passes over {m['bytes'] / 2**30:.2f} GiB"
-        _count(fig, r, m["bad_words"], what, m["first_bad"])
-    return fig
+    return _per_rank(Figure("soak.memory_bad_words", "words"), result, _memory_wrong)
+
+
+def _memory_wrong(r: RankSoak) -> Wrong:
+    m = r["memory"]
+    return (
+        m["bad_words"],
+        f"{m['bad_words']} bad 64-bit word(s) in {m['passes']} passes over {m['bytes'] / 2**30:.2f} GiB",
+        m["first_bad"],
+    )
 
 
 def memory_coverage(result: SoakResult) -> Figure:
@@ -458,12 +473,16 @@ def completed(result: SoakResult) -> Figure:
 
 
 def allreduce_wrong(result: SoakResult) -> Figure:
-    fig = Figure("soak.allreduce_wrong", "elements")
-    for r in result["ranks"]:
-        a = r["allreduce"]
-        what = f"{a['wrong']} wrong element(s) in {a['iterations']} all_reduces of {a['elements']:,} elements"
-        _count(fig, r, a["wrong"], what, a["first_bad"])
-    return fig
+    return _per_rank(Figure("soak.allreduce_wrong", "elements"), result, _allreduce_wrong)
+
+
+def _allreduce_wrong(r: RankSoak) -> Wrong:
+    a = r["allreduce"]
+    return (
+        a["wrong"],
+        f"{a['wrong']} wrong element(s) in {a['iterations']} all_reduces of {a['elements']:,} elements",
+        a["first_bad"],
+    )
 
 
 def _nvml(result: SoakResult) -> list[tuple[RankSoak, NvmlRecord]]:
