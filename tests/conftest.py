@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from acceptance.reports import plots
 from tests.harness import ROOT
 
 # platform.processor() runs `uname -p` once per interpreter and caches it; the evidence records the platform.
@@ -58,3 +59,11 @@ def here(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     (tmp_path / "thresholds").mkdir()
     monkeypatch.chdir(tmp_path)
     return tmp_path
+
+
+@pytest.fixture
+def no_plots(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Reports drawn without their plots, as where matplotlib is not installed: a test of a report's words, files
+    or outputs need not draw them (matplotlib's layout is most of a report's time); the plots have tests of their
+    own (``test_report.py``, ``test_report_browser.py``)."""
+    monkeypatch.setattr(plots, "available", lambda: False)

@@ -61,7 +61,9 @@ class FakeRun:
     def say(self, line: str) -> None:
         self.said.append(line)
 
-    def probe(self, name: str, spec: dict[str, Any] | None, key: str | None, *rest: Any) -> dict[str, Any]:
+    def probe(
+        self, name: str, spec: dict[str, Any] | None = None, key: str | None = None, **rest: Any
+    ) -> dict[str, Any]:
         self.asked.append((key or name, spec or self.spec(name)))
         return self.readings[len(self.asked) - 1]
 

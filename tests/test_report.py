@@ -18,7 +18,7 @@ from acceptance.evidence.store import read_evidence
 from acceptance.evidence.verdict import verdict_of
 from acceptance.families.collectives import CollectiveRow
 from acceptance.reports import html, measured, overview, pairs, plots, summary, training, view
-from acceptance.reports.blocks import Heading
+from acceptance.reports.blocks import Block, Heading
 from acceptance.reports.table import Raw, render
 from tests.harness import EVIDENCE, ROOT, doc
 
@@ -28,6 +28,13 @@ TWO_NODES = EVIDENCE / "h200-x2-2node"
 
 def evidence(folder: Path) -> EvidenceDoc:
     return read_evidence(folder)
+
+
+@pytest.fixture(scope="module")
+def h200_blocks() -> list[Block]:
+    """The H200 run's report, plots included, drawn once for the tests that read it (drawing is most of a
+    report's time)."""
+    return overview.blocks(evidence(H200), "tests/data/evidence/h200-x2")
 
 
 MEASURED = [{"outcome": "passed", "checks": [{"metric": "connectivity.world_size", "verdict": "pass"}]}]
@@ -51,7 +58,7 @@ def test_verdict_never_pass_for_a_subset_or_an_interruption(fields: dict[str, An
     assert verdict_of(doc(**fields, tests=MEASURED)) == shown
 
 
-def test_partial_run_report_does_not_open_with_pass(tmp_path: Path) -> None:
+def test_partial_run_report_does_not_open_with_pass(tmp_path: Path, no_plots: None) -> None:
     data = json.loads((H200 / "evidence.json").read_text())
     data["partial"], data["unchecked_thresholds"] = True, ["training.ddp.mfu"]
     (tmp_path / "evidence.json").write_text(json.dumps(data))
@@ -145,29 +152,26 @@ def test_table_renders_for_each_target() -> None:
     assert re.search(r'<td style="text-align: right;">\s*1,234</td>', page)
 
 
-def test_html_is_self_contained_and_checks_itself() -> None:
-    data = evidence(H200)
-    page = html.document(overview.blocks(data, "tests/data/evidence/h200-x2"), "t")
+def test_html_is_self_contained_and_checks_itself(h200_blocks: list[Block]) -> None:
+    page = html.document(h200_blocks, "t")
     assert "http://" not in page and "https://" not in page  # works offline
     assert "@media print" in page and 'document.title = problems.length ? "report-error: "' in page
     assert page.count("<img ") == (page.count('src="data:image/png;base64,') if plots.available() else 0)
 
 
-def test_h200_report_names_gpus_inventory_sources_and_training() -> None:
-    data = evidence(H200)
-    text = "\n".join(repr(b) for b in overview.blocks(data, "tests/data/evidence/h200-x2"))
+def test_h200_report_names_gpus_inventory_sources_and_training(h200_blocks: list[Block]) -> None:
+    text = "\n".join(repr(b) for b in h200_blocks)
     # the slowest GPU by host and full UUID, the inventory, the bound's source, every strategy
     assert "matmul: slowest vm GPU 0 (GPU-a686010c-c983-cf32-64df-1f72bc1b5409) at 647.8 TFLOP/s" in text
     assert "96.00.A5.00.1A" in text and "1653724055514" in text and "Gen5 x16 (max Gen5 x16)" in text
     assert "90% of measured 210.8 GB/s (nccl-tests 214.2)" in text
-    assert [label for label, _, _ in training.runs(data)] == [
+    assert [label for label, _, _ in training.runs(evidence(H200))] == [
         "ddp", "fsdp", "zero1", "zero2", "zero3", "zero3_tuned", "ddp (scaling baseline)"
     ]  # fmt: skip
 
 
-def test_gated_figures_come_before_information() -> None:
-    blocks = overview.blocks(evidence(H200), "x")
-    headings = [b.text for b in blocks if isinstance(b, Heading)]
+def test_gated_figures_come_before_information(h200_blocks: list[Block]) -> None:
+    headings = [b.text for b in h200_blocks if isinstance(b, Heading)]
     assert headings.index("Gated figures (112 pass)") < headings.index("Collectives")
     assert headings.index("Training") < headings.index("Information figures (recorded, not gated)")
 

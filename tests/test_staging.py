@@ -426,6 +426,9 @@ def test_each_rank_compiles_on_its_share_of_the_nodes_cores(cores: int, ranks: i
     assert compile_threads(cores, ranks) == threads
 
 
+MODEL_IMPORTS = ["import transformers", "import transformers.models.gpt2.modeling_gpt2"]  # the tiny model's
+
+
 def test_a_staged_job_starts_its_compile_workers_before_it_waits(monkeypatch: pytest.MonkeyPatch) -> None:
     from torch._inductor import config
 
@@ -435,14 +438,18 @@ def test_a_staged_job_starts_its_compile_workers_before_it_waits(monkeypatch: py
     started: list[str] = []
     monkeypatch.setattr("torch.utils._triton.has_triton_package", lambda: False)  # no pool started in pytest
     monkeypatch.setattr(train_strategies, "start_compile_workers", _recording(started, train_strategies))
+    # what it imports, recorded, not imported: the imports are torch's and transformers' own
+    importer = SimpleNamespace(import_module=lambda name: started.append(f"import {name}"))
+    monkeypatch.setattr(train_strategies, "importlib", importer)
     spec = cast(ProbeSpec, {"training": {"model": "tiny", "compile": "blocks"}, "strategies": ["ddp"]})
     with config.patch(compile_threads=None):  # torch's way to change its config for a while
         preload(spec)
-        assert started == ["start 3", "up"]  # three ranks on this node (LOCAL_WORLD_SIZE), up before it waits
+        # three ranks on this node (LOCAL_WORLD_SIZE): started before the imports, up before it waits
+        assert started == ["start 3", *MODEL_IMPORTS, "import torch._inductor.compile_fx", "up"]
         assert config.compile_threads == 4
     started.clear()
     preload(cast(ProbeSpec, {"training": {"model": "tiny", "compile": "none"}, "strategies": ["ddp"]}))
-    assert started == []  # nothing compiles, nothing starts
+    assert started == MODEL_IMPORTS  # nothing compiles: no compile workers, no Inductor
 
 
 def _recording(started: list[str], module: Any) -> Any:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Annotated, Literal
 
@@ -328,6 +328,25 @@ def _bad(bad: Bad | None) -> str:
     return f"; first at {bad['where']}: got {bad['got']}, expected {bad['want']}" if bad else ""
 
 
+# a rank's count of wrong values, what was wrong in words, and the first wrong value
+Wrong = tuple[int, str, "Bad | None"]
+
+
+def _per_rank(fig: Figure, result: SoakResult, wrong: Callable[[RankSoak], Wrong]) -> Figure:
+    """``fig`` with each rank's count of wrong values (``wrong``) added, and a finding for each rank that has any."""
+    for r in result["ranks"]:
+        _count(fig, r, *wrong(r))
+    return fig
+
+
+def _count(fig: Figure, r: RankSoak, count: int, what: str, first: Bad | None) -> None:
+    """Add a rank's count of wrong values to ``fig``, where it has any, with a finding that names the rank, what
+    was wrong (``what``) and the first wrong value."""
+    if count:
+        fig.value += count
+        fig.findings.append(f"{label(r)}: {what}{_bad(first)}")
+
+
 # ---- figures ---------------------------------------------------------------------------------------------
 
 
@@ -340,12 +359,8 @@ def gemm_wrong(result: SoakResult) -> Figure:
     fig = Figure("soak.gemm_wrong_elements", "elements")
     for r in result["ranks"]:
         for g in _measured_gemms(r):
-            if g["wrong_elements"]:
-                fig.value += g["wrong_elements"]
-                fig.findings.append(
-                    f"{label(r)}: {g['dtype']}: {g['wrong_elements']} wrong element(s) in {g['wrong_calls']} of "
-                    f"{g['calls']} results{_bad(g['first_bad'])}"
-                )
+            what = f"{g['dtype']}: {g['wrong_elements']} wrong element(s) in {g['wrong_calls']} of {g['calls']} results"
+            _count(fig, r, g["wrong_elements"], what, g["first_bad"])
     return fig
 
 
@@ -359,12 +374,11 @@ def gemm_reference(result: SoakResult) -> Figure:
                 fig.unmeasured.append(f"{label(r)}: {g.get('reference_not_measured')}")
                 continue
             worst[g["dtype"]] = max(worst.get(g["dtype"], 0.0), g["reference_worst"])
-            if g["reference_errors"]:
-                fig.value += g["reference_errors"]
-                fig.findings.append(
-                    f"{label(r)}: {g['dtype']}: {g['reference_errors']} of {g['reference_checked']} elements "
-                    f"checked against fp64 are outside the bound{_bad(g['reference_first_bad'])}"
-                )
+            what = (
+                f"{g['dtype']}: {g['reference_errors']} of {g['reference_checked']} elements checked against fp64 "
+                "are outside the bound"
+            )
+            _count(fig, r, g["reference_errors"], what, g["reference_first_bad"])
     fig.notes = [f"{dtype}: largest error {w:.3g} of the bound" for dtype, w in sorted(worst.items())]
     return fig
 
@@ -403,16 +417,16 @@ def gemm_disagreeing(result: SoakResult) -> Figure:
 
 
 def memory_bad(result: SoakResult) -> Figure:
-    fig = Figure("soak.memory_bad_words", "words")
-    for r in result["ranks"]:
-        m = r["memory"]
-        if m["bad_words"]:
-            fig.value += m["bad_words"]
-            fig.findings.append(
-                f"{label(r)}: {m['bad_words']} bad 64-bit word(s) in {m['passes']} passes over "
-                f"{m['bytes'] / 2**30:.2f} GiB{_bad(m['first_bad'])}"
-            )
-    return fig
+    return _per_rank(Figure("soak.memory_bad_words", "words"), result, _memory_wrong)
+
+
+def _memory_wrong(r: RankSoak) -> Wrong:
+    m = r["memory"]
+    return (
+        m["bad_words"],
+        f"{m['bad_words']} bad 64-bit word(s) in {m['passes']} passes over {m['bytes'] / 2**30:.2f} GiB",
+        m["first_bad"],
+    )
 
 
 def memory_coverage(result: SoakResult) -> Figure:
@@ -461,16 +475,16 @@ def completed(result: SoakResult) -> Figure:
 
 
 def allreduce_wrong(result: SoakResult) -> Figure:
-    fig = Figure("soak.allreduce_wrong", "elements")
-    for r in result["ranks"]:
-        a = r["allreduce"]
-        if a["wrong"]:
-            fig.value += a["wrong"]
-            fig.findings.append(
-                f"{label(r)}: {a['wrong']} wrong element(s) in {a['iterations']} all_reduces of "
-                f"{a['elements']:,} elements{_bad(a['first_bad'])}"
-            )
-    return fig
+    return _per_rank(Figure("soak.allreduce_wrong", "elements"), result, _allreduce_wrong)
+
+
+def _allreduce_wrong(r: RankSoak) -> Wrong:
+    a = r["allreduce"]
+    return (
+        a["wrong"],
+        f"{a['wrong']} wrong element(s) in {a['iterations']} all_reduces of {a['elements']:,} elements",
+        a["first_bad"],
+    )
 
 
 def _nvml(result: SoakResult) -> list[tuple[RankSoak, NvmlRecord]]:

@@ -6,9 +6,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any, NoReturn, TypeVar, overload
 
 import pytest
+from typing_extensions import Unpack
 
 from acceptance.evidence.junit import figure_properties
-from acceptance.run.cluster_run import ClusterRun
+from acceptance.run.cluster_run import ClusterRun, ProbeOptions
 from acceptance.run.launcher import ProbeError
 from acceptance.schema.bounds import Threshold
 from acceptance.schema.figure import Figure
@@ -33,18 +34,14 @@ def probe_result(
     name: str,
     shape: type[T],
     spec: Mapping[str, object] | None = None,
-    key: str | None = None,
-    env: dict[str, str] | None = None,
-    ranks_per_node: int | None = None,
-    nodes: int | None = None,
-    parts: int = 1,
+    **options: Unpack[ProbeOptions],
 ) -> T:
     """A probe's result for a fixture, validated as its family's type (``shape``: the TypedDict its probe
     writes), so that the family's rules read what the type says; its failure as the test's error (with the
-    failing rank's log tail), and so is a result that does not match its type (each field named).
-    ``env``, ``ranks_per_node``, ``nodes``, ``parts``: as in ``ClusterRun.probe``."""
+    failing rank's log tail), and so is a result that does not match its type (each field named). ``spec``
+    and ``options``: as in ``ClusterRun.probe``."""
     try:
-        found = run.probe(name, spec, key, env, ranks_per_node, nodes, parts)
+        found = run.probe(name, spec, **options)
     except ProbeError as exc:
         # shown once (no chained copy), yet the cause stays reachable as __context__: the report of every
         # later test that hits it shrinks to one line (ClusterSession.pytest_runtest_makereport)

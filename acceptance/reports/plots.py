@@ -36,6 +36,14 @@ def _figure(panels: int, columns: int, panel_size: tuple[float, float]) -> tuple
     return fig, axes[:panels]
 
 
+def _dress(ax: Any, title: str, grid_axis: str = "both", legend_at: str | None = None) -> None:
+    """A panel's title, its light grid (on ``grid_axis``) and its legend at ``legend_at`` (None: none)."""
+    ax.set_title(title, fontsize=11)
+    ax.grid(True, axis=grid_axis, alpha=0.3)
+    if legend_at is not None:
+        ax.legend(fontsize=8, loc=legend_at)
+
+
 def _png(fig: Any) -> bytes:
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=DPI)
@@ -83,12 +91,10 @@ def busbw(panels: list[Panel], ylabel: str) -> bytes | None:
             ax.scatter(*zip(*panel.failing, strict=True), marker="X", s=90, color=FAIL_COLOR, label="failed", zorder=4)
         ax.set_xscale("log", base=2)
         ax.xaxis.set_major_formatter(FuncFormatter(_size_label))
-        ax.set_title(panel.title, fontsize=11)
         ax.set_xlabel("message size (bytes, binary)")
         ax.set_ylabel(ylabel)
-        ax.grid(True, which="major", alpha=0.3)
-        if any(line.label for line in panel.lines) or panel.bounds or panel.failing:
-            ax.legend(fontsize=8, loc="upper left")
+        labelled = any(line.label for line in panel.lines) or panel.bounds or panel.failing
+        _dress(ax, panel.title, legend_at="upper left" if labelled else None)
     return _png(fig)
 
 
@@ -118,9 +124,7 @@ def per_gpu(charts: list[Bars]) -> bytes | None:
         ax.set_xticks(range(len(values)), labels, rotation=30 if len(values) > 4 else 0, ha="right", fontsize=8)
         low = min([*values, chart.floor])
         ax.set_ylim(max(0.0, low - 0.15 * (max(values) - low + abs(low) * 0.1)), max(values) * 1.04)
-        ax.set_title(f"{chart.title} ({chart.unit})", fontsize=11)
-        ax.grid(True, axis="y", alpha=0.3)
-        ax.legend(fontsize=8, loc="lower right")
+        _dress(ax, f"{chart.title} ({chart.unit})", grid_axis="y", legend_at="lower right")
     return _png(fig)
 
 
@@ -148,11 +152,9 @@ def curves(charts: list[Chart]) -> bytes | None:
             ax.plot(line.x, line.y, marker="o" if len(line.x) <= 12 else None, markersize=3, label=line.label)
         if chart.limit is not None:
             ax.axhline(chart.limit, color=BOUND_COLOR, linestyle="--", label=f"bound {chart.limit:g}")
-        ax.set_title(chart.title, fontsize=11)
         ax.set_xlabel("step")
         ax.set_ylabel(chart.ylabel)
-        ax.grid(True, alpha=0.3)
-        ax.legend(fontsize=8)
+        _dress(ax, chart.title, legend_at="best")
     return _png(fig)
 
 
@@ -166,10 +168,9 @@ def scaling(labels: list[str], values: list[float], efficiency: float | None, bo
         ax.annotate(fmt(value), (i, value), ha="center", va="bottom", fontsize=9)
     title = "scaling" + (f" efficiency {efficiency:.3f}" if efficiency is not None else "")
     title += f" (bound >= {bound:g})" if bound is not None else ""
-    ax.set_title(title, fontsize=11)
     ax.set_ylabel("tokens/s per GPU")
     ax.set_ylim(0, max(values) * 1.15)
-    ax.grid(True, axis="y", alpha=0.3)
+    _dress(ax, title, grid_axis="y")
     return _png(fig)
 
 

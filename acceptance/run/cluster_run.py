@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypedDict
 
 from acceptance.evidence.folder import LOCK_NAME, FolderLock, claim
 from acceptance.evidence.model import Check
@@ -33,6 +34,17 @@ from acceptance.run.recorder import Recorder
 from acceptance.run.worker_pool import Workers
 from acceptance.schema.bounds import Threshold
 from acceptance.schema.topology import Topology
+
+
+class ProbeOptions(TypedDict, total=False):
+    """How ``ClusterRun.probe`` runs a probe beside its name and spec: its cache ``key``, the ``env`` it adds,
+    a smaller world (``ranks_per_node``, ``nodes``) and the ``parts`` of its time limit."""
+
+    key: str | None
+    env: dict[str, str] | None
+    ranks_per_node: int | None
+    nodes: int | None
+    parts: int
 
 
 @dataclass

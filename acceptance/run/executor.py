@@ -66,17 +66,9 @@ class Executor:
         if self.placement.nodes != 1 or self.topology.launcher != "torchrun":
             return False
         seq = self._seq + 1
+        where = Where(seq, self.topology, self.placement, self._folder(seq, key), None)
         try:
-            job = launch.stage(
-                name,
-                spec,
-                run_id=f"{self.tag}-{seq}-{key}",
-                timeout_s=timeout_s,
-                env=launch.child_env(self.env, {}),
-                topo=self.topology,
-                placement=self.placement,
-                out_dir=self._folder(seq, key),
-            )
+            job = self._start(name, spec, key, where, timeout_s, launch.child_env(self.env, {}), gated=True)
         except OSError as exc:  # the probe then starts at its turn, and fails there with its own error if it must
             self.say(f"{key}: not staged: {exc}")
             return False
@@ -84,6 +76,29 @@ class Executor:
         self._staged.add(key, seq, spec, job)
         self.say(f"{key}: staged (its job starts now, imports what it needs when told, then waits for the node)")
         return True
+
+    def _start(
+        self,
+        name: str,
+        spec: Mapping[str, object],
+        key: str,
+        where: Where,
+        timeout_s: float,
+        env: Mapping[str, str],
+        gated: bool,
+    ) -> launch.Staged:
+        """``name``'s job for ``key`` in ``where``: ahead of its turn (``gated``), or at it."""
+        return launch.stage(
+            name,
+            spec,
+            out_dir=where.out_dir,
+            topo=where.topo,
+            placement=where.placement,
+            run_id=f"{self.tag}-{where.seq}-{key}",
+            timeout_s=timeout_s,
+            env=env,
+            gated=gated,
+        )
 
     def gate(self, key: str) -> Path | None:
         """The gate of the job staged for ``key``, else None."""
@@ -127,18 +142,12 @@ class Executor:
                 if in_worker:
                     return self.workers.run(name, spec, (self.tag, where.seq, where.out_dir), timeout_s)
                 self.workers.close()  # a job of its own has the node to itself, as before (a staged one's gate opens)
-                job = self._staged.take(key).job if staged is not None else None  # from here launch.run ends it
-                return launch.run(
-                    name,
-                    spec,
-                    run_id=f"{self.tag}-{where.seq}-{key}",
-                    timeout_s=timeout_s,
-                    env=child_env,
-                    staged=job,
-                    topo=where.topo,
-                    placement=where.placement,
-                    out_dir=where.out_dir,
+                job = (  # from here launch.run ends it
+                    self._staged.take(key).job
+                    if staged is not None
+                    else self._start(name, spec, key, where, timeout_s, child_env, gated=False)
                 )
+                return launch.run(name, job, timeout_s)
             except launch.ProbeError as exc:
                 lines = "\n".join([str(exc), *watch.stale_locks()])
                 raise launch.ProbeError(lines, exc.out_dir, timed_out=exc.timed_out) from None

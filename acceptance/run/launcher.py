@@ -170,33 +170,19 @@ def prepare(out_dir: Path, spec: Mapping[str, object], topo: Topology, timeout_s
     (out_dir / "spec.json").write_text(json.dumps(full_spec, indent=1, sort_keys=True))
 
 
-def run(
-    probe: str,
-    spec: Mapping[str, object],
-    *,
-    out_dir: Path,
-    topo: Topology,
-    placement: Placement,
-    run_id: str,
-    timeout_s: float,
-    env: Mapping[str, str],
-    staged: Staged | None = None,
-) -> ProbeRun:
-    """Run one probe as a job of its own, to completion or to its timeout; raise :class:`ProbeError` unless
-    it produced a result. ``staged``: the job, started ahead (``stage``) with this spec: its gate is opened
-    now, and its time counts from here."""
-    if staged is None:
-        staged = stage(probe, spec, out_dir=out_dir, topo=topo, placement=placement, run_id=run_id,
-                       timeout_s=timeout_s, env=env, gated=False)  # fmt: skip
-    else:
+def run(probe: str, job: Staged, timeout_s: float) -> ProbeRun:
+    """Run a probe's job (``stage``) to completion or to its timeout; raise :class:`ProbeError` unless it
+    produced a result. A gated job (started ahead of its turn with this spec) has its gate opened now, and its
+    time counts from here."""
+    if job.gated:
         try:
-            write_atomic(staged.out_dir / staging.GATE, staging.GO)
+            write_atomic(job.out_dir / staging.GATE, staging.GO)
         except BaseException:
-            cancel(staged)
+            cancel(job)
             raise
-        staged.opened = time.monotonic()
-    outcome = ProbeRun(probe=probe, argv=staged.argv, out_dir=out_dir)
-    stalled, starting = _supervise(outcome, staged, timeout_s)
+        job.opened = time.monotonic()
+    outcome = ProbeRun(probe=probe, argv=job.argv, out_dir=job.out_dir)
+    stalled, starting = _supervise(outcome, job, timeout_s)
     return conclude(outcome, outcome.returncode == 0, timeout_s, stalled, starting)
 
 
@@ -208,6 +194,7 @@ class Staged:
     out_dir: Path
     proc: subprocess.Popen[bytes]
     log: IO[bytes]
+    gated: bool  # its ranks wait at the gate until ``run`` opens it
     started: float = field(default_factory=time.monotonic)
     opened: float | None = None  # when its gate opened (``run``)
 
@@ -224,13 +211,13 @@ def stage(
     env: Mapping[str, str],
     gated: bool = True,
 ) -> Staged:
-    """Start the probe's job in a fresh ``out_dir``; ``gated``: ahead of its turn, its ranks waiting at the
-    gate (``acceptance.families.staging``) until ``run`` opens it or ``cancel`` ends it."""
+    """Start the probe's job in a fresh ``out_dir``, for ``run`` to see to its end; ``gated``: ahead of its turn,
+    its ranks waiting at the gate (``acceptance.families.staging``) until ``run`` opens it or ``cancel`` ends it."""
     prepare(out_dir, {**spec, "gate": str(out_dir / staging.GATE)} if gated else spec, topo, timeout_s)
     argv = torchrun_argv(probe, out_dir, topo, placement, run_id, join_timeout_s=timeout_s, env=env)
     log = open(out_dir / "torchrun.log", "wb")  # noqa: SIM115  (the job writes to it until it ends)
     try:
-        return Staged(argv, out_dir, spawn(argv, env, log), log)
+        return Staged(argv, out_dir, spawn(argv, env, log), log, gated)
     except BaseException:
         log.close()
         raise
