@@ -226,14 +226,15 @@ def test_a_collective_slowed_by_a_forced_transport_is_the_setting_s(
     memory is no cause of a slow 64 B call (as fast as NVLink there); a figure within its bound names none."""
     op, size = case
     row = {"op": op, "size": size, "bytes": parse_size(size), "time_us": value, "time_us_max": value}
-    row |= {"latency_us": value, "busbw_gbps": value, "algbw_gbps": value / 2, "timing": "nccl"}
+    row |= {"latency_us": value, "busbw_gbps": value, "algbw_gbps": value / 2, "timing": "nccl", "wrong": 0}
     sweep = {"rows": [row], "transport": transport.record(_logs(logs), NVLINK, settings)}
     run = ClusterRun(load("h200-x2"), Placement(1, 0, "127.0.0.1", 29400, "default"), tmp_path / "ev", worker=False)
     item = SimpleNamespace(nodeid=f"tests_cluster/test_collectives.py::{test}", user_properties=[])
     try:
         with pytest.raises(pytest.fail.Exception) if category != "passed" else contextlib.nullcontext() as failed:
-            function = getattr(_shipped_module("test_collectives"), test)
-            function(run, sweep, case, Checker(run, cast(Any, item)))
+            module = _shipped_module("test_collectives")
+            figures = module.figures.__wrapped__(run, sweep)  # the module's fixture, called as the rules give them
+            getattr(module, test)(run, sweep, figures, case, Checker(run, cast(Any, item)))
         message = str(failed.value) if failed is not None else ""
         categories = categorized(run, item.nodeid, message)
     finally:
