@@ -366,7 +366,14 @@ class Judge:
             and self._replicated([j.pair for j in per_path[key]], scale)
             and self._below_ends(key, by_node, cleared, scale)
         ]
-        open_paths = [key for key in slow_paths if key not in named_paths]
+        # open: worth another round, where one more round reading as its rounds so far did would pass the
+        # paths' budget; a healthy pair that read slow by chance (one in a hundred at 60% noise) would not,
+        # and chasing it would cost a healthy cluster a round
+        open_paths = [
+            key
+            for key, llr in slow_paths.items()
+            if key not in named_paths and llr * (1 + 1 / len({j.pair.round for j in per_path[key]})) >= path_llr
+        ]
         left = measured - cleared - set(witnesses)
 
         def against(node: int) -> list[PairFigure]:
