@@ -307,11 +307,25 @@ class Judge:
         flapping pair or two by chance (about 1% of its pairs at 60% noise), and its pairs together are the
         test of the node; re-opened on them, it would stay open however many partners it met."""
         by_node = per_node(judged)
+
+        def slow_elsewhere(node: int) -> set[int]:
+            # its partner whose pairs with it read slowest, where that partner's pairs with others say "slow"
+            # on their own: the partner explains those pairs, which say nothing of this node (at 4 nodes a slow
+            # node is a third of every other node's partners, and would keep them all from being cleared)
+            weights: dict[int, list[PairFigure]] = {}
+            for j in by_node[node]:
+                weights.setdefault(j.pair.other(node), []).append(j.pair)
+            worst = max(weights, key=lambda q: self.weigh(weights[q], scale))
+            theirs = [j.pair for j in by_node[worst] if j.pair.other(worst) != node and j.verdict != "flapping"]
+            return {worst} if theirs and self.weigh(theirs, scale) >= self.witness_llr else set()
+
         # a fast pair clears its nodes where it read steadily: one with an outlier may be a flapping node's
         # pair that happened to read slow once only
         cleared = {n for j in judged if j.verdict == "fast" and not j.outliers for n in (j.pair.a, j.pair.b)}
         for node, mine in by_node.items():
-            steady = [j.pair for j in mine if j.verdict != "flapping"]
+            steady = [
+                j.pair for j in mine if j.verdict != "flapping" and j.pair.other(node) not in slow_elsewhere(node)
+            ]
             if node not in cleared and steady and self.weigh(steady, scale) <= self.clear_llr:
                 cleared.add(node)
         for _ in range(len(by_node)):
