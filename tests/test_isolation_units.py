@@ -639,3 +639,19 @@ def test_the_replay_bench_says_what_it_takes() -> None:
     with pytest.raises(SystemExit) as exit_info:
         bench.parse_args(["--help"])
     assert exit_info.value.code == 0
+
+
+def test_a_node_named_on_its_pairs_together_gives_their_figures_not_nan() -> None:
+    """60% noise, 4 nodes, node 3 at 0.2x: no pair of it is slow on its own, all of them together name it."""
+    noisy = [math.exp(x) for x in (0.8, -0.8, 0.4, -0.4, 0.0)]
+    iso = Isolation(4, 0.5)
+    while (rnd := iso.next_round()) is not None:
+        rows = [
+            {"a": a, "b": b, "gbps": FAST, "repeats_gbps": [FAST * f * (0.2 if 3 in (a, b) else 1.0) for f in noisy]}
+            for step in rnd.steps
+            for a, b in step
+        ]
+        iso.record(rnd, {"pairs": rows} if rnd.kind == "pairs" else {"links": []})
+    line = iso.message()
+    assert iso.culprits == [3] and "nan" not in line, line
+    assert "0 of 9 pairs with cleared partners (0, 1, 2) none slow alone, together at 2 GB/s against" in line
