@@ -468,7 +468,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--trials", type=int, default=200, help="trials per cell (default: 200)")
     parser.add_argument("--nodes", default=",".join(map(str, NODE_COUNTS)), help="node counts, comma-separated")
     parser.add_argument("--sigmas", default=",".join(map(str, SIGMAS)), help="noise levels, comma-separated")
-    parser.add_argument("--faults", default=",".join(FAULTS), help="faults, comma-separated: " + ", ".join(FAULTS))
+    parser.add_argument(
+        "--faults", default=",".join(FAULTS), help="faults, comma-separated: " + ", ".join(FAULTS).replace("%", "%%")
+    )
     parser.add_argument("--fraction", type=float, default=0.5, help="slow_pair_fraction (default: 0.5)")
     parser.add_argument("--seed", type=int, default=SEED)
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="processes (default: the cores)")

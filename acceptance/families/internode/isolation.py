@@ -17,8 +17,9 @@ The decision, per pair and per node, in log space (a slowdown is a ratio):
 * the noise: the spread of each healthy pair's repeats (pooled over the pairs above the midpoint to
   ``fraction`` x the census median, but those that flap, with an upper confidence bound when few pairs
   were measured: a steady throttled pair never makes the test bolder), never less than ``SIGMA_FLOOR``;
-  a noisy node (its pairs spread ``NOISY_RATIO`` x the typical pair's, more than its partners', with
-  readings far above healthy, which no fault gives) is judged at its own noise, called noisy, never named;
+  a noisy node (its pairs spread ``NOISY_RATIO`` x the typical pair's without it, more than its partners',
+  with readings spread above the level of the pairs without it, which no fault gives; ``isolation_noise``)
+  is judged at its own noise, called noisy, never named;
 * the healthy level: the median of the census pairs (round 1's first step, where every node is in one
   pair; at 3 nodes every pair), leaving out those decisively slow against a first median; never a
   maximum, which grows with the number of noisy pairs. Where the slow hypothesis in use is milder than
@@ -32,7 +33,8 @@ The decision, per pair and per node, in log space (a slowdown is a ratio):
   slow hypothesis x the level), over its
   repeats: a log-likelihood ratio over ``log((1 - BETA) / WITNESS_ALPHA)`` makes the pair slow, under
   ``log(BETA / (1 - ALPHA))`` fast; a pair that flaps is flapping before it is slow, and clears nobody;
-* a node is cleared by a fast pair or by its pairs together, and re-opened when its pairs with two
+* a node is cleared by a fast pair or by its pairs together (those with a partner slow with its other
+  partners aside: the partner explains them), and re-opened when its pairs with two
   cleared partners are slow (or one is and the rest lean slow), whatever a fast pair said, unless those
   pairs together, the slow ones included, still clear it (a healthy node that met many partners at high
   noise has a slow pair or two by chance: its pairs together are the test of the node); it is named

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from acceptance.families.connectivity import Link
 from acceptance.families.internode import pair_statistics as stats
+from acceptance.families.internode.isolation_noise import noisy_nodes
 from acceptance.families.internode.isolation_records import (
     ALPHA,
     BETA,
@@ -30,7 +31,7 @@ from acceptance.families.internode.isolation_records import (
     Status,
 )
 from acceptance.families.internode.isolation_records import by_node as per_node
-from acceptance.families.internode.pair_statistics import NOISY_RATIO, OUTLIER_Z, trimmed
+from acceptance.families.internode.pair_statistics import OUTLIER_Z, trimmed
 
 
 @dataclass
@@ -130,7 +131,7 @@ class Judge:
         # the typical pair's spread, from the middle of its readings: outliers move neither
         typical = max(SIGMA_FLOOR, stats.median(stats.middle_span_sigma(p.logs) for p in healthy))
         cut = max(OUTLIER_Z * typical, -self.bound / 2)
-        noisy = self._noisy(usable, typical, cut, first)
+        noisy = noisy_nodes(usable, healthy, first)
         squares, dof = 0.0, 0
         for p in healthy:
             t = trimmed(p.logs, cut)
@@ -142,42 +143,6 @@ class Judge:
             return Noise(typical, 0, cut, noisy)
         sigma = max(SIGMA_FLOOR, math.sqrt(squares / stats.chi2_quantile(dof, -SIGMA_CONFIDENCE_Z)))
         return Noise(sigma, dof, cut, {n: max(s, sigma) for n, s in noisy.items()})
-
-    def _noisy(self, usable: Sequence[PairFigure], typical: float, cut: float, first: float) -> dict[int, float]:
-        """The nodes noisier than the rest, with their own noise (upper 90% bound): the middle of their pairs'
-        readings spreads ``NOISY_RATIO`` x the typical pair's (root mean square over two partners or more)
-        and more than each partner's other pairs do, their shared pair aside (it is the partner's too), and some of
-        their readings lie above the healthy level by more than an outlier's distance: a fault only slows a
-        pair, so readings far above healthy are noise, not a slow node, nor a flapping one (slow in some
-        readings, never fast beyond the rest)."""
-        spreads: dict[int, dict[int, list[float]]] = {}  # node -> partner -> its pairs' spreads
-        above: set[int] = set()
-        for p in usable:
-            spread = stats.middle_span_sigma(p.logs)
-            for n in (p.a, p.b):
-                spreads.setdefault(n, {}).setdefault(p.other(n), []).append(spread)
-            if not math.isnan(first) and max(p.logs) - first > cut:
-                above.update((p.a, p.b))
-
-        def rms(node: int, without: int | None = None) -> float:
-            found = [x for q, xs in spreads[node].items() if q != without for x in xs]
-            return math.sqrt(stats.fmean((x**2 for x in found), default=0.0))
-
-        out: dict[int, float] = {}
-        for node, mine in spreads.items():
-            # each shared pair set aside: the node's other pairs against its partner's other pairs
-            wide = rms(node) > NOISY_RATIO * typical and all(rms(node, q) > rms(q, node) for q in mine)
-            if len(mine) < 2 or node not in above or not wide:
-                continue
-            squares, dof = 0.0, 0
-            for p in usable:
-                if p.has(node):
-                    t = trimmed(p.logs, OUTLIER_Z * rms(node))
-                    squares += sum((x - t.mean) ** 2 for x in t.kept)
-                    dof += len(t.kept) - 1
-            if dof:
-                out[node] = math.sqrt(squares / stats.chi2_quantile(dof, -SIGMA_CONFIDENCE_Z))
-        return out
 
     @staticmethod
     def _llr(log_ratio: float, variance: float, effect: float) -> float:
@@ -300,11 +265,25 @@ class Judge:
         flapping pair or two by chance (about 1% of its pairs at 60% noise), and its pairs together are the
         test of the node; re-opened on them, it would stay open however many partners it met."""
         by_node = per_node(judged)
+
+        def slow_elsewhere(node: int) -> set[int]:
+            # its partner whose pairs with it read slowest, where that partner's pairs with others say "slow"
+            # on their own: the partner explains those pairs, which say nothing of this node (at 4 nodes a slow
+            # node is a third of every other node's partners, and would keep them all from being cleared)
+            weights: dict[int, list[PairFigure]] = {}
+            for j in by_node[node]:
+                weights.setdefault(j.pair.other(node), []).append(j.pair)
+            worst = max(weights, key=lambda q: self.weigh(weights[q], scale))
+            theirs = [j.pair for j in by_node[worst] if j.pair.other(worst) != node and j.verdict != "flapping"]
+            return {worst} if theirs and self.weigh(theirs, scale) >= self.witness_llr else set()
+
         # a fast pair clears its nodes where it read steadily: one with an outlier may be a flapping node's
         # pair that happened to read slow once only
         cleared = {n for j in judged if j.verdict == "fast" and not j.outliers for n in (j.pair.a, j.pair.b)}
         for node, mine in by_node.items():
-            steady = [j.pair for j in mine if j.verdict != "flapping"]
+            steady = [
+                j.pair for j in mine if j.verdict != "flapping" and j.pair.other(node) not in slow_elsewhere(node)
+            ]
             if node not in cleared and steady and self.weigh(steady, scale) <= self.clear_llr:
                 cleared.add(node)
         for _ in range(len(by_node)):
@@ -366,7 +345,14 @@ class Judge:
             and self._replicated([j.pair for j in per_path[key]], scale)
             and self._below_ends(key, by_node, cleared, scale)
         ]
-        open_paths = [key for key in slow_paths if key not in named_paths]
+        # open: worth another round, where one more round reading as its rounds so far did would pass the
+        # paths' budget; a healthy pair that read slow by chance (one in a hundred at 60% noise) would not,
+        # and chasing it would cost a healthy cluster a round
+        open_paths = [
+            key
+            for key, llr in slow_paths.items()
+            if key not in named_paths and llr * (1 + 1 / len({j.pair.round for j in per_path[key]})) >= path_llr
+        ]
         left = measured - cleared - set(witnesses)
 
         def against(node: int) -> list[PairFigure]:

@@ -8,7 +8,14 @@ from collections.abc import Sequence
 
 from acceptance.families.internode import isolation_records as records
 from acceptance.families.internode.isolation_judge import Judge
-from acceptance.families.internode.isolation_records import MAX_PAIR_ROUNDS, MAX_STEPS, Pair, Round, Scale, Status
+from acceptance.families.internode.isolation_records import (
+    MAX_STEPS,
+    NOBODY_ROUNDS,
+    Pair,
+    Round,
+    Scale,
+    Status,
+)
 
 
 def first_round(iso: Judge, number: int) -> Round:
@@ -149,7 +156,7 @@ def rail_pairs(iso: Judge) -> list[Pair]:
         if not used & {a, b}:
             pairs.append((a, b))
             used.update((a, b))
-    if not pairs and not st.held and not st.untested and not st.too_noisy and len(iso.rounds) < MAX_PAIR_ROUNDS:
+    if not pairs and not st.held and not st.untested and not st.too_noisy and len(iso.rounds) < NOBODY_ROUNDS:
         # nobody stands out: every pair alike. One pair of cleared nodes' rails tells a rail slow on every
         # node (that rail's switch or cabling) from a fabric slow as a whole; within the pair rounds' budget
         census = next((r.steps[0] for r in iso.rounds if r.census), ())

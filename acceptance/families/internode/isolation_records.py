@@ -23,6 +23,10 @@ Pair = tuple[int, int]
 NODE_ENV = "ACCEPTANCE_NODE_RANK"
 # pair rounds: a third and more only while nodes are left open (at high noise); with the rails, at most 6
 MAX_PAIR_ROUNDS = 5
+# a cluster where nobody stands out ends within this many rounds: its one pair's rails (a rail slow on every
+# node) only where the pair rounds took one fewer; one that took more is at a noise where one pair's rails,
+# one reading a direction, tell a rail apart in about two trials of three
+NOBODY_ROUNDS = 4
 # the partners each open node meets in a confirmation round: two witnesses; more where one pair says
 # little against the noise, up to this many steps in one round (each step a pair test of every open node)
 MAX_STEPS = 4

@@ -90,9 +90,14 @@ def culprit(iso: Judge, node: int, st: Status) -> str:
     mine = [j for j in st.judged if j.pair.has(node) and j.pair.other(node) in st.cleared]
     slow = [j.pair.gbps for j in mine if j.verdict == "slow"]
     partners = ", ".join(str(n) for n in st.witnesses[node])
+    # none slow on its own at high noise, all of them together past the node's share of the budget: their
+    # figures, and that it is their sum that names it
+    figures = (
+        f"at {_span(slow)} GB/s" if slow else f"none slow alone, together at {_span([j.pair.gbps for j in mine])} GB/s"
+    )
     return (
         f"{iso.label(node)}: {len(slow)} of {len(mine)} pairs with cleared partners ({partners}) "
-        f"at {_span(slow)} GB/s against {st.level:.3g} healthy" + rail_text(iso, node)
+        f"{figures} against {st.level:.3g} healthy" + rail_text(iso, node)
     )
 
 

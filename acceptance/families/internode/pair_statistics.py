@@ -24,6 +24,11 @@ FLAP_OUTLIERS = 2
 # pair, so a healthy pair passes 2.5x about once in 100 and a healthy node's two pairs together about
 # once in 10,000
 NOISY_RATIO = 2.5
+# a noisy node's readings above the healthy level spread this many times the typical pair's noise (root mean
+# square): a flapping or healthy node's readings above the level are the typical noise's upper half, whose root
+# mean square is the noise itself, and five of them pass twice that about once in 1,000 (chi-square, 5 degrees
+# of freedom, above 20)
+NOISY_ABOVE = 2.0
 # E[x(4) - x(2)] of five standard normal readings: the middle three's span in units of the noise (the
 # expected order statistics of 5 normals, +-0.4950; Harter, 1961)
 MIDDLE_SPAN_5 = 0.990
