@@ -385,9 +385,12 @@ def test_a_healthy_cluster_at_60_percent_noise_lists_no_node_as_unresolved(nodes
 def test_a_healthy_cluster_at_60_percent_noise_ends_resolved_within_the_rounds(nodes: int) -> None:
     """Nothing named and no node left open, in 95% of trials, within the bounded rounds: a healthy node that
     met many partners is not held open by the slow or flapping pair or two that chance gives it, and one
-    that met every node it could (a few nodes) has its pairs read again."""
-    cell = bench.cell(0.6, nodes, "no fault", TRIALS, SEED)
-    assert cell.resolved >= 0.95 and cell.clean == 1.0, [t.rounds for t in cell.trials if not t.resolved]
+    that met every node it could (a few nodes) has its pairs read again. No healthy node or path named in
+    99.5% of trials (the goal of every cell): where trials are cheap (a few nodes) enough of them to read that
+    rate (400, so two namings at most), else every one of TRIALS."""
+    trials = 400 if nodes <= 4 else TRIALS
+    cell = bench.cell(0.6, nodes, "no fault", trials, SEED)
+    assert cell.resolved >= 0.95 and cell.clean >= 0.995, [t.rounds for t in cell.trials if not t.resolved]
     assert cell.max_rounds <= MAX_PAIR_ROUNDS
 
 
