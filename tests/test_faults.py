@@ -146,6 +146,17 @@ def test_a_crashed_rank_is_named_once(suite: pytest.Pytester) -> None:
     assert (node["severity"], node["category"], node["action"]) == ("review", "suite", "review")
 
 
+def test_a_rank_s_device_fault_drains_its_node(suite: pytest.Pytester) -> None:
+    """The other side of a crash in the suite's own code: a rank that raised a device fault's error (the words
+    of an uncorrectable ECC error) is the node's hardware, and the node drains."""
+    run = Run(suite, "ecc@1", CONNECTIVITY)
+    assert run.wait() == pytest.ExitCode.TESTS_FAILED, run.output
+    assert "uncorrectable ECC error" in run.output, run.output
+    [node] = json.loads((run.folder / "drain.json").read_text())["nodes"]
+    assert (node["severity"], node["category"], node["action"]) == ("drain", "hardware", "drain node")
+    assert_nothing_left(run.mark)
+
+
 def hung_connectivity(timeout_s: int, origin: str) -> str:
     """The message of a connectivity probe whose rank 1 hung in 'barrier latency' (``hang@1:barrier latency``),
     its limit set by ``origin``."""

@@ -47,7 +47,8 @@ from acceptance.schema.dtypes import DTYPE_NAMES
 
 # the profile's type names as torch types, for every probe (the names are torch's attribute names)
 TORCH_DTYPES: dict[str, torch.dtype] = {name: getattr(torch, name) for name in DTYPE_NAMES}
-# test-only knob: "crash@RANK", "hang@RANK[:PHASE]" (sleeps), "stop@RANK[:PHASE]" (SIGSTOPs itself)
+# test-only knob: "crash@RANK", "ecc@RANK" (a device fault's error), "hang@RANK[:PHASE]" (sleeps),
+# "stop@RANK[:PHASE]" (SIGSTOPs itself)
 FAULT_ENV = "ACCEPTANCE_TEST_FAULT"
 MAX_PHASES = 500  # a probe names a few dozen (a sweep: one per operation and size); a bound all the same
 BEAT_S = 1.0  # heartbeat period: a stopped rank's beat is at most this old when it stopped
@@ -230,6 +231,8 @@ def _maybe_fault(rank: int, phase: str) -> None:
         return
     if mode == "crash":
         raise RuntimeError(f"injected crash on rank {rank} ({FAULT_ENV}={knob})")
+    if mode == "ecc":  # the words torch raises for a GPU's uncorrectable memory error (cudaErrorECCUncorrectable)
+        raise RuntimeError(f"CUDA error: uncorrectable ECC error encountered (injected on rank {rank}, {FAULT_ENV})")
     if mode == "hang":
         while True:
             time.sleep(3600)

@@ -62,10 +62,11 @@ def _deferring(pending: list[int]) -> dict[int, _Handler] | None:
 
 def _replay(previous: dict[int, _Handler] | None, pending: list[int]) -> None:
     """The handlers back, then each noted signal handled as they would have (a KeyboardInterrupt, mostly)."""
-    for sig, handler in (previous or {}).items():
+    previous = previous or {}
+    for sig, handler in previous.items():
         signal.signal(sig, handler)
     for signum in pending:
-        handler = (previous or {}).get(signum)
+        handler = previous.get(signum)
         if callable(handler):
             handler(signum, None)
         elif handler != signal.SIG_IGN:
