@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from acceptance.families import collectives as collectives_rules
@@ -52,12 +54,10 @@ def figures(cluster: ClusterRun, sweep: collectives_rules.SweepResult) -> dict[s
     return {f.metric: f for f in rules.evaluate(sweep, COLLECTIVES.section_of(cluster.profile.model))}
 
 
-def _check(check: Checker, fig: Figure, causes: str = "") -> None:
-    """``fig`` judged, the causes its value names past its bound after its own lines."""
-    if fig.skip:
-        pytest.skip(fig.skip)
-    detail = (fig.detail + causes).lstrip("\n")
-    check(fig.metric, fig.value, fig.unit, detail, default=fig.bound, unmeasured=fig.unmeasured_text)
+def _with_causes(fig: Figure, causes: str) -> Figure:
+    """``fig`` with the causes its value names past its bound, after its own lines (the module's figures are
+    shared by its tests: a copy)."""
+    return dataclasses.replace(fig, notes=[*fig.notes, causes.lstrip("\n")]) if causes else fig
 
 
 def _causes(
@@ -77,7 +77,7 @@ def _causes(
 
 def test_sweep_complete(sweep: collectives_rules.SweepResult, figures: dict[str, Figure], check: Checker) -> None:
     check.measurements("sweep", sweep)
-    _check(check, figures["collectives.missing_cases"])
+    check(figures["collectives.missing_cases"])
 
 
 def test_busbw(
@@ -91,7 +91,7 @@ def test_busbw(
     row = rules.row_of(sweep, *coll_case)
     if row is not None:
         check.measurements("row", row)
-    _check(check, fig, _causes(cluster, sweep, fig, coll_case, culprit=True))
+    check(_with_causes(fig, _causes(cluster, sweep, fig, coll_case, culprit=True)))
 
 
 def test_time_per_call(
@@ -103,7 +103,7 @@ def test_time_per_call(
 ) -> None:
     """nccl-tests' time per call: the whole timed loop's, the mean over ranks."""
     fig = figures["collectives.{}.time_us@{}".format(*coll_case)]
-    _check(check, fig, _causes(cluster, sweep, fig, coll_case))
+    check(_with_causes(fig, _causes(cluster, sweep, fig, coll_case)))
 
 
 def test_latency(
@@ -115,11 +115,11 @@ def test_latency(
 ) -> None:
     """A small message's latency: the median timed window's time per call, which one stall leaves alone."""
     fig = figures["collectives.{}.latency_us@{}".format(*latency_case)]
-    _check(check, fig, _causes(cluster, sweep, fig, latency_case))
+    check(_with_causes(fig, _causes(cluster, sweep, fig, latency_case)))
 
 
 def test_data_correct(figures: dict[str, Figure], coll_case: tuple[str, str], check: Checker) -> None:
-    _check(check, figures["collectives.{}.wrong@{}".format(*coll_case)])
+    check(figures["collectives.{}.wrong@{}".format(*coll_case)])
 
 
 def test_transport_matches_the_hardware(sweep: collectives_rules.SweepResult, check: Checker) -> None:
@@ -134,7 +134,7 @@ def test_lateness(
     found = rules.spread_of(sweep, *spread_case)
     if found is not None:
         check.measurements("spread", found)
-    _check(check, figures["collectives.{}.lateness_p99_us@{}".format(*spread_case)])
+    check(figures["collectives.{}.lateness_p99_us@{}".format(*spread_case)])
 
 
 def test_late_ranks(
@@ -145,11 +145,11 @@ def test_late_ranks(
     size of the spread pass (``acceptance.families.collectives.rules``)."""
     fig = figures["collectives.late_ranks"]
     if fig.skip or fig.unmeasured:
-        _check(check, fig)  # skips, or fails as not measured
+        check(fig)  # skips, or fails as not measured
         return
     late = rules.late(sweep, COLLECTIVES.section_of(cluster.profile.model))
     ranks = {x.rank for x in late}
     named = {str(r): seen for r, seen in (sweep.get("foreign") or {}).items() if int(r) in ranks}
     cause = foreign_text(named)
     check.measurements("late", [{"rank": x.rank, "op": x.op, "size": x.size, "bound_us": x.bound_us} for x in late])
-    _check(check, fig, f"\n{cause}" if cause else "")
+    check(_with_causes(fig, cause))
