@@ -3,11 +3,18 @@ MFU counts, the spec its job runs, and its place in the tiers."""
 
 from __future__ import annotations
 
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
 import torch
+import torch.distributed as dist
 
 from acceptance.families import llama8b as llama8b_rules
 from acceptance.families.llama8b import LLAMA8B, PROBE, Llama8b, layers_text, spec
-from acceptance.families.training import StrategyResult, run_jobs
+from acceptance.families.training import StrategyResult, Training, run_jobs
+from acceptance.probes import train_strategies
 from acceptance.probes.train_model import ZERO_STATE_BYTES, build_config, build_model, describe, layers_that_fit
 from acceptance.profile.references import Setup, table
 from acceptance.profile.tiers import TIERS
@@ -63,7 +70,9 @@ def test_the_job_runs_the_training_probe_on_the_workload_s_settings() -> None:
     assert isinstance(training, dict)
     assert (training["model"], training["layers"], training["seq_len"]) == ("llama-3.1-8b", 8, SEQ)
     assert training["steps"] == 6
-    assert (training["precision"], training["compile"], training["grad_accum"]) == ("bf16", "blocks", 1)
+    # as the public figures: 16 micro-batches of one sequence a GPU per optimizer step, reduced each
+    assert (training["precision"], training["compile"], training["grad_accum"]) == ("bf16", "blocks", 16)
+    assert training["sync_every_micro_batch"] is True
     assert training["scaling_baseline"] == "none"
     assert found["strategies"] == ["fsdp", "zero3"] and found["expected_world_size"] == 8
 
@@ -131,3 +140,29 @@ def test_the_mfu_skips_where_the_profile_sets_no_peak_and_else_names_its_referen
     mfu = with_peak["llama8b.fsdp.mfu"]
     assert (mfu.value, mfu.detail.splitlines()[-1]) == (0.4, "0.95 of the reference")
     assert with_peak["llama8b.fsdp.loss_ratio"].detail.startswith("loss 12.0000 at the first step, 11.0000 at step 2")
+
+
+@pytest.mark.parametrize(("every", "expected"), [(True, [True, True, True]), (False, [False, False, True])])
+def test_fsdp_reduces_each_micro_batch_where_the_section_says(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, every: bool, expected: list[bool]
+) -> None:
+    """Without a reduction between micro-batches FSDP2 keeps every gradient unsharded: the reference workload
+    reduces each one, the training family the last one's only."""
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        model: Any = build_model("llama-3.1-8b-tiny", 16, torch.device("cpu"), 0)
+        training = {**Training().model_dump(mode="json"), "precision": "fp32", "sync_every_micro_batch": every}
+        ctx = SimpleNamespace(device=torch.device("cpu"), world_size=1)
+        runner = train_strategies.fsdp(model, training, ctx)  # type: ignore[arg-type]
+        seen: list[bool] = []
+        original = model.set_requires_gradient_sync
+
+        def spy(requires: bool, **kwargs: Any) -> None:
+            seen.append(requires)
+            original(requires, **kwargs)
+
+        monkeypatch.setattr(model, "set_requires_gradient_sync", spy)
+        runner.step([torch.randint(0, 512, (1, 16)) for _ in range(3)])
+    finally:
+        dist.destroy_process_group()
+    assert seen == expected

@@ -141,8 +141,13 @@ def fsdp(model: nn.Module, t: TrainingConfig, ctx: Ctx) -> Runner:
         fully_shard(layer, mesh=mesh, mp_policy=policy)
     fully_shard(model, mesh=mesh, mp_policy=policy)
 
+    # Between micro-batches FSDP2 without its reduction keeps every gradient unsharded (the whole model's, in
+    # the parameters' dtype, on each rank); reducing each micro-batch keeps them sharded, as torchtitan does,
+    # at the price of one reduce-scatter a micro-batch
+    every = bool(t.get("sync_every_micro_batch", False))
+
     def sync(last: bool) -> contextlib.AbstractContextManager[Any]:
-        model.set_requires_gradient_sync(last)  # type: ignore[operator]
+        model.set_requires_gradient_sync(last or every)  # type: ignore[operator]
         return contextlib.nullcontext()
 
     scaler = ShardedGradScaler(ctx.device.type) if dtype is torch.float16 else None

@@ -49,6 +49,9 @@ class TrainingConfig(TypedDict):
     # the decoder layers to build of the model's shape: a count, or "fit": as many as the GPUs' memory holds
     # (``probes.train_model.layers_that_fit``); left out or None: all of them (the reference workload sets it)
     layers: NotRequired[int | Literal["fit"] | None]
+    # FSDP2 reduces the gradients of every micro-batch (sharded between them) rather than the last one's only
+    # (the reference workload sets it; left out: the last one's)
+    sync_every_micro_batch: NotRequired[bool]
 
 
 class GpuUtil(TypedDict):
