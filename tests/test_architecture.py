@@ -231,7 +231,6 @@ NAMING_A_FAMILY: dict[str, str] = {
     "run/preflight.py": "the preflight's GPU count (health)",
     "run/toolchain.py": "the collectives' and training's toolchain",
     "run/training_jobs.py": "the training and llama8b jobs",
-    "run/worker_pool.py": "the internode probe's worker",
     # "fabric" here is a failure's category (a link across nodes), which shares the family's name
     "evidence/causes.py": "the fabric category of a cause",
     "evidence/drain.py": "the fabric category of a failure in the drain list",
