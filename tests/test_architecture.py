@@ -231,9 +231,9 @@ NAMING_A_FAMILY: dict[str, str] = {
     "run/preflight.py": "the preflight's GPU count (health)",
     "run/toolchain.py": "the collectives' and training's toolchain",
     "run/training_jobs.py": "the training and llama8b jobs",
-    # "fabric" here is a failure's category (a link across nodes), which shares the family's name
-    "evidence/causes.py": "the fabric category of a cause",
-    "evidence/drain.py": "the fabric category of a failure in the drain list",
+    # "fabric" here is a failure's category (a link across nodes), a word of the one vocabulary of whose fault
+    # a failure is, which shares the family's name
+    "verdicts.py": "the fabric category of a failure",
     "cli/bench_train.py": "the bench_train command",
     "cli/sweep.py": "the sweep command",
 }

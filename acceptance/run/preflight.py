@@ -22,12 +22,13 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import cast
 
-from acceptance.evidence.causes import FOREIGN_LOAD_FIRST, Category
+from acceptance.evidence.causes import FOREIGN_LOAD_FIRST
 from acceptance.families import nvlink_domain
 from acceptance.families.gpu_users import GpuProcess, GpuUse, Ours, descends_from, foreign, foreign_use
 from acceptance.families.health import HEALTH, NodeInventory, TorchView, same_model
 from acceptance.profile.model import ProfileModel
 from acceptance.run import toolchain
+from acceptance.verdicts import Category
 
 FAULT_ENV = "ACCEPTANCE_TEST_FAULT"  # the tests' fault knob, the one the ranks read (acceptance.probes.rank)
 DETECT_TIMEOUT_S = 120.0  # importing torch and initialising NVML; minutes would mean a wedged driver
