@@ -224,9 +224,7 @@ NAMING_A_FAMILY: dict[str, str] = {
     "profile/floors.py": "the hardware floors init writes, per family",
     "profile/readings.py": "the collectives' noise, until their family carries its own (Family.noise)",
     # what one family alone has, outside the list
-    "plugin/preflight_hooks.py": "the fabric's first reading before any probe",
     "plugin/training_stage.py": "the training job's staging",
-    "run/fabric_readings.py": "the fabric's readings in the plugin process",
     "run/isolation_rounds.py": "the isolation rounds (collectives, connectivity, internode)",
     "run/preflight.py": "the preflight's GPU count (health)",
     "run/toolchain.py": "the collectives' and training's toolchain",

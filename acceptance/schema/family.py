@@ -134,6 +134,10 @@ class Family(Generic[S]):
     lets_import: bool = False
     # its result lists every rank's host and device: the evidence's ``cluster.nodes`` is taken from it
     describes_nodes: bool = False
+    # the folder its probe reads this node's ports under, from its section: the plugin reads them in its own
+    # process (``acceptance.run.fabric_readings``) beside the preflight, before any probe moved data over them
+    # (the evidence's ``cluster.fabric_before``), and the family's test reads them again; None: no such reading
+    reads_ports: Callable[[S], str] | None = None
     # its result lists each node's InfiniBand HCAs with their ports' rates (``hcas``): the report's reference
     # rows take the run's NICs from it
     describes_nics: bool = False
