@@ -227,7 +227,6 @@ NAMING_A_FAMILY: dict[str, str] = {
     "plugin/training_stage.py": "the training job's staging",
     "run/isolation_rounds.py": "the isolation rounds (collectives, connectivity, internode)",
     "run/preflight.py": "the preflight's GPU count (health)",
-    "run/toolchain.py": "the collectives' and training's toolchain",
     "run/training_jobs.py": "the training and llama8b jobs",
     # "fabric" here is a failure's category (a link across nodes), a word of the one vocabulary of whose fault
     # a failure is, which shares the family's name

@@ -26,6 +26,7 @@ from acceptance.schema.bounds import Threshold
 from acceptance.schema.fields import Strict
 from acceptance.schema.noise import Noise
 from acceptance.schema.stored import StoredRun
+from acceptance.schema.toolchain import Need
 
 Better = Literal["higher", "lower", "none"]  # none: a count to match (world size), or a value with no good side
 # How a change against a baseline run is measured (``compare``, ``--cluster-baseline``): relative to the old
@@ -134,6 +135,9 @@ class Family(Generic[S]):
     lets_import: bool = False
     # its result lists every rank's host and device: the evidence's ``cluster.nodes`` is taken from it
     describes_nodes: bool = False
+    # the compilers its probes' dependencies build with under its section on the ``topology.device``, each with
+    # the profile's setting that asks for it (``acceptance.run.toolchain``: the preflight looks them up)
+    builds_with: Callable[[S, Device], list[tuple[Need, str]]] | None = None
     # the folder its probe reads this node's ports under, from its section: the plugin reads them in its own
     # process (``acceptance.run.fabric_readings``) beside the preflight, before any probe moved data over them
     # (the evidence's ``cluster.fabric_before``), and the family's test reads them again; None: no such reading

@@ -12,16 +12,17 @@ from typing_extensions import NotRequired, TypedDict
 
 from acceptance.families.collectives import lateness
 from acceptance.families.collectives.lateness import RankPlace, Spread
-from acceptance.families.collectives.timing import TimingAsked
+from acceptance.families.collectives.timing import TimingAsked, calls_nccl
 from acceptance.families.gpu_users import ForeignSeen
 from acceptance.families.transport import TransportRecord
 from acceptance.numbers import spread
 from acceptance.schema.bounds import Threshold, must_be_zero
 from acceptance.schema.collectives import COLLECTIVE_OPS, OPS
 from acceptance.schema.dtypes import DTYPE_NAMES
-from acceptance.schema.family import GPU_ONLY, Family, Metric
+from acceptance.schema.family import GPU_ONLY, Device, Family, Metric
 from acceptance.schema.fields import PositiveInt, Size, Strict
 from acceptance.schema.sizes import parse_size
+from acceptance.schema.toolchain import Need
 
 # Below 1 MiB a collective is bound by its launch and NCCL's latency protocol (LL), not by its links: on 2x
 # H200 nccl-tests' all_reduce took 21 us a call at 1 MiB and ~10 us at 64 B (REFERENCE.md; docs/measurements.md)
@@ -120,6 +121,16 @@ def _late_bound(s: Collectives) -> Threshold:
     )
 
 
+# acceptance/probes/nccl_loop.py: $CC, else cc; without it the calls are issued from Python, and labelled so
+NCCL_LOOP = Need("collectives", "the collectives' C loop ({setting}) is built", "CC", ("cc",),
+                 "acceptance/probes/nccl_loop.py", stops=False)  # fmt: skip
+
+
+def _builds_with(s: Collectives, device: Device) -> list[tuple[Need, str]]:
+    """The C loop's compiler where the sweeps call libnccl on GPUs."""
+    return [(NCCL_LOOP, f"collectives.timing: {s.timing}")] if device == "cuda" and calls_nccl(s.timing) else []
+
+
 _SWEEP = {"op": _ops, "size": _sizes}
 COLLECTIVES = Family(
     "collectives",
@@ -171,6 +182,7 @@ COLLECTIVES = Family(
     in_worker=("collectives",),
     gpu_timed=True,
     host_loops=True,
+    builds_with=_builds_with,
 )
 
 

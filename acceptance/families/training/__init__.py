@@ -24,9 +24,10 @@ from typing_extensions import TypedDict
 from acceptance.families.training.noise import noise
 from acceptance.json_types import JSONObject
 from acceptance.schema.bounds import Threshold
-from acceptance.schema.family import GPU_ONLY, Family, LoadedProfile, Metric
+from acceptance.schema.family import GPU_ONLY, Device, Family, LoadedProfile, Metric
 from acceptance.schema.fields import PositiveInt, RunName, Strict
 from acceptance.schema.peaks import Peaks, Precision
+from acceptance.schema.toolchain import Need
 
 TRAIN_STRATEGIES = ("ddp", "fsdp", "zero1", "zero2", "zero3", "zero3_offload")
 DEEPSPEED_STRATEGIES = ("zero1", "zero2", "zero3", "zero3_offload")
@@ -102,6 +103,30 @@ def _strategies(s: Training) -> Sequence[str]:
     return s.strategies
 
 
+# triton/runtime/build.py: $CC, else gcc, else clang ("Failed to find C compiler")
+TRITON = Need("training", "torch.compile ({setting}) builds Triton's launchers", "CC", ("gcc", "clang"),
+              "triton/runtime/build.py")  # fmt: skip
+# torch/_inductor/config.py cpp.cxx: $CXX, else g++ (Inductor's C++ kernels on the CPU)
+INDUCTOR_CPU = Need("training", "torch.compile ({setting}) builds Inductor's C++ kernels", "CXX", ("g++",),
+                    "torch/_inductor/config.py")  # fmt: skip
+# deepspeed/comm/torch.py build_shm_op, through torch/utils/cpp_extension.py: $CXX, else c++
+DEEPSPEED_CPU = Need("training", "DeepSpeed's CPU communication op ({setting}) is built", "CXX", ("c++",),
+                     "deepspeed/comm/torch.py")  # fmt: skip
+
+
+def _builds_with(s: Training, device: Device) -> list[tuple[Need, str]]:
+    """torch.compile's compiler where the section compiles; DeepSpeed's CPU op where a strategy of it runs on
+    the CPU."""
+    found: list[tuple[Need, str]] = []
+    cuda = device == "cuda"
+    if s.compile != "none":
+        found.append((TRITON if cuda else INDUCTOR_CPU, f"training.compile: {s.compile}"))
+    deepspeed = [name for name in s.strategies if name in DEEPSPEED_STRATEGIES or name in s.deepspeed]
+    if deepspeed and not cuda:
+        found.append((DEEPSPEED_CPU, f"training: {', '.join(deepspeed)}"))
+    return found
+
+
 _STRATEGY = {"strategy": _strategies}
 TRAINING = Family(
     "training",
@@ -131,6 +156,7 @@ TRAINING = Family(
     ),
     probes=("training",),
     noise=noise,
+    builds_with=_builds_with,
 )  # fmt: skip
 
 
