@@ -135,6 +135,9 @@ class Family(Generic[S]):
     lets_import: bool = False
     # its result lists every rank's host and device: the evidence's ``cluster.nodes`` is taken from it
     describes_nodes: bool = False
+    # whether another process left on the run's GPUs at its start is the node's own fault (its configuration:
+    # drain), from its section, rather than foreign load (rerun once it is gone): the preflight asks
+    leftover_drains: Callable[[S], bool] | None = None
     # the compilers its probes' dependencies build with under its section on the ``topology.device``, each with
     # the profile's setting that asks for it (``acceptance.run.toolchain``: the preflight looks them up)
     builds_with: Callable[[S, Device], list[tuple[Need, str]]] | None = None
