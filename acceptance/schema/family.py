@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Generic, Literal, Protocol, TypeVar
 
 from acceptance.json_types import JSONObject
-from acceptance.schema.bounds import Threshold
+from acceptance.schema.bounds import Threshold, must_be_zero
 from acceptance.schema.fields import Strict
 from acceptance.schema.noise import Noise
 from acceptance.schema.stored import StoredRun
@@ -88,6 +88,38 @@ class Metric(Generic[S]):
         parts = re.split(r"\{([^{}]*)\}", self.names)  # text, choices, text, choices, ..., text
         options = [part.split(",") if i % 2 else [part] for i, part in enumerate(parts)]
         return tuple("".join(pick) for pick in itertools.product(*options))
+
+
+@dataclass(frozen=True)
+class Shapes(Generic[S]):
+    """A family's metric declarations that share their words (``Metric.doc``) and their domains, given once:
+    ``figure`` declares a shape with them, ``count`` a correctness count, whose bound is 0 whatever the
+    section says (said here once, not on each count)."""
+
+    doc: str
+    domains: Mapping[str, Callable[[S], Sequence[str]]] = field(default_factory=dict)
+
+    def figure(
+        self,
+        regex: str,
+        better: Better,
+        *,
+        doc: str | None = None,
+        scale: Scale = "relative",
+        kind: Kind = "performance",
+        devices: tuple[Device, ...] = ANY_DEVICE,
+        builtin: Callable[[S], Threshold | None] | None = None,
+        local: bool | None = None,
+    ) -> Metric[S]:
+        return Metric(regex, doc or self.doc, better, scale=scale, kind=kind, domains=self.domains, devices=devices,
+                      builtin=builtin, local=local)  # fmt: skip
+
+    def count(
+        self, regex: str, *, doc: str | None = None, devices: tuple[Device, ...] = ANY_DEVICE, local: bool | None = None
+    ) -> Metric[S]:
+        return self.figure(
+            regex, "lower", doc=doc, kind="correctness", devices=devices, builtin=must_be_zero, local=local
+        )
 
 
 # a probe's result as a re-measure merges it: read and written by the figures' names

@@ -15,9 +15,8 @@ from acceptance.families.connectivity import ConnectivityResult as ConnectivityR
 from acceptance.families.connectivity import matrices as matrices
 from acceptance.families.connectivity import slowest as slowest
 from acceptance.families.connectivity import wrong as wrong
-from acceptance.schema.bounds import must_be_zero
 from acceptance.schema.collectives import COLLECTIVE_OPS
-from acceptance.schema.family import Family, Metric
+from acceptance.schema.family import Family, Shapes
 from acceptance.schema.fields import Size, Strict
 from acceptance.schema.figure import Figure
 from acceptance.schema.noise import Noise, at, items, results, size_of, windows_noise
@@ -75,26 +74,18 @@ def noise(evidence: StoredRun, parts: list[str], size: str) -> Noise | None:
     return None
 
 
-_SWEEP = {"op": _ops, "size": _sizes}
+_SWEEP = Shapes[Internode](_INTER, {"op": _ops, "size": _sizes})
+_RAILS = Shapes[Internode](_RAIL)
 INTERNODE = Family(
     "internode",
     "collectives across nodes against inside a node (2+ nodes)",
     Internode,
     (
-        Metric[Internode](rf"{_INTER_PATH}\.busbw_gbps@(?P<size>\w+)", _INTER, "higher", domains=_SWEEP),
-        Metric[Internode](
-            rf"{_INTER_PATH}\.wrong@(?P<size>\w+)",
-            _INTER,
-            "lower",
-            kind="correctness",
-            domains=_SWEEP,
-            builtin=must_be_zero,
-        ),
-        Metric[Internode](
-            r"(?P<op>\w+)\.efficiency@(?P<size>\w+)", "internode.<op>.efficiency@<size>", "higher", domains=_SWEEP
-        ),
-        Metric[Internode](r"(rail_min_gbps)", _RAIL, "higher"),
-        Metric[Internode](r"(rail_wrong|isolation_culprits)", _RAIL, "lower", kind="correctness", builtin=must_be_zero),
+        _SWEEP.figure(rf"{_INTER_PATH}\.busbw_gbps@(?P<size>\w+)", "higher"),
+        _SWEEP.count(rf"{_INTER_PATH}\.wrong@(?P<size>\w+)"),
+        _SWEEP.figure(r"(?P<op>\w+)\.efficiency@(?P<size>\w+)", "higher", doc="internode.<op>.efficiency@<size>"),
+        _RAILS.figure(r"(rail_min_gbps)", "higher"),
+        _RAILS.count(r"(rail_wrong|isolation_culprits)"),
     ),
     probes=("internode", "isolation"),
     in_worker=("internode", "isolation"),

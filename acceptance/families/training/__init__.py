@@ -24,7 +24,7 @@ from typing_extensions import TypedDict
 from acceptance.families.training.noise import noise
 from acceptance.json_types import JSONObject
 from acceptance.schema.bounds import Threshold
-from acceptance.schema.family import GPU_ONLY, Device, Family, LoadedProfile, Metric
+from acceptance.schema.family import GPU_ONLY, Device, Family, LoadedProfile, Metric, Shapes
 from acceptance.schema.fields import PositiveInt, RunName, Strict
 from acceptance.schema.peaks import Peaks, Precision
 from acceptance.schema.toolchain import Need
@@ -127,31 +127,23 @@ def _builds_with(s: Training, device: Device) -> list[tuple[Need, str]]:
     return found
 
 
-_STRATEGY = {"strategy": _strategies}
+_STRATEGY = Shapes[Training](_TRAIN, {"strategy": _strategies})
 TRAINING = Family(
     "training",
     "short real training runs: DDP, FSDP, DeepSpeed ZeRO",
     Training,
     (
-        Metric[Training](r"(?P<strategy>\w+)\.(tokens_per_s_per_gpu)", _TRAIN, "higher", domains=_STRATEGY),
+        _STRATEGY.figure(r"(?P<strategy>\w+)\.(tokens_per_s_per_gpu)", "higher"),
         # a GPU's peak FLOP/s and its NVML utilisation: neither exists on the CPU
-        Metric[Training](
-            r"(?P<strategy>\w+)\.(mfu|gpu_util_pct)", _TRAIN, "higher", domains=_STRATEGY, devices=GPU_ONLY
-        ),
-        Metric[Training](
-            r"(?P<strategy>\w+)\.(step_time_s|step_time_std_s|peak_mem_gib|loss_last)", _TRAIN, "lower",
-            domains=_STRATEGY,
-        ),
-        Metric[Training](
-            r"(?P<strategy>\w+)\.(loss_ratio)", _TRAIN, "lower", kind="correctness", domains=_STRATEGY,
-            builtin=_loss_must_fall,
-        ),
-        Metric[Training](r"(?P<strategy>\w+)\.(wall_s)", _TRAIN, "lower", scale="bound", domains=_STRATEGY),
-        Metric[Training](r"(?P<strategy>\w+)\.(loss_first)", _TRAIN, "none", domains=_STRATEGY),
+        _STRATEGY.figure(r"(?P<strategy>\w+)\.(mfu|gpu_util_pct)", "higher", devices=GPU_ONLY),
+        _STRATEGY.figure(r"(?P<strategy>\w+)\.(step_time_s|step_time_std_s|peak_mem_gib|loss_last)", "lower"),
+        _STRATEGY.figure(r"(?P<strategy>\w+)\.(loss_ratio)", "lower", kind="correctness", builtin=_loss_must_fall),
+        _STRATEGY.figure(r"(?P<strategy>\w+)\.(wall_s)", "lower", scale="bound"),
+        _STRATEGY.figure(r"(?P<strategy>\w+)\.(loss_first)", "none"),
         Metric[Training](r"scaling_efficiency", "training.scaling_efficiency", "higher"),
-        Metric[Training](
-            r"canary\.(?P<strategy>\w+)\.max_rel_diff", "training.canary.<strategy>.max_rel_diff", "lower",
-            scale="bound", kind="correctness", domains=_STRATEGY, builtin=_canary_rtol,
+        _STRATEGY.figure(
+            r"canary\.(?P<strategy>\w+)\.max_rel_diff", "lower", doc="training.canary.<strategy>.max_rel_diff",
+            scale="bound", kind="correctness", builtin=_canary_rtol,
         ),
     ),
     probes=("training",),
