@@ -138,6 +138,35 @@ class Remeasure(Generic[S]):
     merge: Callable[[Result, Result, list[str]], Result]  # the first result with those figures measured again
 
 
+# this run's result of the probe run under a key (``isolation-1``, ``connectivity``), where it ran and
+# succeeded; None: none such
+Records = Callable[[str], Mapping[str, Any] | None]
+# runs one job of an isolation: the probe's spec sections for it and its key; its result, or why it failed
+RunRound = Callable[[Mapping[str, object], str], "Mapping[str, Any] | str"]
+
+
+class Search(Protocol):
+    """An isolation's outcome: who it named and why, in one line."""
+
+    def message(self) -> str: ...
+
+
+@dataclass(frozen=True)
+class Isolating(Generic[S]):
+    """How a family names the node or path behind a figure across nodes that failed: rounds of probe jobs that
+    the run drives (``acceptance.run.isolation_rounds``: every node's pytest runs the same rounds in the same
+    order, each cached under its key, so a second failing figure replays the same verdict)."""
+
+    probe: str  # the probe each round runs; round N's key is ``<probe>-N``
+    enabled: Callable[[S], bool]  # from the family's section (the run adds: 2 nodes or more)
+    # the rounds until the verdict is in: the section, the profile model, the node count, the run's records
+    isolate: Callable[[S, object, int, Records, RunRound], Search]
+    hint: Callable[[Records], tuple[tuple[int, int], ...]]  # the node pairs round 1 starts from
+    # where a slow collective's culprit is to be found, in words: the isolation's (replayed), or the slowest
+    # links the run measured; the node count
+    culprit: Callable[[Records, Search | None, int], str]
+
+
 @dataclass(frozen=True)
 class Family(Generic[S]):
     """One family of checks; the name is the same on every side (see the module's docstring)."""
@@ -167,6 +196,8 @@ class Family(Generic[S]):
     lets_import: bool = False
     # its result lists every rank's host and device: the evidence's ``cluster.nodes`` is taken from it
     describes_nodes: bool = False
+    # names the node or path behind a failed figure across nodes in rounds of probe jobs; None: no isolation
+    isolation: Isolating[S] | None = None
     # whether another process left on the run's GPUs at its start is the node's own fault (its configuration:
     # drain), from its section, rather than foreign load (rerun once it is gone): the preflight asks
     leftover_drains: Callable[[S], bool] | None = None

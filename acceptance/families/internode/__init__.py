@@ -15,8 +15,10 @@ from acceptance.families.connectivity import ConnectivityResult as ConnectivityR
 from acceptance.families.connectivity import matrices as matrices
 from acceptance.families.connectivity import slowest as slowest
 from acceptance.families.connectivity import wrong as wrong
+from acceptance.families.internode import rounds
+from acceptance.families.internode.isolation import Isolation
 from acceptance.schema.collectives import COLLECTIVE_OPS
-from acceptance.schema.family import Family, Shapes
+from acceptance.schema.family import Family, Isolating, Records, RunRound, Shapes
 from acceptance.schema.fields import Size, Strict
 from acceptance.schema.figure import Figure
 from acceptance.schema.noise import Noise, at, items, results, size_of, windows_noise
@@ -74,6 +76,15 @@ def noise(evidence: StoredRun, parts: list[str], size: str) -> Noise | None:
     return None
 
 
+def _isolation_on(s: Internode) -> bool:
+    return s.isolation
+
+
+def _isolate(s: Internode, model: object, nodes: int, records: Records, run_round: RunRound) -> Isolation:
+    found = Isolation(nodes, s.slow_pair_fraction, s.mild_pair_fraction, hint=rounds.hint(records))
+    return rounds.isolate(found, model, run_round)
+
+
 _SWEEP = Shapes[Internode](_INTER, {"op": _ops, "size": _sizes})
 _RAILS = Shapes[Internode](_RAIL)
 INTERNODE = Family(
@@ -88,6 +99,7 @@ INTERNODE = Family(
         _RAILS.count(r"(rail_wrong|isolation_culprits)"),
     ),
     probes=("internode", "isolation"),
+    isolation=Isolating(rounds.PROBE, _isolation_on, _isolate, rounds.hint, rounds.culprit),
     in_worker=("internode", "isolation"),
     gpu_timed=True,
     host_loops=True,

@@ -63,7 +63,7 @@ class RoundSpec(TypedDict):
 
 
 class IsolationConfig(TypedDict):
-    """An isolation round's section of its probe's spec (``acceptance.run.isolation_rounds.round_spec``)."""
+    """An isolation round's section of its probe's spec (``acceptance.families.internode.rounds.round_spec``)."""
 
     round: RoundSpec
     op: str
