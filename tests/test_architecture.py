@@ -224,7 +224,6 @@ NAMING_A_FAMILY: dict[str, str] = {
     "profile/floors.py": "the hardware floors init writes, per family",
     "profile/readings.py": "the collectives' noise, until their family carries its own (Family.noise)",
     # what one family alone has, outside the list
-    "plugin/training_stage.py": "the training job's staging",
     "run/training_jobs.py": "the training and llama8b jobs",
     # "fabric" here is a failure's category (a link across nodes), a word of the one vocabulary of whose fault
     # a failure is, which shares the family's name

@@ -182,6 +182,9 @@ class Family(Generic[S]):
     probes: tuple[str, ...] = ()
     in_worker: tuple[str, ...] = ()
     needs_every_gpu: bool = True  # its probes start a rank on every GPU of the node: skipped without them
+    # its job starts ahead of its turn, its imports in the shadow of the modules timed on the GPU's own clock
+    # right before its tests (``acceptance.plugin.training_stage``; the job: ``acceptance.run.training_jobs``)
+    staged: bool = False
     # its figures are timed on the GPU's own clock (CUDA events, CUDA graphs), so that a job importing on the
     # host beside them cannot move one (``plugin.training_stage``)
     gpu_timed: bool = False

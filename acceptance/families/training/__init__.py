@@ -147,6 +147,7 @@ TRAINING = Family(
         ),
     ),
     probes=("training",),
+    staged=True,
     noise=noise,
     builds_with=_builds_with,
 )  # fmt: skip
