@@ -223,8 +223,9 @@ NAMING_A_FAMILY: dict[str, str] = {
     "profile/initial.py": "init's first profile, one block per family",
     "profile/floors.py": "the hardware floors init writes, per family",
     "profile/readings.py": "the collectives' noise, until their family carries its own (Family.noise)",
-    # what one family alone has, outside the list
-    "run/training_jobs.py": "the training and llama8b jobs",
+    # the training and reference workload's jobs launched on the run, and what the selected tests need of them:
+    # a family's module sits below the run (the layers) and cannot launch a job itself
+    "run/training_jobs.py": "the training and llama8b jobs on the run",
     # "fabric" here is a failure's category (a link across nodes), a word of the one vocabulary of whose fault
     # a failure is, which shares the family's name
     "verdicts.py": "the fabric category of a failure",
