@@ -24,7 +24,7 @@ from typing_extensions import TypedDict
 from acceptance.families.training.noise import noise
 from acceptance.json_types import JSONObject
 from acceptance.schema.bounds import Threshold
-from acceptance.schema.family import GPU_ONLY, Device, Family, LoadedProfile, Metric, Shapes
+from acceptance.schema.family import GPU_ONLY, Device, Family, LoadedProfile, Metric, S, Shapes
 from acceptance.schema.fields import PositiveInt, RunName, Strict
 from acceptance.schema.peaks import Peaks, Precision
 from acceptance.schema.toolchain import Need
@@ -91,8 +91,22 @@ class Training(Strict):
 _TRAIN = "training.<strategy>.<figure>"
 
 
-def _loss_must_fall(_s: Training) -> Threshold:
+def loss_must_fall(_section: object) -> Threshold:
+    """``Metric.builtin`` of a workload's ``loss_ratio`` (last loss over first): it must fall, whatever the
+    section says."""
     return Threshold(max=0.99, source="built-in: the loss must fall by at least 1% over the run")
+
+
+def workload_figures(shapes: Shapes[S]) -> tuple[Metric[S], ...]:
+    """The figures every strategy of a training workload gives, the training family's and the reference
+    workload's alike (``acceptance.families.llama8b``): its speed, its step times and memory, and its loss."""
+    return (
+        shapes.figure(r"(?P<strategy>\w+)\.(tokens_per_s_per_gpu)", "higher"),
+        # a GPU's peak FLOP/s: none on the CPU
+        shapes.figure(r"(?P<strategy>\w+)\.(mfu)", "higher", devices=GPU_ONLY),
+        shapes.figure(r"(?P<strategy>\w+)\.(step_time_s|step_time_std_s|peak_mem_gib)", "lower"),
+        shapes.figure(r"(?P<strategy>\w+)\.(loss_ratio)", "lower", kind="correctness", builtin=loss_must_fall),
+    )
 
 
 def _canary_rtol(s: Training) -> Threshold:
@@ -133,11 +147,10 @@ TRAINING = Family(
     "short real training runs: DDP, FSDP, DeepSpeed ZeRO",
     Training,
     (
-        _STRATEGY.figure(r"(?P<strategy>\w+)\.(tokens_per_s_per_gpu)", "higher"),
-        # a GPU's peak FLOP/s and its NVML utilisation: neither exists on the CPU
-        _STRATEGY.figure(r"(?P<strategy>\w+)\.(mfu|gpu_util_pct)", "higher", devices=GPU_ONLY),
-        _STRATEGY.figure(r"(?P<strategy>\w+)\.(step_time_s|step_time_std_s|peak_mem_gib|loss_last)", "lower"),
-        _STRATEGY.figure(r"(?P<strategy>\w+)\.(loss_ratio)", "lower", kind="correctness", builtin=_loss_must_fall),
+        *workload_figures(_STRATEGY),
+        # a GPU's NVML utilisation: none on the CPU
+        _STRATEGY.figure(r"(?P<strategy>\w+)\.(gpu_util_pct)", "higher", devices=GPU_ONLY),
+        _STRATEGY.figure(r"(?P<strategy>\w+)\.(loss_last)", "lower"),
         _STRATEGY.figure(r"(?P<strategy>\w+)\.(wall_s)", "lower", scale="bound"),
         _STRATEGY.figure(r"(?P<strategy>\w+)\.(loss_first)", "none"),
         Metric[Training](r"scaling_efficiency", "training.scaling_efficiency", "higher"),
