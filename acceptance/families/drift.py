@@ -27,18 +27,8 @@ from acceptance.schema.figure import Figure
 # fields: one value per GPU (each rank reads its own). The probe (acceptance/probes/drift.py) reads them and
 # its docstring says from where; every value is text, compared exactly.
 DRIFT_NODE_FIELDS = ("kernel", "os", "python", "torch", "cuda", "nccl", "driver", "nic_firmware", "nic_rate")
-DRIFT_GPU_FIELDS = (
-    "gpu_name",
-    "vbios",
-    "ecc_mode",
-    "persistence_mode",
-    "mig_mode",
-    "power_limit_w",
-    "app_clock_sm_mhz",
-    "app_clock_mem_mhz",
-    "pcie_max_gen",
-    "pcie_max_width",
-)
+DRIFT_GPU_FIELDS = ("gpu_name", "vbios", "ecc_mode", "persistence_mode", "mig_mode", "power_limit_w",
+                    "app_clock_sm_mhz", "app_clock_mem_mhz", "pcie_max_gen", "pcie_max_width")  # fmt: skip
 DRIFT_FIELDS = DRIFT_NODE_FIELDS + DRIFT_GPU_FIELDS
 
 
