@@ -507,7 +507,7 @@ def noise(evidence: StoredRun, parts: list[str], size: str) -> Noise | None:
 REMEASURE = Remeasure[Compute](lambda s: s.remeasure, low_figures, again_spec, merged)
 
 
-_COMPUTE = "compute.<figure>_<min|median|below_median>"
+_PER_GPU = Shapes[Compute]("compute.<figure>_<min|median|below_median>")
 
 
 def _tolerance(s: Compute) -> Threshold:
@@ -517,7 +517,6 @@ def _tolerance(s: Compute) -> Threshold:
 _COMPUTE_FIGURES = r"(matmul_tflops|copy_gbps)"
 # the CPU path has no fp8 tensor cores and no device memory to copy to: "not applicable on the CPU"
 _GPU_COMPUTE_FIGURES = r"(matmul_fp8_tflops|h2d_gbps|d2h_gbps)"
-_PER_GPU = Shapes[Compute](_COMPUTE)
 COMPUTE = Family(
     "compute",
     "per-GPU speed, every GPU at once: matmul, copies, host links, burn-in",

@@ -11,8 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from acceptance.schema.bounds import must_be_zero
-from acceptance.schema.family import Family, Metric
+from acceptance.schema.family import Family, Shapes
 from acceptance.schema.fields import AbsolutePath, Strict
 from acceptance.schema.figure import Figure
 from acceptance.schema.ports import FabricReading as FabricReading  # the family's result, as its tests name it
@@ -46,7 +45,7 @@ class Fabric(Strict):
     counters: list[str] = FABRIC_ERROR_COUNTERS  # the counters whose rise fails the node
 
 
-_FABRIC = "fabric.<figure>"
+_PORTS = Shapes[Fabric]("fabric.<figure>")
 
 
 def _sysfs_root(s: Fabric) -> str:
@@ -58,10 +57,10 @@ FABRIC = Family(
     "every InfiniBand/RoCE port's state, rate and error counters, read before and after the network probes",
     Fabric,
     (
-        Metric[Fabric](r"(counter_increases)", _FABRIC, "lower", kind="correctness", builtin=must_be_zero),
+        _PORTS.count(r"(counter_increases)"),
         # information: ports not ACTIVE (an unused port is down by design) and ports read; a profile may bound them
-        Metric[Fabric](r"(ports_down)", _FABRIC, "lower", scale="bound"),
-        Metric[Fabric](r"(ports)", _FABRIC, "none", scale="bound"),
+        _PORTS.figure(r"(ports_down)", "lower", scale="bound"),
+        _PORTS.figure(r"(ports)", "none", scale="bound"),
     ),
     local=True,
     probes=("fabric",),  # a sysfs read per node, in the node's own pytest (``acceptance.run.fabric_readings``)

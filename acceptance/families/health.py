@@ -23,8 +23,8 @@ from acceptance.families.inventory import TorchDevice as TorchDevice
 from acceptance.families.inventory import TorchView as TorchView
 from acceptance.families.inventory import same_model
 from acceptance.families.nvlink_domain import FabricAnswer
-from acceptance.schema.bounds import Threshold, must_be_zero
-from acceptance.schema.family import GPU_ONLY, Family, Metric
+from acceptance.schema.bounds import Threshold
+from acceptance.schema.family import GPU_ONLY, Family, Metric, Shapes
 from acceptance.schema.fields import PositiveInt, Strict, ThrottleReason
 from acceptance.schema.figure import Figure
 from acceptance.schema.topology import topology_of
@@ -69,14 +69,13 @@ _HEALTH_COUNTS = (
     r"|ecc_uncorrectable_aggregate|retired_pages_pending|row_remap_failures|row_remap_pending|pcie_degraded"
     r"|throttled|nvlink_fabric_degraded"
 )
+_GATES = Shapes[Health](_HEALTH)
 HEALTH = Family(
     "health",
     "NVML health of every GPU: count, model, driver, ECC, links, throttling",
     Health,
     (  # NVML on GPUs: the health module skips on a CPU profile
-        Metric[Health](
-            rf"({_HEALTH_COUNTS})", _HEALTH, "lower", kind="correctness", devices=GPU_ONLY, builtin=must_be_zero
-        ),
+        _GATES.count(rf"({_HEALTH_COUNTS})", devices=GPU_ONLY),
         Metric[Health](r"(temperature_c_max|wall_s)", _HEALTH, "lower", scale="bound", devices=GPU_ONLY),
         Metric[Health](
             r"(nvlink_links_min)", _HEALTH, "higher", kind="correctness", devices=GPU_ONLY, builtin=_nvlink_links

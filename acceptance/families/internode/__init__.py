@@ -52,7 +52,7 @@ class Internode(Strict):
 
 
 _INTER = "internode.<all|intranode|one_gpu_per_node|ring>.<op>.<busbw_gbps|wrong>@<size>"
-_RAIL = "internode.<rail_min_gbps|rail_wrong|isolation_culprits>"
+_RAILS = Shapes[Internode]("internode.<rail_min_gbps|rail_wrong|isolation_culprits>")
 _INTER_PATH = r"(all|intranode|one_gpu_per_node|ring)\.(?P<op>\w+)"
 
 
@@ -86,7 +86,6 @@ def _isolate(s: Internode, model: object, nodes: int, records: Records, run_roun
 
 
 _SWEEP = Shapes[Internode](_INTER, {"op": _ops, "size": _sizes})
-_RAILS = Shapes[Internode](_RAIL)
 INTERNODE = Family(
     "internode",
     "collectives across nodes against inside a node (2+ nodes)",
