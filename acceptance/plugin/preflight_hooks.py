@@ -26,10 +26,10 @@ def run_preflight(run: ClusterRun, items: list[pytest.Item], probes: bool) -> pr
     """The preflight, with the probe worker starting beside it when a selected test needs it and ``probes``
     will run (``Workers.start_early``: both import torch, seconds each); a node that fails its preflight
     ends the worker, which it cannot use."""
-    for family in FAMILIES if probes and run.persist else ():
-        # the ports' first reading, before any probe moves data over them (the family's test takes the second)
+    # the ports' first reading, before any probe moves data over them (the family's test takes the second)
+    for family in FAMILIES:
         root = family.reads_ports
-        if root is not None and any(item.path.stem == family.module for item in items):
+        if probes and run.persist and root is not None and any(item.path.stem == family.module for item in items):
             reading = fabric_readings.read(root(family.section_of(run.profile.model)))
             run.evidence.cluster.fabric_before = cast(JSONObject, dict(reading))  # a FabricReading is JSON
     gpu = run.topology.device == "cuda"
