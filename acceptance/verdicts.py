@@ -8,6 +8,9 @@ reads these words and asks ``decide``: none decides again by its own rule.
 PASS only for a whole, uninterrupted run that measured something and held every gate. A known failure
 outranks an interruption (it is the news a person must act on); an interruption outranks a subset.
 
+Beside them, the words for whose fault a failure is (``Category``): the judge's figures, the preflight, the
+drain list and the report all speak them, and ``acceptance.evidence.causes`` says what each one asks for.
+
 A leaf: it imports nothing of the package, so every layer may name these words.
 """
 
@@ -35,6 +38,16 @@ Outcome = Literal[
 ]
 # the outcomes of a test that fail the run
 FAILED_OUTCOMES: tuple[Outcome, ...] = ("failed", "error")
+
+# whose fault a failure is. The node's own: its hardware (a GPU missing or slow, a port down), the fabric
+# across nodes (a link between nodes, which an isolation may blame on one of them), its configuration
+# (another process on its GPUs); the run's environment: the suite's install (software), its settings
+# (environment), another job's process on the run's GPU while a figure was timed (foreign load: the GPU is
+# shared, not broken), the run itself (suite)
+Category = Literal["hardware", "fabric", "configuration", "software", "environment", "foreign load", "suite"]
+NODE_FAULTS: frozenset[Category] = frozenset({"hardware", "fabric", "configuration"})
+# a failed figure measured across nodes, whose cause no one recorded: the links between the nodes it names
+ACROSS_NODES: Category = "fabric"
 
 NOTHING_MEASURED = "no figure was measured: every selected test was skipped or none ran"
 

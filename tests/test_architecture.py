@@ -223,18 +223,12 @@ NAMING_A_FAMILY: dict[str, str] = {
     "profile/initial.py": "init's first profile, one block per family",
     "profile/floors.py": "the hardware floors init writes, per family",
     "profile/readings.py": "the collectives' noise, until their family carries its own (Family.noise)",
-    # what one family alone has, outside the list
-    "plugin/preflight_hooks.py": "the fabric's first reading before any probe",
-    "plugin/training_stage.py": "the training job's staging",
-    "run/fabric_readings.py": "the fabric's readings in the plugin process",
-    "run/isolation_rounds.py": "the isolation rounds (collectives, connectivity, internode)",
-    "run/preflight.py": "the preflight's GPU count (health)",
-    "run/toolchain.py": "the collectives' and training's toolchain",
-    "run/training_jobs.py": "the training and llama8b jobs",
-    "run/worker_pool.py": "the internode probe's worker",
-    # "fabric" here is a failure's category (a link across nodes), which shares the family's name
-    "evidence/causes.py": "the fabric category of a cause",
-    "evidence/drain.py": "the fabric category of a failure in the drain list",
+    # the training and reference workload's jobs launched on the run, and what the selected tests need of them:
+    # a family's module sits below the run (the layers) and cannot launch a job itself
+    "run/training_jobs.py": "the training and llama8b jobs on the run",
+    # "fabric" here is a failure's category (a link across nodes), a word of the one vocabulary of whose fault
+    # a failure is, which shares the family's name
+    "verdicts.py": "the fabric category of a failure",
     "cli/bench_train.py": "the bench_train command",
     "cli/sweep.py": "the sweep command",
 }

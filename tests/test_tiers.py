@@ -3,18 +3,22 @@ verdict (never PARTIAL); the drain list a run that does not PASS writes, and the
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from acceptance.evidence.drain import cause_of
 from acceptance.evidence.model import Case
 from acceptance.probes import fabric as fabric_probe
+from acceptance.profile import tiers as tiers_module
 from acceptance.profile.registry import FAMILIES
 from acceptance.profile.tiers import TIERS, first_tier, tier_named
 from acceptance.run import fabric_readings
+from acceptance.schema.family import Family
 from tests.harness import PLUGIN_ARGS, ROOT, evidence
 
 PROFILE = """
@@ -293,18 +297,50 @@ def test_a_bad_drain_way_is_a_usage_error_before_anything_runs(
     assert not (pytester.path / "ev" / "evidence.json").exists()
 
 
+def _running_page(monkeypatch: pytest.MonkeyPatch | None = None, family: Family[Any] | None = None) -> str:
+    """docs/running.md as the site shows it: the hooks of mkdocs.yml applied, as ``mkdocs build`` applies
+    them; ``family``: one more in the registry's list."""
+    from mkdocs.config import load_config
+    from mkdocs.structure.files import get_files
+    from mkdocs.structure.pages import Page
+
+    if monkeypatch is not None and family is not None:
+        monkeypatch.setattr(tiers_module, "FAMILIES", (*FAMILIES, family))
+    config = load_config(str(ROOT / "mkdocs.yml"))
+    files = config.plugins.on_files(get_files(config), config=config)
+    source = files.get_file_from_path("running.md")
+    assert source is not None
+    page = Page(None, source, config)
+    text = config.plugins.on_page_markdown(source.content_string, page=page, config=config, files=files)
+    assert isinstance(text, str)
+    return text
+
+
+def _tier_rows(text: str) -> dict[str, str]:
+    return {line.split("|")[1].strip(" `"): line for line in text.splitlines() if line.startswith("| `")}
+
+
 def test_the_docs_tiers_table_names_each_tier_s_families_and_budgets() -> None:
-    rows = {
-        line.split("|")[1].strip(" `"): line
-        for line in (ROOT / "docs" / "running.md").read_text().splitlines()
-        if line.startswith("| `")
-    }
+    """The table is generated from the registry where running.md marks it: no tier's families are written by
+    hand, and each budget's words give the figures the tier holds a run to."""
+    assert "| `quick`" not in (ROOT / "docs" / "running.md").read_text()  # the docs hold the mark, not the rows
+    rows = _tier_rows(_running_page())
     quick = rows["quick"]
     assert all(f.name in quick for f in TIERS["quick"].families)
     assert not any(f.name in quick for f in FAMILIES if not f.quick and not f.opt_in)
     assert "15 s on local-cpu" in quick and "30 s warm" in quick
     assert "120 s on 2x H200 cold" in rows["standard"]
     assert all(f.name in rows["burn-in"] for f in FAMILIES if f.opt_in)
+    for tier in TIERS.values():
+        assert all(f"{budget:g} s" in rows[tier.name] for budget in tier.budget_s.values() if budget is not None)
+
+
+def test_a_family_added_to_the_registry_is_in_the_docs_tiers_table(monkeypatch: pytest.MonkeyPatch) -> None:
+    quick = dataclasses.replace(FAMILIES[0], name="newcomer", quick=True)
+    rows = _tier_rows(_running_page(monkeypatch, quick))
+    assert "newcomer" in rows["quick"] and "newcomer" not in rows["standard"]
+    rows = _tier_rows(_running_page(monkeypatch, dataclasses.replace(quick, quick=False, opt_in=True)))
+    assert "newcomer (opt-in)" in rows["burn-in"] and "newcomer" not in rows["quick"]
 
 
 TIERED = (

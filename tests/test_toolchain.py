@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -16,8 +17,11 @@ import pytest
 from acceptance.families.health import NodeInventory
 from acceptance.plugin.preflight_hooks import fail_the_gate
 from acceptance.profile.model import ProfileModel
-from acceptance.run import preflight
+from acceptance.profile.registry import FAMILIES
+from acceptance.run import preflight, toolchain
+from acceptance.schema.toolchain import Need
 from tests.test_fault_units import BUS, cuda, nvml
+from tests.test_gpu_users import use
 
 CPU = {"name": "local-cpu", "topology": {"device": "cpu", "backend": "gloo"}}
 ROOT = Path(__file__).resolve().parent.parent
@@ -127,3 +131,44 @@ def test_the_collectives_loop_without_a_compiler_runs_from_python_and_fails_noth
     both = preflight.check(profile(GPU, compile="blocks"), empty, lambda env: answers, families=None)
     assert not both.ok and both.families == ("training",)
     assert "the collectives' C loop (collectives.timing: auto) is built with $CC or cc" in both.message
+
+
+def _with(monkeypatch: pytest.MonkeyPatch, module: object, **fields: Any) -> None:
+    """The registry as ``module`` reads it, with the connectivity family's descriptor given ``fields``: a
+    family's behaviour is its descriptor's, whatever family it is."""
+    changed = tuple(dataclasses.replace(f, **fields) if f.name == "connectivity" else f for f in FAMILIES)
+    monkeypatch.setattr(module, "FAMILIES", changed)
+
+
+def test_the_compilers_a_family_declares_are_looked_up_through_the_registry(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The toolchain knows no family: what a family's probes build with is its descriptor's (``builds_with``),
+    and only the selected families' needs are looked up."""
+    need = Need("connectivity", "the links' kernels ({setting}) are built", "LINKS_CC", ("links-cc",), "tests")
+    _with(monkeypatch, toolchain, builds_with=lambda section, device: [(need, f"on the {device}")])
+    model, empty = profile(CPU), {"PATH": bin_with(tmp_path / "bin")}
+    result = preflight.check(model, empty, families={"connectivity"})
+    assert not result.ok and result.families == ("connectivity",)
+    assert "the links' kernels (on the cpu) are built with $LINKS_CC or links-cc" in result.message
+    assert preflight.check(model, {"PATH": bin_with(tmp_path / "cc", "links-cc")}, families={"connectivity"}).ok
+    assert preflight.check(model, empty, families={"health"}).ok
+
+
+def test_whether_a_leftover_process_drains_is_the_family_s_word(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The preflight asks the registry (``leftover_drains``) whether another process on a GPU at the start is
+    the node's own fault, not the health family's module."""
+    answers: NodeInventory = {
+        "pci": list(BUS),
+        "nvml": nvml(0, 1),
+        "torch": cuda(0, 1),
+        "users": [use(0), use(1, 4242)],
+    }
+    model = profile(GPU)
+
+    def judged() -> preflight.PreflightResult:
+        return preflight.check(model, {"PATH": os.defpath}, lambda env: answers, ours=lambda pid: False)
+
+    assert judged().category == "foreign load"
+    _with(monkeypatch, preflight, leftover_drains=lambda section: True)
+    assert judged().category == "configuration"

@@ -15,10 +15,9 @@ from __future__ import annotations
 import re
 from typing import Literal, get_args
 
-# foreign load: another job's process on the run's GPU while a figure was timed (the GPU is shared, not broken)
-Category = Literal["hardware", "fabric", "configuration", "software", "environment", "foreign load", "suite"]
+from acceptance.verdicts import NODE_FAULTS, Category
+
 Action = Literal["drain node", "drain GPU", "fix the install", "fix a setting", "rerun", "review"]
-NODE_FAULTS: frozenset[Category] = frozenset({"hardware", "fabric", "configuration"})
 _REVIEW: dict[Category, Action] = {
     "software": "fix the install",
     "environment": "fix a setting",

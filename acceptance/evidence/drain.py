@@ -31,13 +31,13 @@ from typing import Literal
 from typing_extensions import TypedDict
 
 from acceptance.atomic_file import write_atomic
-from acceptance.evidence.causes import Action, Category, action, category_of, cause_first, node_fault
+from acceptance.evidence.causes import Action, action, category_of, cause_first, node_fault
 from acceptance.evidence.model import Case, Check, EvidenceDoc
 from acceptance.evidence.store import dumps, now
 from acceptance.evidence.verdict import verdict_of
 from acceptance.json_types import JSONObject, JSONValue
+from acceptance.verdicts import ACROSS_NODES, FAILED_OUTCOMES, Category
 from acceptance.verdicts import FAILED_FIGURES as FAILED_CHECKS
-from acceptance.verdicts import FAILED_OUTCOMES
 
 DRAIN_SCHEMA = "cluster-acceptance/drain/1"
 FILE_NAME = "drain.json"
@@ -128,7 +128,7 @@ def _category(test: Case, local: bool) -> Category:
     """The category the run recorded for the test (another job's process named as the cause: foreign load; a
     setting that forced a transport or a time limit the operator gave: environment), else the guess by its
     figures: a node's own hardware, else the fabric across nodes."""
-    return category_of(test.category, "hardware" if local else "fabric")
+    return category_of(test.category, "hardware" if local else ACROSS_NODES)
 
 
 def cause_of(test: Case) -> tuple[Category, Action]:

@@ -13,9 +13,8 @@ from typing import Literal, cast
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
-from acceptance.evidence.causes import Category
 from acceptance.json_types import JSONObject
-from acceptance.verdicts import FigureVerdict, Outcome, RunVerdict
+from acceptance.verdicts import Category, FigureVerdict, Outcome, RunVerdict
 
 SCHEMA_ID = "cluster-acceptance/evidence/1"
 

@@ -19,9 +19,9 @@ from acceptance.families.answers import clock_events_text
 from acceptance.families.gpu_users import ForeignSeen, PcieLow, XidSeen, gpu_fault_text, seen_text
 from acceptance.json_types import JSONObject
 from acceptance.numbers import fmt, spread
-from acceptance.schema.bounds import Threshold, must_be_zero
+from acceptance.schema.bounds import Threshold
 from acceptance.schema.dtypes import DTYPE_NAMES
-from acceptance.schema.family import GPU_ONLY, Family, Metric, Remeasure, Result
+from acceptance.schema.family import GPU_ONLY, Family, Remeasure, Result, Shapes
 from acceptance.schema.fields import PositiveInt, Size, Strict
 from acceptance.schema.figure import Figure
 from acceptance.schema.noise import Noise, at, combined, items, log_noise, results
@@ -507,7 +507,7 @@ def noise(evidence: StoredRun, parts: list[str], size: str) -> Noise | None:
 REMEASURE = Remeasure[Compute](lambda s: s.remeasure, low_figures, again_spec, merged)
 
 
-_COMPUTE = "compute.<figure>_<min|median|below_median>"
+_PER_GPU = Shapes[Compute]("compute.<figure>_<min|median|below_median>")
 
 
 def _tolerance(s: Compute) -> Threshold:
@@ -522,21 +522,16 @@ COMPUTE = Family(
     "per-GPU speed, every GPU at once: matmul, copies, host links, burn-in",
     Compute,
     (
-        Metric[Compute](rf"{_COMPUTE_FIGURES}_(min|median)", _COMPUTE, "higher"),
-        Metric[Compute](rf"{_COMPUTE_FIGURES}_below_median", _COMPUTE, "lower", scale="points", builtin=_tolerance),
-        Metric[Compute](rf"{_GPU_COMPUTE_FIGURES}_(min|median)", _COMPUTE, "higher", devices=GPU_ONLY),
-        Metric[Compute](
-            rf"{_GPU_COMPUTE_FIGURES}_below_median",
-            _COMPUTE,
-            "lower",
-            scale="points",
-            devices=GPU_ONLY,
-            builtin=_tolerance,
+        _PER_GPU.figure(rf"{_COMPUTE_FIGURES}_(min|median)", "higher"),
+        _PER_GPU.figure(rf"{_COMPUTE_FIGURES}_below_median", "lower", scale="points", builtin=_tolerance),
+        _PER_GPU.figure(rf"{_GPU_COMPUTE_FIGURES}_(min|median)", "higher", devices=GPU_ONLY),
+        _PER_GPU.figure(
+            rf"{_GPU_COMPUTE_FIGURES}_below_median", "lower", scale="points", devices=GPU_ONLY, builtin=_tolerance
         ),
         # ranks of the run that reported no figures: the min and median are over the others
-        Metric[Compute](r"(missing_ranks)", _COMPUTE, "lower", kind="correctness", builtin=must_be_zero),
-        Metric[Compute](r"(burnin_disagreeing_gpus)", _COMPUTE, "lower", kind="correctness", builtin=must_be_zero),
-        Metric[Compute](r"(wall_s)", _COMPUTE, "lower", scale="bound"),
+        _PER_GPU.count(r"(missing_ranks)"),
+        _PER_GPU.count(r"(burnin_disagreeing_gpus)"),
+        _PER_GPU.figure(r"(wall_s)", "lower", scale="bound"),
     ),
     local=True,
     probes=("compute",),

@@ -22,8 +22,8 @@ from typing_extensions import NotRequired, TypedDict
 
 from acceptance.families.heartbeat import RankIdentity
 from acceptance.families.transport import TransportRecord
-from acceptance.schema.bounds import Threshold, must_be_zero
-from acceptance.schema.family import GPU_ONLY, Family, Metric
+from acceptance.schema.bounds import Threshold
+from acceptance.schema.family import GPU_ONLY, Family, Metric, Shapes
 from acceptance.schema.fields import PositiveInt, Size, Strict
 from acceptance.schema.figure import Figure
 
@@ -34,6 +34,7 @@ class Connectivity(Strict):
     barrier_iters: PositiveInt = 20
 
 
+_LINKS = Shapes[Connectivity]("connectivity.<figure>")
 CONNECTIVITY = Family(
     "connectivity",
     "every rank present, every link carries data (the connectivity probe)",
@@ -41,17 +42,9 @@ CONNECTIVITY = Family(
     (
         # the links inside a node: its own hardware
         Metric[Connectivity](r"(p2p_min_gbps)", "connectivity.<figure>", "higher", local=True),
-        Metric[Connectivity](
-            r"(p2p_wrong)", "connectivity.<figure>", "lower", kind="correctness", builtin=must_be_zero, local=True
-        ),
-        Metric[Connectivity](
-            r"(duplicate_uuids|missing_ranks|allreduce_wrong)", "connectivity.<figure>", "lower",
-            kind="correctness", builtin=must_be_zero,
-        ),
-        Metric[Connectivity](
-            r"(transport_mismatches)", "connectivity.<figure>", "lower", kind="correctness", devices=GPU_ONLY,
-            builtin=must_be_zero,
-        ),
+        _LINKS.count(r"(p2p_wrong)", local=True),
+        _LINKS.count(r"(duplicate_uuids|missing_ranks|allreduce_wrong)"),
+        _LINKS.count(r"(transport_mismatches)", devices=GPU_ONLY),
         Metric[Connectivity](r"(rendezvous_s|barrier_latency_us)", "connectivity.<figure>", "lower"),
         Metric[Connectivity](r"(world_size)", "connectivity.<figure>", "none", kind="correctness"),
     ),

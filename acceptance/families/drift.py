@@ -18,8 +18,7 @@ from pydantic import AfterValidator, model_validator
 from typing_extensions import TypedDict
 
 from acceptance.families.answers import NotMeasured, not_measured, unanswered
-from acceptance.schema.bounds import must_be_zero
-from acceptance.schema.family import GPU_ONLY, Family, Metric
+from acceptance.schema.family import GPU_ONLY, Family, Shapes
 from acceptance.schema.fields import Strict
 from acceptance.schema.figure import Figure
 
@@ -27,18 +26,8 @@ from acceptance.schema.figure import Figure
 # fields: one value per GPU (each rank reads its own). The probe (acceptance/probes/drift.py) reads them and
 # its docstring says from where; every value is text, compared exactly.
 DRIFT_NODE_FIELDS = ("kernel", "os", "python", "torch", "cuda", "nccl", "driver", "nic_firmware", "nic_rate")
-DRIFT_GPU_FIELDS = (
-    "gpu_name",
-    "vbios",
-    "ecc_mode",
-    "persistence_mode",
-    "mig_mode",
-    "power_limit_w",
-    "app_clock_sm_mhz",
-    "app_clock_mem_mhz",
-    "pcie_max_gen",
-    "pcie_max_width",
-)
+DRIFT_GPU_FIELDS = ("gpu_name", "vbios", "ecc_mode", "persistence_mode", "mig_mode", "power_limit_w",
+                    "app_clock_sm_mhz", "app_clock_mem_mhz", "pcie_max_gen", "pcie_max_width")  # fmt: skip
 DRIFT_FIELDS = DRIFT_NODE_FIELDS + DRIFT_GPU_FIELDS
 
 
@@ -66,19 +55,17 @@ class Drift(Strict):
         return self
 
 
-_DRIFT = "drift.<figure>"
+_COMPARED = Shapes[Drift]("drift.<figure>")
 DRIFT = Family(
     "drift",
     "every node and GPU agrees on software and settings; optionally pinned (a golden configuration)",
     Drift,
     (
-        Metric[Drift](
-            r"(nodes_differing|golden_mismatches)", _DRIFT, "lower", kind="correctness", builtin=must_be_zero
-        ),
+        _COMPARED.count(r"(nodes_differing|golden_mismatches)"),
         # GPU fields come from NVML: a CPU run has none to compare ("no GPU fields to compare")
-        Metric[Drift](r"(gpus_differing)", _DRIFT, "lower", kind="correctness", devices=GPU_ONLY, builtin=must_be_zero),
+        _COMPARED.count(r"(gpus_differing)", devices=GPU_ONLY),
         # information: how much the comparison could not see (no NVML, no HCA); recorded, no built-in bound
-        Metric[Drift](r"(fields_not_measured)", _DRIFT, "lower", scale="bound"),
+        _COMPARED.figure(r"(fields_not_measured)", "lower", scale="bound"),
     ),
     probes=("drift",),
     describes_nics=True,

@@ -11,12 +11,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from typing_extensions import TypedDict
-
-from acceptance.schema.bounds import must_be_zero
-from acceptance.schema.family import Family, Metric
+from acceptance.schema.family import Family, Shapes
 from acceptance.schema.fields import AbsolutePath, Strict
 from acceptance.schema.figure import Figure
+from acceptance.schema.ports import FabricReading as FabricReading  # the family's result, as its tests name it
+from acceptance.schema.ports import GpuNuma as GpuNuma
+from acceptance.schema.ports import PortReading as PortReading
 
 # The error counters of an InfiniBand/RoCE port, as the kernel names them under
 # /sys/class/infiniband/<hca>/ports/<port>/counters/ (Documentation/ABI/stable/sysfs-class-infiniband, "port
@@ -45,53 +45,32 @@ class Fabric(Strict):
     counters: list[str] = FABRIC_ERROR_COUNTERS  # the counters whose rise fails the node
 
 
-_FABRIC = "fabric.<figure>"
+_PORTS = Shapes[Fabric]("fabric.<figure>")
+
+
+def _sysfs_root(s: Fabric) -> str:
+    return s.sysfs_root
+
+
 FABRIC = Family(
     "fabric",
     "every InfiniBand/RoCE port's state, rate and error counters, read before and after the network probes",
     Fabric,
     (
-        Metric[Fabric](r"(counter_increases)", _FABRIC, "lower", kind="correctness", builtin=must_be_zero),
+        _PORTS.count(r"(counter_increases)"),
         # information: ports not ACTIVE (an unused port is down by design) and ports read; a profile may bound them
-        Metric[Fabric](r"(ports_down)", _FABRIC, "lower", scale="bound"),
-        Metric[Fabric](r"(ports)", _FABRIC, "none", scale="bound"),
+        _PORTS.figure(r"(ports_down)", "lower", scale="bound"),
+        _PORTS.figure(r"(ports)", "none", scale="bound"),
     ),
     local=True,
     probes=("fabric",),  # a sysfs read per node, in the node's own pytest (``acceptance.run.fabric_readings``)
+    reads_ports=_sysfs_root,
     needs_every_gpu=False,
     quick=True,
 )
 
 
 ACTIVE = "ACTIVE"  # the port's logical state (``state`` reads "4: ACTIVE")
-
-
-class PortReading(TypedDict):
-    hca: str  # mlx5_0
-    port: str  # 1
-    state: str  # DOWN, INIT, ARMED, ACTIVE (``state`` without its number)
-    phys_state: str  # LinkUp, Polling, Disabled, ...
-    rate: str  # as the kernel writes it: "400 Gb/sec (4X NDR)"
-    width: str | None  # the lanes, from the rate's text: 4X; None where the rate does not say
-    link_layer: str | None  # InfiniBand or Ethernet (RoCE)
-    counters: dict[str, int]  # every counter of ports/<port>/counters/ that reads as a number
-    numa_node: int | None  # the HCA's NUMA node (device/numa_node; -1 in sysfs: none); None: not readable
-
-
-class GpuNuma(TypedDict):
-    pci_bus_id: str
-    numa_node: int | None
-
-
-class FabricReading(TypedDict):
-    host: str
-    root: str
-    ports: list[PortReading]
-    gpus: list[GpuNuma]  # every NVIDIA GPU on the PCI bus with its NUMA node: the GPU-to-NIC affinity
-    # the reading failed: the probe gave no answer (a timeout, a crash, output not JSON) or the root is there
-    # and could not be listed; its figures are unmeasured, never a pass. A root that does not exist (no
-    # InfiniBand stack) is no error: a reading without ports.
-    error: str | None
 
 
 @dataclass(frozen=True)

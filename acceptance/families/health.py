@@ -17,10 +17,14 @@ from typing_extensions import NotRequired, TypedDict
 
 from acceptance.families import nvlink_domain
 from acceptance.families.answers import NOT_MEASURED, NotMeasured, gpu_label, is_measured, unanswered
-from acceptance.families.gpu_users import GpuUse
+from acceptance.families.inventory import NodeInventory as NodeInventory  # the preflight's answers, as tests name them
+from acceptance.families.inventory import NvmlListed as NvmlListed
+from acceptance.families.inventory import TorchDevice as TorchDevice
+from acceptance.families.inventory import TorchView as TorchView
+from acceptance.families.inventory import same_model
 from acceptance.families.nvlink_domain import FabricAnswer
-from acceptance.schema.bounds import Threshold, must_be_zero
-from acceptance.schema.family import GPU_ONLY, Family, Metric
+from acceptance.schema.bounds import Threshold
+from acceptance.schema.family import GPU_ONLY, Family, Metric, Shapes
 from acceptance.schema.fields import PositiveInt, Strict, ThrottleReason
 from acceptance.schema.figure import Figure
 from acceptance.schema.topology import topology_of
@@ -49,6 +53,10 @@ class Health(Strict):
     leftover_process: Literal["review", "drain"] = "review"
 
 
+def _leftover_drains(s: Health) -> bool:
+    return s.leftover_process == "drain"
+
+
 _HEALTH = "health.<figure>"
 
 
@@ -61,14 +69,13 @@ _HEALTH_COUNTS = (
     r"|ecc_uncorrectable_aggregate|retired_pages_pending|row_remap_failures|row_remap_pending|pcie_degraded"
     r"|throttled|nvlink_fabric_degraded"
 )
+_GATES = Shapes[Health](_HEALTH)
 HEALTH = Family(
     "health",
     "NVML health of every GPU: count, model, driver, ECC, links, throttling",
     Health,
     (  # NVML on GPUs: the health module skips on a CPU profile
-        Metric[Health](
-            rf"({_HEALTH_COUNTS})", _HEALTH, "lower", kind="correctness", devices=GPU_ONLY, builtin=must_be_zero
-        ),
+        _GATES.count(rf"({_HEALTH_COUNTS})", devices=GPU_ONLY),
         Metric[Health](r"(temperature_c_max|wall_s)", _HEALTH, "lower", scale="bound", devices=GPU_ONLY),
         Metric[Health](
             r"(nvlink_links_min)", _HEALTH, "higher", kind="correctness", devices=GPU_ONLY, builtin=_nvlink_links
@@ -79,6 +86,7 @@ HEALTH = Family(
     probes=("health",),
     in_worker=("health",),
     quick=True,
+    leftover_drains=_leftover_drains,
 )
 
 
@@ -208,51 +216,6 @@ class InventoryRow(TypedDict):
     ecc_mode: bool | NotMeasured | None
     pcie: PcieAnswers | None
     nvlink_active: int | NotMeasured | None
-
-
-class TorchDevice(TypedDict):
-    index: int
-    name: str
-    uuid: str
-    pci_bus_id: str | None
-
-
-class TorchView(TypedDict, total=False):
-    """What torch on a node offers the ranks (``probes.inventory.torch_view``); ``error`` alone where torch
-    cannot be imported."""
-
-    version: str
-    cuda: str | None
-    devices: list[TorchDevice]
-    nccl: bool
-    available: bool
-    error: str
-
-
-class NvmlListed(TypedDict, total=False):
-    """A GPU as NVML lists it in the inventory: the fields of ``probes.inventory.NVML_KEYS`` it answered."""
-
-    index: int
-    name: str | NotMeasured
-    uuid: str | NotMeasured
-    pci_bus_id: str | NotMeasured
-    not_measured: str
-
-
-class NodeInventory(TypedDict, total=False):
-    """A node's three views of its GPUs (``python -m acceptance.probes.inventory``); ``error`` alone where
-    the inventory gave no answer."""
-
-    pci: list[str]
-    nvml: list[NvmlListed] | None
-    nvml_error: str | None
-    torch: TorchView
-    error: str
-    # NVML's running compute processes and memory in use per GPU (``acceptance.families.gpu_users``)
-    users: list[GpuUse] | None
-    # the multi-node NVLink domains of the node's GPUs (``nvlink_domain.domain``) and its IMEX channels
-    nvlink_domains: list[str]
-    imex_channels: list[str]
 
 
 Nodes = Sequence[NodeHealth]
@@ -440,15 +403,6 @@ def _driver(nodes: Nodes, expect: Expect) -> Figure:
         if _version(version) < _version(expect.min_driver)
     ]
     return _measured(fig, len(fig.findings) if found else None)
-
-
-def _model_name(name: str) -> str:
-    return name.removeprefix("NVIDIA ").strip()
-
-
-def same_model(name: str, model: str) -> bool:
-    """Whether a GPU NVML or CUDA names ``name`` is of the profile's ``model`` (with or without "NVIDIA ")."""
-    return _model_name(name) == _model_name(model)
 
 
 PCIE_KEYS = ("gen", "width", "max_gen", "max_width")

@@ -20,12 +20,11 @@ from typing import Annotated, Literal
 from pydantic import Field, model_validator
 
 from acceptance.families.gpu_users import foreign_text
-from acceptance.families.training import Training
+from acceptance.families.training import Training, workload_figures
 from acceptance.families.training.rules import Run, loss_figure, optional_figure
 from acceptance.json_types import JSONObject
 from acceptance.numbers import fmt
-from acceptance.schema.bounds import Threshold
-from acceptance.schema.family import GPU_ONLY, Family, Metric
+from acceptance.schema.family import Family, Shapes
 from acceptance.schema.fields import PositiveInt, Strict
 from acceptance.schema.figure import Figure
 from acceptance.schema.peaks import Peaks, Precision
@@ -77,26 +76,14 @@ def _strategies(s: Llama8b) -> Sequence[str]:
     return s.strategies
 
 
-def _loss_must_fall(_s: Llama8b) -> Threshold:
-    return Threshold(max=0.99, source="built-in: the loss must fall by at least 1% over the run")
-
-
-_STRATEGY = {"strategy": _strategies}
+_STRATEGY = Shapes[Llama8b](_FIGURE, {"strategy": _strategies})
 LLAMA8B = Family(
     "llama8b",
     "the reference workload: Llama-3.1-8B under FSDP2 and ZeRO-3, held against public figures",
     Llama8b,
     (
-        Metric[Llama8b](r"(?P<strategy>\w+)\.(tokens_per_s_per_gpu)", _FIGURE, "higher", domains=_STRATEGY),
-        Metric[Llama8b](r"(?P<strategy>\w+)\.(mfu)", _FIGURE, "higher", domains=_STRATEGY, devices=GPU_ONLY),
-        Metric[Llama8b](
-            r"(?P<strategy>\w+)\.(step_time_s|step_time_std_s|peak_mem_gib)", _FIGURE, "lower", domains=_STRATEGY
-        ),
-        Metric[Llama8b](r"(?P<strategy>\w+)\.(layers)", _FIGURE, "none", domains=_STRATEGY),
-        Metric[Llama8b](
-            r"(?P<strategy>\w+)\.(loss_ratio)", _FIGURE, "lower", kind="correctness", domains=_STRATEGY,
-            builtin=_loss_must_fall,
-        ),
+        *workload_figures(_STRATEGY),
+        _STRATEGY.figure(r"(?P<strategy>\w+)\.(layers)", "none"),
     ),
     probes=(PROBE,),
     opt_in=True,

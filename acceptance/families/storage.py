@@ -16,8 +16,7 @@ from typing_extensions import NotRequired, TypedDict
 
 from acceptance.families import compute
 from acceptance.numbers import fmt
-from acceptance.schema.bounds import must_be_zero
-from acceptance.schema.family import Family, Metric
+from acceptance.schema.family import Family, Metric, Shapes
 from acceptance.schema.fields import AbsolutePath, RunName, Size, Strict
 from acceptance.schema.figure import Figure
 
@@ -45,23 +44,18 @@ def _paths(s: Storage) -> Sequence[str]:
 
 _PATH = r"(?P<storage_path>\w+)"
 _IN_PATH = {"storage_path": _paths}
+_EACH_PATH = Shapes[Storage](_STORAGE, _IN_PATH)
 STORAGE = Family(
     "storage",
     "shared filesystem present and the same on every node; checkpoint write and read speed",
     Storage,
     (
-        Metric[Storage](
-            rf"{_PATH}\.(write_gbps|read_gbps|write_gbps_min|read_gbps_min|free_gib_min)", _STORAGE, "higher",
-            domains=_IN_PATH,
+        _EACH_PATH.figure(rf"{_PATH}\.(write_gbps|read_gbps|write_gbps_min|read_gbps_min|free_gib_min)", "higher"),
+        _EACH_PATH.count(
+            rf"{_PATH}\.(unusable_nodes|nodes_not_shared|mount_mismatch|checkpoint_bad_ranks|left_behind)"
         ),
-        Metric[Storage](
-            rf"{_PATH}\.(unusable_nodes|nodes_not_shared|mount_mismatch|checkpoint_bad_ranks|left_behind)",
-            _STORAGE, "lower", kind="correctness", domains=_IN_PATH, builtin=must_be_zero,
-        ),
-        Metric[Storage](
-            rf"{_PATH}\.(write_below_median|read_below_median)", _STORAGE, "lower", scale="points", domains=_IN_PATH
-        ),
-        Metric[Storage](rf"{_PATH}\.(checkpoint_s|restore_s)", _STORAGE, "lower", domains=_IN_PATH),
+        _EACH_PATH.figure(rf"{_PATH}\.(write_below_median|read_below_median)", "lower", scale="points"),
+        _EACH_PATH.figure(rf"{_PATH}\.(checkpoint_s|restore_s)", "lower"),
         Metric[Storage](r"wall_s", "storage.wall_s", "lower", scale="bound"),
     ),
     probes=("storage",),

@@ -32,6 +32,7 @@ from acceptance.run.cluster_run import ClusterRun
 from acceptance.run.launcher import ProbeError
 from acceptance.run.training_jobs import baseline_run, reference_runs, strategy_runs
 from acceptance.schema.bounds import Threshold
+from acceptance.schema.family import Search
 from acceptance.schema.figure import Figure
 from acceptance.schema.results import validated
 
@@ -130,7 +131,7 @@ def isolate_if_failing(run: ClusterRun, metric: str, value: float) -> Isolation 
     """The isolation rounds, when they are on and the judge fails the figure across nodes; else None."""
     if not (isolation_rounds.enabled(run) and run.judge.fails(metric, value)):
         return None
-    return isolation_rounds.isolate(run)
+    return _isolation(isolation_rounds.isolate(run))
 
 
 def collective_causes(
@@ -163,7 +164,14 @@ def isolation_env(run: ClusterRun) -> dict[str, str]:
 
 def earlier_isolation(run: ClusterRun) -> Isolation | None:
     """The isolation an earlier figure of this run started, if one did."""
-    return isolation_rounds.earlier(run)
+    found = isolation_rounds.earlier(run)
+    return None if found is None else _isolation(found)
+
+
+def _isolation(found: Search) -> Isolation:
+    """The internode family's isolation, as its rounds gave it (``INTERNODE.isolation``)."""
+    assert isinstance(found, Isolation), type(found).__name__
+    return found
 
 
 def internode_spec(run: ClusterRun, scopes: list[str]) -> dict[str, object]:

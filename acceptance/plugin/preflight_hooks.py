@@ -13,9 +13,8 @@ from typing import Any, cast
 
 import pytest
 
-from acceptance.families.fabric import FABRIC
 from acceptance.json_types import JSONObject, JSONValue
-from acceptance.profile.registry import PROBES, WORKER_PROBES, family_of_module
+from acceptance.profile.registry import FAMILIES, PROBES, WORKER_PROBES, family_of_module
 from acceptance.run import fabric_readings, preflight
 from acceptance.run.cluster_run import ClusterRun
 from acceptance.run.launcher import ProbeError, child_env
@@ -27,10 +26,12 @@ def run_preflight(run: ClusterRun, items: list[pytest.Item], probes: bool) -> pr
     """The preflight, with the probe worker starting beside it when a selected test needs it and ``probes``
     will run (``Workers.start_early``: both import torch, seconds each); a node that fails its preflight
     ends the worker, which it cannot use."""
-    if probes and run.persist and any(item.path.stem == FABRIC.module for item in items):
-        # the ports' first reading, before any probe moves data over them (the family's test takes the second)
-        reading = fabric_readings.read(FABRIC.section_of(run.profile.model).sysfs_root)
-        run.evidence.cluster.fabric_before = cast(JSONObject, dict(reading))  # a FabricReading is JSON
+    # the ports' first reading, before any probe moves data over them (the family's test takes the second)
+    for family in FAMILIES:
+        root = family.reads_ports
+        if probes and run.persist and root is not None and any(item.path.stem == family.module for item in items):
+            reading = fabric_readings.read(root(family.section_of(run.profile.model)))
+            run.evidence.cluster.fabric_before = cast(JSONObject, dict(reading))  # a FabricReading is JSON
     gpu = run.topology.device == "cuda"
     # the GPUs' users before the worker's ranks put anything on them (``preflight.detect_users``)
     users = preflight.detect_users(child_env(run.profile.model.env)) if gpu else None

@@ -20,39 +20,29 @@ from typing import Any
 
 import pytest
 
-from acceptance.families import training as plan
-from acceptance.families.training import TRAINING
 from acceptance.profile.registry import family_of_module
+from acceptance.run import training_jobs
 from acceptance.run.cluster_run import ClusterRun
-from acceptance.run.training_jobs import stage_first
+from acceptance.run.training_jobs import Baseline, Selected, stage_first
 from acceptance.schema.family import Family
-
-TRAINING_MODULE = TRAINING.module
 
 
 def needed(cluster: ClusterRun, items: list[pytest.Item]) -> list[str]:
-    """The strategies the selected tests of the training module read, in the profile's order."""
-    training = TRAINING.section_of(cluster.profile.model)
-    wanted: set[str] = set()
-    for item in items:
-        if item.path.stem != TRAINING_MODULE:
-            continue
-        params = getattr(item, "callspec", None)
-        found = params.params if params is not None else {}
-        wanted |= {v for k, v in found.items() if k in ("train_strategy", "canary_strategy")}
-        if "canary_strategy" in found:
-            wanted.add(training.strategies[0])  # the reference curve
-        if item.name == "test_scaling_efficiency" and training.scaling_baseline != "none":
-            wanted.add(training.scaling_strategy)
-    return [s for s in training.strategies if s in wanted]
+    """The strategies the selected tests of the staged family read, in the profile's order."""
+    return training_jobs.strategies_needed(cluster, _selected(items))
 
 
-def baseline(cluster: ClusterRun, items: list[pytest.Item]) -> plan.Baseline | str | None:
+def baseline(cluster: ClusterRun, items: list[pytest.Item]) -> Baseline | str | None:
     """The scaling baseline when its test is selected (it may share the strategies' job)."""
-    if not any(item.path.stem == TRAINING_MODULE and item.name == "test_scaling_efficiency" for item in items):
-        return None
-    training = TRAINING.section_of(cluster.profile.model)
-    return plan.baseline(training, cluster.topology.nproc_per_node, cluster.placement.nodes)
+    return training_jobs.baseline_needed(cluster, _selected(items))
+
+
+def _selected(items: list[pytest.Item]) -> list[Selected]:
+    found = []
+    for item in items:
+        params = getattr(item, "callspec", None)
+        found.append(Selected(item.path.stem, item.name, params.params if params is not None else {}))
+    return found
 
 
 def stage_point(cluster: ClusterRun, items: list[pytest.Item]) -> str | None:
@@ -61,7 +51,7 @@ def stage_point(cluster: ClusterRun, items: list[pytest.Item]) -> str | None:
     one node, measures nothing and does not end the stretch), the first whose probe lets them start itself
     once what they move is measured (``Family.lets_import``: compute, after its host links); None to start
     the job at its turn. The stretch's other modules wait for the imports to end."""
-    first = next((i for i, item in enumerate(items) if item.path.stem == TRAINING_MODULE), None)
+    first = next((i for i, item in enumerate(items) if _family_is(item, lambda f: f.staged)), None)
     if first is None or cluster.topology.device != "cuda":
         return None
     start = first
@@ -102,4 +92,4 @@ class TrainingStage:
             self.at = None
             family = family_of_module(item.path.stem)
             if self.staged and family is not None:  # its probe tells the job once it measured the host links
-                self.session.run.let_import_within(plan.job_key(0), family.probes[0])
+                self.session.run.let_import_within(training_jobs.FIRST_KEY, family.probes[0])

@@ -15,8 +15,8 @@ import socket
 import sys
 from pathlib import Path
 
-from acceptance.families.fabric import FabricReading, GpuNuma, PortReading
 from acceptance.probes.inventory import PCI_DEVICES, pci_gpus
+from acceptance.schema.ports import FabricReading, GpuNuma, PortReading
 
 WIDTH = re.compile(r"\((\d+X)\b")  # "400 Gb/sec (4X NDR)": the lanes
 

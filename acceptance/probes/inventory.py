@@ -17,7 +17,7 @@ from typing import cast
 from acceptance.families import nvlink_domain
 from acceptance.families.answers import unanswered
 from acceptance.families.gpu_users import PROC, GpuProcess, GpuUse
-from acceptance.families.health import NodeInventory, NvmlListed, TorchView
+from acceptance.families.inventory import NodeInventory, NvmlListed, TorchView
 from acceptance.masking import masked_command
 from acceptance.probes import nvml
 

@@ -18,8 +18,8 @@ import torch
 import torch.distributed as dist
 
 from acceptance.families.connectivity import Link, Pair, RankDevice, RoundTransfer, Transfer
-from acceptance.families.internode.isolation import NODE_ENV
 from acceptance.probes.rank import Ctx
+from acceptance.schema.topology import NODE_ENV
 
 
 def stable_node(ctx: Ctx) -> int:

@@ -6,18 +6,20 @@ order). No typing names the families one by one, since a type checker cannot fol
 section of the profile model is read with its descriptor (``TRAINING.section_of(model)``), and a probe reads
 its section of the spec with ``probes.rank.section`` as the config type beside the section model. The profile
 model, the timeouts, the markers, the tiers, the run order, the preflight's skips, the probe worker's set and
-the docs' reference page (built by ``docs/hooks.py``) are derived from this list, and so is which figures are
-a node's own hardware (``Family.local``, ``Metric.local``: recorded with each check, the drain list reads it).
+the docs' reference page and tiers table (built by ``docs/hooks.py``) are derived from this list, and so is
+which figures are a node's own hardware (``Family.local``, ``Metric.local``: recorded with each check, the
+drain list reads it).
 
-A family's behaviour goes with its descriptor (its re-measure: ``Family.remeasure``; the noise of its
-stored figures: ``Family.noise``), which shared code calls through this list. Named by hand still, each for
-what one family alone has, outside the list (the modules and their reasons: ``NAMING_A_FAMILY`` in
+A family's behaviour goes with its descriptor, which shared code calls through this list: its re-measure
+(``Family.remeasure``), the noise of its stored figures (``Family.noise``), the compilers its probes build
+with (``Family.builds_with``, the preflight's toolchain), whether a leftover process drains
+(``Family.leftover_drains``), its ports' first reading (``Family.reads_ports``), its job started ahead of its
+turn (``Family.staged``) and its isolation rounds (``Family.isolation``). Named by hand still, each for what
+one family alone has, outside the list (the modules and their reasons: ``NAMING_A_FAMILY`` in
 ``tests/test_architecture.py``, which keeps the list from growing): the report's sections (``reports/``, each
 a renderer of its own); init's first profile and the hardware floors (``profile/initial.py``,
-``profile/floors.py``); the collectives' noise (``profile/readings.py``); the fabric's first reading before
-any probe (``plugin/preflight_hooks.py``, the evidence's ``cluster.fabric_before``); the training job's
-staging (``plugin/training_stage.py``, ``run/training_jobs.py``); the isolation rounds
-(``run/isolation_rounds.py``); and the ``sweep`` and ``bench_train`` commands.
+``profile/floors.py``); the collectives' noise (``profile/readings.py``); the training jobs on the run
+(``run/training_jobs.py``); and the ``sweep`` and ``bench_train`` commands.
 """
 
 from __future__ import annotations

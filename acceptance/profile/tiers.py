@@ -30,11 +30,11 @@ DEFAULT_TIER: TierName = "standard"
 @dataclass(frozen=True)
 class Tier:
     name: TierName
-    moment: str  # when an operator runs it
+    moment: str  # when an operator runs it, as the docs' tiers table says it (``docs/hooks.py``)
     # the wall a run of the tier must stay within, per ``topology.device``, per node; None: no budget of its
     # own (burn-in: the standard suite's plus the soak's duration, which the profile sets)
     budget_s: Mapping[Device, float | None]
-    budget_source: str
+    budget_source: str  # the budget in words, each figure of ``budget_s`` with where it holds
 
     def has(self, family: Family[Any]) -> bool:
         """Whether the tier runs the family's tests."""
@@ -59,21 +59,21 @@ class Tier:
 TIERS: Mapping[TierName, Tier] = {
     "quick": Tier(
         "quick",
-        "before every job: a Slurm prolog or epilog, a Kubernetes init container",
+        "before every job: a Slurm prolog or epilog, `HealthCheckProgram`, a Kubernetes init container or CronJob",
         {"cpu": 15.0, "cuda": 30.0},
-        "issue 27: at most 30 s per node warm on one H100 and on 2x H200, at most 15 s on local-cpu",
+        "15 s on local-cpu; 30 s warm on one H100 and on 2x H200: a job's prolog must not hold the job up",
     ),
     "standard": Tier(
         "standard",
-        "at handover and after a repair: the whole suite",
+        "at handover, after a repair: the whole suite",
         {"cpu": None, "cuda": 120.0},
-        "issue 27: at most 120 s on 2x H200 cold, storage included",
+        "120 s on 2x H200 cold, storage included; none of its own on the CPU",
     ),
     "burn-in": Tier(
         "burn-in",
-        "burn-in of new or repaired nodes: the standard suite plus the reference workload and the soak, for hours",
+        "new or repaired nodes, for hours",
         {"cpu": None, "cuda": None},
-        "the standard suite's wall plus the soak's duration (the profile's)",
+        "the standard suite's, plus the reference workload and the soak's duration (the profile's `soak.duration_s`)",
     ),
 }
 

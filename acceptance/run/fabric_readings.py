@@ -11,7 +11,7 @@ import subprocess
 import sys
 from typing import cast
 
-from acceptance.families.fabric import FabricReading
+from acceptance.schema.ports import FabricReading
 
 READ_TIMEOUT_S = 30.0  # a sysfs walk takes milliseconds; a hung driver must not hang the run
 

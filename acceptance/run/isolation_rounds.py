@@ -1,119 +1,83 @@
-"""Runs the isolation rounds (``acceptance.families.internode.isolation``) when a figure across nodes has failed.
+"""Runs the isolation rounds of the family that has them (``Family.isolation``: the internode family's) when
+a figure across nodes has failed.
 
-Every node's pytest runs the same rounds in the same order: each round is one probe job over every
-node, and what the next round is follows only from the results, which rank 0 broadcast to every node.
-Each round is cached under its own key, so a second failing figure replays the same verdict at no cost.
-Round 1 starts from the slowest rails the connectivity probe measured in this run, where it ran; the
-round echoes that hint in its result, so a replay starts from the same one.
+Every node's pytest runs the same rounds in the same order: each round is one probe job over every node,
+and what the next round is follows only from the results, which rank 0 broadcast to every node. Each round
+is cached under its own key, so a second failing figure replays the same verdict at no cost. What a round
+measures, where round 1 starts and what a slow collective says of its culprit are the family's.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, cast
+from typing import Any
 
-from acceptance.families import connectivity
-from acceptance.families.collectives import COLLECTIVES
-from acceptance.families.connectivity import CONNECTIVITY
-from acceptance.families.internode import INTERNODE
-from acceptance.families.internode.isolation import Isolation, Pair, Round
+from acceptance.profile.registry import FAMILIES
 from acceptance.run import worker_pool
 from acceptance.run.cluster_run import ClusterRun
 from acceptance.run.launcher import ProbeError
+from acceptance.schema.family import Family, Isolating, Records, Search
 
-# all_reduce: the collective a cross-node figure is most often about, and its busbw compares across sizes
-PAIR_OP = "all_reduce"
-# the slowest rails handed to round 1: enough for a slow node (it is at both ends of some) or a slow path
-HINTS = 3
+
+def _isolating() -> tuple[Family[Any], Isolating[Any]]:
+    for family in FAMILIES:
+        if family.isolation is not None:
+            return family, family.isolation
+    raise LookupError("no family of the registry isolates a failed figure across nodes")
+
+
+def _first(isolating: Isolating[Any]) -> str:
+    return f"{isolating.probe}-1"  # round 1's key: an isolation of this run started
 
 
 def enabled(run: ClusterRun) -> bool:
-    return run.placement.nodes > 1 and INTERNODE.section_of(run.profile.model).isolation
+    family, isolating = _isolating()
+    return run.placement.nodes > 1 and isolating.enabled(family.section_of(run.profile.model))
 
 
-def isolate(run: ClusterRun) -> Isolation:
+def isolate(run: ClusterRun) -> Search:
     """Run rounds until the verdict is in; a round that fails ends the search and is named in the message."""
-    section = INTERNODE.section_of(run.profile.model)
-    iso = Isolation(run.placement.nodes, section.slow_pair_fraction, section.mild_pair_fraction, hint=hint(run))
-    while (rnd := iso.next_round()) is not None:
+    family, isolating = _isolating()
+    model = run.profile.model
+
+    def run_round(sections: Mapping[str, object], key: str) -> Mapping[str, Any] | str:
+        spec: dict[str, object] = {**run.spec(isolating.probe), **sections}
         try:
-            result = run.probe("isolation", round_spec(run, rnd), key=f"isolation-{rnd.number}", env=node_env(run))
+            return run.probe(isolating.probe, spec, key=key, env=node_env(run))
         except ProbeError as exc:
-            iso.fail(rnd, str(exc))
-            break
-        iso.record(rnd, result)
-    return iso
+            return str(exc)
+
+    return isolating.isolate(family.section_of(model), model, run.placement.nodes, _records(run), run_round)
 
 
-def earlier(run: ClusterRun) -> Isolation | None:
+def earlier(run: ClusterRun) -> Search | None:
     """The isolation an earlier figure of this session started, replayed from its cached rounds; None if none ran."""
-    started = any(p.key == "isolation-1" for p in run.evidence.doc.probes)
+    started = any(p.key == _first(_isolating()[1]) for p in run.evidence.doc.probes)
     return isolate(run) if started else None
 
 
-def _record(run: ClusterRun, key: str) -> Mapping[str, Any] | None:
-    """The result of this run's probe ``key``, where it ran and succeeded."""
-    for p in run.evidence.doc.probes:
-        if p.key == key and p.status == "ok" and p.result is not None:
-            return p.result
-    return None
+def _records(run: ClusterRun) -> Records:
+    def record(key: str) -> Mapping[str, Any] | None:
+        """The result of this run's probe ``key``, where it ran and succeeded."""
+        for p in run.evidence.doc.probes:
+            if p.key == key and p.status == "ok" and p.result is not None:
+                return p.result
+        return None
+
+    return record
 
 
-def hint(run: ClusterRun) -> tuple[Pair, ...]:
-    """Round 1's start: the hint an earlier round 1 of this run was given, else the node pairs of the
-    slowest rails of this run's connectivity probe (slowest first), else none."""
-    first = _record(run, "isolation-1")
-    if first is not None:
-        return tuple((int(a), int(b)) for a, b in first.get("hint", []))
-    conn = _record(run, "connectivity")
-    rails = cast(list[connectivity.Link], conn.get("rails", []) if conn is not None else [])
-    found: list[Pair] = []
-    for link in sorted(rails, key=connectivity.rate):
-        pair = (int(link["src_node"]), int(link["dst_node"]))
-        if pair[0] != pair[1] and pair not in found and pair[::-1] not in found:
-            found.append(pair)
-        if len(found) == HINTS:
-            break
-    return tuple(found)
+def hint(run: ClusterRun) -> tuple[tuple[int, int], ...]:
+    """Round 1's start (``Isolating.hint``) from this run's records."""
+    return _isolating()[1].hint(_records(run))
 
 
 def collective_culprit(run: ClusterRun) -> str:
-    """Where a slow collective's culprit is to be found, in words: the nodes an isolation of this run named,
-    the slowest links this run measured (the connectivity probe: inside nodes and the rails across them),
-    or the families that measure them. Never "the slowest rank": in a ring every rank waits for the
-    slowest link, so the rank that took longest says nothing about where the fault is."""
-    said: list[str] = []
-    first = _record(run, "isolation-1")
-    if first is not None:
-        found = isolate(run)  # replayed from its cached rounds
-        said.append(found.message())
-    conn = _record(run, "connectivity")
-    if conn is not None:
-        measured = cast(list[connectivity.Link], [*conn.get("p2p", []), *conn.get("rails", [])])
-        if measured:
-            said.append(f"slowest links this run measured: {connectivity.slowest(measured)}")
-    if not said:
-        said.append(
-            "the connectivity family names the slowest GPU links"
-            + (", the internode family's isolation rounds the node or path" if run.placement.nodes > 1 else "")
-        )
-    return "culprit: " + "; ".join(said)
-
-
-def round_spec(run: ClusterRun, rnd: Round) -> dict[str, object]:
-    model = run.profile.model
-    conn, coll = CONNECTIVITY.section_of(model), COLLECTIVES.section_of(model)
-    spec: dict[str, object] = dict(run.spec("isolation"))
-    # the links' own size and count: small enough that a throttled pair still finishes in seconds
-    spec["isolation"] = {"round": rnd.spec(), "op": PAIR_OP, "size": conn.p2p_size, "iters": conn.p2p_iters}
-    spec["collectives"] = {
-        "dtype": coll.dtype,
-        "timing": coll.timing,
-        "warmup_iters": 1,
-        "iters": conn.p2p_iters,
-        "check_data": coll.check_data,
-    }
-    return spec
+    """Where a slow collective's culprit is to be found, in words (``Isolating.culprit``): with the isolation
+    an earlier figure of this run started, replayed from its cached rounds."""
+    records, isolating = _records(run), _isolating()[1]
+    replayed = isolate(run) if records(_first(isolating)) is not None else None
+    return isolating.culprit(records, replayed, run.placement.nodes)
 
 
 def node_env(run: ClusterRun) -> dict[str, str]:

@@ -22,12 +22,14 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import cast
 
-from acceptance.evidence.causes import FOREIGN_LOAD_FIRST, Category
+from acceptance.evidence.causes import FOREIGN_LOAD_FIRST
 from acceptance.families import nvlink_domain
 from acceptance.families.gpu_users import GpuProcess, GpuUse, Ours, descends_from, foreign, foreign_use
-from acceptance.families.health import HEALTH, NodeInventory, TorchView, same_model
+from acceptance.families.inventory import NodeInventory, TorchView, same_model
 from acceptance.profile.model import ProfileModel
+from acceptance.profile.registry import FAMILIES
 from acceptance.run import toolchain
+from acceptance.verdicts import Category
 
 FAULT_ENV = "ACCEPTANCE_TEST_FAULT"  # the tests' fault knob, the one the ranks read (acceptance.probes.rank)
 DETECT_TIMEOUT_S = 120.0  # importing torch and initialising NVML; minutes would mean a wedged driver
@@ -120,8 +122,8 @@ def check(
     # (acceptance.plugin.drain_hooks.categorize): the GPU is shared, not broken
     used = "; ".join(foreign_use(seen, ours))
     message = f"{FOREIGN_LOAD_FIRST}{used}" if used else ""
-    # a site may hold a process left on a GPU to be the node's own fault (health.leftover_process: drain)
-    drains = HEALTH.section_of(model).leftover_process == "drain"
+    # a site may hold a process left on a GPU to be the node's own fault (``Family.leftover_drains``)
+    drains = any(f.leftover_drains(f.section_of(model)) for f in FAMILIES if f.leftover_drains is not None)
     return PreflightResult(not used, message, gpus, answers, others, "configuration" if drains else "foreign load")
 
 

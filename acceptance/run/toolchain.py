@@ -17,37 +17,9 @@ import shutil
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
-from acceptance.families.collectives import COLLECTIVES
-from acceptance.families.collectives.timing import calls_nccl
-from acceptance.families.training import DEEPSPEED_STRATEGIES, TRAINING
 from acceptance.profile.model import ProfileModel
-
-
-@dataclass(frozen=True)
-class Need:
-    """A compiler one of the probes' dependencies builds with, looked up as that dependency does."""
-
-    family: str  # the family whose tests need it
-    builds: str  # what builds with it
-    variable: str  # the variable it reads first
-    commands: tuple[str, ...]  # what it looks for on PATH otherwise, in its order
-    source: str  # where the dependency does the lookup
-    stops: bool = True  # without it the family cannot run (else it runs another way, and says so)
-
-
-# triton/runtime/build.py: $CC, else gcc, else clang ("Failed to find C compiler")
-TRITON = Need("training", "torch.compile ({setting}) builds Triton's launchers", "CC", ("gcc", "clang"),
-              "triton/runtime/build.py")  # fmt: skip
-# torch/_inductor/config.py cpp.cxx: $CXX, else g++ (Inductor's C++ kernels on the CPU)
-INDUCTOR_CPU = Need("training", "torch.compile ({setting}) builds Inductor's C++ kernels", "CXX", ("g++",),
-                    "torch/_inductor/config.py")  # fmt: skip
-# deepspeed/comm/torch.py build_shm_op, through torch/utils/cpp_extension.py: $CXX, else c++
-DEEPSPEED_CPU = Need("training", "DeepSpeed's CPU communication op ({setting}) is built", "CXX", ("c++",),
-                     "deepspeed/comm/torch.py")  # fmt: skip
-# acceptance/probes/nccl_loop.py: $CC, else cc; without it the calls are issued from Python, and labelled so
-NCCL_LOOP = Need("collectives", "the collectives' C loop ({setting}) is built", "CC", ("cc",),
-                 "acceptance/probes/nccl_loop.py", stops=False)  # fmt: skip
-NEEDS = (TRITON, INDUCTOR_CPU, DEEPSPEED_CPU, NCCL_LOOP)
+from acceptance.profile.registry import FAMILIES
+from acceptance.schema.toolchain import Need
 
 
 @dataclass(frozen=True)
@@ -61,22 +33,15 @@ class Missing:
 
 
 def needs(model: ProfileModel, families: Collection[str] | None = None) -> list[tuple[Need, str]]:
-    """What the run builds with under ``model``, each with the profile setting that asks for it; ``families``:
-    the selected tests' (None: every family)."""
-    found: list[tuple[Need, str]] = []
-    cuda = model.topology.device == "cuda"
-    if families is None or TRAINING.name in families:
-        training = TRAINING.section_of(model)
-        if training.compile != "none":
-            found.append((TRITON if cuda else INDUCTOR_CPU, f"training.compile: {training.compile}"))
-        deepspeed = [s for s in training.strategies if s in DEEPSPEED_STRATEGIES or s in training.deepspeed]
-        if deepspeed and not cuda:
-            found.append((DEEPSPEED_CPU, f"training: {', '.join(deepspeed)}"))
-    if cuda and (families is None or COLLECTIVES.name in families):
-        timing = COLLECTIVES.section_of(model).timing
-        if calls_nccl(timing):
-            found.append((NCCL_LOOP, f"collectives.timing: {timing}"))
-    return found
+    """What the run builds with under ``model``, each with the profile setting that asks for it, those that stop
+    a family first (``Family.builds_with``); ``families``: the selected tests' (None: every family)."""
+    found = [
+        need
+        for family in FAMILIES
+        if family.builds_with is not None and (families is None or family.name in families)
+        for need in family.builds_with(family.section_of(model), model.topology.device)
+    ]
+    return sorted(found, key=lambda need: not need[0].stops)
 
 
 def compiler(need: Need, env: Mapping[str, str]) -> str | None:

@@ -8,7 +8,8 @@ and ``acceptance.cli.bench_train`` both go through it.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any, cast
 
 from acceptance.families import llama8b
@@ -19,6 +20,41 @@ from acceptance.json_types import JSONObject
 from acceptance.run.cluster_run import ClusterRun
 from acceptance.run.launcher import ProbeError
 from acceptance.schema.results import validated
+
+Baseline = plan.Baseline
+FIRST_KEY = plan.job_key(0)  # the first job's key: the one started ahead of its turn (``stage_first``)
+
+
+@dataclass(frozen=True)
+class Selected:
+    """A selected test as the training job's plan reads it: its module's stem, its name, its parameters."""
+
+    module: str
+    name: str
+    params: Mapping[str, object]
+
+
+def strategies_needed(cluster: ClusterRun, selected: list[Selected]) -> list[str]:
+    """The strategies the selected tests of the training module read, in the profile's order."""
+    training = TRAINING.section_of(cluster.profile.model)
+    wanted: set[str] = set()
+    for test in selected:
+        if test.module != TRAINING.module:
+            continue
+        wanted |= {str(v) for k, v in test.params.items() if k in ("train_strategy", "canary_strategy")}
+        if "canary_strategy" in test.params:
+            wanted.add(training.strategies[0])  # the reference curve
+        if test.name == "test_scaling_efficiency" and training.scaling_baseline != "none":
+            wanted.add(training.scaling_strategy)
+    return [s for s in training.strategies if s in wanted]
+
+
+def baseline_needed(cluster: ClusterRun, selected: list[Selected]) -> plan.Baseline | str | None:
+    """The scaling baseline when its test is selected (it may share the strategies' job)."""
+    if not any(test.module == TRAINING.module and test.name == "test_scaling_efficiency" for test in selected):
+        return None
+    training = TRAINING.section_of(cluster.profile.model)
+    return plan.baseline(training, cluster.topology.nproc_per_node, cluster.placement.nodes)
 
 
 def strategy_runs(

@@ -24,12 +24,11 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from acceptance.atomic_file import write_atomic
-from acceptance.families.internode.isolation import NODE_ENV
 from acceptance.profile.registry import WORKER_PROBES
 from acceptance.run import diagnose, reaper
 from acceptance.run import launcher as launch
 from acceptance.run.placement import Placement
-from acceptance.schema.topology import Topology
+from acceptance.schema.topology import NODE_ENV, Topology
 
 POLL_S = 0.05  # how often the plugin looks for the probe's end: a few small files, against a probe's seconds
 # how long ranks told to exit get before they are ended; on several nodes torchrun's agents leave together

@@ -22,10 +22,11 @@ from pathlib import Path
 from typing import Any, Generic, Literal, Protocol, TypeVar
 
 from acceptance.json_types import JSONObject
-from acceptance.schema.bounds import Threshold
+from acceptance.schema.bounds import Threshold, must_be_zero
 from acceptance.schema.fields import Strict
 from acceptance.schema.noise import Noise
 from acceptance.schema.stored import StoredRun
+from acceptance.schema.toolchain import Need
 
 Better = Literal["higher", "lower", "none"]  # none: a count to match (world size), or a value with no good side
 # How a change against a baseline run is measured (``compare``, ``--cluster-baseline``): relative to the old
@@ -89,6 +90,38 @@ class Metric(Generic[S]):
         return tuple("".join(pick) for pick in itertools.product(*options))
 
 
+@dataclass(frozen=True)
+class Shapes(Generic[S]):
+    """A family's metric declarations that share their words (``Metric.doc``) and their domains, given once:
+    ``figure`` declares a shape with them, ``count`` a correctness count, whose bound is 0 whatever the
+    section says (said here once, not on each count)."""
+
+    doc: str
+    domains: Mapping[str, Callable[[S], Sequence[str]]] = field(default_factory=dict)
+
+    def figure(
+        self,
+        regex: str,
+        better: Better,
+        *,
+        doc: str | None = None,
+        scale: Scale = "relative",
+        kind: Kind = "performance",
+        devices: tuple[Device, ...] = ANY_DEVICE,
+        builtin: Callable[[S], Threshold | None] | None = None,
+        local: bool | None = None,
+    ) -> Metric[S]:
+        return Metric(regex, doc or self.doc, better, scale=scale, kind=kind, domains=self.domains, devices=devices,
+                      builtin=builtin, local=local)  # fmt: skip
+
+    def count(
+        self, regex: str, *, doc: str | None = None, devices: tuple[Device, ...] = ANY_DEVICE, local: bool | None = None
+    ) -> Metric[S]:
+        return self.figure(
+            regex, "lower", doc=doc, kind="correctness", devices=devices, builtin=must_be_zero, local=local
+        )
+
+
 # a probe's result as a re-measure merges it: read and written by the figures' names
 Result = dict[str, Any]
 
@@ -103,6 +136,35 @@ class Remeasure(Generic[S]):
     low: Callable[[Result, Callable[[str, float], bool], S], list[str]]
     spec: Callable[[JSONObject, list[str]], JSONObject]  # the family's spec section for those figures alone
     merge: Callable[[Result, Result, list[str]], Result]  # the first result with those figures measured again
+
+
+# this run's result of the probe run under a key (``isolation-1``, ``connectivity``), where it ran and
+# succeeded; None: none such
+Records = Callable[[str], Mapping[str, Any] | None]
+# runs one job of an isolation: the probe's spec sections for it and its key; its result, or why it failed
+RunRound = Callable[[Mapping[str, object], str], "Mapping[str, Any] | str"]
+
+
+class Search(Protocol):
+    """An isolation's outcome: who it named and why, in one line."""
+
+    def message(self) -> str: ...
+
+
+@dataclass(frozen=True)
+class Isolating(Generic[S]):
+    """How a family names the node or path behind a figure across nodes that failed: rounds of probe jobs that
+    the run drives (``acceptance.run.isolation_rounds``: every node's pytest runs the same rounds in the same
+    order, each cached under its key, so a second failing figure replays the same verdict)."""
+
+    probe: str  # the probe each round runs; round N's key is ``<probe>-N``
+    enabled: Callable[[S], bool]  # from the family's section (the run adds: 2 nodes or more)
+    # the rounds until the verdict is in: the section, the profile model, the node count, the run's records
+    isolate: Callable[[S, object, int, Records, RunRound], Search]
+    hint: Callable[[Records], tuple[tuple[int, int], ...]]  # the node pairs round 1 starts from
+    # where a slow collective's culprit is to be found, in words: the isolation's (replayed), or the slowest
+    # links the run measured; the node count
+    culprit: Callable[[Records, Search | None, int], str]
 
 
 @dataclass(frozen=True)
@@ -120,6 +182,9 @@ class Family(Generic[S]):
     probes: tuple[str, ...] = ()
     in_worker: tuple[str, ...] = ()
     needs_every_gpu: bool = True  # its probes start a rank on every GPU of the node: skipped without them
+    # its job starts ahead of its turn, its imports in the shadow of the modules timed on the GPU's own clock
+    # right before its tests (``acceptance.plugin.training_stage``; the job: ``acceptance.run.training_jobs``)
+    staged: bool = False
     # its figures are timed on the GPU's own clock (CUDA events, CUDA graphs), so that a job importing on the
     # host beside them cannot move one (``plugin.training_stage``)
     gpu_timed: bool = False
@@ -134,6 +199,18 @@ class Family(Generic[S]):
     lets_import: bool = False
     # its result lists every rank's host and device: the evidence's ``cluster.nodes`` is taken from it
     describes_nodes: bool = False
+    # names the node or path behind a failed figure across nodes in rounds of probe jobs; None: no isolation
+    isolation: Isolating[S] | None = None
+    # whether another process left on the run's GPUs at its start is the node's own fault (its configuration:
+    # drain), from its section, rather than foreign load (rerun once it is gone): the preflight asks
+    leftover_drains: Callable[[S], bool] | None = None
+    # the compilers its probes' dependencies build with under its section on the ``topology.device``, each with
+    # the profile's setting that asks for it (``acceptance.run.toolchain``: the preflight looks them up)
+    builds_with: Callable[[S, Device], list[tuple[Need, str]]] | None = None
+    # the folder its probe reads this node's ports under, from its section: the plugin reads them in its own
+    # process (``acceptance.run.fabric_readings``) beside the preflight, before any probe moved data over them
+    # (the evidence's ``cluster.fabric_before``), and the family's test reads them again; None: no such reading
+    reads_ports: Callable[[S], str] | None = None
     # its result lists each node's InfiniBand HCAs with their ports' rates (``hcas``): the report's reference
     # rows take the run's NICs from it
     describes_nics: bool = False

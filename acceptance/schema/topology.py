@@ -8,6 +8,11 @@ from pydantic import Field, model_validator
 
 from acceptance.schema.fields import PositiveInt, Strict
 
+# the node's own rank, which the plugin hands to every probe of its node (``acceptance.run.worker_pool``):
+# torchrun's GROUP_RANK is assigned anew by each rendezvous, so it cannot say which machine an isolation
+# round's "node 3" is (``acceptance.probes.links``)
+NODE_ENV = "ACCEPTANCE_NODE_RANK"
+
 
 class Topology(Strict):
     nodes: PositiveInt = 1

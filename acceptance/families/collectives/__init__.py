@@ -12,16 +12,17 @@ from typing_extensions import NotRequired, TypedDict
 
 from acceptance.families.collectives import lateness
 from acceptance.families.collectives.lateness import RankPlace, Spread
-from acceptance.families.collectives.timing import TimingAsked
+from acceptance.families.collectives.timing import TimingAsked, calls_nccl
 from acceptance.families.gpu_users import ForeignSeen
 from acceptance.families.transport import TransportRecord
 from acceptance.numbers import spread
-from acceptance.schema.bounds import Threshold, must_be_zero
+from acceptance.schema.bounds import Threshold
 from acceptance.schema.collectives import COLLECTIVE_OPS, OPS
 from acceptance.schema.dtypes import DTYPE_NAMES
-from acceptance.schema.family import GPU_ONLY, Family, Metric
+from acceptance.schema.family import GPU_ONLY, Device, Family, Shapes
 from acceptance.schema.fields import PositiveInt, Size, Strict
 from acceptance.schema.sizes import parse_size
+from acceptance.schema.toolchain import Need
 
 # Below 1 MiB a collective is bound by its launch and NCCL's latency protocol (LL), not by its links: on 2x
 # H200 nccl-tests' all_reduce took 21 us a call at 1 MiB and ~10 us at 64 B (REFERENCE.md; docs/measurements.md)
@@ -82,7 +83,6 @@ class Collectives(Strict):
 
 
 _COLL = "collectives.<op>.<busbw_gbps|time_us|wrong>@<size>"
-_LATENCY = "collectives.<op>.latency_us@<size>"
 
 
 def _ops(s: Collectives) -> Sequence[str]:
@@ -120,57 +120,47 @@ def _late_bound(s: Collectives) -> Threshold:
     )
 
 
-_SWEEP = {"op": _ops, "size": _sizes}
+# acceptance/probes/nccl_loop.py: $CC, else cc; without it the calls are issued from Python, and labelled so
+NCCL_LOOP = Need("collectives", "the collectives' C loop ({setting}) is built", "CC", ("cc",),
+                 "acceptance/probes/nccl_loop.py", stops=False)  # fmt: skip
+
+
+def _builds_with(s: Collectives, device: Device) -> list[tuple[Need, str]]:
+    """The C loop's compiler where the sweeps call libnccl on GPUs."""
+    return [(NCCL_LOOP, f"collectives.timing: {s.timing}")] if device == "cuda" and calls_nccl(s.timing) else []
+
+
+_SWEEP = Shapes[Collectives](_COLL, {"op": _ops, "size": _sizes})
+_LATENCY = Shapes[Collectives]("collectives.<op>.latency_us@<size>", {"op": _ops, "size": latency_sizes})
+_SPREAD = Shapes[Collectives]("collectives.<op>.lateness_p99_us@<size>", {"op": _spread_ops, "size": _spread_sizes})
+_RUN = Shapes[Collectives]("collectives.<figure>")
 COLLECTIVES = Family(
     "collectives",
     "collective bandwidth sweep inside the run, nccl-tests' way",
     Collectives,
     (
-        Metric[Collectives](r"(?P<op>\w+)\.busbw_gbps@(?P<size>\w+)", _COLL, "higher", domains=_SWEEP),
-        Metric[Collectives](r"(?P<op>\w+)\.time_us@(?P<size>\w+)", _COLL, "lower", domains=_SWEEP),
+        _SWEEP.figure(r"(?P<op>\w+)\.busbw_gbps@(?P<size>\w+)", "higher"),
+        _SWEEP.figure(r"(?P<op>\w+)\.time_us@(?P<size>\w+)", "lower"),
         # a small message's latency: the median window's time per call (``figures``), which one stall of the
         # host does not move; nccl-tests' time (the whole loop's) carries such a stall whole
-        Metric[Collectives](
-            r"(?P<op>\w+)\.latency_us@(?P<size>\w+)", _LATENCY, "lower", domains={"op": _ops, "size": latency_sizes}
-        ),
-        Metric[Collectives](
-            r"(?P<op>\w+)\.wrong@(?P<size>\w+)",
-            _COLL,
-            "lower",
-            kind="correctness",
-            domains=_SWEEP,
-            builtin=must_be_zero,
-        ),
+        _LATENCY.figure(r"(?P<op>\w+)\.latency_us@(?P<size>\w+)", "lower"),
+        _SWEEP.count(r"(?P<op>\w+)\.wrong@(?P<size>\w+)"),
         # the worst rank's lateness p99 in the spread pass: information (the gate is late_ranks, a rank against
         # its peers), judged by a bound alone where a profile sets one (a run's own wait noise is no baseline)
-        Metric[Collectives](
-            r"(?P<op>\w+)\.lateness_p99_us@(?P<size>\w+)",
-            "collectives.<op>.lateness_p99_us@<size>",
-            "lower",
-            scale="bound",
-            domains={"op": _spread_ops, "size": _spread_sizes},
-        ),
+        _SPREAD.figure(r"(?P<op>\w+)\.lateness_p99_us@(?P<size>\w+)", "lower", scale="bound"),
         # the ranks that arrived late in the spread pass. Not a node's own figure: a late rank's cause may be its
         # node's (a jittery core or NIC) or a task another job or daemon runs beside it, so across nodes the
         # drain list marks its node for review rather than drains it
-        Metric[Collectives](r"(late_ranks)", "collectives.<figure>", "lower", scale="bound", builtin=_late_bound),
+        _RUN.figure(r"(late_ranks)", "lower", scale="bound", builtin=_late_bound),
         # the profile's op@size cases the sweep did not measure: each would otherwise go unjudged
-        Metric[Collectives](
-            r"(missing_cases)", "collectives.<figure>", "lower", kind="correctness", builtin=must_be_zero
-        ),
-        Metric[Collectives](
-            r"(transport_mismatches)",
-            "collectives.<figure>",
-            "lower",
-            kind="correctness",
-            devices=GPU_ONLY,
-            builtin=must_be_zero,
-        ),
+        _RUN.count(r"(missing_cases)"),
+        _RUN.count(r"(transport_mismatches)", devices=GPU_ONLY),
     ),
     probes=("collectives",),
     in_worker=("collectives",),
     gpu_timed=True,
     host_loops=True,
+    builds_with=_builds_with,
 )
 
 

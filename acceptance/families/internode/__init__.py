@@ -15,9 +15,10 @@ from acceptance.families.connectivity import ConnectivityResult as ConnectivityR
 from acceptance.families.connectivity import matrices as matrices
 from acceptance.families.connectivity import slowest as slowest
 from acceptance.families.connectivity import wrong as wrong
-from acceptance.schema.bounds import must_be_zero
+from acceptance.families.internode import rounds
+from acceptance.families.internode.isolation import Isolation
 from acceptance.schema.collectives import COLLECTIVE_OPS
-from acceptance.schema.family import Family, Metric
+from acceptance.schema.family import Family, Isolating, Records, RunRound, Shapes
 from acceptance.schema.fields import Size, Strict
 from acceptance.schema.figure import Figure
 from acceptance.schema.noise import Noise, at, items, results, size_of, windows_noise
@@ -51,7 +52,7 @@ class Internode(Strict):
 
 
 _INTER = "internode.<all|intranode|one_gpu_per_node|ring>.<op>.<busbw_gbps|wrong>@<size>"
-_RAIL = "internode.<rail_min_gbps|rail_wrong|isolation_culprits>"
+_RAILS = Shapes[Internode]("internode.<rail_min_gbps|rail_wrong|isolation_culprits>")
 _INTER_PATH = r"(all|intranode|one_gpu_per_node|ring)\.(?P<op>\w+)"
 
 
@@ -75,28 +76,29 @@ def noise(evidence: StoredRun, parts: list[str], size: str) -> Noise | None:
     return None
 
 
-_SWEEP = {"op": _ops, "size": _sizes}
+def _isolation_on(s: Internode) -> bool:
+    return s.isolation
+
+
+def _isolate(s: Internode, model: object, nodes: int, records: Records, run_round: RunRound) -> Isolation:
+    found = Isolation(nodes, s.slow_pair_fraction, s.mild_pair_fraction, hint=rounds.hint(records))
+    return rounds.isolate(found, model, run_round)
+
+
+_SWEEP = Shapes[Internode](_INTER, {"op": _ops, "size": _sizes})
 INTERNODE = Family(
     "internode",
     "collectives across nodes against inside a node (2+ nodes)",
     Internode,
     (
-        Metric[Internode](rf"{_INTER_PATH}\.busbw_gbps@(?P<size>\w+)", _INTER, "higher", domains=_SWEEP),
-        Metric[Internode](
-            rf"{_INTER_PATH}\.wrong@(?P<size>\w+)",
-            _INTER,
-            "lower",
-            kind="correctness",
-            domains=_SWEEP,
-            builtin=must_be_zero,
-        ),
-        Metric[Internode](
-            r"(?P<op>\w+)\.efficiency@(?P<size>\w+)", "internode.<op>.efficiency@<size>", "higher", domains=_SWEEP
-        ),
-        Metric[Internode](r"(rail_min_gbps)", _RAIL, "higher"),
-        Metric[Internode](r"(rail_wrong|isolation_culprits)", _RAIL, "lower", kind="correctness", builtin=must_be_zero),
+        _SWEEP.figure(rf"{_INTER_PATH}\.busbw_gbps@(?P<size>\w+)", "higher"),
+        _SWEEP.count(rf"{_INTER_PATH}\.wrong@(?P<size>\w+)"),
+        _SWEEP.figure(r"(?P<op>\w+)\.efficiency@(?P<size>\w+)", "higher", doc="internode.<op>.efficiency@<size>"),
+        _RAILS.figure(r"(rail_min_gbps)", "higher"),
+        _RAILS.count(r"(rail_wrong|isolation_culprits)"),
     ),
     probes=("internode", "isolation"),
+    isolation=Isolating(rounds.PROBE, _isolation_on, _isolate, rounds.hint, rounds.culprit),
     in_worker=("internode", "isolation"),
     gpu_timed=True,
     host_loops=True,

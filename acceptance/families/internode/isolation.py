@@ -90,7 +90,6 @@ from acceptance.families.internode.isolation_judge import Judge
 from acceptance.families.internode.isolation_records import (
     MAX_PAIR_ROUNDS,
     MESSAGE_NAMES,
-    NODE_ENV,
     IsolationConfig,
     IsolationEvidence,
     Pair,
@@ -105,7 +104,6 @@ from acceptance.families.internode.isolation_records import (
 __all__ = [
     "MAX_PAIR_ROUNDS",
     "MESSAGE_NAMES",
-    "NODE_ENV",
     "Isolation",
     "IsolationConfig",
     "IsolationEvidence",

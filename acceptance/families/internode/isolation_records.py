@@ -18,9 +18,6 @@ from acceptance.families.connectivity import Link, Matrix
 from acceptance.families.internode.pair_statistics import OUTLIER_Z, Trimmed, trimmed
 
 Pair = tuple[int, int]
-# the node's own rank, which the plugin hands to every job of an isolation: torchrun's GROUP_RANK is
-# assigned anew by each rendezvous, so it cannot say which machine round 2's "node 3" is
-NODE_ENV = "ACCEPTANCE_NODE_RANK"
 # pair rounds: a third and more only while nodes are left open (at high noise); with the rails, at most 6
 MAX_PAIR_ROUNDS = 5
 # a cluster where nobody stands out ends within this many rounds: its one pair's rails (a rail slow on every
@@ -66,7 +63,7 @@ class RoundSpec(TypedDict):
 
 
 class IsolationConfig(TypedDict):
-    """An isolation round's section of its probe's spec (``acceptance.run.isolation_rounds.round_spec``)."""
+    """An isolation round's section of its probe's spec (``acceptance.families.internode.rounds.round_spec``)."""
 
     round: RoundSpec
     op: str

@@ -24,9 +24,10 @@ from typing_extensions import TypedDict
 from acceptance.families.training.noise import noise
 from acceptance.json_types import JSONObject
 from acceptance.schema.bounds import Threshold
-from acceptance.schema.family import GPU_ONLY, Family, LoadedProfile, Metric
+from acceptance.schema.family import GPU_ONLY, Device, Family, LoadedProfile, Metric, S, Shapes
 from acceptance.schema.fields import PositiveInt, RunName, Strict
 from acceptance.schema.peaks import Peaks, Precision
+from acceptance.schema.toolchain import Need
 
 TRAIN_STRATEGIES = ("ddp", "fsdp", "zero1", "zero2", "zero3", "zero3_offload")
 DEEPSPEED_STRATEGIES = ("zero1", "zero2", "zero3", "zero3_offload")
@@ -90,8 +91,22 @@ class Training(Strict):
 _TRAIN = "training.<strategy>.<figure>"
 
 
-def _loss_must_fall(_s: Training) -> Threshold:
+def loss_must_fall(_section: object) -> Threshold:
+    """``Metric.builtin`` of a workload's ``loss_ratio`` (last loss over first): it must fall, whatever the
+    section says."""
     return Threshold(max=0.99, source="built-in: the loss must fall by at least 1% over the run")
+
+
+def workload_figures(shapes: Shapes[S]) -> tuple[Metric[S], ...]:
+    """The figures every strategy of a training workload gives, the training family's and the reference
+    workload's alike (``acceptance.families.llama8b``): its speed, its step times and memory, and its loss."""
+    return (
+        shapes.figure(r"(?P<strategy>\w+)\.(tokens_per_s_per_gpu)", "higher"),
+        # a GPU's peak FLOP/s: none on the CPU
+        shapes.figure(r"(?P<strategy>\w+)\.(mfu)", "higher", devices=GPU_ONLY),
+        shapes.figure(r"(?P<strategy>\w+)\.(step_time_s|step_time_std_s|peak_mem_gib)", "lower"),
+        shapes.figure(r"(?P<strategy>\w+)\.(loss_ratio)", "lower", kind="correctness", builtin=loss_must_fall),
+    )
 
 
 def _canary_rtol(s: Training) -> Threshold:
@@ -102,35 +117,52 @@ def _strategies(s: Training) -> Sequence[str]:
     return s.strategies
 
 
-_STRATEGY = {"strategy": _strategies}
+# triton/runtime/build.py: $CC, else gcc, else clang ("Failed to find C compiler")
+TRITON = Need("training", "torch.compile ({setting}) builds Triton's launchers", "CC", ("gcc", "clang"),
+              "triton/runtime/build.py")  # fmt: skip
+# torch/_inductor/config.py cpp.cxx: $CXX, else g++ (Inductor's C++ kernels on the CPU)
+INDUCTOR_CPU = Need("training", "torch.compile ({setting}) builds Inductor's C++ kernels", "CXX", ("g++",),
+                    "torch/_inductor/config.py")  # fmt: skip
+# deepspeed/comm/torch.py build_shm_op, through torch/utils/cpp_extension.py: $CXX, else c++
+DEEPSPEED_CPU = Need("training", "DeepSpeed's CPU communication op ({setting}) is built", "CXX", ("c++",),
+                     "deepspeed/comm/torch.py")  # fmt: skip
+
+
+def _builds_with(s: Training, device: Device) -> list[tuple[Need, str]]:
+    """torch.compile's compiler where the section compiles; DeepSpeed's CPU op where a strategy of it runs on
+    the CPU."""
+    found: list[tuple[Need, str]] = []
+    cuda = device == "cuda"
+    if s.compile != "none":
+        found.append((TRITON if cuda else INDUCTOR_CPU, f"training.compile: {s.compile}"))
+    deepspeed = [name for name in s.strategies if name in DEEPSPEED_STRATEGIES or name in s.deepspeed]
+    if deepspeed and not cuda:
+        found.append((DEEPSPEED_CPU, f"training: {', '.join(deepspeed)}"))
+    return found
+
+
+_STRATEGY = Shapes[Training](_TRAIN, {"strategy": _strategies})
 TRAINING = Family(
     "training",
     "short real training runs: DDP, FSDP, DeepSpeed ZeRO",
     Training,
     (
-        Metric[Training](r"(?P<strategy>\w+)\.(tokens_per_s_per_gpu)", _TRAIN, "higher", domains=_STRATEGY),
-        # a GPU's peak FLOP/s and its NVML utilisation: neither exists on the CPU
-        Metric[Training](
-            r"(?P<strategy>\w+)\.(mfu|gpu_util_pct)", _TRAIN, "higher", domains=_STRATEGY, devices=GPU_ONLY
-        ),
-        Metric[Training](
-            r"(?P<strategy>\w+)\.(step_time_s|step_time_std_s|peak_mem_gib|loss_last)", _TRAIN, "lower",
-            domains=_STRATEGY,
-        ),
-        Metric[Training](
-            r"(?P<strategy>\w+)\.(loss_ratio)", _TRAIN, "lower", kind="correctness", domains=_STRATEGY,
-            builtin=_loss_must_fall,
-        ),
-        Metric[Training](r"(?P<strategy>\w+)\.(wall_s)", _TRAIN, "lower", scale="bound", domains=_STRATEGY),
-        Metric[Training](r"(?P<strategy>\w+)\.(loss_first)", _TRAIN, "none", domains=_STRATEGY),
+        *workload_figures(_STRATEGY),
+        # a GPU's NVML utilisation: none on the CPU
+        _STRATEGY.figure(r"(?P<strategy>\w+)\.(gpu_util_pct)", "higher", devices=GPU_ONLY),
+        _STRATEGY.figure(r"(?P<strategy>\w+)\.(loss_last)", "lower"),
+        _STRATEGY.figure(r"(?P<strategy>\w+)\.(wall_s)", "lower", scale="bound"),
+        _STRATEGY.figure(r"(?P<strategy>\w+)\.(loss_first)", "none"),
         Metric[Training](r"scaling_efficiency", "training.scaling_efficiency", "higher"),
-        Metric[Training](
-            r"canary\.(?P<strategy>\w+)\.max_rel_diff", "training.canary.<strategy>.max_rel_diff", "lower",
-            scale="bound", kind="correctness", domains=_STRATEGY, builtin=_canary_rtol,
+        _STRATEGY.figure(
+            r"canary\.(?P<strategy>\w+)\.max_rel_diff", "lower", doc="training.canary.<strategy>.max_rel_diff",
+            scale="bound", kind="correctness", builtin=_canary_rtol,
         ),
     ),
     probes=("training",),
+    staged=True,
     noise=noise,
+    builds_with=_builds_with,
 )  # fmt: skip
 
 
