@@ -14,7 +14,7 @@ stored figures: ``Family.noise``), which shared code calls through this list. Na
 what one family alone has, outside the list (the modules and their reasons: ``NAMING_A_FAMILY`` in
 ``tests/test_architecture.py``, which keeps the list from growing): the report's sections (``reports/``, each
 a renderer of its own); init's first profile and the hardware floors (``profile/initial.py``,
-``profile/floors.py``); the collectives' noise (``profile/readings.py``); the fabric's first reading before
+``profile/floors.py``); the fabric's first reading before
 any probe (``plugin/preflight_hooks.py``, the evidence's ``cluster.fabric_before``); the training job's
 staging (``plugin/training_stage.py``, ``run/training_jobs.py``); the isolation rounds
 (``run/isolation_rounds.py``); and the ``sweep`` and ``bench_train`` commands.

@@ -12,6 +12,7 @@ from typing_extensions import NotRequired, TypedDict
 
 from acceptance.families.collectives import lateness
 from acceptance.families.collectives.lateness import RankPlace, Spread
+from acceptance.families.collectives.noise import noise
 from acceptance.families.collectives.timing import TimingAsked
 from acceptance.families.gpu_users import ForeignSeen
 from acceptance.families.transport import TransportRecord
@@ -171,6 +172,7 @@ COLLECTIVES = Family(
     in_worker=("collectives",),
     gpu_timed=True,
     host_loops=True,
+    noise=noise,
 )
 
 
