@@ -219,9 +219,8 @@ NAMING_A_FAMILY: dict[str, str] = {
     "reports/soak.py": "the soak report section",
     "reports/measured.py": "the per-GPU, collectives and internode tables of the report",
     "reports/export.py": "the compute rows of the export",
-    # init's first profile and the hardware floors, per family
+    # init's first profile, per family
     "profile/initial.py": "init's first profile, one block per family",
-    "profile/floors.py": "the hardware floors init writes, per family",
     # what one family alone has, outside the list
     "plugin/preflight_hooks.py": "the fabric's first reading before any probe",
     "plugin/training_stage.py": "the training job's staging",

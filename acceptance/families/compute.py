@@ -24,6 +24,7 @@ from acceptance.schema.dtypes import DTYPE_NAMES
 from acceptance.schema.family import GPU_ONLY, Family, Metric, Remeasure, Result
 from acceptance.schema.fields import PositiveInt, Size, Strict
 from acceptance.schema.figure import Figure
+from acceptance.schema.floors import HardwareFloor, NodePaths, floor
 from acceptance.schema.noise import Noise, at, combined, items, log_noise, results
 from acceptance.schema.stored import StoredRun
 
@@ -517,6 +518,21 @@ def _tolerance(s: Compute) -> Threshold:
 _COMPUTE_FIGURES = r"(matmul_tflops|copy_gbps)"
 # the CPU path has no fp8 tensor cores and no device memory to copy to: "not applicable on the CPU"
 _GPU_COMPUTE_FIGURES = r"(matmul_fp8_tflops|h2d_gbps|d2h_gbps)"
+# The host links' floor from the node's own links (``Family.floors``)
+HOST_FRACTION = 0.4
+HOST_WHY = (
+    "healthy Gen5 x16 hosts move 49-55 GB/s (2x H200, 0.78-0.87) and 31-40 GB/s with four GPUs copying at "
+    "once (4x H200, 0.49); a link at half its width or generation fails"
+)
+
+
+def floors(paths: NodePaths) -> list[HardwareFloor]:
+    """``compute.{h2d,d2h}_gbps_min``: the slowest GPU's PCIe link at the generation and width it can reach."""
+    if paths.host is None:
+        return []
+    return [floor(f"compute.{m}_gbps_min", paths.host, HOST_FRACTION, HOST_WHY, "host") for m in ("h2d", "d2h")]
+
+
 COMPUTE = Family(
     "compute",
     "per-GPU speed, every GPU at once: matmul, copies, host links, burn-in",
@@ -546,4 +562,5 @@ COMPUTE = Family(
     quick=True,
     remeasure=REMEASURE,
     noise=noise,
+    floors=floors,
 )

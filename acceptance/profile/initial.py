@@ -22,12 +22,14 @@ from typing import Literal
 import yaml
 
 from acceptance.families.collectives import COLLECTIVES, Collectives
+from acceptance.families.connectivity import P2P_SIZE
 from acceptance.json_types import JSONObject, JSONValue
 from acceptance.numbers import fmt
 from acceptance.profile import loader
-from acceptance.profile.floors import P2P_SIZE, HardwareFloor, hardware_floors
+from acceptance.profile.floors import hardware_floors
 from acceptance.profile.node_facts import NodeFacts
 from acceptance.profile.references import Reference, ReferenceTable
+from acceptance.schema.floors import HardwareFloor
 from acceptance.schema.sizes import parse_size
 
 CPU_PARENT = "local-cpu"

@@ -24,6 +24,7 @@ from typing import Any, Generic, Literal, Protocol, TypeVar
 from acceptance.json_types import JSONObject
 from acceptance.schema.bounds import Threshold
 from acceptance.schema.fields import Strict
+from acceptance.schema.floors import HardwareFloor, NodePaths
 from acceptance.schema.noise import Noise
 from acceptance.schema.stored import StoredRun
 
@@ -151,6 +152,9 @@ class Family(Generic[S]):
     # a stored figure's noise from the readings its evidence keeps beside it (``acceptance.schema.noise``):
     # ``noise(evidence, parts, size)`` for ``<family>.<parts joined by .>@<size>``; None: no readings kept
     noise: Callable[[StoredRun, list[str], str], Noise | None] | None = None
+    # the floors ``init`` writes for its figures from the node's own links (``acceptance.schema.floors``):
+    # which of the node's paths bound which figure, at what fraction and why; None: no figure of the links
+    floors: Callable[[NodePaths], list[HardwareFloor]] | None = None
 
     @property
     def beside_imports(self) -> bool:

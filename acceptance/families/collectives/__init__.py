@@ -11,6 +11,7 @@ from pydantic import Field, field_validator
 from typing_extensions import NotRequired, TypedDict
 
 from acceptance.families.collectives import lateness
+from acceptance.families.collectives.floors import floors
 from acceptance.families.collectives.lateness import RankPlace, Spread
 from acceptance.families.collectives.noise import noise
 from acceptance.families.collectives.timing import TimingAsked
@@ -173,6 +174,7 @@ COLLECTIVES = Family(
     gpu_timed=True,
     host_loops=True,
     noise=noise,
+    floors=floors,
 )
 
 

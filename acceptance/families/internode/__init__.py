@@ -15,6 +15,7 @@ from acceptance.families.connectivity import ConnectivityResult as ConnectivityR
 from acceptance.families.connectivity import matrices as matrices
 from acceptance.families.connectivity import slowest as slowest
 from acceptance.families.connectivity import wrong as wrong
+from acceptance.families.internode.floors import floors
 from acceptance.schema.bounds import must_be_zero
 from acceptance.schema.collectives import COLLECTIVE_OPS
 from acceptance.schema.family import Family, Metric
@@ -101,6 +102,7 @@ INTERNODE = Family(
     gpu_timed=True,
     host_loops=True,
     noise=noise,
+    floors=floors,
 )
 
 
