@@ -214,11 +214,6 @@ NAMING_A_FAMILY: dict[str, str] = {
     # the suite's public API: the fixtures' helpers of the families whose probes need the run (the fabric's
     # two readings, compute's re-measure, the internode spec, the collectives' causes)
     "plugin/api.py": "the suite's helpers, one per family that needs the run",
-    # a report section is a renderer of its own, for what one family alone has
-    "reports/training.py": "the training report section",
-    "reports/soak.py": "the soak report section",
-    "reports/measured.py": "the per-GPU, collectives and internode tables of the report",
-    "reports/export.py": "the compute rows of the export",
     # init's first profile, per family
     "profile/initial.py": "init's first profile, one block per family",
     # what one family alone has, outside the list

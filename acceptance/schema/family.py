@@ -26,6 +26,7 @@ from acceptance.schema.bounds import Threshold
 from acceptance.schema.fields import Strict
 from acceptance.schema.floors import HardwareFloor, NodePaths
 from acceptance.schema.noise import Noise
+from acceptance.schema.report import ReportSection
 from acceptance.schema.stored import StoredRun
 
 Better = Literal["higher", "lower", "none"]  # none: a count to match (world size), or a value with no good side
@@ -155,6 +156,9 @@ class Family(Generic[S]):
     # the floors ``init`` writes for its figures from the node's own links (``acceptance.schema.floors``):
     # which of the node's paths bound which figure, at what fraction and why; None: no figure of the links
     floors: Callable[[NodePaths], list[HardwareFloor]] | None = None
+    # its section of the report (``acceptance.schema.report``): what it shows of the run, and its figures
+    # per unit for the export; None: its figures appear in the report's tables of figures alone
+    report: ReportSection | None = None
 
     @property
     def beside_imports(self) -> bool:

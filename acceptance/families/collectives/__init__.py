@@ -14,6 +14,7 @@ from acceptance.families.collectives import lateness
 from acceptance.families.collectives.floors import floors
 from acceptance.families.collectives.lateness import RankPlace, Spread
 from acceptance.families.collectives.noise import noise
+from acceptance.families.collectives.report import REPORT
 from acceptance.families.collectives.timing import TimingAsked
 from acceptance.families.gpu_users import ForeignSeen
 from acceptance.families.transport import TransportRecord
@@ -175,6 +176,7 @@ COLLECTIVES = Family(
     host_loops=True,
     noise=noise,
     floors=floors,
+    report=REPORT,
 )
 
 

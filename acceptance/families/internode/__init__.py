@@ -16,6 +16,7 @@ from acceptance.families.connectivity import matrices as matrices
 from acceptance.families.connectivity import slowest as slowest
 from acceptance.families.connectivity import wrong as wrong
 from acceptance.families.internode.floors import floors
+from acceptance.families.internode.report import REPORT
 from acceptance.schema.bounds import must_be_zero
 from acceptance.schema.collectives import COLLECTIVE_OPS
 from acceptance.schema.family import Family, Metric
@@ -103,6 +104,7 @@ INTERNODE = Family(
     host_loops=True,
     noise=noise,
     floors=floors,
+    report=REPORT,
 )
 
 

@@ -22,6 +22,7 @@ from pydantic import Field, model_validator
 from typing_extensions import TypedDict
 
 from acceptance.families.training.noise import noise
+from acceptance.families.training.report import REPORT
 from acceptance.json_types import JSONObject
 from acceptance.schema.bounds import Threshold
 from acceptance.schema.family import GPU_ONLY, Family, LoadedProfile, Metric
@@ -131,6 +132,7 @@ TRAINING = Family(
     ),
     probes=("training",),
     noise=noise,
+    report=REPORT,
 )  # fmt: skip
 
 

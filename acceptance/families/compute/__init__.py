@@ -16,6 +16,7 @@ from pydantic import Field
 from typing_extensions import NotRequired, TypedDict
 
 from acceptance.families.answers import clock_events_text
+from acceptance.families.compute.report import REPORT
 from acceptance.families.gpu_users import ForeignSeen, PcieLow, XidSeen, gpu_fault_text, seen_text
 from acceptance.json_types import JSONObject
 from acceptance.numbers import fmt, spread
@@ -563,4 +564,5 @@ COMPUTE = Family(
     remeasure=REMEASURE,
     noise=noise,
     floors=floors,
+    report=REPORT,
 )

@@ -18,6 +18,7 @@ from typing_extensions import NotRequired, TypedDict
 from acceptance.families import nvlink_domain
 from acceptance.families.answers import NOT_MEASURED, NotMeasured, gpu_label, is_measured, unanswered
 from acceptance.families.gpu_users import GpuUse
+from acceptance.families.health.report import REPORT
 from acceptance.families.nvlink_domain import FabricAnswer
 from acceptance.schema.bounds import Threshold, must_be_zero
 from acceptance.schema.family import GPU_ONLY, Family, Metric
@@ -79,6 +80,7 @@ HEALTH = Family(
     probes=("health",),
     in_worker=("health",),
     quick=True,
+    report=REPORT,
 )
 
 
