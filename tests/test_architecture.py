@@ -214,8 +214,6 @@ NAMING_A_FAMILY: dict[str, str] = {
     # the suite's public API: the fixtures' helpers of the families whose probes need the run (the fabric's
     # two readings, compute's re-measure, the internode spec, the collectives' causes)
     "plugin/api.py": "the suite's helpers, one per family that needs the run",
-    # init's first profile, per family
-    "profile/initial.py": "init's first profile, one block per family",
     # what one family alone has, outside the list
     "plugin/preflight_hooks.py": "the fabric's first reading before any probe",
     "plugin/training_stage.py": "the training job's staging",

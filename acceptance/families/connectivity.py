@@ -22,11 +22,13 @@ from typing_extensions import NotRequired, TypedDict
 
 from acceptance.families.heartbeat import RankIdentity
 from acceptance.families.transport import TransportRecord
+from acceptance.json_types import JSONObject
 from acceptance.schema.bounds import Threshold, must_be_zero
 from acceptance.schema.family import GPU_ONLY, Family, Metric
 from acceptance.schema.fields import PositiveInt, Size, Strict
 from acceptance.schema.figure import Figure
 from acceptance.schema.floors import HardwareFloor, NodePaths, floor
+from acceptance.schema.initial import Initial, InitialSetup, RowFacts, no_metrics
 
 
 class Connectivity(Strict):
@@ -48,6 +50,11 @@ def floors(paths: NodePaths) -> list[HardwareFloor]:
     if paths.pair is None:
         return []
     return [floor("connectivity.p2p_min_gbps", paths.pair, P2P_FRACTION, f"at {P2P_SIZE}: {P2P_WHY}", "pair")]
+
+
+def initial_section(setup: InitialSetup, _bounds: Mapping[str, RowFacts | None]) -> JSONObject:
+    """On 2+ GPUs, p2p at the size its floor is set for: transfers bound by their links, not their launch."""
+    return {"p2p_size": P2P_SIZE} if setup.world >= 2 else {}
 
 
 CONNECTIVITY = Family(
@@ -76,6 +83,7 @@ CONNECTIVITY = Family(
     describes_nodes=True,
     quick=True,
     floors=floors,
+    initial=Initial(20, initial_section, no_metrics),
 )  # fmt: skip
 
 

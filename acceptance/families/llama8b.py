@@ -14,13 +14,14 @@ Opt-in: ``-m llama8b``, its test module, or the burn-in tier; the standard suite
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
 from acceptance.families.gpu_users import foreign_text
 from acceptance.families.training import Training
+from acceptance.families.training.initial import peak
 from acceptance.families.training.rules import Run, loss_figure, optional_figure
 from acceptance.json_types import JSONObject
 from acceptance.numbers import fmt
@@ -28,6 +29,7 @@ from acceptance.schema.bounds import Threshold
 from acceptance.schema.family import GPU_ONLY, Family, Metric
 from acceptance.schema.fields import PositiveInt, Strict
 from acceptance.schema.figure import Figure
+from acceptance.schema.initial import Initial, InitialSetup, RowFacts
 from acceptance.schema.peaks import Peaks, Precision
 
 # the shapes in acceptance/probes/train_model.py: the 8B as published, and the same config at toy width
@@ -77,6 +79,16 @@ def _loss_must_fall(_s: Llama8b) -> Threshold:
     return Threshold(max=0.99, source="built-in: the loss must fall by at least 1% over the run")
 
 
+def initial_section(_setup: InitialSetup, bounds: Mapping[str, RowFacts | None]) -> JSONObject:
+    """Its MFU against the public figure: the compute reference's peak (opt-in: -m llama8b, burn-in)."""
+    return peak(bounds)
+
+
+def initial_metrics(figure: str, _holds_at: Callable[[int], bool], _setup: InitialSetup) -> list[str]:
+    """The reference workload's rows hold for any world (it fits what it can)."""
+    return [figure]
+
+
 _STRATEGY = {"strategy": _strategies}
 LLAMA8B = Family(
     "llama8b",
@@ -96,6 +108,7 @@ LLAMA8B = Family(
     ),
     probes=(PROBE,),
     opt_in=True,
+    initial=Initial(50, initial_section, initial_metrics),
 )  # fmt: skip
 
 

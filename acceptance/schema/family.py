@@ -25,6 +25,7 @@ from acceptance.json_types import JSONObject
 from acceptance.schema.bounds import Threshold
 from acceptance.schema.fields import Strict
 from acceptance.schema.floors import HardwareFloor, NodePaths
+from acceptance.schema.initial import Initial
 from acceptance.schema.noise import Noise
 from acceptance.schema.report import ReportSection
 from acceptance.schema.stored import StoredRun
@@ -159,6 +160,9 @@ class Family(Generic[S]):
     # its section of the report (``acceptance.schema.report``): what it shows of the run, and its figures
     # per unit for the export; None: its figures appear in the report's tables of figures alone
     report: ReportSection | None = None
+    # its part of the first profile ``init`` writes (``acceptance.schema.initial``): its section, the figures
+    # its reference rows bound; None: nothing of its own (its section's defaults)
+    initial: Initial | None = None
 
     @property
     def beside_imports(self) -> bool:

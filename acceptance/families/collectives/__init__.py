@@ -12,6 +12,7 @@ from typing_extensions import NotRequired, TypedDict
 
 from acceptance.families.collectives import lateness
 from acceptance.families.collectives.floors import floors
+from acceptance.families.collectives.initial import INITIAL
 from acceptance.families.collectives.lateness import RankPlace, Spread
 from acceptance.families.collectives.noise import noise
 from acceptance.families.collectives.report import REPORT
@@ -177,6 +178,7 @@ COLLECTIVES = Family(
     noise=noise,
     floors=floors,
     report=REPORT,
+    initial=INITIAL,
 )
 
 

@@ -26,6 +26,7 @@ from acceptance.schema.family import GPU_ONLY, Family, Metric, Remeasure, Result
 from acceptance.schema.fields import PositiveInt, Size, Strict
 from acceptance.schema.figure import Figure
 from acceptance.schema.floors import HardwareFloor, NodePaths, floor
+from acceptance.schema.initial import Initial, InitialSetup, no_section
 from acceptance.schema.noise import Noise, at, combined, items, log_noise, results
 from acceptance.schema.stored import StoredRun
 
@@ -534,6 +535,11 @@ def floors(paths: NodePaths) -> list[HardwareFloor]:
     return [floor(f"compute.{m}_gbps_min", paths.host, HOST_FRACTION, HOST_WHY, "host") for m in ("h2d", "d2h")]
 
 
+def initial_metrics(figure: str, _holds_at: Callable[[int], bool], _setup: InitialSetup) -> list[str]:
+    """A reference row bounds the per-GPU figure on the slowest GPU of the run (its ``_min``)."""
+    return [f"{figure}_min"]
+
+
 COMPUTE = Family(
     "compute",
     "per-GPU speed, every GPU at once: matmul, copies, host links, burn-in",
@@ -565,4 +571,5 @@ COMPUTE = Family(
     noise=noise,
     floors=floors,
     report=REPORT,
+    initial=Initial(0, no_section, initial_metrics),
 )

@@ -18,6 +18,7 @@ from typing_extensions import NotRequired, TypedDict
 from acceptance.families import nvlink_domain
 from acceptance.families.answers import NOT_MEASURED, NotMeasured, gpu_label, is_measured, unanswered
 from acceptance.families.gpu_users import GpuUse
+from acceptance.families.health.initial import INITIAL
 from acceptance.families.health.report import REPORT
 from acceptance.families.nvlink_domain import FabricAnswer
 from acceptance.schema.bounds import Threshold, must_be_zero
@@ -81,6 +82,7 @@ HEALTH = Family(
     in_worker=("health",),
     quick=True,
     report=REPORT,
+    initial=INITIAL,
 )
 
 

@@ -4,7 +4,7 @@ and the isolation that names the node, rail or path when a figure across nodes f
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
@@ -22,6 +22,7 @@ from acceptance.schema.collectives import COLLECTIVE_OPS
 from acceptance.schema.family import Family, Metric
 from acceptance.schema.fields import Size, Strict
 from acceptance.schema.figure import Figure
+from acceptance.schema.initial import Initial, InitialSetup, no_section
 from acceptance.schema.noise import Noise, at, items, results, size_of, windows_noise
 from acceptance.schema.stored import StoredRun
 
@@ -77,6 +78,11 @@ def noise(evidence: StoredRun, parts: list[str], size: str) -> Noise | None:
     return None
 
 
+def initial_metrics(figure: str, _holds_at: Callable[[int], bool], setup: InitialSetup) -> list[str]:
+    """A reference row bounds its figure across nodes, on 2+ nodes."""
+    return [figure] if setup.nodes >= 2 else []
+
+
 _SWEEP = {"op": _ops, "size": _sizes}
 INTERNODE = Family(
     "internode",
@@ -105,6 +111,7 @@ INTERNODE = Family(
     noise=noise,
     floors=floors,
     report=REPORT,
+    initial=Initial(0, no_section, initial_metrics),
 )
 
 

@@ -21,6 +21,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, model_validator
 from typing_extensions import TypedDict
 
+from acceptance.families.training.initial import INITIAL
 from acceptance.families.training.noise import noise
 from acceptance.families.training.report import REPORT
 from acceptance.json_types import JSONObject
@@ -133,6 +134,7 @@ TRAINING = Family(
     probes=("training",),
     noise=noise,
     report=REPORT,
+    initial=INITIAL,
 )  # fmt: skip
 
 
