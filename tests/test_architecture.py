@@ -207,7 +207,8 @@ def test_the_type_checker_sees_every_first_party_import() -> None:
 
 # The modules outside families/, probes/ and the registry that name a family in code (import its module, or
 # spell its name or a metric of it in a string), each for its reason. A family's behaviour belongs to its
-# descriptor (``Family``: its rules, its re-measure, ...) and shared code reaches it through the registry, so
+# descriptor (``Family``: its rules, its re-measure, its noise, its floors, its part of init's first profile,
+# its report section, ...) and shared code reaches it through the registry, so
 # this list only shrinks: a module that starts naming a family fails the test, and so does one listed here
 # that no longer does.
 NAMING_A_FAMILY: dict[str, str] = {
@@ -226,8 +227,10 @@ NAMING_A_FAMILY: dict[str, str] = {
     # "fabric" here is a failure's category (a link across nodes), which shares the family's name
     "evidence/causes.py": "the fabric category of a cause",
     "evidence/drain.py": "the fabric category of a failure in the drain list",
-    "cli/bench_train.py": "the bench_train command",
-    "cli/sweep.py": "the sweep command",
+    # a family's own command outside pytest: it launches the family's probe (which families/ may not: the
+    # launcher is above it), reads the family's result type and prints the family's table
+    "cli/bench_train.py": "training's own command: the strategies' benchmark, its jobs and its table",
+    "cli/sweep.py": "the collectives' own command: an nccl-tests-style sweep of their probe, its options and rows",
 }
 
 

@@ -10,14 +10,14 @@ the docs' reference page (built by ``docs/hooks.py``) are derived from this list
 a node's own hardware (``Family.local``, ``Metric.local``: recorded with each check, the drain list reads it).
 
 A family's behaviour goes with its descriptor (its re-measure: ``Family.remeasure``; the noise of its
-stored figures: ``Family.noise``; the floors init writes from the node's links: ``Family.floors``), which
-shared code calls through this list. Named by hand still, each for what one family alone has, outside the
-list (the modules and their reasons: ``NAMING_A_FAMILY`` in ``tests/test_architecture.py``, which keeps the
-list from growing): the report's sections (``reports/``, each a renderer of its own); init's first profile
-(``profile/initial.py``); the fabric's first reading before any probe (``plugin/preflight_hooks.py``, the
-evidence's ``cluster.fabric_before``); the training job's staging (``plugin/training_stage.py``,
-``run/training_jobs.py``); the isolation rounds (``run/isolation_rounds.py``); and the ``sweep`` and
-``bench_train`` commands.
+stored figures: ``Family.noise``; the floors init writes from the node's links: ``Family.floors``; its part
+of init's first profile: ``Family.initial``; its section of the report, its per-GPU export rows and its
+terminal table: ``Family.report``), which shared code calls through this list. Named by hand still, each
+for what one family alone has, outside the list (the modules and their reasons: ``NAMING_A_FAMILY`` in
+``tests/test_architecture.py``, which keeps the list from growing): the fabric's first reading before any
+probe (``plugin/preflight_hooks.py``, the evidence's ``cluster.fabric_before``); the training job's staging
+(``plugin/training_stage.py``, ``run/training_jobs.py``); the isolation rounds (``run/isolation_rounds.py``);
+and a family's own command outside pytest (``sweep`` for the collectives, ``bench_train`` for training).
 """
 
 from __future__ import annotations
