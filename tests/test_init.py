@@ -512,12 +512,12 @@ def test_a_family_s_part_of_the_first_profile_comes_from_its_descriptor(
     from acceptance.profile.registry import FAMILIES
     from acceptance.schema.family import Family
     from acceptance.schema.fields import Strict
-    from acceptance.schema.initial import Initial, InitialSetup, RowFacts, no_metrics
+    from acceptance.schema.initial import Initial, InitialSetup, RowFacts
 
     def section(setup: InitialSetup, bounds: Mapping[str, RowFacts | None]) -> JSONObject:
         return {"gpus": setup.world, "peak_known": bounds.get("compute.matmul_tflops_min") is not None}
 
-    probe = Family("probe_x", "a family of the test's own", Strict, (), initial=Initial(15, section, no_metrics))
+    probe = Family("probe_x", "a family of the test's own", Strict, (), initial=Initial(section, 15))
     monkeypatch.setattr(initial, "FAMILIES", (*FAMILIES, probe))
     facts = detect(sources(tmp_path, nvml_node(H100, 8, 18), nvswitch=True, links=nvlinks(8, 18)))
     written = yaml.safe_load(initial.profile_for(facts, "x", 1, table()).text)

@@ -28,7 +28,7 @@ from acceptance.schema.family import GPU_ONLY, Family, Metric
 from acceptance.schema.fields import PositiveInt, Size, Strict
 from acceptance.schema.figure import Figure
 from acceptance.schema.floors import HardwareFloor, NodePaths, floor
-from acceptance.schema.initial import Initial, InitialSetup, RowFacts, no_metrics
+from acceptance.schema.initial import Initial, InitialSetup, RowFacts
 
 
 class Connectivity(Strict):
@@ -83,7 +83,7 @@ CONNECTIVITY = Family(
     describes_nodes=True,
     quick=True,
     floors=floors,
-    initial=Initial(20, initial_section, no_metrics),
+    initial=Initial(initial_section, 20),
 )  # fmt: skip
 
 

@@ -108,7 +108,7 @@ LLAMA8B = Family(
     ),
     probes=(PROBE,),
     opt_in=True,
-    initial=Initial(50, initial_section, initial_metrics),
+    initial=Initial(initial_section, 50, initial_metrics),
 )  # fmt: skip
 
 

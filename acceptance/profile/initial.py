@@ -91,7 +91,8 @@ def bounds_for(facts: NodeFacts, nodes: int, table: ReferenceTable) -> list[Boun
         if island and row.nic is not None:
             continue
         family = family_of_metric(row.figure)
-        metrics = family.initial.metrics(row.figure, row.holds_at, found) if family and family.initial else []
+        initial = family.initial if family else None
+        metrics = initial.metrics(row.figure, row.holds_at, found) if initial and initial.metrics else []
         out += [Bound.of_row(metric, row) for metric in metrics]
     bounded = {b.metric for b in out}
     ops, sizes = next((i.sweep(found) for _, i in initials() if i.sweep), ((), ()))
@@ -134,7 +135,7 @@ def gpu_profile(facts: NodeFacts, name: str, nodes: int, table: ReferenceTable) 
     found = initial_setup(facts, nodes, table)
     rows = _rows(bounds)
     for family, initial in initials():
-        section = initial.section(found, rows)
+        section = initial.section(found, rows) if initial.section else {}
         if section:
             data[family.name] = section
     if bounds:

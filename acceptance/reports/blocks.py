@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from acceptance.schema.report import Heading, Table, Text
+from acceptance.schema.report import Heading as Heading  # the blocks a family's section is made of
+from acceptance.schema.report import Table as Table
+from acceptance.schema.report import Text as Text
 
 
 @dataclass(frozen=True)
@@ -22,4 +24,3 @@ class Verdict:
 
 
 Block = Heading | Text | Table | Image | Verdict
-__all__ = ["Block", "Heading", "Image", "Table", "Text", "Verdict"]

@@ -15,8 +15,6 @@ from acceptance.evidence.model import EvidenceDoc
 from acceptance.json_types import JSONObject, JSONValue
 from acceptance.schema.report import Matrix
 
-__all__ = ["Matrix", "matrices"]
-
 _ENDS = (("a", "b"), ("src", "dst"), ("node_a", "node_b"), ("from", "to"), ("i", "j"), ("left", "right"))
 _VALUES = ("busbw_gbps", "gbps", "bandwidth_gbps", "algbw_gbps", "value", "time_us", "latency_us")
 _NOT_VALUES = {"bytes", "wrong", "rank", "round", "size_bytes", "count", "iters"}

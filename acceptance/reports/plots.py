@@ -12,9 +12,9 @@ import math
 from typing import Any
 
 from acceptance.numbers import fmt
-from acceptance.schema.report import Bars, Chart, Line, Matrix, Panel, TimeChart
-
-__all__ = ["Bars", "Chart", "Line", "Panel", "TimeChart"]  # the figures to draw, as a family's section gives them
+from acceptance.schema.report import Bars, Chart, Matrix, TimeChart
+from acceptance.schema.report import Line as Line  # the figures to draw, as a family's section gives them
+from acceptance.schema.report import Panel as Panel
 
 PASS_COLOR, FAIL_COLOR, BOUND_COLOR, NEUTRAL = "#2b7bba", "#c62828", "#e08a00", "#7f8c8d"
 DPI = 96

@@ -18,10 +18,12 @@ from acceptance.evidence.verdict import verdict_of
 from acceptance.json_types import JSONObject, JSONValue
 from acceptance.reports import pairs
 from acceptance.schema.bounds import Threshold, limits
-from acceptance.schema.report import EVERY_NODE, Matrix, Series, number, object_of, objects
+from acceptance.schema.report import EVERY_NODE as EVERY_NODE  # a series' label, as the report reads it
+from acceptance.schema.report import Matrix, Series
+from acceptance.schema.report import number as number  # the JSON readers the report shares with the sections
+from acceptance.schema.report import object_of as object_of
+from acceptance.schema.report import objects as objects
 from acceptance.verdicts import INFORMATION, FigureVerdict, figure_failed
-
-__all__ = ["EVERY_NODE", "Series", "number", "object_of", "objects"]  # with the functions below
 
 CHECK_ORDER: dict[FigureVerdict, int] = {"fail": 0, "baseline_fail": 0, "xfail": 1, "pass": 2, "info": 3}
 

@@ -43,27 +43,17 @@ class InitialSetup:
 @dataclass(frozen=True)
 class Initial:
     """A family's part of init's first profile (the GPU path; a node without GPUs gets a child of local-cpu).
+    Each part is optional: a family writes what it has."""
 
-    ``place``: where its section stands in the written file, ascending. ``section(setup, bounds)``: its
-    section, {} for none; ``bounds`` are the metrics init bounds, each with the reference row it was written
-    from (None: a hardware floor). ``metrics(figure, holds_at, setup)``: the metrics a reference row of the
-    family bounds (``figure`` without statistic or size; ``holds_at(bytes)``: whether the row describes a
-    message of that size). ``sweep(setup)``: the collectives the profile sweeps and their sizes, which the
-    hardware floors bound. ``note(section, bounded)``: what the header says of the family over sockets, from
-    its section as written (or as the parent profile resolves it) and whether a metric is bounded."""
-
-    place: int
-    section: Callable[[InitialSetup, Mapping[str, RowFacts | None]], JSONObject]
-    metrics: Callable[[str, Callable[[int], bool], InitialSetup], list[str]]
+    # its section from what was found and the metrics init bounds, each with the reference row it was written
+    # from (None: a hardware floor); {}: none. ``place``: where the section stands in the file, ascending
+    section: Callable[[InitialSetup, Mapping[str, RowFacts | None]], JSONObject] | None = None
+    place: int = 0
+    # the metrics a reference row of the family bounds: ``figure`` without its statistic or size, and
+    # ``holds_at(bytes)``, whether the row describes a message of that size
+    metrics: Callable[[str, Callable[[int], bool], InitialSetup], list[str]] | None = None
+    # the collectives the profile sweeps and their sizes, which the hardware floors bound
     sweep: Callable[[InitialSetup], tuple[tuple[str, ...], tuple[str, ...]]] | None = None
+    # what the header says of the family when the nodes meet over sockets: from its section as written (or as
+    # the parent profile resolves it) and whether a metric is bounded
     note: Callable[[JSONObject, Callable[[str], bool]], str | None] | None = None
-
-
-def no_section(_setup: InitialSetup, _bounds: Mapping[str, RowFacts | None]) -> JSONObject:
-    """A family that writes no section of its own (its figures are bounded all the same)."""
-    return {}
-
-
-def no_metrics(_figure: str, _holds_at: Callable[[int], bool], _setup: InitialSetup) -> list[str]:
-    """A family whose reference rows bound nothing at init."""
-    return []

@@ -59,4 +59,4 @@ def note(written: JSONObject, _bounded: Callable[[str], bool]) -> str:
     return f"collectives at {', '.join(str(s) for s in found) if isinstance(found, list) else ''}"
 
 
-INITIAL = Initial(30, section, metrics, sweep=sweep, note=note)
+INITIAL = Initial(section, 30, metrics, sweep=sweep, note=note)

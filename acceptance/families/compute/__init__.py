@@ -26,7 +26,7 @@ from acceptance.schema.family import GPU_ONLY, Family, Metric, Remeasure, Result
 from acceptance.schema.fields import PositiveInt, Size, Strict
 from acceptance.schema.figure import Figure
 from acceptance.schema.floors import HardwareFloor, NodePaths, floor
-from acceptance.schema.initial import Initial, InitialSetup, no_section
+from acceptance.schema.initial import Initial, InitialSetup
 from acceptance.schema.noise import Noise, at, combined, items, log_noise, results
 from acceptance.schema.stored import StoredRun
 
@@ -571,5 +571,5 @@ COMPUTE = Family(
     noise=noise,
     floors=floors,
     report=REPORT,
-    initial=Initial(0, no_section, initial_metrics),
+    initial=Initial(metrics=initial_metrics),
 )

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from acceptance.json_types import JSONObject
-from acceptance.schema.initial import Initial, InitialSetup, RowFacts, no_metrics
+from acceptance.schema.initial import Initial, InitialSetup, RowFacts
 
 
 def section(setup: InitialSetup, _bounds: Mapping[str, RowFacts | None]) -> JSONObject:
@@ -18,4 +18,4 @@ def section(setup: InitialSetup, _bounds: Mapping[str, RowFacts | None]) -> JSON
     return out
 
 
-INITIAL = Initial(10, section, no_metrics)
+INITIAL = Initial(section, 10)

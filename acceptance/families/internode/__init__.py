@@ -22,7 +22,7 @@ from acceptance.schema.collectives import COLLECTIVE_OPS
 from acceptance.schema.family import Family, Metric
 from acceptance.schema.fields import Size, Strict
 from acceptance.schema.figure import Figure
-from acceptance.schema.initial import Initial, InitialSetup, no_section
+from acceptance.schema.initial import Initial, InitialSetup
 from acceptance.schema.noise import Noise, at, items, results, size_of, windows_noise
 from acceptance.schema.stored import StoredRun
 
@@ -111,7 +111,7 @@ INTERNODE = Family(
     noise=noise,
     floors=floors,
     report=REPORT,
-    initial=Initial(0, no_section, initial_metrics),
+    initial=Initial(metrics=initial_metrics),
 )
 
 

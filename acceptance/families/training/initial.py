@@ -58,4 +58,4 @@ def note(_written: JSONObject, bounded: Callable[[str], bool]) -> str:
     return f"scaling across nodes {scaled}"
 
 
-INITIAL = Initial(40, section, metrics, note=note)
+INITIAL = Initial(section, 40, metrics, note=note)
