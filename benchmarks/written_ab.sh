@@ -19,7 +19,7 @@ for v in old new; do
   mkdir -p report && ca report "$EVIDENCE" -o report/report.html > report.txt 2>&1; echo "rc=$?" >> report.txt
   ca export "$EVIDENCE" -o export.csv > export.txt 2>&1; echo "rc=$?" >> export.txt
   ca compare "$BASELINE" "$EVIDENCE" > compare.txt 2>&1; echo "rc=$?" >> compare.txt
-  echo "== $v: $(ls | tr '\n' ' ')"
+  echo "== $v: $(printf '%s ' *)"
 done
 cd "$OUT" || exit 1
 diff -r old new > diff.txt; same=$?
