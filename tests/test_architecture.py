@@ -207,30 +207,24 @@ def test_the_type_checker_sees_every_first_party_import() -> None:
 
 # The modules outside families/, probes/ and the registry that name a family in code (import its module, or
 # spell its name or a metric of it in a string), each for its reason. A family's behaviour belongs to its
-# descriptor (``Family``: its rules, its re-measure, ...) and shared code reaches it through the registry, so
+# descriptor (``Family``: its rules, its re-measure, its noise, its floors, its part of init's first profile,
+# its report section, ...) and shared code reaches it through the registry, so
 # this list only shrinks: a module that starts naming a family fails the test, and so does one listed here
 # that no longer does.
 NAMING_A_FAMILY: dict[str, str] = {
     # the suite's public API: the fixtures' helpers of the families whose probes need the run (the fabric's
     # two readings, compute's re-measure, the internode spec, the collectives' causes)
     "plugin/api.py": "the suite's helpers, one per family that needs the run",
-    # a report section is a renderer of its own, for what one family alone has
-    "reports/training.py": "the training report section",
-    "reports/soak.py": "the soak report section",
-    "reports/measured.py": "the per-GPU, collectives and internode tables of the report",
-    "reports/export.py": "the compute rows of the export",
-    # init's first profile, the hardware floors and the baseline rule's noise, per family
-    "profile/initial.py": "init's first profile, one block per family",
-    "profile/floors.py": "the hardware floors init writes, per family",
-    "profile/readings.py": "the collectives' noise, until their family carries its own (Family.noise)",
     # the training and reference workload's jobs launched on the run, and what the selected tests need of them:
     # a family's module sits below the run (the layers) and cannot launch a job itself
     "run/training_jobs.py": "the training and llama8b jobs on the run",
     # "fabric" here is a failure's category (a link across nodes), a word of the one vocabulary of whose fault
     # a failure is, which shares the family's name
     "verdicts.py": "the fabric category of a failure",
-    "cli/bench_train.py": "the bench_train command",
-    "cli/sweep.py": "the sweep command",
+    # a family's own command outside pytest: it launches the family's probe (which families/ may not: the
+    # launcher is above it), reads the family's result type and prints the family's table
+    "cli/bench_train.py": "training's own command: the strategies' benchmark, its jobs and its table",
+    "cli/sweep.py": "the collectives' own command: an nccl-tests-style sweep of their probe, its options and rows",
 }
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import io
 import json
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
@@ -16,9 +17,11 @@ from acceptance.cli.main import main
 from acceptance.families import nvlink_domain
 from acceptance.families.answers import NotMeasured, not_measured
 from acceptance.families.collectives import COLLECTIVES
+from acceptance.families.collectives import initial as collectives_init
 from acceptance.families.health import HEALTH, GpuAnswers, NodeAnswers
 from acceptance.families.llama8b import LLAMA8B
 from acceptance.families.training import TRAINING
+from acceptance.json_types import JSONObject
 from acceptance.probes.node_survey import Sources, detect
 from acceptance.probes.nvml import GpuLinksAnswer, NvLinkAnswer
 from acceptance.profile import initial, loader
@@ -185,7 +188,7 @@ def test_two_nodes_bound_every_rail_by_the_nic_found(tmp_path: Path) -> None:
 def test_two_nodes_with_no_rdma_port_meet_over_sockets_sized_for_them_with_no_scaling_bar(tmp_path: Path) -> None:
     src = sources(tmp_path, nvml_node(H200, 2, 18))
     profile, _ = run_init(tmp_path, src, nodes=2)
-    assert COLLECTIVES.section_of(profile.model).sizes == list(initial.SOCKET_SIZES)
+    assert COLLECTIVES.section_of(profile.model).sizes == list(collectives_init.SOCKET_SIZES)
     assert profile.threshold("training.scaling_efficiency") is None
     assert profile.threshold("internode.rail_min_gbps") is None  # no RDMA port: no rate to floor a rail by
     one, _ = run_init(tmp_path, sources(tmp_path / "one", nvml_node(H200, 2, 18)), name="one")
@@ -195,13 +198,13 @@ def test_two_nodes_with_no_rdma_port_meet_over_sockets_sized_for_them_with_no_sc
     assert "no RDMA port: traffic between the nodes goes over TCP sockets" in written
     # the same node with an InfiniBand port keeps the full sizes and the bar
     ib, _ = run_init(tmp_path, sources(tmp_path / "ib", nvml_node(H200, 2, 18), ports=(NDR,)), nodes=2, name="ib")
-    assert COLLECTIVES.section_of(ib.model).sizes == list(initial.GPU_SIZES)
+    assert COLLECTIVES.section_of(ib.model).sizes == list(collectives_init.GPU_SIZES)
     assert bound(ib, "training.scaling_efficiency")[0] == pytest.approx(0.846)
     # ports that are there but down are a fault, not a socket cluster: the profile stays whole
     down = ("400 Gb/sec (4X NDR)", "InfiniBand", "1: DOWN")
     src = sources(tmp_path / "down", nvml_node(H200, 2, 18), ports=(down,))
     broken, _ = run_init(tmp_path, src, nodes=2, name="down")
-    assert COLLECTIVES.section_of(broken.model).sizes == list(initial.GPU_SIZES)
+    assert COLLECTIVES.section_of(broken.model).sizes == list(collectives_init.GPU_SIZES)
     assert bound(broken, "training.scaling_efficiency")[0] == pytest.approx(0.846)
 
 
@@ -499,3 +502,26 @@ def test_the_header_names_what_the_written_profile_sweeps_and_bounds(tmp_path: P
     bounded = profile.threshold("training.scaling_efficiency") is not None
     header = "\n".join(line for line in written.read_text().splitlines() if line.startswith("#"))
     assert ("scaling across nodes recorded, not bounded" in header) is not bounded
+
+
+def test_a_family_s_part_of_the_first_profile_comes_from_its_descriptor(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """init names no family: each writes its own section (``Family.initial``) at its place, from what was
+    found and the bounds written, and the floors and sweep come from the families too."""
+    from acceptance.profile.registry import FAMILIES
+    from acceptance.schema.family import Family
+    from acceptance.schema.fields import Strict
+    from acceptance.schema.initial import Initial, InitialSetup, RowFacts
+
+    def section(setup: InitialSetup, bounds: Mapping[str, RowFacts | None]) -> JSONObject:
+        return {"gpus": setup.world, "peak_known": bounds.get("compute.matmul_tflops_min") is not None}
+
+    probe = Family("probe_x", "a family of the test's own", Strict, (), initial=Initial(section, 15))
+    monkeypatch.setattr(initial, "FAMILIES", (*FAMILIES, probe))
+    facts = detect(sources(tmp_path, nvml_node(H100, 8, 18), nvswitch=True, links=nvlinks(8, 18)))
+    written = yaml.safe_load(initial.profile_for(facts, "x", 1, table()).text)
+    sections = list(written)
+    assert sections[sections.index("health") + 1] == "probe_x"
+    assert written["probe_x"] == {"gpus": 8, "peak_known": True}
+    assert written["collectives"]["sizes"] == list(collectives_init.GPU_SIZES)

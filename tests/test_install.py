@@ -255,3 +255,12 @@ def test_readme_commands_name_a_missing_section(tmp_path: Path, capsys: pytest.C
     # a command continued on the next line is one command
     block = "## Run\n\n    pip install \\\n        -e .\n    pytest\n"
     assert readme.section_commands(block, "Run") == ["pip install -e .", "pytest"]
+
+
+def test_the_wheel_lists_every_package_of_the_tree() -> None:
+    """The wheel takes the packages pyproject.toml names: a family turned into a package (its report section,
+    its part of init) must be named there, or the installed plugin cannot import it."""
+    tomllib = pytest.importorskip("tomllib")
+    listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    tree = {".".join(p.parent.relative_to(ROOT).parts) for p in (ROOT / "acceptance").rglob("__init__.py")}
+    assert tree - listed == set(), f"packages of acceptance/ the wheel leaves out: {sorted(tree - listed)}"

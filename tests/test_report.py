@@ -17,7 +17,9 @@ from acceptance.evidence.model import EvidenceDoc
 from acceptance.evidence.store import read_evidence
 from acceptance.evidence.verdict import verdict_of
 from acceptance.families.collectives import CollectiveRow
-from acceptance.reports import html, measured, overview, pairs, plots, summary, training, view
+from acceptance.families.collectives import report as measured
+from acceptance.families.training import report as training
+from acceptance.reports import html, overview, pairs, plots, summary, view
 from acceptance.reports.blocks import Block, Heading
 from acceptance.reports.table import Raw, render
 from tests.harness import EVIDENCE, ROOT, doc
@@ -92,8 +94,8 @@ def test_merged_series_are_one_line_sorted_by_size() -> None:
     (run,) = view.series(merged, "collectives")  # both nodes hold rank 0's gathered result: one series
     assert run.label == view.EVERY_NODE
     rows = [cast(CollectiveRow, r) for r in view.objects(run.result["rows"])]
-    points = [(run.label, measured._point(r, (f"collectives.{r['op']}.busbw_gbps@{r['size']}",))) for r in rows]
-    for panel in measured._panels(merged, points):
+    points = [(run.label, measured.point(r, (f"collectives.{r['op']}.busbw_gbps@{r['size']}",))) for r in rows]
+    for panel in measured.panels(view.Reported(merged), points):
         (line,) = panel.lines
         assert list(line.x) == sorted(line.x) and len(set(line.x)) == len(line.x)  # no zigzag, no repeat
 
@@ -165,7 +167,7 @@ def test_h200_report_names_gpus_inventory_sources_and_training(h200_blocks: list
     assert "matmul: slowest vm GPU 0 (GPU-a686010c-c983-cf32-64df-1f72bc1b5409) at 647.8 TFLOP/s" in text
     assert "96.00.A5.00.1A" in text and "1653724055514" in text and "Gen5 x16 (max Gen5 x16)" in text
     assert "90% of measured 210.8 GB/s (nccl-tests 214.2)" in text
-    assert [label for label, _, _ in training.runs(evidence(H200))] == [
+    assert [label for label, _, _ in training.runs(view.Reported(evidence(H200)))] == [
         "ddp", "fsdp", "zero1", "zero2", "zero3", "zero3_tuned", "ddp (scaling baseline)"
     ]  # fmt: skip
 
@@ -180,7 +182,7 @@ def test_tokens_per_dollar_where_the_profile_names_a_price() -> None:
     data = evidence(H200)
     assert "tokens/$" not in "\n".join(summary.lines(data))
     data.profile.resolved["cost"] = {"usd_per_gpu_hour": 2.5, "source": "list price"}
-    head, rows = training.table(training.runs(data), view.usd_per_gpu_hour(data))
+    head, rows = training.table(training.runs(view.Reported(data)), view.usd_per_gpu_hour(data))
     column = head.index("tokens/$")
     assert head[column - 2] == "tokens/s/GPU"
     ddp = rows[0]
@@ -199,3 +201,37 @@ def test_busbw_plot_is_a_png() -> None:
     line = plots.Line("", [2.0**k for k in (20, 21, 22)], [1.0, 2.0, 3.0])
     png = plots.busbw([plots.Panel("all_reduce", [line], {2.0**22: 2.5}, [(2.0**21, 2.0)])], "GB/s")
     assert png is not None and png[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_family_s_section_export_rows_and_terminal_table_come_from_its_descriptor(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The report names no family: each family's section, its per-unit export rows and its terminal table
+    come from its descriptor (``Family.report``), in the section's place. A family of the test's own, placed
+    between the GPUs' inventory and training, shows up where it says, reading the run it is handed."""
+    from acceptance.profile.registry import FAMILIES
+    from acceptance.reports import export, sections
+    from acceptance.schema.family import Family
+    from acceptance.schema.fields import Strict
+    from acceptance.schema.report import ReportedRun, ReportSection, SectionBlock, Table, UnitFigure
+
+    def blocks(run: ReportedRun) -> list[SectionBlock]:
+        return [Heading("Probe X"), Table(["health runs"], [[len(run.series("health"))]])]
+
+    def units(run: ReportedRun) -> list[UnitFigure]:
+        return [UnitFigure("probe_x.speed", 1.5, "GB/s", "vm", "GPU 7")]
+
+    def terminal(run: ReportedRun) -> list[tuple[list[str], list[list[object]]]]:
+        return [(["probe x"], [["its own line"]])]
+
+    report = ReportSection(45, blocks, units=units, terminal=terminal)
+    probe = Family("probe_x", "a family of the test's own", Strict, (), report=report)
+    monkeypatch.setattr(sections, "FAMILIES", (*FAMILIES, probe))
+    data = evidence(H200)
+    found = [b for f, _ in sections.reporting() if f.name in ("health", "probe_x") for b in sections.section(f, data)]
+    headings = [b.text for b in found if isinstance(b, Heading)]
+    assert headings == ["Health inventory", "Probe X"]
+    assert Table(["health runs"], [[1]]) in found
+    assert [f.name for f, _ in sections.reporting()][-3:] == ["probe_x", "training", "soak"]
+    assert "probe_x.speed,1.5,GB/s,,info,vm,GPU 7,,per-GPU measurement" in export.csv_text(data).splitlines()
+    assert "its own line" in "\n".join(summary.lines(data))

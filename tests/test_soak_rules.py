@@ -707,8 +707,9 @@ def test_a_record_is_not_changed_by_the_rules() -> None:
 
 
 def test_the_report_draws_each_quantity_against_time_a_line_per_gpu() -> None:
-    from acceptance.reports import plots
-    from acceptance.reports import soak as page
+    from acceptance.families.soak import SOAK
+    from acceptance.families.soak import report as page
+    from acceptance.reports import plots, sections
     from acceptance.reports.blocks import Heading, Image, Table
 
     found = result(healthy(2))
@@ -723,7 +724,7 @@ def test_the_report_draws_each_quantity_against_time_a_line_per_gpu() -> None:
     ]
     assert [line.label for line in charts[3].lines] == ["gpu-0 GPU 0", "gpu-0 GPU 1"]
     assert charts[3].lines[0].y[0] == 690.0 and len(charts[3].lines[0].x) == 120
-    blocks = page.section(doc(probes=[{"name": "soak", "key": "soak", "status": "ok", "result": found}]))
+    blocks = sections.section(SOAK, doc(probes=[{"name": "soak", "key": "soak", "status": "ok", "result": found}]))
     assert blocks[0] == Heading("Soak")
     assert any(isinstance(b, Image) for b in blocks) is plots.available()
     table = next(b for b in blocks if isinstance(b, Table))
@@ -731,7 +732,7 @@ def test_the_report_draws_each_quantity_against_time_a_line_per_gpu() -> None:
 
 
 def test_a_cpu_soak_draws_its_tflops_alone() -> None:
-    from acceptance.reports import soak as page
+    from acceptance.families.soak import report as page
 
     found = result([rank(r, gpu=False, gemm=[gemm()]) for r in range(2)])
     assert [c.title for c in page.charts(found)] == ["bfloat16 GEMM (with its checks)"]

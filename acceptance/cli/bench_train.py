@@ -19,11 +19,10 @@ from acceptance.cli.usage import USAGE_ERROR, Parser
 from acceptance.evidence.folder import default_folder
 from acceptance.evidence.verdict import facts_of
 from acceptance.families import training as plan
-from acceptance.families.training import TRAINING
+from acceptance.families.training import TRAINING, report
 from acceptance.json_types import JSONObject
 from acceptance.profile import loader as profiles
 from acceptance.profile.tiers import TIER_NAMES
-from acceptance.reports import training as report
 from acceptance.reports.table import render
 from acceptance.run import launcher as launch
 from acceptance.run.cluster_run import ClusterRun

@@ -22,10 +22,13 @@ from typing_extensions import NotRequired, TypedDict
 
 from acceptance.families.heartbeat import RankIdentity
 from acceptance.families.transport import TransportRecord
+from acceptance.json_types import JSONObject
 from acceptance.schema.bounds import Threshold
 from acceptance.schema.family import GPU_ONLY, Family, Metric, Shapes
 from acceptance.schema.fields import PositiveInt, Size, Strict
 from acceptance.schema.figure import Figure
+from acceptance.schema.floors import HardwareFloor, NodePaths, floor
+from acceptance.schema.initial import Initial, InitialSetup, RowFacts
 
 
 class Connectivity(Strict):
@@ -35,6 +38,26 @@ class Connectivity(Strict):
 
 
 _LINKS = Shapes[Connectivity]("connectivity.<figure>")
+# The p2p floor from the node's own links (``Family.floors``), set from what healthy machines measured so that
+# none fails it while a node whose NVLink is unused fails it by 4x
+P2P_FRACTION = 0.25
+P2P_WHY = "2x H200 read 305-321 GB/s over NV18 at 256 MiB (0.68-0.71 of 450); NVLink unused reads 24-27 (0.06)"
+P2P_SIZE = "256M"  # the size the p2p floor is set for: a 16 MiB transfer is launch-bound (4x H200: 90 GB/s)
+
+
+def floors(paths: NodePaths) -> list[HardwareFloor]:
+    """``connectivity.p2p_min_gbps``: the slowest GPU pair's path (measured on the node's own communicator,
+    so the network between nodes does not set it)."""
+    if paths.pair is None:
+        return []
+    return [floor("connectivity.p2p_min_gbps", paths.pair, P2P_FRACTION, f"at {P2P_SIZE}: {P2P_WHY}", "pair")]
+
+
+def initial_section(setup: InitialSetup, _bounds: Mapping[str, RowFacts | None]) -> JSONObject:
+    """On 2+ GPUs, p2p at the size its floor is set for: transfers bound by their links, not their launch."""
+    return {"p2p_size": P2P_SIZE} if setup.world >= 2 else {}
+
+
 CONNECTIVITY = Family(
     "connectivity",
     "every rank present, every link carries data (the connectivity probe)",
@@ -52,6 +75,8 @@ CONNECTIVITY = Family(
     in_worker=("connectivity",),
     describes_nodes=True,
     quick=True,
+    floors=floors,
+    initial=Initial(initial_section, 20),
 )  # fmt: skip
 
 

@@ -14,19 +14,21 @@ Opt-in: ``-m llama8b``, its test module, or the burn-in tier; the standard suite
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
 from acceptance.families.gpu_users import foreign_text
 from acceptance.families.training import Training, workload_figures
+from acceptance.families.training.initial import peak
 from acceptance.families.training.rules import Run, loss_figure, optional_figure
 from acceptance.json_types import JSONObject
 from acceptance.numbers import fmt
 from acceptance.schema.family import Family, Shapes
 from acceptance.schema.fields import PositiveInt, Strict
 from acceptance.schema.figure import Figure
+from acceptance.schema.initial import Initial, InitialSetup, RowFacts
 from acceptance.schema.peaks import Peaks, Precision
 
 # the shapes in acceptance/probes/train_model.py: the 8B as published, and the same config at toy width
@@ -76,6 +78,16 @@ def _strategies(s: Llama8b) -> Sequence[str]:
     return s.strategies
 
 
+def initial_section(_setup: InitialSetup, bounds: Mapping[str, RowFacts | None]) -> JSONObject:
+    """Its MFU against the public figure: the compute reference's peak (opt-in: -m llama8b, burn-in)."""
+    return peak(bounds)
+
+
+def initial_metrics(figure: str, _holds_at: Callable[[int], bool], _setup: InitialSetup) -> list[str]:
+    """The reference workload's rows hold for any world (it fits what it can)."""
+    return [figure]
+
+
 _STRATEGY = Shapes[Llama8b](_FIGURE, {"strategy": _strategies})
 LLAMA8B = Family(
     "llama8b",
@@ -87,6 +99,7 @@ LLAMA8B = Family(
     ),
     probes=(PROBE,),
     opt_in=True,
+    initial=Initial(initial_section, 50, initial_metrics),
 )  # fmt: skip
 
 

@@ -3,10 +3,11 @@
 Users run the suite on machines we never measured, so a figure the reference table has no row for is still
 bounded by the hardware: each floor is the links' public rate (NVLink per generation, PCIe per generation and
 lane, both per direction) times a stated fraction, and its source names the fact, the rate and the fraction.
-The fractions are set from what healthy machines measured (docs/measurements.md and the reference machines'
-runs) so that no healthy machine we measured fails them, while a node whose NVLink is unused (NCCL over PCIe
-and host memory: p2p 24-27 GB/s, all_reduce 24-25 GB/s at 1 GiB on 4x H200 NV18) fails each of them by 4x.
-A reference row that fits the node is tighter and wins (``acceptance.profile.initial``).
+This module finds the node's paths (``node_paths``) and their rates; each family says which of them bound
+which of its figures, at what fraction set from what healthy machines measured, and why (``Family.floors``,
+in the family's module). A reference row that fits the node is tighter and wins (``acceptance.profile.initial``).
+
+The paths, and the figures they bound as the families say today:
 
 * p2p (``connectivity.p2p_min_gbps``): the slowest GPU pair's path; a pair joined by NVLink (directly, or
   both GPUs on an NVSwitch) moves at its links' rate, any other pair over PCIe.
@@ -34,7 +35,9 @@ from itertools import combinations
 from acceptance.families.nvlink_domain import label
 from acceptance.numbers import fmt
 from acceptance.profile.node_facts import GpuLinks, NodeFacts
-from acceptance.schema.sizes import parse_size
+from acceptance.profile.registry import FAMILIES
+from acceptance.schema.floors import REACHES, LinkPath, NodePaths
+from acceptance.schema.floors import HardwareFloor as HardwareFloor  # the floors init writes (tests read them here)
 
 
 @dataclass(frozen=True)
@@ -61,61 +64,9 @@ NVLINK_RATES: dict[int, LinkRate] = {
 PCIE_LANE_GBPS: dict[int, float] = {1: 0.25, 2: 0.5, 3: 0.985, 4: 1.969, 5: 3.938, 6: 7.563}
 PCIE_SOURCE = "PCI-SIG"
 
-# Each fraction, with what it was set from. The healthy figures are the lowest each machine measured.
-P2P_FRACTION = 0.25
-P2P_WHY = "2x H200 read 305-321 GB/s over NV18 at 256 MiB (0.68-0.71 of 450); NVLink unused reads 24-27 (0.06)"
-P2P_SIZE = "256M"  # the size the p2p floor is set for: a 16 MiB transfer is launch-bound (4x H200: 90 GB/s)
-NVLINK_BUSBW_FRACTION = 0.3
-NVLINK_BUSBW_WHY = (
-    "the lowest healthy busbw from 256 MiB up is 0.51 of the links' rate (2x H200 reduce_scatter 228.7 of "
-    "450; sendrecv on 4x H200 read 156.8, 0.35, already at 64 MiB); NVLink unused reads 0.05 (24 GB/s)"
-)
-PCIE_BUSBW_FRACTION = 0.2
-PCIE_BUSBW_WHY = "collectives through PCIe and host memory read 24-25 GB/s at 1 GiB on Gen5 x16 hosts (0.38-0.40)"
-HOST_FRACTION = 0.4
-HOST_WHY = (
-    "healthy Gen5 x16 hosts move 49-55 GB/s (2x H200, 0.78-0.87) and 31-40 GB/s with four GPUs copying at "
-    "once (4x H200, 0.49); a link at half its width or generation fails"
-)
-BUSBW_MIN_SIZE = "256M"  # below it a collective is bound by its launch, not by its links
-NIC_FRACTION = 0.75
-NIC_WHY = (
-    "NCCL reaches ~96% of a port's line rate (~48 of an NDR port's 50 GB/s, nccl-tests #319; ~24 of HDR's 25, "
-    "#252), and the reference rows' floor is 80% of that (0.77 of the line rate); a port trained at half its "
-    "rate, or traffic over TCP sockets (3 GB/s on 400 Gb/s ports, aicr#2689), fails"
-)
 # a GB200 NVL72 rack is one NVLink domain of 72 GPUs, each with fifth-generation NVLink at 1.8 TB/s both ways
 DOMAIN_SOURCE = "NVIDIA GB200 NVL72 datasheet: 72 GPUs in one NVLink domain, NVLink5 1.8 TB/s per GPU both ways"
-DOMAIN_RAIL_WHY = (
-    "the p2p fraction of one GPU's NVLink, between trays of one NVLink domain (never measured here on GB200); a rail "
-    "through the NICs (400 Gb/s: 50 GB/s per GPU) fails"
-)
 RDMA_LINK_LAYERS = ("InfiniBand", "Ethernet")  # /sys/class/infiniband/<hca>/ports/<n>/link_layer
-
-
-@dataclass(frozen=True)
-class HardwareFloor:
-    metric: str
-    minimum: float
-    fact: str  # the fact and the rate: "NVLink4 18 links x 25 GB/s (NVIDIA H100 datasheet: ...)"
-    fraction: float
-    why: str
-
-    @property
-    def source(self) -> str:
-        return f"hardware floor: {self.fact} x {self.fraction:g} ({self.why})"
-
-    def words(self) -> str:
-        return f"hardware floor, {self.fact} x {self.fraction:g}"
-
-
-@dataclass(frozen=True)
-class Path:
-    """What carries traffic between two GPUs, or from a GPU to its peers: its rate and the fact it is from."""
-
-    gbps: float
-    fact: str
-    nvlink: bool
 
 
 def nvlink_rate(gpu: GpuLinks) -> LinkRate | None:
@@ -127,14 +78,14 @@ def nvlink_rate(gpu: GpuLinks) -> LinkRate | None:
     return None
 
 
-def pcie_path(gpu: GpuLinks) -> Path | None:
+def pcie_path(gpu: GpuLinks) -> LinkPath | None:
     """The GPU's PCIe link at its maximum generation and width, per direction."""
     gen, width = gpu.pcie_max_gen or gpu.pcie_gen, gpu.pcie_max_width or gpu.pcie_width
     if gen not in PCIE_LANE_GBPS or not width:
         return None
     per_lane = PCIE_LANE_GBPS[gen]
     gbps = round(per_lane * width, 2)
-    return Path(
+    return LinkPath(
         gbps, f"PCIe Gen{gen} x{width}: {width} x {fmt(per_lane)} GB/s = {fmt(gbps)} GB/s ({PCIE_SOURCE})", False
     )
 
@@ -152,7 +103,7 @@ def _reach(gpu: GpuLinks, peer: GpuLinks, facts: NodeFacts) -> int:
     return len(up) // max(1, len(facts.links) - 1)
 
 
-def pair_path(a: GpuLinks, b: GpuLinks, facts: NodeFacts) -> Path | None:
+def pair_path(a: GpuLinks, b: GpuLinks, facts: NodeFacts) -> LinkPath | None:
     """The pair's NVLink path (None: no NVLink joins them)."""
     rate = nvlink_rate(a) or nvlink_rate(b)
     links = min(_reach(a, b, facts), _reach(b, a, facts))
@@ -160,24 +111,24 @@ def pair_path(a: GpuLinks, b: GpuLinks, facts: NodeFacts) -> Path | None:
         return None
     gbps = links * rate.gbps
     fact = f"{rate.name} {links} links x {fmt(rate.gbps)} GB/s = {fmt(gbps)} GB/s ({rate.source})"
-    return Path(gbps, fact, True)
+    return LinkPath(gbps, fact, True)
 
 
-def gpu_nvlink_path(gpu: GpuLinks) -> Path | None:
+def gpu_nvlink_path(gpu: GpuLinks) -> LinkPath | None:
     rate = nvlink_rate(gpu)
     links = len(gpu.nvlinks_up)
     if rate is None or not links:
         return None
     gbps = links * rate.gbps
-    return Path(gbps, f"{rate.name} {links} links x {fmt(rate.gbps)} GB/s = {fmt(gbps)} GB/s ({rate.source})", True)
+    return LinkPath(gbps, f"{rate.name} {links} links x {fmt(rate.gbps)} GB/s = {fmt(gbps)} GB/s ({rate.source})", True)
 
 
-def _slowest(paths: list[Path | None]) -> Path | None:
+def _slowest(paths: list[LinkPath | None]) -> LinkPath | None:
     known = [p for p in paths if p is not None]
     return min(known, key=lambda p: p.gbps) if known and len(known) == len(paths) else None
 
 
-def p2p_path(facts: NodeFacts) -> Path | None:
+def p2p_path(facts: NodeFacts) -> LinkPath | None:
     """The slowest pair's path: NVLink where it joins every pair, else the slowest GPU's PCIe link."""
     gpus = facts.links
     if len(gpus) < 2:
@@ -188,7 +139,7 @@ def p2p_path(facts: NodeFacts) -> Path | None:
     return _slowest([pcie_path(g) for g in gpus])
 
 
-def busbw_path(facts: NodeFacts) -> Path | None:
+def busbw_path(facts: NodeFacts) -> LinkPath | None:
     """What a collective inside the node runs over: each GPU's NVLinks where every pair has NVLink, else PCIe."""
     gpus = facts.links
     if len(gpus) < 2:
@@ -198,7 +149,7 @@ def busbw_path(facts: NodeFacts) -> Path | None:
     return _slowest([pcie_path(g) for g in gpus])
 
 
-def rail_path(facts: NodeFacts) -> Path | None:
+def rail_path(facts: NodeFacts) -> LinkPath | None:
     """What one rail across nodes runs over: the slowest active RDMA port, its line rate shared by the GPUs
     when there are fewer ports than GPUs; None without an active RDMA port or a GPU."""
     ports = [p for p in facts.ports if p.active and p.link_layer in RDMA_LINK_LAYERS and p.gbps > 0]
@@ -213,74 +164,39 @@ def rail_path(facts: NodeFacts) -> Path | None:
         fact += f"{len(ports)}/{facts.gpu_count} = {fmt(line * share)} GB/s per rail"
     else:
         fact = f"an {kind} per rail: {fmt(line)} GB/s"
-    return Path(round(line * share, 2), fact, False)
+    return LinkPath(round(line * share, 2), fact, False)
+
+
+def node_paths(facts: NodeFacts, nodes: int, ops: tuple[str, ...], sizes: tuple[str, ...]) -> NodePaths:
+    """The node's paths that bound its figures: its GPU pairs (measured on the node's own communicator, so the
+    network between nodes does not set them); what the world's collectives run over (one node only: across
+    nodes they run over the network, unless the nodes are one NVLink domain, whose NVLink then bounds them);
+    a rail across nodes (2+ nodes: the NICs', or the NVLink's in one domain); each GPU's host link."""
+    pair = p2p_path(facts)
+    island = nodes > 1 and facts.nvlink_domain is not None
+    collective = busbw_path(facts) if nodes == 1 or island else None
+    collective_pair = None if island else pair
+    if island and collective is not None:  # the world's collectives run over the domain's NVLink
+        collective = _across(collective, facts, nodes)
+    if island:
+        nvlink = _slowest([gpu_nvlink_path(g) for g in facts.links]) if facts.links else None
+        rail = _across(nvlink, facts, nodes) if nvlink is not None else None
+    else:
+        rail = rail_path(facts) if nodes > 1 else None
+    host = _slowest([pcie_path(g) for g in facts.links]) if facts.links else None
+    return NodePaths(pair, collective, collective_pair, rail, host, ops, sizes)
 
 
 def hardware_floors(facts: NodeFacts, nodes: int, ops: tuple[str, ...], sizes: tuple[str, ...]) -> list[HardwareFloor]:
-    """Every floor the node's links give: p2p inside each node (measured on the node's own communicator, so
-    the network between nodes does not set it), the collectives inside one node (one node only: across nodes
-    the world's collectives run over the network, unless the nodes are one NVLink domain), the rails across
-    nodes (2+ nodes: the NICs', or the NVLink's in one domain), and each GPU's host link."""
-    p2p = p2p_path(facts)
-    out = _p2p_floor(p2p)
-    island = nodes > 1 and facts.nvlink_domain is not None
-    if nodes == 1 or island:
-        out += _busbw_floors(facts, p2p, ops, sizes, nodes if island else 1)
-    if island:
-        out += _domain_rail(facts, nodes)
-    rail = rail_path(facts) if nodes > 1 and not island else None
-    if rail is not None:
-        low = round(rail.gbps * NIC_FRACTION, 1)
-        out.append(HardwareFloor("internode.rail_min_gbps", low, rail.fact, NIC_FRACTION, NIC_WHY))
-    host = _slowest([pcie_path(g) for g in facts.links]) if facts.links else None
-    if host is not None:
-        low = round(host.gbps * HOST_FRACTION, 1)
-        out += [HardwareFloor(f"compute.{m}_gbps_min", low, host.fact, HOST_FRACTION, HOST_WHY) for m in ("h2d", "d2h")]
-    return out
+    """Every floor the node's links give, each family's own (``Family.floors``), listed by where the traffic
+    goes: inside a pair, the world's collectives, across nodes, to the host."""
+    paths = node_paths(facts, nodes, ops, sizes)
+    found = [f for family in FAMILIES if family.floors for f in family.floors(paths)]
+    return sorted(found, key=lambda f: REACHES.index(f.reach))
 
 
-PAIR_BOUND_OPS = ("sendrecv", "broadcast")
-
-
-def _p2p_floor(p2p: Path | None) -> list[HardwareFloor]:
-    if p2p is None:
-        return []
-    low = round(p2p.gbps * P2P_FRACTION, 1)
-    return [HardwareFloor("connectivity.p2p_min_gbps", low, p2p.fact, P2P_FRACTION, f"at {P2P_SIZE}: {P2P_WHY}")]
-
-
-def _across(path: Path, facts: NodeFacts, nodes: int) -> Path:
+def _across(path: LinkPath, facts: NodeFacts, nodes: int) -> LinkPath:
     """``path`` as it holds across the ``nodes`` nodes of the node's NVLink domain."""
     where = label(facts.nvlink_domain) if facts.nvlink_domain else "?"
     fact = f"one NVLink domain across {nodes} nodes ({where}; {DOMAIN_SOURCE}): {path.fact}"
-    return Path(path.gbps, fact, path.nvlink)
-
-
-def _domain_rail(facts: NodeFacts, nodes: int) -> list[HardwareFloor]:
-    nvlink = _slowest([gpu_nvlink_path(g) for g in facts.links]) if facts.links else None
-    if nvlink is None:
-        return []
-    path = _across(nvlink, facts, nodes)
-    low = round(path.gbps * P2P_FRACTION, 1)
-    return [HardwareFloor("internode.rail_min_gbps", low, path.fact, P2P_FRACTION, DOMAIN_RAIL_WHY)]
-
-
-def _busbw_floors(
-    facts: NodeFacts, p2p: Path | None, ops: tuple[str, ...], sizes: tuple[str, ...], nodes: int = 1
-) -> list[HardwareFloor]:
-    out: list[HardwareFloor] = []
-    bus = busbw_path(facts)
-    if bus is None:
-        return out
-    if nodes > 1:  # the world's collectives run over the domain's NVLink: each GPU's links bound them
-        bus, p2p = _across(bus, facts, nodes), None
-    fraction, why = (NVLINK_BUSBW_FRACTION, NVLINK_BUSBW_WHY) if bus.nvlink else (PCIE_BUSBW_FRACTION, PCIE_BUSBW_WHY)
-    big = [s for s in sizes if parse_size(s) >= parse_size(BUSBW_MIN_SIZE)]
-    for op in ops:
-        # sendrecv goes to one peer, and a ring's broadcast passes each byte from one GPU to the next: on a
-        # board where GPUs are meshed directly (a 4-GPU HGX: 6 of each GPU's 18 links to each peer) one pair's
-        # links bound them, not the GPU's all
-        path = (_slowest([bus, p2p]) if op in PAIR_BOUND_OPS and p2p is not None else None) or bus
-        low = round(path.gbps * fraction, 1)
-        out += [HardwareFloor(f"collectives.{op}.busbw_gbps@{s}", low, path.fact, fraction, why) for s in big]
-    return out
+    return LinkPath(path.gbps, fact, path.nvlink)

@@ -11,15 +11,17 @@ which figures are a node's own hardware (``Family.local``, ``Metric.local``: rec
 drain list reads it).
 
 A family's behaviour goes with its descriptor, which shared code calls through this list: its re-measure
-(``Family.remeasure``), the noise of its stored figures (``Family.noise``), the compilers its probes build
+(``Family.remeasure``), the noise of its stored figures (``Family.noise``), the floors init writes from the
+node's links (``Family.floors``), its part of init's first profile (``Family.initial``), its section of the
+report, its per-GPU export rows and its terminal table (``Family.report``), the compilers its probes build
 with (``Family.builds_with``, the preflight's toolchain), whether a leftover process drains
 (``Family.leftover_drains``), its ports' first reading (``Family.reads_ports``), its job started ahead of its
 turn (``Family.staged``) and its isolation rounds (``Family.isolation``). Named by hand still, each for what
 one family alone has, outside the list (the modules and their reasons: ``NAMING_A_FAMILY`` in
-``tests/test_architecture.py``, which keeps the list from growing): the report's sections (``reports/``, each
-a renderer of its own); init's first profile and the hardware floors (``profile/initial.py``,
-``profile/floors.py``); the collectives' noise (``profile/readings.py``); the training jobs on the run
-(``run/training_jobs.py``); and the ``sweep`` and ``bench_train`` commands.
+``tests/test_architecture.py``, which keeps the list from growing): the suite's public helpers
+(``plugin/api.py``); the training jobs on the run (``run/training_jobs.py``); the failure category that
+shares the fabric family's name (``verdicts.py``); and a family's own command outside pytest (``sweep`` for
+the collectives, ``bench_train`` for training).
 """
 
 from __future__ import annotations

@@ -2,28 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-
-@dataclass(frozen=True)
-class Heading:
-    text: str
-    level: int = 2
-
-
-@dataclass(frozen=True)
-class Text:
-    text: str
-    note: bool = False  # small print: where a figure comes from, why something is missing
-
-
-@dataclass(frozen=True)
-class Table:
-    head: Sequence[str]
-    rows: Sequence[Sequence[object]]
-    align: Sequence[str] | None = None  # l/r/c per column; default: numbers right, text left
-    folded: str = ""  # HTML: folded under this line until opened (always open in print); Markdown: a caption
+from acceptance.schema.report import Heading as Heading  # the blocks a family's section is made of
+from acceptance.schema.report import Table as Table
+from acceptance.schema.report import Text as Text
 
 
 @dataclass(frozen=True)

@@ -1,60 +1,36 @@
-"""Figures as CSV for spreadsheets and dashboards: one row per checked figure, then one per GPU per
-per-GPU figure. Columns: metric, value, unit, bound, verdict, node, gpu, source, test."""
+"""Figures as CSV for spreadsheets and dashboards: one row per checked figure, then one per unit (a GPU) per
+per-unit figure, as each family gives them (``ReportSection.units``). Columns: metric, value, unit, bound,
+verdict, node, gpu, source, test."""
 
 from __future__ import annotations
 
 import csv
 import io
-from typing import cast
 
 from acceptance.evidence.model import EvidenceDoc
-from acceptance.families.compute import FIGURES, GpuRow, shortfalls
-from acceptance.json_types import JSONObject
 from acceptance.reports import view
+from acceptance.reports.sections import reporting
+from acceptance.schema.report import Culprit
 
 COLUMNS = ("metric", "value", "unit", "bound", "verdict", "node", "gpu", "source", "test")
 
 
-def _gpu_rows(result: JSONObject) -> list[GpuRow]:
-    """The compute probe's rows, one per GPU (rank on the CPU), as its result in the evidence holds them:
-    older files may lack the newer keys, so a reader takes them with ``get``."""
-    return cast(list[GpuRow], view.objects(result.get("rows")))
-
-
-def _gpu(row: GpuRow) -> str:
-    where = f"GPU {row['gpu']}" if row.get("gpu") is not None else f"rank {row.get('rank')}"
-    return f"{where} {row['uuid']}" if row.get("uuid") else where
-
-
-def _culprits(data: EvidenceDoc) -> dict[str, GpuRow]:
-    """compute.<figure>_min and _below_median -> the GPU row they name (the slowest, furthest under)."""
-    out: dict[str, GpuRow] = {}
-    for run in view.series(data, "compute"):
-        rows = _gpu_rows(run.result)
-        median_of = str(view.object_of(run.result.get("config")).get("median_of", "cluster"))
-        for figure in FIGURES:
-            found = shortfalls(rows, figure, median_of)
-            if found:
-                out[f"compute.{figure}_min"] = cast(GpuRow, min(found, key=lambda s: s.value).row)
-                out[f"compute.{figure}_below_median"] = cast(GpuRow, found[0].row)
-    return out
-
-
 def rows(data: EvidenceDoc) -> list[dict[str, str | float | None]]:
-    culprits = _culprits(data)
-    out = []
+    run = view.Reported(data)
+    culprits: dict[str, Culprit] = {}
+    for _, report in reporting():
+        culprits.update(report.culprits(run) if report.culprits else {})
+    out: list[dict[str, str | float | None]] = []
     for f in view.figures(data):
-        gpu = culprits.get(f.metric)
-        node = f.node or (str(gpu["host"]) if gpu else "")
+        named = culprits.get(f.metric)
+        node = f.node or (named.node if named else "")
         out.append({"metric": f.metric, "value": f.value, "unit": f.unit, "bound": f.bound, "verdict": f.verdict,
-                    "node": node, "gpu": _gpu(gpu) if gpu else "", "source": f.source, "test": f.test})  # fmt: skip
-    for run in view.series(data, "compute"):
-        for r in _gpu_rows(run.result):
-            for figure, (_, unit) in FIGURES.items():
-                if isinstance(value := r.get(figure), (int, float)):
-                    out.append({"metric": f"compute.{figure}", "value": value, "unit": unit, "bound": "",
-                                "verdict": "info", "node": r.get("host", ""), "gpu": _gpu(r), "source": "",
-                                "test": "per-GPU measurement"})  # fmt: skip
+                    "node": node, "gpu": named.unit if named else "", "source": f.source, "test": f.test})  # fmt: skip
+    for _, report in reporting():
+        for u in report.units(run) if report.units else []:
+            out.append({"metric": u.metric, "value": u.value, "unit": u.unit_of_measure, "bound": "",
+                        "verdict": "info", "node": u.node, "gpu": u.unit, "source": "",
+                        "test": "per-GPU measurement"})  # fmt: skip
     return out
 
 

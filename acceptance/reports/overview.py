@@ -10,7 +10,7 @@ from acceptance.evidence.model import Case, EvidenceDoc
 from acceptance.evidence.store import as_data
 from acceptance.evidence.verdict import verdict_of
 from acceptance.masking import masked_record
-from acceptance.reports import measured, references, soak, summary, training, view
+from acceptance.reports import references, sections, summary, view
 from acceptance.reports.blocks import Block, Heading, Table, Text, Verdict
 from acceptance.verdicts import FAILED_OUTCOMES
 
@@ -171,12 +171,7 @@ def blocks(data: EvidenceDoc, origin: str) -> list[Block]:
         verdict(data, origin),
         *problems(data),
         *gated(data),
-        *measured.collectives(data),
-        *measured.internode(data),
-        *measured.per_gpu(data),
-        *measured.health(data),
-        *training.section(data),
-        *soak.section(data),
+        *sections.sections(data),
         *information(data),
         *skipped(data),
         *cluster(data),

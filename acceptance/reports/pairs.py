@@ -10,34 +10,16 @@ a bare list of such pairs, and ``{"labels": [...], "matrix": [[...], ...]}`` (or
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
 
 from acceptance.evidence.model import EvidenceDoc
 from acceptance.json_types import JSONObject, JSONValue
+from acceptance.schema.report import Matrix
 
 _ENDS = (("a", "b"), ("src", "dst"), ("node_a", "node_b"), ("from", "to"), ("i", "j"), ("left", "right"))
 _VALUES = ("busbw_gbps", "gbps", "bandwidth_gbps", "algbw_gbps", "value", "time_us", "latency_us")
 _NOT_VALUES = {"bytes", "wrong", "rank", "round", "size_bytes", "count", "iters"}
 _LABELS = ("labels", "nodes", "names")
 _CELLS = ("matrix", "values")
-
-
-@dataclass(frozen=True)
-class Matrix:
-    title: str
-    labels: list[str]
-    cells: list[list[float | None]]  # cells[i][j]: from labels[i] to labels[j]; None where not measured
-    unit: str
-    rows: str = ""  # what a row stands for (the sender), and a column (the receiver)
-    columns: str = ""
-
-    @property
-    def what(self) -> str:
-        """The figure in words: ``busbw_gbps`` -> ``busbw GB/s``."""
-        for suffix, unit in (("_gbps", " GB/s"), ("_us", " us"), ("_s", " s")):
-            if self.unit.endswith(suffix) or self.unit == suffix[1:]:
-                return (self.unit.removesuffix(suffix).removesuffix(suffix[1:]) + unit).strip()
-        return self.unit
 
 
 def _end(pair: JSONObject, key: str) -> str:

@@ -9,12 +9,12 @@ from __future__ import annotations
 import importlib.util
 import io
 import math
-from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from acceptance.numbers import fmt
-from acceptance.reports.pairs import Matrix
+from acceptance.schema.report import Bars, Chart, Matrix, TimeChart
+from acceptance.schema.report import Line as Line  # the figures to draw, as a family's section gives them
+from acceptance.schema.report import Panel as Panel
 
 PASS_COLOR, FAIL_COLOR, BOUND_COLOR, NEUTRAL = "#2b7bba", "#c62828", "#e08a00", "#7f8c8d"
 DPI = 96
@@ -50,23 +50,6 @@ def _png(fig: Any) -> bytes:
     return buffer.getvalue()
 
 
-@dataclass(frozen=True)
-class Line:
-    label: str
-    x: Sequence[float]
-    y: Sequence[float | None]
-
-
-@dataclass(frozen=True)
-class Panel:
-    """One small chart: lines, optional lower bounds at x positions, and points that failed their bound."""
-
-    title: str
-    lines: list[Line]
-    bounds: dict[float, float]
-    failing: list[tuple[float, float]]
-
-
 def _size_label(size: float, _: Any = None) -> str:
     for unit, scale in (("G", 2**30), ("M", 2**20), ("K", 2**10)):
         if size >= scale:
@@ -98,17 +81,6 @@ def busbw(panels: list[Panel], ylabel: str) -> bytes | None:
     return _png(fig)
 
 
-@dataclass(frozen=True)
-class Bars:
-    """One per-GPU figure: (label, value) per GPU, the median and the lowest value the tolerance allows."""
-
-    title: str
-    unit: str
-    bars: list[tuple[str, float]]
-    median: float
-    floor: float
-
-
 def per_gpu(charts: list[Bars]) -> bytes | None:
     """Bars per GPU, one panel per figure: the median as a line, the tolerance floor dashed, GPUs under it red."""
     if not available() or not charts:
@@ -126,16 +98,6 @@ def per_gpu(charts: list[Bars]) -> bytes | None:
         ax.set_ylim(max(0.0, low - 0.15 * (max(values) - low + abs(low) * 0.1)), max(values) * 1.04)
         _dress(ax, f"{chart.title} ({chart.unit})", grid_axis="y", legend_at="lower right")
     return _png(fig)
-
-
-@dataclass(frozen=True)
-class Chart:
-    """A line chart over steps; ``limit`` draws a dashed bound (the canary's tolerance)."""
-
-    title: str
-    ylabel: str
-    lines: list[Line]
-    limit: float | None = None
 
 
 def curves(charts: list[Chart]) -> bytes | None:
@@ -198,15 +160,6 @@ def heatmap(matrix: Matrix) -> bytes | None:
     ax.set_ylabel(matrix.rows)
     ax.set_title(f"{matrix.title} ({matrix.what})" if matrix.what else matrix.title, fontsize=10)
     return _png(fig)
-
-
-@dataclass(frozen=True)
-class TimeChart:
-    """One quantity against time, a line per GPU (the soak's TFLOP/s, clock, power, temperature)."""
-
-    title: str
-    ylabel: str
-    lines: list[Line]  # x: seconds from the start
 
 
 def over_time(charts: list[TimeChart]) -> bytes | None:

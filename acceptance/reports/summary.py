@@ -1,12 +1,14 @@
-"""The end-of-session table for the terminal: every figure as checked, and the training table with
-tokens per dollar where the profile names a price per GPU-hour. The plugin writes these lines."""
+"""The end-of-session table for the terminal: every figure as checked, and the tables the families print
+after them (``ReportSection.terminal``: the training table, with tokens per dollar where the profile names a
+price per GPU-hour). The plugin writes these lines."""
 
 from __future__ import annotations
 
 from collections import Counter
 
 from acceptance.evidence.model import EvidenceDoc
-from acceptance.reports import training, view
+from acceptance.reports import view
+from acceptance.reports.sections import reporting
 from acceptance.reports.table import render
 from acceptance.verdicts import INFORMATION, FigureVerdict
 
@@ -42,8 +44,8 @@ def lines(data: EvidenceDoc) -> list[str]:
             [f.metric, f.value, f.unit, f.bound or "-", f.verdict.upper(), *([f.node] if nodes else [])] for f in found
         ]
         out += render(head, figures).splitlines()
-    runs = training.runs(data)
-    if runs:
-        head, rows = training.table(runs, view.usd_per_gpu_hour(data))
-        out += ["", *render(head, rows).splitlines()]
+    run = view.Reported(data)
+    for _, report in reporting():
+        for head, rows in report.terminal(run) if report.terminal else []:
+            out += ["", *render(head, rows).splitlines()]
     return out

@@ -11,13 +11,21 @@ import json
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
+from pydantic import ValidationError
+
 from acceptance.evidence.model import Case, Check, EvidenceDoc, ProbeRecord
 from acceptance.evidence.verdict import verdict_of
 from acceptance.json_types import JSONObject, JSONValue
-from acceptance.verdicts import INFORMATION, FigureVerdict
+from acceptance.reports import pairs
+from acceptance.schema.bounds import Threshold, limits
+from acceptance.schema.report import EVERY_NODE as EVERY_NODE  # a series' label, as the report reads it
+from acceptance.schema.report import Matrix, Series
+from acceptance.schema.report import number as number  # the JSON readers the report shares with the sections
+from acceptance.schema.report import object_of as object_of
+from acceptance.schema.report import objects as objects
+from acceptance.verdicts import INFORMATION, FigureVerdict, figure_failed
 
 CHECK_ORDER: dict[FigureVerdict, int] = {"fail": 0, "baseline_fail": 0, "xfail": 1, "pass": 2, "info": 3}
-EVERY_NODE = "every node"
 
 
 def verdict_note(data: EvidenceDoc) -> str:
@@ -120,16 +128,6 @@ def tests(data: EvidenceDoc, outcomes: tuple[str, ...]) -> list[tuple[str, str, 
     ]
 
 
-@dataclass(frozen=True)
-class Series:
-    """One probe run's result; ``label`` names the node(s) that measured it ("" in one node's file)."""
-
-    key: str
-    label: str
-    result: JSONObject  # the probe's result as the evidence holds it (JSON): a section reads what it knows
-    wall_s: float | None = None  # as the launcher measured it: start-up and rendezvous included
-
-
 def series(data: EvidenceDoc, name: str) -> list[Series]:
     """The finished runs of probe ``name``, one per key and distinct result: nodes of a merged file that
     share one result (rank 0 gathers for the cluster) give one series, never a repeated one."""
@@ -169,31 +167,9 @@ def section(data: EvidenceDoc, name: str) -> JSONObject:
     return object_of(resolved(data).get(name))
 
 
-def object_of(value: JSONValue) -> JSONObject:
-    """A JSON object; empty where the value is not one (a section an older file lacks)."""
-    return value if isinstance(value, dict) else {}
-
-
-def objects(value: JSONValue) -> list[JSONObject]:
-    """The objects of a JSON list (a probe's rows); none where it is not a list."""
-    return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else []
-
-
-def number(value: JSONValue) -> float | None:
-    """A JSON number as a float; None for anything else (a missing figure, a not-measured answer)."""
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
-
-
 def usd_per_gpu_hour(data: EvidenceDoc) -> float | None:
     price = section(data, "cost").get("usd_per_gpu_hour")
     return float(price) if isinstance(price, (int, float)) and price > 0 else None
-
-
-def tokens_per_dollar(tokens_per_s_per_gpu: float | None, usd: float | None) -> float | None:
-    """Tokens one dollar of GPU time buys: tokens/s/GPU x 3600 s / price per GPU-hour."""
-    if tokens_per_s_per_gpu is None or not usd:
-        return None
-    return tokens_per_s_per_gpu * 3600.0 / usd
 
 
 def thresholds(data: EvidenceDoc) -> JSONObject:
@@ -207,3 +183,48 @@ def nodes_label(data: EvidenceDoc) -> str:
         f"{topo.nodes} node(s) x {topo.ranks_per_node} rank(s), world size {topo.world_size}, "
         f"head {topo.head} (from {topo.source})"
     )
+
+
+def lower_bound(data: EvidenceDoc, metric: str) -> float | None:
+    """The lower bound the run's profile set on ``metric``; None where it set none, or none a reader takes."""
+    raw = thresholds(data).get(metric)
+    try:
+        return limits(Threshold.model_validate(raw))[0] if raw else None
+    except ValidationError:
+        return None
+
+
+@dataclass(frozen=True)
+class Reported:
+    """The run as a family's section reads it (``acceptance.schema.report.ReportedRun``)."""
+
+    data: EvidenceDoc
+
+    def series(self, name: str) -> list[Series]:
+        return series(self.data, name)
+
+    def failed(self, name: str) -> list[Series]:
+        found = [p for p in self.data.probes if p.name == name and p.status == "failed"]
+        return [Series(p.key, "", p.result) for p in found if p.result is not None]
+
+    def measurements(self, key: str) -> Iterator[tuple[str, JSONValue]]:
+        return measurements(self.data, key)
+
+    def section(self, name: str) -> JSONObject:
+        return section(self.data, name)
+
+    def value_of(self, metric: str) -> float | None:
+        found = next((f for f in figures(self.data) if f.metric == metric), None)
+        return found.value if found else None
+
+    def failing(self) -> set[str]:
+        return {f.metric for f in figures(self.data) if figure_failed(f.verdict)}
+
+    def lower_bound(self, metric: str) -> float | None:
+        return lower_bound(self.data, metric)
+
+    def usd_per_gpu_hour(self) -> float | None:
+        return usd_per_gpu_hour(self.data)
+
+    def pair_matrices(self) -> list[Matrix]:
+        return pairs.matrices(self.data)

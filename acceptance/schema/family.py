@@ -24,7 +24,10 @@ from typing import Any, Generic, Literal, Protocol, TypeVar
 from acceptance.json_types import JSONObject
 from acceptance.schema.bounds import Threshold, must_be_zero
 from acceptance.schema.fields import Strict
+from acceptance.schema.floors import HardwareFloor, NodePaths
+from acceptance.schema.initial import Initial
 from acceptance.schema.noise import Noise
+from acceptance.schema.report import ReportSection
 from acceptance.schema.stored import StoredRun
 from acceptance.schema.toolchain import Need
 
@@ -228,6 +231,15 @@ class Family(Generic[S]):
     # a stored figure's noise from the readings its evidence keeps beside it (``acceptance.schema.noise``):
     # ``noise(evidence, parts, size)`` for ``<family>.<parts joined by .>@<size>``; None: no readings kept
     noise: Callable[[StoredRun, list[str], str], Noise | None] | None = None
+    # the floors ``init`` writes for its figures from the node's own links (``acceptance.schema.floors``):
+    # which of the node's paths bound which figure, at what fraction and why; None: no figure of the links
+    floors: Callable[[NodePaths], list[HardwareFloor]] | None = None
+    # its section of the report (``acceptance.schema.report``): what it shows of the run, and its figures
+    # per unit for the export; None: its figures appear in the report's tables of figures alone
+    report: ReportSection | None = None
+    # its part of the first profile ``init`` writes (``acceptance.schema.initial``): its section, the figures
+    # its reference rows bound; None: nothing of its own (its section's defaults)
+    initial: Initial | None = None
 
     @property
     def beside_imports(self) -> bool:

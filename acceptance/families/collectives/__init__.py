@@ -11,7 +11,11 @@ from pydantic import Field, field_validator
 from typing_extensions import NotRequired, TypedDict
 
 from acceptance.families.collectives import lateness
+from acceptance.families.collectives.floors import floors
+from acceptance.families.collectives.initial import INITIAL
 from acceptance.families.collectives.lateness import RankPlace, Spread
+from acceptance.families.collectives.noise import noise
+from acceptance.families.collectives.report import REPORT
 from acceptance.families.collectives.timing import TimingAsked, calls_nccl
 from acceptance.families.gpu_users import ForeignSeen
 from acceptance.families.transport import TransportRecord
@@ -161,6 +165,10 @@ COLLECTIVES = Family(
     gpu_timed=True,
     host_loops=True,
     builds_with=_builds_with,
+    noise=noise,
+    floors=floors,
+    report=REPORT,
+    initial=INITIAL,
 )
 
 

@@ -4,7 +4,7 @@ and the isolation that names the node, rail or path when a figure across nodes f
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
@@ -16,11 +16,14 @@ from acceptance.families.connectivity import matrices as matrices
 from acceptance.families.connectivity import slowest as slowest
 from acceptance.families.connectivity import wrong as wrong
 from acceptance.families.internode import rounds
+from acceptance.families.internode.floors import floors
 from acceptance.families.internode.isolation import Isolation
+from acceptance.families.internode.report import REPORT
 from acceptance.schema.collectives import COLLECTIVE_OPS
 from acceptance.schema.family import Family, Isolating, Records, RunRound, Shapes
 from acceptance.schema.fields import Size, Strict
 from acceptance.schema.figure import Figure
+from acceptance.schema.initial import Initial, InitialSetup
 from acceptance.schema.noise import Noise, at, items, results, size_of, windows_noise
 from acceptance.schema.stored import StoredRun
 
@@ -85,6 +88,11 @@ def _isolate(s: Internode, model: object, nodes: int, records: Records, run_roun
     return rounds.isolate(found, model, run_round)
 
 
+def initial_metrics(figure: str, _holds_at: Callable[[int], bool], setup: InitialSetup) -> list[str]:
+    """A reference row bounds its figure across nodes, on 2+ nodes."""
+    return [figure] if setup.nodes >= 2 else []
+
+
 _SWEEP = Shapes[Internode](_INTER, {"op": _ops, "size": _sizes})
 INTERNODE = Family(
     "internode",
@@ -103,6 +111,9 @@ INTERNODE = Family(
     gpu_timed=True,
     host_loops=True,
     noise=noise,
+    floors=floors,
+    report=REPORT,
+    initial=Initial(metrics=initial_metrics),
 )
 
 

@@ -21,7 +21,9 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, model_validator
 from typing_extensions import TypedDict
 
+from acceptance.families.training.initial import INITIAL
 from acceptance.families.training.noise import noise
+from acceptance.families.training.report import REPORT
 from acceptance.json_types import JSONObject
 from acceptance.schema.bounds import Threshold
 from acceptance.schema.family import GPU_ONLY, Device, Family, LoadedProfile, Metric, S, Shapes
@@ -163,6 +165,8 @@ TRAINING = Family(
     staged=True,
     noise=noise,
     builds_with=_builds_with,
+    report=REPORT,
+    initial=INITIAL,
 )  # fmt: skip
 
 

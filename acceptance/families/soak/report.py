@@ -1,17 +1,25 @@
-"""The report's soak section: per GPU, TFLOP/s, SM clock, power and temperature against time, and the table
-of each GPU's sustained speed, steady state and first slowdown (``acceptance.families.soak``)."""
+"""The soak's section of the report: per GPU, TFLOP/s, SM clock, power and temperature against time, and the
+table of each GPU's sustained speed, steady state and first slowdown."""
 
 from __future__ import annotations
 
 from typing import Literal, cast
 
-from acceptance.evidence.model import EvidenceDoc
 from acceptance.families import soak as rules
 from acceptance.families.answers import clock_events_text
 from acceptance.numbers import fmt
-from acceptance.reports import plots, view
-from acceptance.reports.blocks import Block, Heading, Table, Text
-from acceptance.reports.measured import image
+from acceptance.schema.report import (
+    Heading,
+    Line,
+    OverTime,
+    Plot,
+    ReportedRun,
+    ReportSection,
+    SectionBlock,
+    Table,
+    Text,
+    TimeChart,
+)
 
 SampleKey = Literal["sm_mhz", "power_w", "temp_c", "mem_temp_c"]
 SAMPLED: tuple[tuple[SampleKey, str, str], ...] = (
@@ -26,28 +34,28 @@ def _short(r: rules.RankSoak) -> str:
     return f"{r['host']} GPU {r['gpu']}" if r["gpu"] is not None else f"{r['host']} rank {r['rank']}"
 
 
-def charts(result: rules.SoakResult) -> list[plots.TimeChart]:
+def charts(result: rules.SoakResult) -> list[TimeChart]:
     """Each GEMM's TFLOP/s per window, then each NVML quantity per sample, a line per GPU."""
     ranks = sorted(result["ranks"], key=lambda r: r["rank"])
     out = []
     for dtype in rules.DTYPE_FIGURE:
         lines = [
-            plots.Line(_short(r), [w["t"] for w in g["windows"]], [w["tflops"] for w in g["windows"]])
+            Line(_short(r), [w["t"] for w in g["windows"]], [w["tflops"] for w in g["windows"]])
             for r in ranks
             for g in r["gemm"]
             if g["dtype"] == dtype and g["windows"]
         ]
         if lines:
-            out.append(plots.TimeChart(f"{dtype} GEMM (with its checks)", "TFLOP/s", lines))
+            out.append(TimeChart(f"{dtype} GEMM (with its checks)", "TFLOP/s", lines))
     for key, what, unit in SAMPLED:
         lines = []
         for r in ranks:
             samples = r["nvml"]["samples"] if r["nvml"] is not None else []
             have = [s for s in samples if s[key] is not None]
             if have:
-                lines.append(plots.Line(_short(r), [s["t"] for s in have], [s[key] for s in have]))
+                lines.append(Line(_short(r), [s["t"] for s in have], [s[key] for s in have]))
         if lines:
-            out.append(plots.TimeChart(what, unit, lines))
+            out.append(TimeChart(what, unit, lines))
     return out
 
 
@@ -55,19 +63,20 @@ def _cell(value: float | None, unit: str = "") -> str:
     return "-" if value is None else f"{fmt(value)}{unit}"
 
 
-def section(data: EvidenceDoc) -> list[Block]:
-    blocks: list[Block] = []
-    for run in view.series(data, "soak"):
-        result = cast(rules.SoakResult, run.result)
+def section(run: ReportedRun) -> list[SectionBlock]:
+    blocks: list[SectionBlock] = []
+    for series in run.series("soak"):
+        result = cast(rules.SoakResult, series.result)
         config = result["config"]
+        label = series.label
         blocks.append(
             Text(
-                f"{run.label + ': ' if run.label else ''}{len(result['ranks'])} ranks for {config['duration_s']:g} s, "
+                f"{label + ': ' if label else ''}{len(result['ranks'])} ranks for {config['duration_s']:g} s, "
                 f"GEMM {config['matmul_size']}^3; TFLOP/s per window of {config['window_s']:g} s"
             )
         )
-        blocks += image(
-            f"soak{run.label}", plots.over_time(charts(result)), "soak: TFLOP/s, clock, power, temperature per GPU"
+        blocks.append(
+            Plot(f"soak{label}", OverTime(charts(result)), "soak: TFLOP/s, clock, power, temperature per GPU")
         )
         dtypes = [d for d in rules.DTYPE_FIGURE if any(d in line["tflops"] for line in rules.table(result))]
         head = [
@@ -106,3 +115,6 @@ def section(data: EvidenceDoc) -> list[Block]:
         if result["injected"]:
             blocks.append(Text("injected (test-only fault knob): " + "; ".join(result["injected"]), note=True))
     return [Heading("Soak"), *blocks] if blocks else []
+
+
+REPORT = ReportSection(60, section)

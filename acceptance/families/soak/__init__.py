@@ -24,6 +24,7 @@ from pydantic import Field, model_validator
 from typing_extensions import TypedDict
 
 from acceptance.families.answers import NotMeasured, clock_events_text, unanswered
+from acceptance.families.soak.report import REPORT
 from acceptance.numbers import fmt
 from acceptance.schema.bounds import Threshold
 from acceptance.schema.family import GPU_ONLY, Family, Metric, Shapes
@@ -128,6 +129,7 @@ SOAK = Family(
     local=True,
     probes=("soak",),
     opt_in=True,
+    report=REPORT,
 )  # fmt: skip
 
 

@@ -16,6 +16,7 @@ from pydantic import Field
 from typing_extensions import NotRequired, TypedDict
 
 from acceptance.families.answers import clock_events_text
+from acceptance.families.compute.report import REPORT
 from acceptance.families.gpu_users import ForeignSeen, PcieLow, XidSeen, gpu_fault_text, seen_text
 from acceptance.json_types import JSONObject
 from acceptance.numbers import fmt, spread
@@ -24,6 +25,8 @@ from acceptance.schema.dtypes import DTYPE_NAMES
 from acceptance.schema.family import GPU_ONLY, Family, Remeasure, Result, Shapes
 from acceptance.schema.fields import PositiveInt, Size, Strict
 from acceptance.schema.figure import Figure
+from acceptance.schema.floors import HardwareFloor, NodePaths, floor
+from acceptance.schema.initial import Initial, InitialSetup
 from acceptance.schema.noise import Noise, at, combined, items, log_noise, results
 from acceptance.schema.stored import StoredRun
 
@@ -517,6 +520,26 @@ def _tolerance(s: Compute) -> Threshold:
 _COMPUTE_FIGURES = r"(matmul_tflops|copy_gbps)"
 # the CPU path has no fp8 tensor cores and no device memory to copy to: "not applicable on the CPU"
 _GPU_COMPUTE_FIGURES = r"(matmul_fp8_tflops|h2d_gbps|d2h_gbps)"
+# The host links' floor from the node's own links (``Family.floors``)
+HOST_FRACTION = 0.4
+HOST_WHY = (
+    "healthy Gen5 x16 hosts move 49-55 GB/s (2x H200, 0.78-0.87) and 31-40 GB/s with four GPUs copying at "
+    "once (4x H200, 0.49); a link at half its width or generation fails"
+)
+
+
+def floors(paths: NodePaths) -> list[HardwareFloor]:
+    """``compute.{h2d,d2h}_gbps_min``: the slowest GPU's PCIe link at the generation and width it can reach."""
+    if paths.host is None:
+        return []
+    return [floor(f"compute.{m}_gbps_min", paths.host, HOST_FRACTION, HOST_WHY, "host") for m in ("h2d", "d2h")]
+
+
+def initial_metrics(figure: str, _holds_at: Callable[[int], bool], _setup: InitialSetup) -> list[str]:
+    """A reference row bounds the per-GPU figure on the slowest GPU of the run (its ``_min``)."""
+    return [f"{figure}_min"]
+
+
 COMPUTE = Family(
     "compute",
     "per-GPU speed, every GPU at once: matmul, copies, host links, burn-in",
@@ -541,4 +564,7 @@ COMPUTE = Family(
     quick=True,
     remeasure=REMEASURE,
     noise=noise,
+    floors=floors,
+    report=REPORT,
+    initial=Initial(metrics=initial_metrics),
 )

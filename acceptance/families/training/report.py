@@ -4,14 +4,24 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from acceptance.evidence.model import EvidenceDoc
-from acceptance.families.training import canary
+from acceptance.families import training
 from acceptance.json_types import JSONObject, JSONValue
 from acceptance.numbers import fmt
-from acceptance.reports import plots, view
-from acceptance.reports.blocks import Block, Heading, Table, Text
-from acceptance.reports.measured import image, lower_bound
-from acceptance.reports.view import number, object_of
+from acceptance.schema.report import (
+    Chart,
+    Curves,
+    Heading,
+    Line,
+    Plot,
+    ReportedRun,
+    ReportSection,
+    Scaling,
+    SectionBlock,
+    Table,
+    Text,
+    number,
+    object_of,
+)
 
 # label, a strategy's figures in the training probe's result (JSON: older files lack newer keys), wall time (s)
 Run = tuple[str, JSONObject, float | None]
@@ -44,6 +54,13 @@ def _percent(value: JSONValue) -> str:
     return f"{value:.1%}" if isinstance(value, (int, float)) else "-"
 
 
+def tokens_per_dollar(tokens_per_s_per_gpu: float | None, usd: float | None) -> float | None:
+    """Tokens one dollar of GPU time buys: tokens/s/GPU x 3600 s / price per GPU-hour."""
+    if tokens_per_s_per_gpu is None or not usd:
+        return None
+    return tokens_per_s_per_gpu * 3600.0 / usd
+
+
 def table(runs: Sequence[Run], usd_per_gpu_hour: float | None) -> tuple[list[str], list[list[object]]]:
     """One row per run: throughput (the median over timed windows, their quartiles and range), tokens per
     dollar where the profile names a price, MFU, memory, step time, utilisation, loss, fp16 overflow skips
@@ -59,7 +76,7 @@ def table(runs: Sequence[Run], usd_per_gpu_hour: float | None) -> tuple[list[str
         tps = r.get("tokens_per_s_per_gpu")
         step, std = number(r.get("step_time_s")), number(r.get("step_time_std_s"))
         row: list[object] = [label, r.get("precision", "-"), r.get("world_size", "-"), tps, _spread(r)]
-        row += [view.tokens_per_dollar(number(tps), usd_per_gpu_hour)] if usd_per_gpu_hour else []
+        row += [tokens_per_dollar(number(tps), usd_per_gpu_hour)] if usd_per_gpu_hour else []
         row += [
             _percent(r.get("mfu")),
             f"{r['peak_mem_gib']:.1f}" if isinstance(r.get("peak_mem_gib"), (int, float)) else "-",
@@ -82,15 +99,11 @@ def _strategies(result: JSONObject) -> list[tuple[str, JSONObject]]:
     return [(str(result.get("strategy") or "?"), result)]
 
 
-def runs(data: EvidenceDoc) -> list[Run]:
+def runs(run: ReportedRun) -> list[Run]:
     """Every strategy that produced figures, with its part of the job's wall time (the job's, in evidence
     written with a job per strategy); a failed job's finished strategies too."""
-    found = [(s.key, s.label, s.result, s.wall_s) for s in view.series(data, "training")]
-    found += [
-        (p.key, "", p.result, None)
-        for p in data.probes
-        if p.name == "training" and p.status == "failed" and p.result is not None
-    ]
+    found = [(s.key, s.label, s.result, s.wall_s) for s in run.series("training")]
+    found += [(p.key, "", p.result, None) for p in run.failed("training")]
     out: list[Run] = []
     for key, label, result, wall in found:
         for name, r in _strategies(result):
@@ -107,62 +120,74 @@ def _numbers(values: JSONValue) -> list[float]:
     return [float(v) for v in values if isinstance(v, (int, float))] if isinstance(values, list) else []
 
 
-def _line(label: str, values: list[float], scale: float = 1.0) -> plots.Line:
-    return plots.Line(label, list(range(1, len(values) + 1)), [v * scale for v in values])
+def _line(label: str, values: list[float], scale: float = 1.0) -> Line:
+    return Line(label, list(range(1, len(values) + 1)), [v * scale for v in values])
 
 
-def _canary(data: EvidenceDoc) -> plots.Chart | None:
+def _canary(run: ReportedRun) -> Chart | None:
     """Each strategy's loss against the reference strategy's, step by step, under the canary's bound."""
     curves: dict[str, list[float]] = {}
-    for _, found in view.measurements(data, "curves"):
+    for _, found in run.measurements("curves"):
         if isinstance(found, dict):
             curves.update({str(k): _numbers(v) for k, v in found.items() if isinstance(v, list)})
     if len(curves) < 2:
         return None
     reference, *others = curves
-    rtol = number(view.section(data, "training").get("canary_rtol", 0.02))
+    rtol = number(run.section("training").get("canary_rtol", 0.02))
     rtol = 0.02 if rtol is None else rtol
     lines = []
     for name in others:
         steps = min(len(curves[reference]), len(curves[name]))
-        lines.append(_line(name, canary(curves[reference], curves[name], steps, rtol)["rel_diff"]))
+        lines.append(_line(name, training.canary(curves[reference], curves[name], steps, rtol)["rel_diff"]))
     title = f"canary: relative loss difference to {reference}"
-    return plots.Chart(title, "|loss - reference| / reference", lines, rtol)
+    return Chart(title, "|loss - reference| / reference", lines, rtol)
 
 
-def _scaling(data: EvidenceDoc, done: list[Run]) -> list[Block]:
+def _scaling(run: ReportedRun, done: list[Run]) -> list[SectionBlock]:
     baseline = [r for r in done if "(scaling baseline)" in r[0]]
-    strategy = str(view.section(data, "training").get("scaling_strategy", "ddp"))
+    strategy = str(run.section("training").get("scaling_strategy", "ddp"))
     full = [r for r in done if r[0].split(" ")[0] == strategy and "(scaling baseline)" not in r[0]]
     if not baseline or not full:
         return []
-    figure = next((f for f in view.figures(data) if f.metric == "training.scaling_efficiency"), None)
     base, whole = baseline[0][1], full[0][1]
     labels = [f"baseline: {base.get('world_size')} rank(s)", f"full: {whole.get('world_size')} rank(s)"]
     values = [number(base.get("tokens_per_s_per_gpu")) or 0.0, number(whole.get("tokens_per_s_per_gpu")) or 0.0]
-    bound = lower_bound(data, "training.scaling_efficiency")
-    png = plots.scaling(labels, values, figure.value if figure else None, bound)
-    return image("scaling", png, f"{strategy} per-GPU throughput, baseline and full world")
+    drawing = Scaling(
+        labels,
+        values,
+        run.value_of("training.scaling_efficiency"),
+        run.lower_bound("training.scaling_efficiency"),
+    )
+    return [Plot("scaling", drawing, f"{strategy} per-GPU throughput, baseline and full world")]
 
 
-def section(data: EvidenceDoc) -> list[Block]:
-    done = runs(data)
+def section(run: ReportedRun) -> list[SectionBlock]:
+    done = runs(run)
     if not done:
         return []
-    usd = view.usd_per_gpu_hour(data)
+    usd = run.usd_per_gpu_hour()
     head, rows = table(done, usd)
-    blocks: list[Block] = [Heading("Training"), Table(head, rows)]
+    blocks: list[SectionBlock] = [Heading("Training"), Table(head, rows)]
     if usd:
-        source = view.section(data, "cost").get("source")
+        source = run.section("cost").get("source")
         blocks.append(Text(f"tokens/$ at {usd:g} USD per GPU-hour" + (f" ({source})" if source else ""), note=True))
     main = [(label, r) for label, r, _ in done if "(scaling baseline)" not in label]
     charts = [
-        plots.Chart("loss", "loss (nats)",
-                    [_line(label, _numbers(r["losses"])) for label, r in main if r.get("losses")]),
-        plots.Chart("step time (timed steps)", "ms",
-                    [_line(label, _numbers(r["step_times_s"]), 1e3) for label, r in main if r.get("step_times_s")]),
+        Chart("loss", "loss (nats)",
+              [_line(label, _numbers(r["losses"])) for label, r in main if r.get("losses")]),
+        Chart("step time (timed steps)", "ms",
+              [_line(label, _numbers(r["step_times_s"]), 1e3) for label, r in main if r.get("step_times_s")]),
     ]  # fmt: skip
-    found = _canary(data)
+    found = _canary(run)
     charts += [found] if found else []
-    blocks += image("training", plots.curves(charts), "loss and step time per strategy, canary")
-    return blocks + _scaling(data, done)
+    blocks.append(Plot("training", Curves(charts), "loss and step time per strategy, canary"))
+    return blocks + _scaling(run, done)
+
+
+def terminal(run: ReportedRun) -> list[tuple[list[str], list[list[object]]]]:
+    """The training table, for the terminal's end-of-session summary and ``bench_train``."""
+    done = runs(run)
+    return [table(done, run.usd_per_gpu_hour())] if done else []
+
+
+REPORT = ReportSection(50, section, terminal=terminal)

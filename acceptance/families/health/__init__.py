@@ -17,6 +17,8 @@ from typing_extensions import NotRequired, TypedDict
 
 from acceptance.families import nvlink_domain
 from acceptance.families.answers import NOT_MEASURED, NotMeasured, gpu_label, is_measured, unanswered
+from acceptance.families.health.initial import INITIAL
+from acceptance.families.health.report import REPORT
 from acceptance.families.inventory import NodeInventory as NodeInventory  # the preflight's answers, as tests name them
 from acceptance.families.inventory import NvmlListed as NvmlListed
 from acceptance.families.inventory import TorchDevice as TorchDevice
@@ -87,6 +89,8 @@ HEALTH = Family(
     in_worker=("health",),
     quick=True,
     leftover_drains=_leftover_drains,
+    report=REPORT,
+    initial=INITIAL,
 )
 
 
