@@ -27,7 +27,7 @@ from acceptance.families.answers import NotMeasured, clock_events_text, unanswer
 from acceptance.families.soak.report import REPORT
 from acceptance.numbers import fmt
 from acceptance.schema.bounds import Threshold
-from acceptance.schema.family import GPU_ONLY, Family, Metric, Shapes
+from acceptance.schema.family import GPU_ONLY, Behaviour, Family, Metric, Shapes
 from acceptance.schema.fields import PositiveInt, Size, Strict, ThrottleReason
 from acceptance.schema.figure import Figure
 from acceptance.schema.results import validated
@@ -129,7 +129,7 @@ SOAK = Family(
     local=True,
     probes=("soak",),
     opt_in=True,
-    report=REPORT,
+    behaviour=Behaviour(report=REPORT),
 )  # fmt: skip
 
 
