@@ -5,7 +5,8 @@ A family (``collectives``, ``compute``, ...) has one name on every side: its mod
 (``acceptance/probes/<name>.py``), its test module (``tests_cluster/test_<name>.py``), its pytest marker
 (``-m <name>``), its profile section (``<name>:``), its timeout (``timeouts.<name>``) and its metric prefix
 (``<name>.``). The descriptor says what differs: the section's model, the shapes of its figures with their
-built-in bounds, where its probes may run and what they need. The list of families
+built-in bounds, where its probes may run and what they need, and what the shared code calls it for (its
+``Behaviour``: its report section, init's part, its floors, ...). The list of families
 (``acceptance.profile.registry``) sits above the family modules; everything that names families reads it.
 
 The shape follows nccl-tests, where one collective is one small ``testColl`` struct that a shared loop
