@@ -100,16 +100,16 @@ def test_figures_carry_the_noise_of_their_readings() -> None:
 
 
 def test_each_family_that_keeps_readings_carries_its_noise() -> None:
-    """A figure's noise comes from its family's descriptor (``Family.noise``), the collectives' included: the
+    """A figure's noise comes from its family's descriptor (``Behaviour.noise``), the collectives' included: the
     shared rule names no family."""
     from acceptance.families.collectives import COLLECTIVES
 
     evidence = read_evidence(EVIDENCE / "local-cpu-a")
-    assert COLLECTIVES.noise is not None
-    windows = COLLECTIVES.noise(evidence, ["all_reduce", "busbw_gbps"], "8M")
+    assert COLLECTIVES.behaviour.noise is not None
+    windows = COLLECTIVES.behaviour.noise(evidence, ["all_reduce", "busbw_gbps"], "8M")
     assert windows == figures(evidence)["collectives.all_reduce.busbw_gbps@8M"].noise
     assert isinstance(windows, Noise) and windows.readings == 5
-    assert COLLECTIVES.noise(evidence, ["all_reduce", "wrong"], "8M") is None  # a count: no readings
+    assert COLLECTIVES.behaviour.noise(evidence, ["all_reduce", "wrong"], "8M") is None  # a count: no readings
 
 
 def test_wall_time_and_temperature_are_left_to_their_bounds() -> None:

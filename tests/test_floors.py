@@ -234,13 +234,13 @@ def ports(*rates: float, layer: str = "InfiniBand", active: bool = True) -> tupl
 
 
 def test_each_family_writes_its_own_floors_from_the_node_s_paths() -> None:
-    """The floors are the families' (``Family.floors``), each under its own prefix, from the paths the node
+    """The floors are the families' (``Behaviour.floors``), each under its own prefix, from the paths the node
     has; a family with no figure of the links writes none, and init lists them pair, collective, rail, host."""
     from acceptance.profile.registry import FAMILIES
 
     facts = with_ports(node(*(gpu(i, 18) for i in range(4))), ports(400, 400, 400, 400))
     paths = floors.node_paths(facts, 1, ("all_reduce", "sendrecv"), ("1G",))
-    own = {f.name: [x.metric for x in f.floors(paths)] for f in FAMILIES if f.floors}
+    own = {f.name: [x.metric for x in f.behaviour.floors(paths)] for f in FAMILIES if f.behaviour.floors}
     assert set(own) == {"connectivity", "compute", "collectives", "internode"}
     assert all(m.startswith(f"{name}.") for name, metrics in own.items() for m in metrics)
     assert own["internode"] == []  # one node: no rail

@@ -507,17 +507,19 @@ def test_the_header_names_what_the_written_profile_sweeps_and_bounds(tmp_path: P
 def test_a_family_s_part_of_the_first_profile_comes_from_its_descriptor(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """init names no family: each writes its own section (``Family.initial``) at its place, from what was
+    """init names no family: each writes its own section (``Behaviour.initial``) at its place, from what was
     found and the bounds written, and the floors and sweep come from the families too."""
     from acceptance.profile.registry import FAMILIES
-    from acceptance.schema.family import Family
+    from acceptance.schema.family import Behaviour, Family
     from acceptance.schema.fields import Strict
     from acceptance.schema.initial import Initial, InitialSetup, RowFacts
 
     def section(setup: InitialSetup, bounds: Mapping[str, RowFacts | None]) -> JSONObject:
         return {"gpus": setup.world, "peak_known": bounds.get("compute.matmul_tflops_min") is not None}
 
-    probe = Family("probe_x", "a family of the test's own", Strict, (), initial=Initial(section, 15))
+    probe = Family(
+        "probe_x", "a family of the test's own", Strict, (), behaviour=Behaviour(initial=Initial(section, 15))
+    )
     monkeypatch.setattr(initial, "FAMILIES", (*FAMILIES, probe))
     facts = detect(sources(tmp_path, nvml_node(H100, 8, 18), nvswitch=True, links=nvlinks(8, 18)))
     written = yaml.safe_load(initial.profile_for(facts, "x", 1, table()).text)

@@ -207,11 +207,11 @@ def test_a_family_s_section_export_rows_and_terminal_table_come_from_its_descrip
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The report names no family: each family's section, its per-unit export rows and its terminal table
-    come from its descriptor (``Family.report``), in the section's place. A family of the test's own, placed
+    come from its descriptor (``Behaviour.report``), in the section's place. A family of the test's own, placed
     between the GPUs' inventory and training, shows up where it says, reading the run it is handed."""
     from acceptance.profile.registry import FAMILIES
     from acceptance.reports import export, sections
-    from acceptance.schema.family import Family
+    from acceptance.schema.family import Behaviour, Family
     from acceptance.schema.fields import Strict
     from acceptance.schema.report import ReportedRun, ReportSection, SectionBlock, Table, UnitFigure
 
@@ -225,7 +225,7 @@ def test_a_family_s_section_export_rows_and_terminal_table_come_from_its_descrip
         return [(["probe x"], [["its own line"]])]
 
     report = ReportSection(45, blocks, units=units, terminal=terminal)
-    probe = Family("probe_x", "a family of the test's own", Strict, (), report=report)
+    probe = Family("probe_x", "a family of the test's own", Strict, (), behaviour=Behaviour(report=report))
     monkeypatch.setattr(sections, "FAMILIES", (*FAMILIES, probe))
     data = evidence(H200)
     found = [b for f, _ in sections.reporting() if f.name in ("health", "probe_x") for b in sections.section(f, data)]

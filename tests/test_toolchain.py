@@ -134,9 +134,12 @@ def test_the_collectives_loop_without_a_compiler_runs_from_python_and_fails_noth
 
 
 def _with(monkeypatch: pytest.MonkeyPatch, module: object, **fields: Any) -> None:
-    """The registry as ``module`` reads it, with the connectivity family's descriptor given ``fields``: a
+    """The registry as ``module`` reads it, with the connectivity family's behaviour given ``fields``: a
     family's behaviour is its descriptor's, whatever family it is."""
-    changed = tuple(dataclasses.replace(f, **fields) if f.name == "connectivity" else f for f in FAMILIES)
+    changed = tuple(
+        dataclasses.replace(f, behaviour=dataclasses.replace(f.behaviour, **fields)) if f.name == "connectivity" else f
+        for f in FAMILIES
+    )
     monkeypatch.setattr(module, "FAMILIES", changed)
 
 

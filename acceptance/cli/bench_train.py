@@ -28,6 +28,7 @@ from acceptance.run import launcher as launch
 from acceptance.run.cluster_run import ClusterRun
 from acceptance.run.placement import TopologyError, resolve
 from acceptance.run.training_jobs import baseline_run, strategy_runs
+from acceptance.schema.figure import Figure
 from acceptance.verdicts import decide
 
 
@@ -133,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     for label, result in found.items():  # recorded as information: a benchmark checks no bound
         metric = f"training.{label.replace(' (baseline)', '_baseline')}.tokens_per_s_per_gpu"
         tokens = cast(float, result["tokens_per_s_per_gpu"])  # the probe writes it as a number
-        cluster.check("cluster-acceptance bench_train", metric, tokens, "tokens/s")
+        cluster.check("cluster-acceptance bench_train", Figure(metric, "tokens/s", tokens))
     cluster.evidence.finish(decide(facts_of(cluster.evidence.doc)), complete=True)
     print(f"evidence: {cluster.evidence.write()}")
     cluster.close()

@@ -24,6 +24,7 @@ from acceptance.run.launcher import ProbeError
 from acceptance.run.placement import resolve
 from acceptance.schema.collectives import PART_ALIGN_BYTES
 from acceptance.schema.dtypes import DTYPES
+from acceptance.schema.figure import Figure
 from acceptance.schema.sizes import format_size, parse_size
 from acceptance.verdicts import decide, figure_failed
 
@@ -151,8 +152,8 @@ def _record(cluster: ClusterRun, result: SweepResult) -> bool:
     case.measurements["sweep"] = cast(JSONValue, result)  # a SweepResult is JSON
     for row in result["rows"]:
         op, size = row["op"], row["size"]
-        cluster.check(nodeid, f"collectives.{op}.busbw_gbps@{size}", row["busbw_gbps"], "GB/s")
-        cluster.check(nodeid, f"collectives.{op}.wrong@{size}", row["wrong"], "elements")
+        cluster.check(nodeid, Figure(f"collectives.{op}.busbw_gbps@{size}", "GB/s", row["busbw_gbps"]))
+        cluster.check(nodeid, Figure(f"collectives.{op}.wrong@{size}", "elements", row["wrong"]))
     judged = [c.verdict for c in cluster.evidence.checks()]
     case.outcome = "failed" if any(figure_failed(v) for v in judged) else "passed"
     verdict = decide(facts_of(cluster.evidence.doc))

@@ -24,7 +24,7 @@ from acceptance.families.heartbeat import RankIdentity
 from acceptance.families.transport import TransportRecord
 from acceptance.json_types import JSONObject
 from acceptance.schema.bounds import Threshold
-from acceptance.schema.family import GPU_ONLY, Family, Metric, Shapes
+from acceptance.schema.family import GPU_ONLY, Behaviour, Family, Metric, Shapes
 from acceptance.schema.fields import PositiveInt, Size, Strict
 from acceptance.schema.figure import Figure
 from acceptance.schema.floors import HardwareFloor, NodePaths, floor
@@ -38,7 +38,7 @@ class Connectivity(Strict):
 
 
 _LINKS = Shapes[Connectivity]("connectivity.<figure>")
-# The p2p floor from the node's own links (``Family.floors``), set from what healthy machines measured so that
+# The p2p floor from the node's own links (``Behaviour.floors``), set from what healthy machines measured so that
 # none fails it while a node whose NVLink is unused fails it by 4x
 P2P_FRACTION = 0.25
 P2P_WHY = "2x H200 read 305-321 GB/s over NV18 at 256 MiB (0.68-0.71 of 450); NVLink unused reads 24-27 (0.06)"
@@ -75,8 +75,7 @@ CONNECTIVITY = Family(
     in_worker=("connectivity",),
     describes_nodes=True,
     quick=True,
-    floors=floors,
-    initial=Initial(initial_section, 20),
+    behaviour=Behaviour(floors=floors, initial=Initial(initial_section, 20)),
 )  # fmt: skip
 
 

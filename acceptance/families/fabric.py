@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from acceptance.schema.family import Family, Shapes
+from acceptance.schema.family import Behaviour, Family, Shapes
 from acceptance.schema.fields import AbsolutePath, Strict
 from acceptance.schema.figure import Figure
 from acceptance.schema.ports import FabricReading as FabricReading  # the family's result, as its tests name it
@@ -64,7 +64,7 @@ FABRIC = Family(
     ),
     local=True,
     probes=("fabric",),  # a sysfs read per node, in the node's own pytest (``acceptance.run.fabric_readings``)
-    reads_ports=_sysfs_root,
+    behaviour=Behaviour(reads_ports=_sysfs_root),
     needs_every_gpu=False,
     quick=True,
 )

@@ -25,7 +25,7 @@ from acceptance.families.training.initial import peak
 from acceptance.families.training.rules import Run, loss_figure, optional_figure
 from acceptance.json_types import JSONObject
 from acceptance.numbers import fmt
-from acceptance.schema.family import Family, Shapes
+from acceptance.schema.family import Behaviour, Family, Shapes
 from acceptance.schema.fields import PositiveInt, Strict
 from acceptance.schema.figure import Figure
 from acceptance.schema.initial import Initial, InitialSetup, RowFacts
@@ -99,7 +99,7 @@ LLAMA8B = Family(
     ),
     probes=(PROBE,),
     opt_in=True,
-    initial=Initial(initial_section, 50, initial_metrics),
+    behaviour=Behaviour(initial=Initial(initial_section, 50, initial_metrics)),
 )  # fmt: skip
 
 

@@ -69,6 +69,15 @@ def require_ranks(run: ClusterRun, at_least: int, what: str) -> None:
         )
 
 
+def _figure(found: Figure | tuple[str, float, str, str]) -> Figure:
+    """The figure ``check`` was handed: a family's ``Figure``, or ``(metric, value, unit, detail)`` as one whose
+    detail is its one finding."""
+    if isinstance(found, Figure):
+        return found
+    metric, value, unit, detail = found
+    return Figure(metric, unit, value, findings=[detail] if detail else [])
+
+
 class Checker:
     """``check(figure)`` (a family's rules give the ``Figure``) or ``check(metric, value, unit)``: the run's
     judge gives the figure its verdict; it is recorded, and the test fails with one line per figure that
@@ -125,15 +134,12 @@ class Checker:
         (``Judge.judge``)."""
         failures, xfails = [], []
         for found in figures:
-            bound = default
-            if isinstance(found, Figure):
-                metric, value, unit, detail, bound = found.metric, found.value, found.unit, found.detail, found.bound
-            else:
-                metric, value, unit, detail = found
-            judged = self.run.check(self.item.nodeid, metric, value, unit, detail, bound or default, unmeasured)
+            judged = self.run.check(self.item.nodeid, _figure(found), default, unmeasured)
             # the same properties the plugin's own JUnit carries (what record_property does, without its
             # warning under the default junit_family xunit2)
-            self.item.user_properties += figure_properties(metric, value, unit, judged.bound, judged.verdict)
+            self.item.user_properties += figure_properties(
+                judged.metric, judged.value, judged.unit, judged.bound, judged.verdict
+            )
             if judged.failed:
                 failures.append(judged.message)
             elif judged.verdict == "xfail":

@@ -28,7 +28,7 @@ def run_preflight(run: ClusterRun, items: list[pytest.Item], probes: bool) -> pr
     ends the worker, which it cannot use."""
     # the ports' first reading, before any probe moves data over them (the family's test takes the second)
     for family in FAMILIES:
-        root = family.reads_ports
+        root = family.behaviour.reads_ports
         if probes and run.persist and root is not None and any(item.path.stem == family.module for item in items):
             reading = fabric_readings.read(root(family.section_of(run.profile.model)))
             run.evidence.cluster.fabric_before = cast(JSONObject, dict(reading))  # a FabricReading is JSON

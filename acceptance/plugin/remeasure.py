@@ -1,4 +1,4 @@
-"""A figure measured again before it stands: the family's rule (``Family.remeasure``) says which figures the
+"""A figure measured again before it stands: the family's rule (``Behaviour.remeasure``) says which figures the
 run's judge would fail and how to measure them alone; this drives it through the run's probes. Compute's
 host links are the case (``acceptance.families.compute``, ``REMEASURE``)."""
 
@@ -16,7 +16,7 @@ def measured(run: ClusterRun, family: Family[Any]) -> Result:
     """The family's probe result, the figures its rule names (``Remeasure.low``) measured again up to the
     times its section allows, the last reading judged."""
     result: Result = probe_result(run, family.name, dict)  # merged below by the figures' names
-    rule = family.remeasure
+    rule = family.behaviour.remeasure
     if rule is None:
         return result
     section = family.section_of(run.profile.model)

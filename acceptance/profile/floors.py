@@ -4,7 +4,7 @@ Users run the suite on machines we never measured, so a figure the reference tab
 bounded by the hardware: each floor is the links' public rate (NVLink per generation, PCIe per generation and
 lane, both per direction) times a stated fraction, and its source names the fact, the rate and the fraction.
 This module finds the node's paths (``node_paths``) and their rates; each family says which of them bound
-which of its figures, at what fraction set from what healthy machines measured, and why (``Family.floors``,
+which of its figures, at what fraction set from what healthy machines measured, and why (``Behaviour.floors``,
 in the family's module). A reference row that fits the node is tighter and wins (``acceptance.profile.initial``).
 
 The paths, and the figures they bound as the families say today:
@@ -188,10 +188,10 @@ def node_paths(facts: NodeFacts, nodes: int, ops: tuple[str, ...], sizes: tuple[
 
 
 def hardware_floors(facts: NodeFacts, nodes: int, ops: tuple[str, ...], sizes: tuple[str, ...]) -> list[HardwareFloor]:
-    """Every floor the node's links give, each family's own (``Family.floors``), listed by where the traffic
+    """Every floor the node's links give, each family's own (``Behaviour.floors``), listed by where the traffic
     goes: inside a pair, the world's collectives, across nodes, to the host."""
     paths = node_paths(facts, nodes, ops, sizes)
-    found = [f for family in FAMILIES if family.floors for f in family.floors(paths)]
+    found = [f for family in FAMILIES if family.behaviour.floors for f in family.behaviour.floors(paths)]
     return sorted(found, key=lambda f: REACHES.index(f.reach))
 
 

@@ -1,7 +1,7 @@
 """A cluster's first profile, from what one of its nodes is (``node_facts``) and the reference table.
 
 On GPUs: the topology found, NVLS pinned as found (``NCCL_NVLS_ENABLE``: the references differ with it on
-and off), each family's section as the family writes it from what was found (``Family.initial``: the NVLink
+and off), each family's section as the family writes it from what was found (``Behaviour.initial``: the NVLink
 link count as the health gate, a collectives sweep of every operation from 64 B up to 4 GiB with the spread
 rule's bound, the datasheet's peak for MFU, the training workload the references were measured with where
 the table has them for this GPU), and a bound for every figure a floor or a reference describes: one per
@@ -76,7 +76,8 @@ def initial_setup(facts: NodeFacts, nodes: int, table: ReferenceTable) -> Initia
 
 def initials() -> list[tuple[Family[Any], Initial]]:
     """The families with a part of the first profile, in their sections' places."""
-    return sorted(((f, f.initial) for f in FAMILIES if f.initial is not None), key=lambda fi: fi[1].place)
+    found = [(f, f.behaviour.initial) for f in FAMILIES if f.behaviour.initial is not None]
+    return sorted(found, key=lambda fi: fi[1].place)
 
 
 def bounds_for(facts: NodeFacts, nodes: int, table: ReferenceTable) -> list[Bound]:
@@ -91,7 +92,7 @@ def bounds_for(facts: NodeFacts, nodes: int, table: ReferenceTable) -> list[Boun
         if island and row.nic is not None:
             continue
         family = family_of_metric(row.figure)
-        initial = family.initial if family else None
+        initial = family.behaviour.initial if family else None
         metrics = initial.metrics(row.figure, row.holds_at, found) if initial and initial.metrics else []
         out += [Bound.of_row(metric, row) for metric in metrics]
     bounded = {b.metric for b in out}

@@ -1,5 +1,5 @@
 """A stored figure's noise (``acceptance.schema.noise``), found through its family's descriptor
-(``Family.noise``).
+(``Behaviour.noise``).
 """
 
 from __future__ import annotations
@@ -15,6 +15,6 @@ def noise_of(evidence: StoredRun, metric: str) -> Noise | None:
     family = family_of_metric(metric)
     _, _, rest = metric.partition(".")
     head, _, size = rest.partition("@")
-    if family is None or family.noise is None:
+    if family is None or family.behaviour.noise is None:
         return None
-    return family.noise(evidence, head.split("."), size)
+    return family.behaviour.noise(evidence, head.split("."), size)

@@ -10,18 +10,19 @@ the docs' reference page and tiers table (built by ``docs/hooks.py``) are derive
 which figures are a node's own hardware (``Family.local``, ``Metric.local``: recorded with each check, the
 drain list reads it).
 
-A family's behaviour goes with its descriptor, which shared code calls through this list: its re-measure
-(``Family.remeasure``), the noise of its stored figures (``Family.noise``), the floors init writes from the
-node's links (``Family.floors``), its part of init's first profile (``Family.initial``), its section of the
-report, its per-GPU export rows and its terminal table (``Family.report``), the compilers its probes build
-with (``Family.builds_with``, the preflight's toolchain), whether a leftover process drains
-(``Family.leftover_drains``), its ports' first reading (``Family.reads_ports``), its job started ahead of its
-turn (``Family.staged``) and its isolation rounds (``Family.isolation``). Named by hand still, each for what
-one family alone has, outside the list (the modules and their reasons: ``NAMING_A_FAMILY`` in
+A family's behaviour goes with its descriptor (``Family.behaviour``, one ``Behaviour`` its package defines
+beside its rules), which shared code calls through this list: its re-measure (``Behaviour.remeasure``), the
+noise of its stored figures (``Behaviour.noise``), the floors init writes from the node's links
+(``Behaviour.floors``), its part of init's first profile (``Behaviour.initial``), its section of the report,
+its per-GPU export rows and its terminal table (``Behaviour.report``), the compilers its probes build with
+(``Behaviour.builds_with``, the preflight's toolchain), whether a leftover process drains
+(``Behaviour.leftover_drains``), its ports' first reading (``Behaviour.reads_ports``) and its isolation rounds
+(``Behaviour.isolation``); its job started ahead of its turn is ``Family.staged``. Named by hand still, each
+for what one family alone has, outside the list (the modules and their reasons: ``NAMING_A_FAMILY`` in
 ``tests/test_architecture.py``, which keeps the list from growing): the suite's public helpers
-(``plugin/api.py``); the training jobs on the run (``run/training_jobs.py``); the failure category that
-shares the fabric family's name (``verdicts.py``); and a family's own command outside pytest (``sweep`` for
-the collectives, ``bench_train`` for training).
+(``plugin/api.py``); the training jobs on the run (``run/training_jobs.py``); the failure category that shares
+the fabric family's name (``verdicts.py``); and a family's own command outside pytest (``sweep`` for the
+collectives, ``bench_train`` for training).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The families' sections of the report: each family says what its section shows (``Family.report``, in the
+"""The families' sections of the report: each family says what its section shows (``Behaviour.report``, in the
 family's package: ``acceptance.schema.report``), the report draws it, in the sections' places."""
 
 from __future__ import annotations
@@ -59,13 +59,13 @@ def drawn(found: list[SectionBlock]) -> list[Block]:
 
 def reporting() -> list[tuple[Family[Any], ReportSection]]:
     """The families with a section, in the sections' places."""
-    found = [(f, f.report) for f in FAMILIES if f.report is not None]
+    found = [(f, f.behaviour.report) for f in FAMILIES if f.behaviour.report is not None]
     return sorted(found, key=lambda fr: fr[1].place)
 
 
 def section(family: Family[Any], data: EvidenceDoc) -> list[Block]:
     """``family``'s section of the report on ``data``, drawn; none where the family has none."""
-    return drawn(family.report.blocks(Reported(data))) if family.report else []
+    return drawn(family.behaviour.report.blocks(Reported(data))) if family.behaviour.report else []
 
 
 def sections(data: EvidenceDoc) -> list[Block]:

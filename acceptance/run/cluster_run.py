@@ -33,6 +33,7 @@ from acceptance.run.placement import Placement
 from acceptance.run.recorder import Recorder
 from acceptance.run.worker_pool import Workers
 from acceptance.schema.bounds import Threshold
+from acceptance.schema.figure import Figure
 from acceptance.schema.topology import Topology
 
 
@@ -264,19 +265,12 @@ class ClusterRun:
         return outcome.result or {}
 
     def check(
-        self,
-        nodeid: str,
-        metric: str,
-        value: float,
-        unit: str,
-        detail: str = "",
-        default: Threshold | None = None,
-        unmeasured: str | None = None,
+        self, nodeid: str, fig: Figure, default: Threshold | None = None, unmeasured: str | None = None
     ) -> Judgement:
-        """The figure's verdict by the run's judge (``default``, ``unmeasured``: see ``Judge.judge``), recorded
-        in the evidence."""
-        self.checked.add(metric)
-        judged = self.judge.judge(metric, value, unit, detail, default, unmeasured)
+        """The figure's verdict by the run's judge, recorded in the evidence: against its own bound (``bound``),
+        else ``default``; ``default`` and ``unmeasured`` as in ``Judge.judge``."""
+        self.checked.add(fig.metric)
+        judged = self.judge.judge(fig.metric, fig.value, fig.unit, fig.detail, fig.bound or default, unmeasured)
         self.evidence.add_check(nodeid, check_record(judged))
         return judged
 

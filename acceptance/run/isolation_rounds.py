@@ -1,4 +1,4 @@
-"""Runs the isolation rounds of the family that has them (``Family.isolation``: the internode family's) when
+"""Runs the isolation rounds of the family that has them (``Behaviour.isolation``: the internode family's) when
 a figure across nodes has failed.
 
 Every node's pytest runs the same rounds in the same order: each round is one probe job over every node,
@@ -21,8 +21,8 @@ from acceptance.schema.family import Family, Isolating, Records, Search
 
 def _isolating() -> tuple[Family[Any], Isolating[Any]]:
     for family in FAMILIES:
-        if family.isolation is not None:
-            return family, family.isolation
+        if family.behaviour.isolation is not None:
+            return family, family.behaviour.isolation
     raise LookupError("no family of the registry isolates a failed figure across nodes")
 
 

@@ -122,8 +122,10 @@ def check(
     # (acceptance.plugin.drain_hooks.categorize): the GPU is shared, not broken
     used = "; ".join(foreign_use(seen, ours))
     message = f"{FOREIGN_LOAD_FIRST}{used}" if used else ""
-    # a site may hold a process left on a GPU to be the node's own fault (``Family.leftover_drains``)
-    drains = any(f.leftover_drains(f.section_of(model)) for f in FAMILIES if f.leftover_drains is not None)
+    # a site may hold a process left on a GPU to be the node's own fault (``Behaviour.leftover_drains``)
+    drains = any(
+        f.behaviour.leftover_drains(f.section_of(model)) for f in FAMILIES if f.behaviour.leftover_drains is not None
+    )
     return PreflightResult(not used, message, gpus, answers, others, "configuration" if drains else "foreign load")
 
 

@@ -34,12 +34,12 @@ class Missing:
 
 def needs(model: ProfileModel, families: Collection[str] | None = None) -> list[tuple[Need, str]]:
     """What the run builds with under ``model``, each with the profile setting that asks for it, those that stop
-    a family first (``Family.builds_with``); ``families``: the selected tests' (None: every family)."""
+    a family first (``Behaviour.builds_with``); ``families``: the selected tests' (None: every family)."""
     found = [
         need
         for family in FAMILIES
-        if family.builds_with is not None and (families is None or family.name in families)
-        for need in family.builds_with(family.section_of(model), model.topology.device)
+        if family.behaviour.builds_with is not None and (families is None or family.name in families)
+        for need in family.behaviour.builds_with(family.section_of(model), model.topology.device)
     ]
     return sorted(found, key=lambda need: not need[0].stops)
 

@@ -5,7 +5,8 @@ A family (``collectives``, ``compute``, ...) has one name on every side: its mod
 (``acceptance/probes/<name>.py``), its test module (``tests_cluster/test_<name>.py``), its pytest marker
 (``-m <name>``), its profile section (``<name>:``), its timeout (``timeouts.<name>``) and its metric prefix
 (``<name>.``). The descriptor says what differs: the section's model, the shapes of its figures with their
-built-in bounds, where its probes may run and what they need. The list of families
+built-in bounds, where its probes may run and what they need, and what the shared code calls it for (its
+``Behaviour``: its report section, init's part, its floors, ...). The list of families
 (``acceptance.profile.registry``) sits above the family modules; everything that names families reads it.
 
 The shape follows nccl-tests, where one collective is one small ``testColl`` struct that a shared loop
@@ -171,6 +172,41 @@ class Isolating(Generic[S]):
 
 
 @dataclass(frozen=True)
+class Behaviour(Generic[S]):
+    """What the shared code calls a family for, in one place on its descriptor (``Family.behaviour``): each
+    part is the family's own, defined in its package beside its rules, and optional; the shared code (init,
+    the report, the preflight, the run, the baseline) asks every family of the registry for a part and passes
+    over a family that has none."""
+
+    # names the node or path behind a failed figure across nodes in rounds of probe jobs; None: no isolation
+    isolation: Isolating[S] | None = None
+    # whether another process left on the run's GPUs at its start is the node's own fault (its configuration:
+    # drain), from its section, rather than foreign load (rerun once it is gone): the preflight asks
+    leftover_drains: Callable[[S], bool] | None = None
+    # the compilers its probes' dependencies build with under its section on the ``topology.device``, each with
+    # the profile's setting that asks for it (``acceptance.run.toolchain``: the preflight looks them up)
+    builds_with: Callable[[S, Device], list[tuple[Need, str]]] | None = None
+    # the folder its probe reads this node's ports under, from its section: the plugin reads them in its own
+    # process (``acceptance.run.fabric_readings``) beside the preflight, before any probe moved data over them
+    # (the evidence's ``cluster.fabric_before``), and the family's test reads them again; None: no such reading
+    reads_ports: Callable[[S], str] | None = None
+    # measures again the figures the judge would fail before they stand; None: the first reading stands
+    remeasure: Remeasure[S] | None = None
+    # a stored figure's noise from the readings its evidence keeps beside it (``acceptance.schema.noise``):
+    # ``noise(evidence, parts, size)`` for ``<family>.<parts joined by .>@<size>``; None: no readings kept
+    noise: Callable[[StoredRun, list[str], str], Noise | None] | None = None
+    # the floors ``init`` writes for its figures from the node's own links (``acceptance.schema.floors``):
+    # which of the node's paths bound which figure, at what fraction and why; None: no figure of the links
+    floors: Callable[[NodePaths], list[HardwareFloor]] | None = None
+    # its section of the report (``acceptance.schema.report``): what it shows of the run, and its figures
+    # per unit for the export; None: its figures appear in the report's tables of figures alone
+    report: ReportSection | None = None
+    # its part of the first profile ``init`` writes (``acceptance.schema.initial``): its section, the figures
+    # its reference rows bound; None: nothing of its own (its section's defaults)
+    initial: Initial | None = None
+
+
+@dataclass(frozen=True)
 class Family(Generic[S]):
     """One family of checks; the name is the same on every side (see the module's docstring)."""
 
@@ -202,18 +238,6 @@ class Family(Generic[S]):
     lets_import: bool = False
     # its result lists every rank's host and device: the evidence's ``cluster.nodes`` is taken from it
     describes_nodes: bool = False
-    # names the node or path behind a failed figure across nodes in rounds of probe jobs; None: no isolation
-    isolation: Isolating[S] | None = None
-    # whether another process left on the run's GPUs at its start is the node's own fault (its configuration:
-    # drain), from its section, rather than foreign load (rerun once it is gone): the preflight asks
-    leftover_drains: Callable[[S], bool] | None = None
-    # the compilers its probes' dependencies build with under its section on the ``topology.device``, each with
-    # the profile's setting that asks for it (``acceptance.run.toolchain``: the preflight looks them up)
-    builds_with: Callable[[S, Device], list[tuple[Need, str]]] | None = None
-    # the folder its probe reads this node's ports under, from its section: the plugin reads them in its own
-    # process (``acceptance.run.fabric_readings``) beside the preflight, before any probe moved data over them
-    # (the evidence's ``cluster.fabric_before``), and the family's test reads them again; None: no such reading
-    reads_ports: Callable[[S], str] | None = None
     # its result lists each node's InfiniBand HCAs with their ports' rates (``hcas``): the report's reference
     # rows take the run's NICs from it
     describes_nics: bool = False
@@ -226,20 +250,8 @@ class Family(Generic[S]):
     # its figures are of a node's own hardware (``Metric.local``, which a metric may set otherwise), and so
     # is a failure of its tests that checked no figure (a probe that failed on the node)
     local: bool = False
-    # measures again the figures the judge would fail before they stand; None: the first reading stands
-    remeasure: Remeasure[S] | None = None
-    # a stored figure's noise from the readings its evidence keeps beside it (``acceptance.schema.noise``):
-    # ``noise(evidence, parts, size)`` for ``<family>.<parts joined by .>@<size>``; None: no readings kept
-    noise: Callable[[StoredRun, list[str], str], Noise | None] | None = None
-    # the floors ``init`` writes for its figures from the node's own links (``acceptance.schema.floors``):
-    # which of the node's paths bound which figure, at what fraction and why; None: no figure of the links
-    floors: Callable[[NodePaths], list[HardwareFloor]] | None = None
-    # its section of the report (``acceptance.schema.report``): what it shows of the run, and its figures
-    # per unit for the export; None: its figures appear in the report's tables of figures alone
-    report: ReportSection | None = None
-    # its part of the first profile ``init`` writes (``acceptance.schema.initial``): its section, the figures
-    # its reference rows bound; None: nothing of its own (its section's defaults)
-    initial: Initial | None = None
+    # what the shared code calls it for (``Behaviour``): its report section, init's part, its floors, ...
+    behaviour: Behaviour[S] = field(default_factory=Behaviour)
 
     @property
     def beside_imports(self) -> bool:

@@ -2,8 +2,8 @@
 kept it from being measured.
 
 One type for every family's rules (probe result in, figures out), so that a test module hands each to
-``check`` alike: ``check(fig.metric, fig.value, fig.unit, fig.detail, default=fig.bound, unmeasured=...)``.
-The judge decides its verdict; a figure itself decides nothing.
+``check`` alike (``check(fig)``), and the run checks each alike (``ClusterRun.check``): its metric, value,
+unit, detail and bound. The judge decides its verdict; a figure itself decides nothing.
 """
 
 from __future__ import annotations

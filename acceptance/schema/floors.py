@@ -2,7 +2,7 @@
 ``LinkPath``, found by ``acceptance.profile.floors`` from what NVML and sysfs say), times a stated fraction.
 
 The paths are the node's, named for where the traffic goes (``NodePaths``); each family says which of them
-bound which of its figures, at what fraction and why (``Family.floors``), and ``init`` writes the floors
+bound which of its figures, at what fraction and why (``Behaviour.floors``), and ``init`` writes the floors
 (``acceptance.profile.initial``).
 """
 

@@ -4,7 +4,7 @@ A figure is the median of readings that the evidence keeps beside it: a collecti
 GPU's timed windows, a training run's timed windows (or, in evidence from before the windows were kept,
 their quartiles). From those readings comes the figure's standard error, in log space (a relative
 change), so that ``compare`` and ``--cluster-baseline`` can tell a change from the noise it sits in. Each
-family says where its figures' readings are (``Family.noise``); these are the measures they share.
+family says where its figures' readings are (``Behaviour.noise``); these are the measures they share.
 
 The spread of the readings is their median absolute deviation around the median (x 1.4826, the factor
 that makes it estimate the standard deviation of normal readings; Rousseeuw & Croux, JASA 88 (1993)):

@@ -1,7 +1,7 @@
 """A family's part of the report, as data: what its section says (headings, text, tables, and plots as the
 figures to draw), drawn from a run's evidence as the section reads it (``ReportedRun``).
 
-A family owns what its section shows (``Family.report``, in the family's package); the report
+A family owns what its section shows (``Behaviour.report``, in the family's package); the report
 (``acceptance.reports``) owns how: it hands each family the run, draws the plots (matplotlib, or a note where
 it is not installed), writes HTML and Markdown, and exports the families' per-unit figures as CSV rows.
 The evidence holds each probe's result as JSON (older files lack newer keys): a section reads what it knows.

@@ -2,7 +2,7 @@
 
 torch.compile, DeepSpeed's ops and the collectives' C loop each build code on the node, each with the
 compiler its own project looks for. A family says which of them its probes need under its section
-(``Family.builds_with``); the preflight looks each up the way its project does (``acceptance.run.toolchain``).
+(``Behaviour.builds_with``); the preflight looks each up the way its project does (``acceptance.run.toolchain``).
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ from acceptance.numbers import spread
 from acceptance.schema.bounds import Threshold
 from acceptance.schema.collectives import COLLECTIVE_OPS, OPS
 from acceptance.schema.dtypes import DTYPE_NAMES
-from acceptance.schema.family import GPU_ONLY, Device, Family, Shapes
+from acceptance.schema.family import GPU_ONLY, Behaviour, Device, Family, Shapes
 from acceptance.schema.fields import PositiveInt, Size, Strict
 from acceptance.schema.sizes import parse_size
 from acceptance.schema.toolchain import Need
@@ -164,11 +164,7 @@ COLLECTIVES = Family(
     in_worker=("collectives",),
     gpu_timed=True,
     host_loops=True,
-    builds_with=_builds_with,
-    noise=noise,
-    floors=floors,
-    report=REPORT,
-    initial=INITIAL,
+    behaviour=Behaviour(builds_with=_builds_with, noise=noise, floors=floors, report=REPORT, initial=INITIAL),
 )
 
 

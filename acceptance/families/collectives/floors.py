@@ -1,4 +1,4 @@
-"""The collectives' floors from the node's own links (``Family.floors``): busbw from 256 MiB up, where a
+"""The collectives' floors from the node's own links (``Behaviour.floors``): busbw from 256 MiB up, where a
 collective is bound by its links rather than by its launch, inside one node or across one NVLink domain.
 The fractions are set from what healthy machines measured (docs/measurements.md): no healthy machine we
 measured fails them, while a node whose NVLink is unused (NCCL over PCIe and host memory: all_reduce 24-25

@@ -8,20 +8,7 @@ from dataclasses import dataclass
 from typing import cast
 
 from acceptance.families import collectives
-from acceptance.schema.report import (
-    EVERY_NODE,
-    Busbw,
-    Heading,
-    Line,
-    Panel,
-    Plot,
-    ReportedRun,
-    ReportSection,
-    SectionBlock,
-    Table,
-    Text,
-    objects,
-)
+from acceptance.schema import report
 from acceptance.schema.sizes import parse_size
 
 
@@ -36,7 +23,7 @@ class Point:
     metrics: tuple[str, ...]  # the names its figure may have been checked under (the spellings it may have)
 
 
-def panels(run: ReportedRun, points: Sequence[tuple[str, Point]]) -> list[Panel]:
+def panels(run: report.ReportedRun, points: Sequence[tuple[str, Point]]) -> list[report.Panel]:
     """One panel per op; a line per series label, points sorted by size (one line per node, no zigzag)."""
     failing = run.failing()
     out_panels = []
@@ -48,7 +35,7 @@ def panels(run: ReportedRun, points: Sequence[tuple[str, Point]]) -> list[Panel]
         out, bounds, bad = [], {}, []
         for label, mine in lines.items():
             mine.sort(key=lambda p: p.bytes)
-            out.append(Line(label, [p.bytes for p in mine], [p.busbw_gbps for p in mine]))
+            out.append(report.Line(label, [p.bytes for p in mine], [p.busbw_gbps for p in mine]))
             for p in mine:
                 floor = next((b for b in map(run.lower_bound, p.metrics) if b is not None), None)
                 if floor is not None:
@@ -56,14 +43,14 @@ def panels(run: ReportedRun, points: Sequence[tuple[str, Point]]) -> list[Panel]
                 if failing.intersection(p.metrics) and p.busbw_gbps is not None:
                     bad.append((p.bytes, p.busbw_gbps))
         if len(out) == 1:  # one line needs no legend entry, even when several nodes measured it alike
-            out = [Line("", out[0].x, out[0].y)]
-        out_panels.append(Panel(op, out, bounds, bad))
+            out = [report.Line("", out[0].x, out[0].y)]
+        out_panels.append(report.Panel(op, out, bounds, bad))
     return out_panels
 
 
 def distinct(label: str) -> str:
     """A series label worth showing: the nodes that measured something of their own, not "every node"."""
-    return "" if label == EVERY_NODE else label
+    return "" if label == report.EVERY_NODE else label
 
 
 def bytes_of(size_bytes: object, size: str) -> float:
@@ -85,11 +72,13 @@ def point(row: collectives.CollectiveRow, metrics: tuple[str, ...]) -> Point:
     return Point(row["op"], row["size"], _bytes(row), row.get("busbw_gbps"), metrics)
 
 
-def section(run: ReportedRun) -> list[SectionBlock]:
+def section(run: report.ReportedRun) -> list[report.SectionBlock]:
     runs = run.series("collectives")
     # the collectives probe's rows (evidence holds JSON; older files may lack the newer keys: read with get)
     rows = [
-        (distinct(s.label), cast(collectives.CollectiveRow, r)) for s in runs for r in objects(s.result.get("rows"))
+        (distinct(s.label), cast(collectives.CollectiveRow, r))
+        for s in runs
+        for r in report.objects(s.result.get("rows"))
     ]
     if not rows:
         return []
@@ -112,12 +101,12 @@ def section(run: ReportedRun) -> list[SectionBlock]:
     ]  # fmt: skip
     fold = f"{len(table)} rows, nccl-tests' columns" if len(table) > 20 else ""
     return [
-        Heading("Collectives"),
-        Text(about, note=True),
-        Plot("busbw", Busbw(panels(run, points), "busbw (GB/s)"),
+        report.Heading("Collectives"),
+        report.Text(about, note=True),
+        report.Plot("busbw", report.Busbw(panels(run, points), "busbw (GB/s)"),
              "busbw against message size per op, bounds and failed points marked"),
-        Table(head + (["node"] if many else []), table, folded=fold),
+        report.Table(head + (["node"] if many else []), table, folded=fold),
     ]  # fmt: skip
 
 
-REPORT = ReportSection(10, section)
+REPORT = report.ReportSection(10, section)

@@ -22,7 +22,7 @@ from acceptance.json_types import JSONObject
 from acceptance.numbers import fmt, spread
 from acceptance.schema.bounds import Threshold
 from acceptance.schema.dtypes import DTYPE_NAMES
-from acceptance.schema.family import GPU_ONLY, Family, Remeasure, Result, Shapes
+from acceptance.schema.family import GPU_ONLY, Behaviour, Family, Remeasure, Result, Shapes
 from acceptance.schema.fields import PositiveInt, Size, Strict
 from acceptance.schema.figure import Figure
 from acceptance.schema.floors import HardwareFloor, NodePaths, floor
@@ -520,7 +520,7 @@ def _tolerance(s: Compute) -> Threshold:
 _COMPUTE_FIGURES = r"(matmul_tflops|copy_gbps)"
 # the CPU path has no fp8 tensor cores and no device memory to copy to: "not applicable on the CPU"
 _GPU_COMPUTE_FIGURES = r"(matmul_fp8_tflops|h2d_gbps|d2h_gbps)"
-# The host links' floor from the node's own links (``Family.floors``)
+# The host links' floor from the node's own links (``Behaviour.floors``)
 HOST_FRACTION = 0.4
 HOST_WHY = (
     "healthy Gen5 x16 hosts move 49-55 GB/s (2x H200, 0.78-0.87) and 31-40 GB/s with four GPUs copying at "
@@ -562,9 +562,7 @@ COMPUTE = Family(
     gpu_timed=True,
     lets_import=True,
     quick=True,
-    remeasure=REMEASURE,
-    noise=noise,
-    floors=floors,
-    report=REPORT,
-    initial=Initial(metrics=initial_metrics),
+    behaviour=Behaviour(
+        remeasure=REMEASURE, noise=noise, floors=floors, report=REPORT, initial=Initial(metrics=initial_metrics)
+    ),
 )

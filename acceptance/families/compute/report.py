@@ -9,28 +9,13 @@ from typing import cast
 from acceptance.families import compute
 from acceptance.json_types import JSONObject
 from acceptance.numbers import fmt
-from acceptance.schema.report import (
-    Bars,
-    Culprit,
-    Heading,
-    PerGpu,
-    Plot,
-    ReportedRun,
-    ReportSection,
-    SectionBlock,
-    Table,
-    Text,
-    UnitFigure,
-    number,
-    object_of,
-    objects,
-)
+from acceptance.schema import report
 
 
 def _rows(result: JSONObject) -> list[compute.GpuRow]:
     """The compute probe's rows, one per GPU (rank on the CPU), as its result in the evidence holds them:
     older files may lack the newer keys, so a reader takes them with ``get``."""
-    return cast(list[compute.GpuRow], objects(result.get("rows")))
+    return cast(list[compute.GpuRow], report.objects(result.get("rows")))
 
 
 def _gpu(row: compute.GpuRow) -> str:
@@ -44,12 +29,12 @@ def _unit(row: compute.GpuRow) -> str:
     return f"{where} {row['uuid']}" if row.get("uuid") else where
 
 
-def section(run: ReportedRun) -> list[SectionBlock]:
-    blocks: list[SectionBlock] = []
+def section(run: report.ReportedRun) -> list[report.SectionBlock]:
+    blocks: list[report.SectionBlock] = []
     for series in run.series("compute"):
         rows = _rows(series.result)
-        config = object_of(series.result.get("config"))
-        tolerance = number(config.get("tolerance", 0.1)) or 0.0
+        config = report.object_of(series.result.get("config"))
+        tolerance = report.number(config.get("tolerance", 0.1)) or 0.0
         median_of = str(config.get("median_of", "cluster"))
         charts, notes = [], []
         for figure, (what, unit) in compute.FIGURES.items():
@@ -59,7 +44,7 @@ def section(run: ReportedRun) -> list[SectionBlock]:
             worst = found[0]
             floor = worst.median * (1 - tolerance)
             bars = [(_gpu(r), float(cast(float, r.get(figure)))) for r in rows if figure in r]
-            charts.append(Bars(what, unit, bars, worst.median, floor))
+            charts.append(report.Bars(what, unit, bars, worst.median, floor))
             slowest = cast(compute.GpuRow, worst.row)
             uuid = slowest.get("uuid") or "no UUID (CPU)"
             notes.append(
@@ -70,38 +55,40 @@ def section(run: ReportedRun) -> list[SectionBlock]:
         head = ["rank", "host", "GPU", "UUID", *(f"{compute.FIGURES[f][0]} ({compute.FIGURES[f][1]})" for f in shown)]
         table = [[r.get("rank"), r.get("host"), r.get("gpu"), r.get("uuid"), *(r.get(f) for f in shown)] for r in rows]
         again = series.key != "compute"  # a re-measure of figures out of bounds (the family's Remeasure)
-        blocks += [Text(f"{series.key}: measured again, the figures out of bounds the first time")] if again else []
+        blocks += (
+            [report.Text(f"{series.key}: measured again, the figures out of bounds the first time")] if again else []
+        )
         name = f"per-gpu-{series.key}{series.label}" if again else f"per-gpu{series.label}"
-        blocks.append(Plot(name, PerGpu(charts), "per-GPU figures with median and tolerance"))
-        blocks += [Text(n) for n in notes] + [Table(head, table)]
-    return [Heading("Per GPU"), *blocks] if blocks else []
+        blocks.append(report.Plot(name, report.PerGpu(charts), "per-GPU figures with median and tolerance"))
+        blocks += [report.Text(n) for n in notes] + [report.Table(head, table)]
+    return [report.Heading("Per GPU"), *blocks] if blocks else []
 
 
-def culprits(run: ReportedRun) -> dict[str, Culprit]:
+def culprits(run: report.ReportedRun) -> dict[str, report.Culprit]:
     """compute.<figure>_min and _below_median -> the GPU they name (the slowest, the furthest under)."""
-    out: dict[str, Culprit] = {}
+    out: dict[str, report.Culprit] = {}
     for series in run.series("compute"):
         rows = _rows(series.result)
-        median_of = str(object_of(series.result.get("config")).get("median_of", "cluster"))
+        median_of = str(report.object_of(series.result.get("config")).get("median_of", "cluster"))
         for figure in compute.FIGURES:
             found = compute.shortfalls(rows, figure, median_of)
             if found:
                 slowest = cast(compute.GpuRow, min(found, key=lambda s: s.value).row)
                 furthest = cast(compute.GpuRow, found[0].row)
-                out[f"compute.{figure}_min"] = Culprit(str(slowest["host"]), _unit(slowest))
-                out[f"compute.{figure}_below_median"] = Culprit(str(furthest["host"]), _unit(furthest))
+                out[f"compute.{figure}_min"] = report.Culprit(str(slowest["host"]), _unit(slowest))
+                out[f"compute.{figure}_below_median"] = report.Culprit(str(furthest["host"]), _unit(furthest))
     return out
 
 
-def units(run: ReportedRun) -> list[UnitFigure]:
+def units(run: report.ReportedRun) -> list[report.UnitFigure]:
     """Every GPU's figure of every per-GPU figure it measured."""
     out = []
     for series in run.series("compute"):
         for r in _rows(series.result):
             for figure, (_, unit) in compute.FIGURES.items():
                 if isinstance(value := r.get(figure), (int, float)):
-                    out.append(UnitFigure(f"compute.{figure}", value, unit, str(r.get("host") or ""), _unit(r)))
+                    out.append(report.UnitFigure(f"compute.{figure}", value, unit, str(r.get("host") or ""), _unit(r)))
     return out
 
 
-REPORT = ReportSection(30, section, units=units, culprits=culprits)
+REPORT = report.ReportSection(30, section, units=units, culprits=culprits)

@@ -26,7 +26,7 @@ from acceptance.families.inventory import TorchView as TorchView
 from acceptance.families.inventory import same_model
 from acceptance.families.nvlink_domain import FabricAnswer
 from acceptance.schema.bounds import Threshold
-from acceptance.schema.family import GPU_ONLY, Family, Metric, Shapes
+from acceptance.schema.family import GPU_ONLY, Behaviour, Family, Metric, Shapes
 from acceptance.schema.fields import PositiveInt, Strict, ThrottleReason
 from acceptance.schema.figure import Figure
 from acceptance.schema.topology import topology_of
@@ -88,9 +88,7 @@ HEALTH = Family(
     probes=("health",),
     in_worker=("health",),
     quick=True,
-    leftover_drains=_leftover_drains,
-    report=REPORT,
-    initial=INITIAL,
+    behaviour=Behaviour(leftover_drains=_leftover_drains, report=REPORT, initial=INITIAL),
 )
 
 

@@ -20,7 +20,7 @@ from acceptance.families.internode.floors import floors
 from acceptance.families.internode.isolation import Isolation
 from acceptance.families.internode.report import REPORT
 from acceptance.schema.collectives import COLLECTIVE_OPS
-from acceptance.schema.family import Family, Isolating, Records, RunRound, Shapes
+from acceptance.schema.family import Behaviour, Family, Isolating, Records, RunRound, Shapes
 from acceptance.schema.fields import Size, Strict
 from acceptance.schema.figure import Figure
 from acceptance.schema.initial import Initial, InitialSetup
@@ -106,14 +106,16 @@ INTERNODE = Family(
         _RAILS.count(r"(rail_wrong|isolation_culprits)"),
     ),
     probes=("internode", "isolation"),
-    isolation=Isolating(rounds.PROBE, _isolation_on, _isolate, rounds.hint, rounds.culprit),
     in_worker=("internode", "isolation"),
     gpu_timed=True,
     host_loops=True,
-    noise=noise,
-    floors=floors,
-    report=REPORT,
-    initial=Initial(metrics=initial_metrics),
+    behaviour=Behaviour(
+        isolation=Isolating(rounds.PROBE, _isolation_on, _isolate, rounds.hint, rounds.culprit),
+        noise=noise,
+        floors=floors,
+        report=REPORT,
+        initial=Initial(metrics=initial_metrics),
+    ),
 )
 
 

@@ -1,4 +1,4 @@
-"""The rail floor across nodes from the node's own links (``Family.floors``): the slowest active RDMA port's
+"""The rail floor across nodes from the node's own links (``Behaviour.floors``): the slowest active RDMA port's
 rate, or, across one multi-node NVLink domain (a GB200 NVL72 rack), each GPU's NVLink rate."""
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Annotated, Literal
 
@@ -27,7 +27,7 @@ from acceptance.families.answers import NotMeasured, clock_events_text, unanswer
 from acceptance.families.soak.report import REPORT
 from acceptance.numbers import fmt
 from acceptance.schema.bounds import Threshold
-from acceptance.schema.family import GPU_ONLY, Family, Metric, Shapes
+from acceptance.schema.family import GPU_ONLY, Behaviour, Family, Metric, Shapes
 from acceptance.schema.fields import PositiveInt, Size, Strict, ThrottleReason
 from acceptance.schema.figure import Figure
 from acceptance.schema.results import validated
@@ -129,7 +129,7 @@ SOAK = Family(
     local=True,
     probes=("soak",),
     opt_in=True,
-    report=REPORT,
+    behaviour=Behaviour(report=REPORT),
 )  # fmt: skip
 
 
@@ -327,17 +327,6 @@ def _bad(bad: Bad | None) -> str:
     return f"; first at {bad['where']}: got {bad['got']}, expected {bad['want']}" if bad else ""
 
 
-# a rank's count of wrong values, what was wrong in words, and the first wrong value
-Wrong = tuple[int, str, "Bad | None"]
-
-
-def _per_rank(fig: Figure, result: SoakResult, wrong: Callable[[RankSoak], Wrong]) -> Figure:
-    """``fig`` with each rank's count of wrong values (``wrong``) added, and a finding for each rank that has any."""
-    for r in result["ranks"]:
-        _count(fig, r, *wrong(r))
-    return fig
-
-
 def _count(fig: Figure, r: RankSoak, count: int, what: str, first: Bad | None) -> None:
     """Add a rank's count of wrong values to ``fig``, where it has any, with a finding that names the rank, what
     was wrong (``what``) and the first wrong value."""
@@ -415,19 +404,6 @@ def gemm_disagreeing(result: SoakResult) -> Figure:
     return fig
 
 
-def memory_bad(result: SoakResult) -> Figure:
-    return _per_rank(Figure("soak.memory_bad_words", "words"), result, _memory_wrong)
-
-
-def _memory_wrong(r: RankSoak) -> Wrong:
-    m = r["memory"]
-    return (
-        m["bad_words"],
-        f"{m['bad_words']} bad 64-bit word(s) in {m['passes']} passes over {m['bytes'] / 2**30:.2f} GiB",
-        m["first_bad"],
-    )
-
-
 def memory_coverage(result: SoakResult) -> Figure:
     """The smallest share of the memory asked for (``asked_bytes``) that a rank's patterns covered: an
     allocation halved after an out-of-memory error, or a buffer the GEMMs' memory left short, checks less
@@ -473,17 +449,18 @@ def completed(result: SoakResult) -> Figure:
     return fig
 
 
-def allreduce_wrong(result: SoakResult) -> Figure:
-    return _per_rank(Figure("soak.allreduce_wrong", "elements"), result, _allreduce_wrong)
-
-
-def _allreduce_wrong(r: RankSoak) -> Wrong:
-    a = r["allreduce"]
-    return (
-        a["wrong"],
-        f"{a['wrong']} wrong element(s) in {a['iterations']} all_reduces of {a['elements']:,} elements",
-        a["first_bad"],
-    )
+def memory_and_allreduce(result: SoakResult) -> tuple[Figure, Figure]:
+    """The checks each rank made once: 64-bit words its memory patterns read back other than written, and
+    elements of its checked all_reduce other than the exact sum; each rank's count added, with a finding for
+    each rank that has any."""
+    memory, allreduce = Figure("soak.memory_bad_words", "words"), Figure("soak.allreduce_wrong", "elements")
+    for r in result["ranks"]:
+        m, a = r["memory"], r["allreduce"]
+        words = f"{m['bad_words']} bad 64-bit word(s) in {m['passes']} passes over {m['bytes'] / 2**30:.2f} GiB"
+        _count(memory, r, m["bad_words"], words, m["first_bad"])
+        elements = f"{a['wrong']} wrong element(s) in {a['iterations']} all_reduces of {a['elements']:,} elements"
+        _count(allreduce, r, a["wrong"], elements, a["first_bad"])
+    return memory, allreduce
 
 
 def _nvml(result: SoakResult) -> list[tuple[RankSoak, NvmlRecord]]:
@@ -805,8 +782,7 @@ def counts(result: SoakResult) -> list[Figure]:
         gemm_wrong(result),
         gemm_disagreeing(result),
         gemm_reference(result),
-        memory_bad(result),
-        allreduce_wrong(result),
+        *memory_and_allreduce(result),
         ecc,
         rows,
         xid_new(result),

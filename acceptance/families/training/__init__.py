@@ -26,7 +26,7 @@ from acceptance.families.training.noise import noise
 from acceptance.families.training.report import REPORT
 from acceptance.json_types import JSONObject
 from acceptance.schema.bounds import Threshold
-from acceptance.schema.family import GPU_ONLY, Device, Family, LoadedProfile, Metric, S, Shapes
+from acceptance.schema.family import GPU_ONLY, Behaviour, Device, Family, LoadedProfile, Metric, S, Shapes
 from acceptance.schema.fields import PositiveInt, RunName, Strict
 from acceptance.schema.peaks import Peaks, Precision
 from acceptance.schema.toolchain import Need
@@ -163,10 +163,7 @@ TRAINING = Family(
     ),
     probes=("training",),
     staged=True,
-    noise=noise,
-    builds_with=_builds_with,
-    report=REPORT,
-    initial=INITIAL,
+    behaviour=Behaviour(noise=noise, builds_with=_builds_with, report=REPORT, initial=INITIAL),
 )  # fmt: skip
 
 
