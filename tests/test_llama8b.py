@@ -73,6 +73,9 @@ def test_the_job_runs_the_training_probe_on_the_workload_s_settings() -> None:
     # as the public figures: 16 micro-batches of one sequence a GPU per optimizer step, reduced each
     assert (training["precision"], training["compile"], training["grad_accum"]) == ("bf16", "blocks", 16)
     assert training["sync_every_micro_batch"] is True
+    # one rank shards nothing: its gradients are reduced at the last micro-batch alone, as Megatron's are
+    alone = spec(section, ["fsdp"], 1, 1, 1)["training"]
+    assert isinstance(alone, dict) and alone["sync_every_micro_batch"] is False
     assert training["scaling_baseline"] == "none"
     assert found["strategies"] == ["fsdp", "zero3"] and found["expected_world_size"] == 8
 

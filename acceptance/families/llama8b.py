@@ -103,21 +103,26 @@ LLAMA8B = Family(
 )  # fmt: skip
 
 
-def training_section(section: Llama8b) -> JSONObject:
+def training_section(section: Llama8b, world_size: int = 1) -> JSONObject:
     """The training probe's section for the workload: the training defaults (learning rate, clipping, seed)
     with the workload's model, layers, sequence, batch, accumulation, steps, precision and compile mode; no
     scaling baseline and no canary (a reference run is measured once, on the whole world)."""
     found: JSONObject = Training().model_dump(mode="json")
     found.update(section.model_dump(mode="json"))
-    # gradients reduced each micro-batch, sharded between them (torchtitan's way): the memory estimate holds
-    found.update({"scaling_baseline": "none", "canary_steps": 1, "deepspeed": {}, "sync_every_micro_batch": True})
+    # over several ranks the gradients are reduced each micro-batch and stay sharded between them (torchtitan's
+    # way), as the memory estimate counts them; one rank shards nothing, and reducing at the last micro-batch
+    # alone, as the public figures' Megatron does, holds the same memory: 53.2% MFU against 56.1% on one H100
+    # (benchmarks/llama8b_knobs.py, docs/measurements.md)
+    found.update(
+        {"scaling_baseline": "none", "canary_steps": 1, "deepspeed": {}, "sync_every_micro_batch": world_size > 1}
+    )
     return found
 
 
 def spec(section: Llama8b, parts: list[str], world_size: int, ranks_per_node: int, nodes: int) -> JSONObject:
     """The probe's spec for one job of ``parts`` (strategies): the training probe's, under its own name."""
     return {
-        "training": training_section(section),
+        "training": training_section(section, world_size),
         "strategies": list(parts),
         "deepspeed_user": dict.fromkeys(parts),
         "expected_world_size": world_size,
