@@ -658,3 +658,27 @@ def test_a_node_named_on_its_pairs_together_gives_their_figures_not_nan() -> Non
     line = iso.message()
     assert iso.culprits == [3] and "nan" not in line, line
     assert "0 of 9 pairs with cleared partners (0, 1, 2) none slow alone, together at 2 GB/s against" in line
+
+
+# fabrics of the replay bench's model (its seeds): a slow path among three nodes, one of whose nodes was named on
+# the path's pairs and one chance-slow pair with the third node
+PATH_AMONG_THREE_NAMED_A_NODE = [
+    (0.1, 38000124285670),
+    (0.1, 38000124285878),
+    (0.3, 38000124285754),
+    (0.3, 38000124285878),
+    (0.3, 38000124286223),
+    (0.3, 38000124286394),
+]
+
+
+@pytest.mark.parametrize(("sigma", "seed"), PATH_AMONG_THREE_NAMED_A_NODE)
+def test_among_three_nodes_the_pair_without_the_strongest_partner_passes_the_nodes_own_budget(
+    sigma: float, seed: int
+) -> None:
+    """At three nodes a node's pair with the third node is all that tells it from a slow path to its other
+    partner: a witness's threshold on that one pair named a healthy node in about 1% of slow paths."""
+    cluster = bench.Cluster(3, sigma, np.random.default_rng(seed))
+    bench.FAULTS["path 0.5x"](cluster)
+    iso = bench.replay(cluster, 0.5)
+    assert iso.culprits == [], iso.message()

@@ -250,7 +250,9 @@ class Judge:
             self.weigh([p for q, found in per_partner.items() if q != partner for p in found], scale)
             for partner in per_partner
         )
-        if self.weigh(every, scale) < self.name_llr or rest < self.witness_llr:
+        # at 3 nodes the pair left is all that tells a slow node from a slow path to that partner: the node's budget
+        enough = self.name_llr if self.nodes == 3 else self.witness_llr
+        if self.weigh(every, scale) < self.name_llr or rest < enough:
             return None
         return sorted(q for q, found in per_partner.items() if self.weigh(found, scale) > 0)
 
