@@ -17,6 +17,7 @@ import pytest
 from acceptance.families import connectivity as links
 from acceptance.families.connectivity import Link
 from acceptance.families.internode.isolation import MAX_PAIR_ROUNDS, MESSAGE_NAMES, Isolation, Round
+from acceptance.families.internode.pair_statistics import trimmed
 from tests import bench_isolation_replay as bench
 
 FAST, SLOW = 10.0, 0.3  # GB/s of a healthy pair and of one through the slow node
@@ -469,6 +470,15 @@ def test_one_outlier_repeat_makes_no_pair_slow_and_is_kept_as_evidence() -> None
     assert [r["outliers"] for r in records] == [0, 1, 0, 0] and iso.evidence()["outliers"] == 1
 
 
+def test_a_reading_far_above_its_pair_is_counted_but_kept_in_the_pairs_figure() -> None:
+    """A fault only slows a pair: a reading far above the rest is its pace or its noise, and setting it aside
+    left a noisy node's lower readings to read as slow. One far below (a retransmit) is set aside."""
+    high = trimmed((0.0, -0.1, 0.1, -0.05, 2.0), 0.5)
+    assert high.kept == (0.0, -0.1, 0.1, -0.05, 2.0) and high.outliers == 1 and high.flaps
+    low = trimmed((0.0, -0.1, 0.1, -0.05, -2.0), 0.5)
+    assert low.kept == (0.0, -0.1, 0.1, -0.05) and low.outliers == 1 and not low.flaps
+
+
 @GRID
 @pytest.mark.parametrize("fault", ["outliers 1%", "outliers 5%", "outliers 5% + 1 node 0.5x", "noisy node"])
 def test_heavy_tailed_noise_and_a_noisy_node_name_no_healthy_node_or_path(fault: str) -> None:
@@ -590,6 +600,9 @@ NOISY_NAMED = [
     (0.1, 8, 38000127168108),
     # its partner's other pair spread as wide by chance: the noisier of the two reads far above the level
     (0.3, 64, 38000127174005),
+    # a reading far above the rest of its pair: kept, it is the noise its pairs are judged at
+    (0.3, 64, 38000127174182),
+    (0.3, 64, 38000127174556),
 ]
 
 

@@ -11,9 +11,10 @@ one of the two, or their path, is slow.
 
 The decision, per pair and per node, in log space (a slowdown is a ratio):
 
-* a pair's reading: its repeats' mean, those further than ``OUTLIER_Z`` x the noise from their median
-  set aside as outliers and counted (a retransmit moves a pair by nothing); two outliers, or one above
-  the rest, make the pair flap (``pair_statistics``);
+* a pair's reading: its repeats' mean, those further than ``OUTLIER_Z`` x the noise below their median
+  set aside as outliers and counted (a retransmit moves a pair by nothing), those as far above counted
+  and kept (a fault only slows: it is the pair's pace or noise); two outliers, or one above the rest,
+  make the pair flap (``pair_statistics``);
 * the noise: the spread of each healthy pair's repeats (pooled over the pairs above the midpoint to
   ``fraction`` x the census median, but those that flap, with an upper confidence bound when few pairs
   were measured: a steady throttled pair never makes the test bolder), never less than ``SIGMA_FLOOR``;
