@@ -16,7 +16,9 @@ import pytest
 
 from acceptance.families import connectivity as links
 from acceptance.families.connectivity import Link
-from acceptance.families.internode.isolation import MAX_PAIR_ROUNDS, MESSAGE_NAMES, Isolation, Round
+from acceptance.families.internode.isolation import MAX_PAIR_ROUNDS, MESSAGE_NAMES, Isolation, PairFigure, Round
+from acceptance.families.internode.isolation_flapping import flapping_nodes
+from acceptance.families.internode.isolation_records import Noise
 from acceptance.families.internode.pair_statistics import trimmed
 from tests import bench_isolation_replay as bench
 
@@ -697,3 +699,31 @@ def test_among_three_nodes_the_pair_without_the_strongest_partner_passes_the_nod
     bench.FAULTS["path 0.5x"](cluster)
     iso = bench.replay(cluster, 0.5)
     assert iso.culprits == [], iso.message()
+
+
+# fabrics of the replay bench's model (its seeds): a node at 0.2x in half its readings, cleared by its pairs'
+# readings once each pair's one or two slow readings were set aside as outliers
+FLAPPING_CLEARED = [38000128459768, 38000128459774, 38000128459784]
+
+
+@pytest.mark.parametrize("seed", FLAPPING_CLEARED)
+def test_a_node_in_whose_pairs_the_outliers_gather_is_judged_on_every_reading(seed: int) -> None:
+    cluster = bench.Cluster(16, 0.1, np.random.default_rng(seed))
+    bench.flapping(cluster)
+    iso = bench.replay(cluster, 0.5)
+    assert iso.culprits == sorted(cluster.flapping), iso.message()
+    assert iso.status().scale.noise.flapping == frozenset(cluster.flapping)
+    assert iso.evidence()["flapping_nodes"] == sorted(cluster.flapping)
+
+
+def test_outliers_held_in_one_shared_pair_flap_nobody_gathered_over_partners_flap_their_node() -> None:
+    """Node 0 holds an outlier in its pairs with four partners, where no other pair holds one: flapping.
+    Two outliers in one pair and one elsewhere: held with one partner each, they flap nobody."""
+    calm = (10.0, 10.1, 9.9, 10.05, 9.95)
+    once = (10.0, 10.1, 1.0, 10.05, 9.95)
+    twice = (10.0, 1.0, 10.1, 1.0, 10.05)
+    rest = [PairFigure(a, b, calm) for a in range(1, 12) for b in range(a + 1, 12)]
+    noise = Noise(0.05, 100, 0.2)
+    assert flapping_nodes([PairFigure(0, q, once) for q in (1, 2, 3, 4)] + rest, noise.trim, 12) == {0}
+    shared = [PairFigure(0, 1, twice), PairFigure(0, 2, calm), PairFigure(1, 3, calm), PairFigure(4, 5, once)]
+    assert flapping_nodes(shared + rest[3:], noise.trim, 12) == set()

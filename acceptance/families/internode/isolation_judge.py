@@ -7,10 +7,11 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from acceptance.families.connectivity import Link
 from acceptance.families.internode import pair_statistics as stats
+from acceptance.families.internode.isolation_flapping import flapping_nodes
 from acceptance.families.internode.isolation_noise import noisy_nodes
 from acceptance.families.internode.isolation_records import (
     ALPHA,
@@ -142,11 +143,8 @@ class Judge:
         if dof == 0:
             return Noise(typical, 0, cut, noisy)
         sigma = max(SIGMA_FLOOR, math.sqrt(squares / stats.chi2_quantile(dof, -SIGMA_CONFIDENCE_Z)))
-        return Noise(sigma, dof, cut, {n: max(s, sigma) for n, s in noisy.items()})
-
-    @staticmethod
-    def _llr(log_ratio: float, variance: float, effect: float) -> float:
-        return stats.llr(log_ratio, variance, effect)
+        found = Noise(sigma, dof, cut, {n: max(s, sigma) for n, s in noisy.items()})
+        return replace(found, flapping=frozenset(flapping_nodes(usable, found.trim, self.nodes)))
 
     def _level(self, noise: Noise, effect: float, robust: bool) -> tuple[float, float]:
         """ln of a healthy pair's GB/s and the variance of that estimate: the median of the census pairs
@@ -174,7 +172,7 @@ class Judge:
         first = statistics.median(x for x, _ in upper)
         # the reference's own error where it rests on a few pairs (the census median's is small beside a pair's)
         ref_var = sigma**2 / statistics.fmean(n for _, n in upper) / len(upper) if upper is not means else 0.0
-        kept = [(x, n) for x, n in means if self._llr(x - first, sigma**2 / n + ref_var, effect) < self.witness_llr]
+        kept = [(x, n) for x, n in means if stats.llr(x - first, sigma**2 / n + ref_var, effect) < self.witness_llr]
         if not kept:
             return first, sigma**2 / statistics.fmean(n for _, n in upper) / len(upper)
         readings = statistics.fmean(n for _, n in kept)
@@ -218,7 +216,7 @@ class Judge:
             variance += len(kept) * scale.noise.of(p) ** 2
         if not count:
             return 0.0
-        return self._llr(total / count - scale.level, variance / count**2 + scale.level_var, scale.effect)
+        return stats.llr(total / count - scale.level, variance / count**2 + scale.level_var, scale.effect)
 
     def _verdict(self, p: PairFigure, scale: Scale) -> Judged:
         """One pair against the level: slow, flapping (two outliers or more in its repeats: the pair, not
@@ -421,7 +419,7 @@ class Judge:
             if not logs or not others:
                 return False
             variance = scale.sigma**2 / len(logs) + scale.sigma**2 / len(others)
-            if self._llr(statistics.fmean(logs) - statistics.fmean(others), variance, scale.effect) < self.witness_llr:
+            if stats.llr(statistics.fmean(logs) - statistics.fmean(others), variance, scale.effect) < self.witness_llr:
                 return False
         return True
 

@@ -95,6 +95,14 @@ def chi2_quantile(dof: int, z: float) -> float:
     return max(dof, 1) * max(1 - k + z * math.sqrt(k), 0.05) ** 3
 
 
+def binomial_tail(trials: int, at_least: int, rate: float) -> float:
+    """The chance of ``at_least`` successes or more in ``trials`` draws at ``rate`` each."""
+    if at_least <= 0:
+        return 1.0
+    below = sum(math.comb(trials, k) * rate**k * (1 - rate) ** (trials - k) for k in range(min(at_least, trials + 1)))
+    return max(0.0, 1.0 - below) if at_least <= trials else 0.0
+
+
 def median_chi2(dof: int) -> float:
     return chi2_quantile(dof, 0.0)
 
