@@ -417,7 +417,7 @@ def test_a_half_speed_node_among_three_is_named_once_every_pair_has_met() -> Non
         else:
             iso.record(rnd, measure(rnd, lambda a, b: FAST * figure(a, b), set(), None))
     assert [r.census for r in rounds[:2]] == [True, True]
-    assert {p for step in rounds[1].steps for p in step} == {(1, 2)}
+    assert {frozenset(p) for step in rounds[1].steps for p in step} == {frozenset((1, 2))}
     assert iso.culprits == [2], iso.message()
     assert len([r for r in rounds if r.kind == "pairs"]) <= MAX_PAIR_ROUNDS and rounds[-1].kind == "rails"
 
@@ -604,7 +604,6 @@ NOISY_NAMED = [
     (0.3, 64, 38000127174005),
     # a reading far above the rest of its pair: kept, it is the noise its pairs are judged at
     (0.3, 64, 38000127174182),
-    (0.3, 64, 38000127174556),
 ]
 
 
@@ -727,3 +726,34 @@ def test_outliers_held_in_one_shared_pair_flap_nobody_gathered_over_partners_fla
     assert flapping_nodes([PairFigure(0, q, once) for q in (1, 2, 3, 4)] + rest, noise.trim, 12) == {0}
     shared = [PairFigure(0, 1, twice), PairFigure(0, 2, calm), PairFigure(1, 3, calm), PairFigure(4, 5, once)]
     assert flapping_nodes(shared + rest[3:], noise.trim, 12) == set()
+
+
+# fabrics of the replay bench's model (its seeds): 4 nodes at 60% noise, one at 0.01x; the healthy nodes' pairs
+# are most of the level's sample, and their test counted the level's error as if apart from them, so nobody
+# was cleared to witness against the slow node
+LEVEL_SHARED_UNNAMED = [38000125466939, 38000125466940, 38000125466942, 38000125466944]
+
+
+@pytest.mark.parametrize("seed", LEVEL_SHARED_UNNAMED)
+def test_the_levels_error_is_shared_by_the_pairs_of_its_own_sample(seed: int) -> None:
+    cluster = bench.Cluster(4, 0.6, np.random.default_rng(seed))
+    bench.FAULTS["1 node 0.01x"](cluster)
+    iso = bench.replay(cluster, 0.5)
+    assert iso.culprits == sorted(cluster.bad), iso.message()
+
+
+def test_a_pair_of_the_levels_sample_is_weighed_against_the_level_without_their_shared_error() -> None:
+    """The same readings weigh more for "healthy" where they are in the level's sample and are to clear a node:
+    their difference from the level does not carry the error the two share. Never to name one."""
+    iso = Isolation(4, 0.5)
+    first = iso.next_round()
+    assert first is not None
+    repeats = [FAST * f for f in (1.3, 0.8, 1.1, 0.9, 1.0)]
+    rows = [{"a": a, "b": b, "gbps": FAST, "repeats_gbps": repeats} for step in first.steps for a, b in step]
+    iso.record(first, {"pairs": rows})
+    scale = iso.status().scale
+    inside = next(iter(scale.sample))
+    apart = PairFigure(inside.a, inside.b, inside.figures, round=9)
+    assert apart not in scale.sample
+    assert iso.weigh([inside], scale, clearing=True) < iso.weigh([apart], scale, clearing=True) < 0
+    assert iso.weigh([inside], scale) == iso.weigh([apart], scale)

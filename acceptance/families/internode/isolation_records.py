@@ -241,6 +241,7 @@ class Scale:
     noise: Noise  # the noise of one reading, from the healthy pairs; a noisy node's its own
     effect: float  # the slow hypothesis in use: ln of the slowdown a slow pair is tested against
     resolution: float  # ln of the smallest slowdown two witness pairs tell apart at this noise
+    sample: frozenset[PairFigure] = frozenset()  # the pairs the level is the median of
 
     @property
     def sigma(self) -> float:
