@@ -757,3 +757,13 @@ def test_a_pair_of_the_levels_sample_is_weighed_against_the_level_without_their_
     assert apart not in scale.sample
     assert iso.weigh([inside], scale, clearing=True) < iso.weigh([apart], scale, clearing=True) < 0
     assert iso.weigh([inside], scale) == iso.weigh([apart], scale)
+
+
+def test_a_node_is_called_noisy_only_where_its_own_noise_is_above_the_rests() -> None:
+    """4 nodes at 60% noise, one at 0.2x when it sends: a node whose pairs passed the noisy node's tests
+    with a noise bound no higher than the rest's was called "noisy (134% a reading) against 134%"."""
+    cluster = bench.Cluster(4, 0.6, np.random.default_rng(38000127008025))
+    bench.FAULTS["one-way 0.2x"](cluster)
+    iso = bench.replay(cluster, 0.5)
+    noise = iso.status().scale.noise
+    assert all(s > noise.sigma for s in noise.noisy.values()) and "noisy (" not in iso.message(), iso.message()

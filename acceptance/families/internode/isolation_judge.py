@@ -143,7 +143,7 @@ class Judge:
         if dof == 0:
             return Noise(typical, 0, cut, noisy)
         sigma = max(SIGMA_FLOOR, math.sqrt(squares / stats.chi2_quantile(dof, -SIGMA_CONFIDENCE_Z)))
-        found = Noise(sigma, dof, cut, {n: max(s, sigma) for n, s in noisy.items()})
+        found = Noise(sigma, dof, cut, {n: s for n, s in noisy.items() if s > sigma})
         return replace(found, flapping=frozenset(flapping_nodes(usable, found.trim, self.nodes)))
 
     def _level(self, noise: Noise, effect: float, robust: bool) -> tuple[float, float, frozenset[PairFigure]]:
