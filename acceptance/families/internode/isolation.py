@@ -11,15 +11,18 @@ one of the two, or their path, is slow.
 
 The decision, per pair and per node, in log space (a slowdown is a ratio):
 
-* a pair's reading: its repeats' mean, those further than ``OUTLIER_Z`` x the noise from their median
-  set aside as outliers and counted (a retransmit moves a pair by nothing); two outliers, or one above
-  the rest, make the pair flap (``pair_statistics``);
+* a pair's reading: its repeats' mean, those further than ``OUTLIER_Z`` x the noise below their median
+  set aside as outliers and counted (a retransmit moves a pair by nothing), those as far above counted
+  and kept (a fault only slows: it is the pair's pace or noise); two outliers, or one above the rest,
+  make the pair flap (``pair_statistics``);
 * the noise: the spread of each healthy pair's repeats (pooled over the pairs above the midpoint to
   ``fraction`` x the census median, but those that flap, with an upper confidence bound when few pairs
   were measured: a steady throttled pair never makes the test bolder), never less than ``SIGMA_FLOOR``;
   a noisy node (its pairs spread ``NOISY_RATIO`` x the typical pair's without it, more than its partners',
   with readings spread above the level of the pairs without it, which no fault gives; ``isolation_noise``)
-  is judged at its own noise, called noisy, never named;
+  is judged at its own noise, called noisy, never named; a node in whose pairs the outliers gather (more
+  than the rest's rate gives it within ``ALPHA`` / N, its worst partner aside) is flapping, its pairs judged
+  on every reading (``isolation_flapping``);
 * the healthy level: the median of the census pairs (round 1's first step, where every node is in one
   pair; at 3 nodes every pair), leaving out those decisively slow against a first median; never a
   maximum, which grows with the number of noisy pairs. Where the slow hypothesis in use is milder than
@@ -34,7 +37,8 @@ The decision, per pair and per node, in log space (a slowdown is a ratio):
   repeats: a log-likelihood ratio over ``log((1 - BETA) / WITNESS_ALPHA)`` makes the pair slow, under
   ``log(BETA / (1 - ALPHA))`` fast; a pair that flaps is flapping before it is slow, and clears nobody;
 * a node is cleared by a fast pair or by its pairs together (those with a partner slow with its other
-  partners aside: the partner explains them), and re-opened when its pairs with two
+  partners aside: the partner explains them; those in the level's sample without the error they share
+  with it), and re-opened when its pairs with two
   cleared partners are slow (or one is and the rest lean slow), whatever a fast pair said, unless those
   pairs together, the slow ones included, still clear it (a healthy node that met many partners at high
   noise has a slow pair or two by chance: its pairs together are the test of the node); it is named
@@ -42,7 +46,8 @@ The decision, per pair and per node, in log space (a slowdown is a ratio):
   ``log((1 - BETA) N / ALPHA)`` (a false-blame rate of ALPHA / N per node, ALPHA for the whole
   cluster: Bonferroni over the N nodes), and without its strongest partner the rest still passes
   ``log((1 - BETA) / WITNESS_ALPHA)`` on its own: two independent witnesses, so one bad path or partner
-  convicts nobody;
+  convicts nobody (at 3 nodes that rest, one pair, passes the node's threshold: it alone tells the node
+  from a slow path to its other partner);
 * a slow pair of two cleared nodes, each fast with two other partners, is their path, not either node,
   named within the paths' own budget (``PATH_ALPHA`` over the node pairs tested), on two rounds'
   readings (a disturbance does not repeat), and only where it also

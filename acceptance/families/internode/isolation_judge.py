@@ -7,10 +7,11 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from acceptance.families.connectivity import Link
 from acceptance.families.internode import pair_statistics as stats
+from acceptance.families.internode.isolation_flapping import flapping_nodes
 from acceptance.families.internode.isolation_noise import noisy_nodes
 from acceptance.families.internode.isolation_records import (
     ALPHA,
@@ -142,13 +143,10 @@ class Judge:
         if dof == 0:
             return Noise(typical, 0, cut, noisy)
         sigma = max(SIGMA_FLOOR, math.sqrt(squares / stats.chi2_quantile(dof, -SIGMA_CONFIDENCE_Z)))
-        return Noise(sigma, dof, cut, {n: max(s, sigma) for n, s in noisy.items()})
+        found = Noise(sigma, dof, cut, {n: s for n, s in noisy.items() if s > sigma})
+        return replace(found, flapping=frozenset(flapping_nodes(usable, found.trim, self.nodes)))
 
-    @staticmethod
-    def _llr(log_ratio: float, variance: float, effect: float) -> float:
-        return stats.llr(log_ratio, variance, effect)
-
-    def _level(self, noise: Noise, effect: float, robust: bool) -> tuple[float, float]:
+    def _level(self, noise: Noise, effect: float, robust: bool) -> tuple[float, float, frozenset[PairFigure]]:
         """ln of a healthy pair's GB/s and the variance of that estimate: the median of the census pairs
         (each its readings' mean, outliers aside), leaving out those decisively slow (at ``effect``) against
         a first median (a fault, not a sample of the level). ``robust``: where one node's pairs can be half
@@ -159,9 +157,10 @@ class Judge:
         sample = [(p, noise.trim(p)) for p in self.census_sample()]
         sample = [(p, t) for p, t in sample if t.kept]
         if not sample:
-            return math.nan, math.inf
+            return math.nan, math.inf, frozenset()
         sigma = noise.sigma
         means = sorted(((t.mean, len(t.kept)) for _, t in sample), reverse=True)
+        by_mean = sorted(sample, key=lambda found: -found[1].mean)
         upper = means
         if robust:
             held: dict[int, int] = {}
@@ -174,13 +173,15 @@ class Judge:
         first = statistics.median(x for x, _ in upper)
         # the reference's own error where it rests on a few pairs (the census median's is small beside a pair's)
         ref_var = sigma**2 / statistics.fmean(n for _, n in upper) / len(upper) if upper is not means else 0.0
-        kept = [(x, n) for x, n in means if self._llr(x - first, sigma**2 / n + ref_var, effect) < self.witness_llr]
+        chosen = [stats.llr(x - first, sigma**2 / n + ref_var, effect) < self.witness_llr for x, n in means]
+        kept = [m for m, keep in zip(means, chosen, strict=True) if keep]
         if not kept:
-            return first, sigma**2 / statistics.fmean(n for _, n in upper) / len(upper)
+            return first, sigma**2 / statistics.fmean(n for _, n in upper) / len(upper), frozenset()
         readings = statistics.fmean(n for _, n in kept)
         # the variance of a median of k means: pi / 2 of the mean's for many, the mean's itself for 1 or 2
         factor = math.pi / 2 if len(kept) > 2 else 1.0
-        return statistics.median(x for x, _ in kept), factor * sigma**2 / readings / len(kept)
+        pairs = frozenset(p for (p, _), keep in zip(by_mean, chosen, strict=True) if keep)
+        return statistics.median(x for x, _ in kept), factor * sigma**2 / readings / len(kept), pairs
 
     def _scale(self) -> Scale:
         """The noise, the level and the slow hypothesis: the mildest slowdown a node's two witness pairs can
@@ -189,12 +190,12 @@ class Judge:
         hypothesis in use: first the profile's, then the one its level allows."""
         noise = self._noise()
         # at 3 nodes every pair is the sample, and a slow node is in two of the three: the faster pair is the level
-        level, level_var = self._level(noise, self.bound, robust=self.nodes <= 3)
+        level, level_var, sample = self._level(noise, self.bound, robust=self.nodes <= 3)
         effect, resolution = self._hypothesis(noise.sigma, level_var)
         if effect != self.bound:
-            level, level_var = self._level(noise, effect, robust=True)
+            level, level_var, sample = self._level(noise, effect, robust=True)
             effect, resolution = self._hypothesis(noise.sigma, level_var)
-        return Scale(level, level_var, noise, effect, resolution)
+        return Scale(level, level_var, noise, effect, resolution, sample)
 
     def _hypothesis(self, sigma: float, level_var: float) -> tuple[float, float]:
         """The slow hypothesis in use and the resolution, in log units, at this noise and level error."""
@@ -204,21 +205,24 @@ class Judge:
         resolution = -reach * math.sqrt(node_var)
         return min(max(resolution, self.bound), max(math.log(self.mild), self.bound)), resolution
 
-    def weigh(self, pairs: Sequence[PairFigure], scale: Scale) -> float:
-        """The log-likelihood ratio "slow" against "healthy" of these pairs together: their readings' mean
-        (each pair's outliers aside) against the level, whose own error they share, each reading at its
-        pair's noise; +inf when one is broken."""
+    def weigh(self, pairs: Sequence[PairFigure], scale: Scale, clearing: bool = False) -> float:
+        """The log-likelihood ratio "slow" against "healthy" of these pairs: their readings' mean (outliers
+        aside) against the level, each reading at its pair's noise; +inf when one is broken. ``clearing``: less
+        the level's error its pairs in the level's sample share (at 4 nodes most of a healthy node's: nobody was
+        cleared at 60% noise); never to name: a median moves with its lowest pair by less than that share."""
         if any(p.broken for p in pairs):
             return math.inf
-        total, count, variance = 0.0, 0, 0.0
+        total, count, variance, shared = 0.0, 0, 0.0, 0
         for p in pairs:
             kept = scale.noise.trim(p).kept
             total += sum(kept)
             count += len(kept)
             variance += len(kept) * scale.noise.of(p) ** 2
+            shared += p in scale.sample
         if not count:
             return 0.0
-        return self._llr(total / count - scale.level, variance / count**2 + scale.level_var, scale.effect)
+        level_var = scale.level_var - 2 * scale.sigma**2 * shared * clearing / count / max(len(scale.sample), 1)
+        return stats.llr(total / count - scale.level, variance / count**2 + level_var, scale.effect)
 
     def _verdict(self, p: PairFigure, scale: Scale) -> Judged:
         """One pair against the level: slow, flapping (two outliers or more in its repeats: the pair, not
@@ -250,7 +254,9 @@ class Judge:
             self.weigh([p for q, found in per_partner.items() if q != partner for p in found], scale)
             for partner in per_partner
         )
-        if self.weigh(every, scale) < self.name_llr or rest < self.witness_llr:
+        # at 3 nodes the pair left is all that tells a slow node from a slow path to that partner: the node's budget
+        enough = self.name_llr if self.nodes == 3 else self.witness_llr
+        if self.weigh(every, scale) < self.name_llr or rest < enough:
             return None
         return sorted(q for q, found in per_partner.items() if self.weigh(found, scale) > 0)
 
@@ -284,7 +290,7 @@ class Judge:
             steady = [
                 j.pair for j in mine if j.verdict != "flapping" and j.pair.other(node) not in slow_elsewhere(node)
             ]
-            if node not in cleared and steady and self.weigh(steady, scale) <= self.clear_llr:
+            if node not in cleared and steady and self.weigh(steady, scale, clearing=True) <= self.clear_llr:
                 cleared.add(node)
         for _ in range(len(by_node)):
             reopened = set()
@@ -295,7 +301,7 @@ class Judge:
                 doubted = len(against) >= 2 or (against and rest and self.weigh(rest, scale) > 0)
                 # all of them together, the slow and flapping ones included, still clear it: the test of
                 # the node itself, which one pair's chance reading does not undo (Wald's lower boundary)
-                if doubted and self.weigh([j.pair for j in mine], scale) > self.clear_llr:
+                if doubted and self.weigh([j.pair for j in mine], scale, clearing=True) > self.clear_llr:
                     reopened.add(node)
             if not reopened:
                 break
@@ -419,7 +425,7 @@ class Judge:
             if not logs or not others:
                 return False
             variance = scale.sigma**2 / len(logs) + scale.sigma**2 / len(others)
-            if self._llr(statistics.fmean(logs) - statistics.fmean(others), variance, scale.effect) < self.witness_llr:
+            if stats.llr(statistics.fmean(logs) - statistics.fmean(others), variance, scale.effect) < self.witness_llr:
                 return False
         return True
 

@@ -34,16 +34,24 @@ def noisy_nodes(usable: Sequence[PairFigure], healthy: Sequence[PairFigure], fir
 
     typical = _Typical([(p, stats.middle_span_sigma(p.logs)) for p in healthy])
     level = _Typical([(p, stats.median(p.logs)) for p in healthy])
+
+    def above(node: int, without: int | None = None) -> float:
+        # the root mean square of its readings above the level of the pairs without it (at 4 nodes the census
+        # median is halfway to a slow node's pair)
+        ref = stats.median([level.without(node)], first)
+        found = [(x - ref) ** 2 for p in usable if p.has(node) and p.other(node) != without for x in p.logs if x > ref]
+        return math.sqrt(stats.fmean(found, default=0.0))
+
     out: dict[int, float] = {}
     for node, mine in spreads.items():
         others = max(SIGMA_FLOOR, stats.median([typical.without(node)], SIGMA_FLOOR))
-        # each shared pair set aside: the node's other pairs against its partner's other pairs
-        wide = rms(node) > NOISY_RATIO * others and all(rms(node, q) > rms(q, node) for q in mine)
-        # its readings above the level of the pairs without it (at 4 nodes the census median is halfway
-        # to a slow node's pair)
-        ref = stats.median([level.without(node)], first)
-        above = [(x - ref) ** 2 for p in usable if p.has(node) for x in p.logs if x > ref]
-        high = math.sqrt(stats.fmean(above, default=0.0)) > NOISY_ABOVE * others
+        # each shared pair set aside, the node's other pairs against its partner's other pairs: the noisier
+        # of the two is the one whose other pairs read far above the level (a fault only slows a pair; a
+        # healthy partner's other pair may spread wide by chance, but stays within the noise above the level)
+        wide = rms(node) > NOISY_RATIO * others and all(
+            rms(node, q) > rms(q, node) or above(node, q) > above(q, node) for q in mine
+        )
+        high = above(node) > NOISY_ABOVE * others
         if len(mine) < 2 or not high or not wide:
             continue
         squares, dof = 0.0, 0

@@ -118,6 +118,7 @@ class IsolationEvidence(TypedDict):
     noise_sigma: float
     noise_dof: int  # the degrees of freedom of the noise estimate
     noisy: dict[str, float]  # node -> its own noise, where it is noisier than the rest (judged at it, not slow)
+    flapping_nodes: list[int]  # nodes in whose pairs the outliers gather: their pairs judged on every reading
     outliers: int  # readings set aside as outliers, over every pair
     outlier_cut: float  # ln units: a reading this far from its pair's median is an outlier
     noise_by_round: list[float]  # the estimate after each pairs round: steady when the cluster is worst
@@ -215,14 +216,17 @@ class Noise:
     dof: int  # the degrees of freedom ``sigma`` rests on
     cut: float  # a reading this far from its pair's median is an outlier (``OUTLIER_Z`` x the noise)
     noisy: dict[int, float] = field(default_factory=dict)  # node -> its own noise, above the cluster's
+    flapping: frozenset[int] = frozenset()  # nodes whose pairs hold the outliers: judged on every reading
 
     def of(self, p: PairFigure) -> float:
         """The noise of one reading of this pair: its noisier end's."""
         return max(self.sigma, self.noisy.get(p.a, 0.0), self.noisy.get(p.b, 0.0))
 
     def trim(self, p: PairFigure) -> Trimmed:
-        """The pair's readings but its outliers, at its own noise."""
-        return trimmed(p.logs, max(self.cut, OUTLIER_Z * self.of(p)))
+        """The pair's readings but its outliers, at its own noise; every reading of a flapping node's pair,
+        its outliers counted (they are its fault, not the noise's)."""
+        t = trimmed(p.logs, max(self.cut, OUTLIER_Z * self.of(p)))
+        return Trimmed(p.logs, t.outliers, t.high) if self.flapping & {p.a, p.b} else t
 
 
 @dataclass(frozen=True)
@@ -234,6 +238,7 @@ class Scale:
     noise: Noise  # the noise of one reading, from the healthy pairs; a noisy node's its own
     effect: float  # the slow hypothesis in use: ln of the slowdown a slow pair is tested against
     resolution: float  # ln of the smallest slowdown two witness pairs tell apart at this noise
+    sample: frozenset[PairFigure] = frozenset()  # the pairs the level is the median of
 
     @property
     def sigma(self) -> float:

@@ -228,6 +228,7 @@ def evidence(iso: Judge) -> IsolationEvidence:
         "noise_sigma": st.sigma,
         "noise_dof": st.scale.dof,
         "noisy": {str(n): s for n, s in sorted(st.scale.noise.noisy.items())},
+        "flapping_nodes": sorted(st.scale.noise.flapping),
         "outliers": sum(j.outliers for j in st.judged),
         "outlier_cut": st.scale.noise.cut,
         "noise_by_round": list(iso.noise_by_round),

@@ -55,14 +55,18 @@ class Trimmed:
 
 @lru_cache(maxsize=1 << 16)
 def trimmed(logs: tuple[float, ...], cut: float) -> Trimmed:
-    """The readings within ``cut`` of their median, and how many lie outside: one reading far off (a
-    retransmit) then moves a pair's figure by nothing, where it would move its mean by a fifth of its
-    distance. The median is of the readings themselves, so at most the smaller side is set aside."""
+    """The readings but those further than ``cut`` below their median, and how many lie further than
+    ``cut`` either side: one reading far below (a retransmit) then moves a pair's figure by nothing, where
+    it would move its mean by a fifth of its distance. One far above is counted (the pair is not steady)
+    but kept: a fault only slows a pair, so a reading far above the rest is the pair's pace or its noise,
+    and setting it aside would leave a noisy pair's lower readings to read as slow. The median is of the
+    readings themselves, so at most the smaller side is set aside."""
     if not logs:
         return Trimmed((), 0)
     middle = statistics.median(logs)
-    kept = tuple(x for x in logs if abs(x - middle) <= cut)
-    return Trimmed(kept or logs, len(logs) - len(kept) if kept else 0, any(x - middle > cut for x in logs))
+    kept = tuple(x for x in logs if x - middle >= -cut)
+    high = sum(x - middle > cut for x in logs)
+    return Trimmed(kept, len(logs) - len(kept) + high, high > 0)
 
 
 def middle_span_sigma(logs: Sequence[float]) -> float:
@@ -89,6 +93,14 @@ def chi2_quantile(dof: int, z: float) -> float:
     Hilferty, 1931: accurate to a few percent from 2 degrees of freedom)."""
     k = 2 / (9 * max(dof, 1))
     return max(dof, 1) * max(1 - k + z * math.sqrt(k), 0.05) ** 3
+
+
+def binomial_tail(trials: int, at_least: int, rate: float) -> float:
+    """The chance of ``at_least`` successes or more in ``trials`` draws at ``rate`` each."""
+    if at_least <= 0:
+        return 1.0
+    below = sum(math.comb(trials, k) * rate**k * (1 - rate) ** (trials - k) for k in range(min(at_least, trials + 1)))
+    return max(0.0, 1.0 - below) if at_least <= trials else 0.0
 
 
 def median_chi2(dof: int) -> float:
