@@ -5,7 +5,7 @@
 #   all  every GPU of the machine (skipped where that is one GPU)
 # Each case: `cluster-acceptance init` for the GPUs it sees (the peak for MFU and the bound from the DGX
 # Cloud row), then one pytest of the workload under that profile, both strategies in one job.
-# STEPS (default 10) timed steps after WARMUP (3); SEQ (8192); LAYERS ("fit": from the GPUs' memory).
+# STEPS (default 5) timed steps after WARMUP (2); SEQ (8192); LAYERS ("fit": from the GPUs' memory).
 # Then one line per case and strategy: layers run, tokens/s/GPU, MFU and its ratio to DGX Cloud's 59.4%
 # (benchmarks/llama8b_table.py). Outputs (llama8b-CASE.txt, the profiles) and the evidence (ev.tgz) go to $OUT.
 # CPU check of this script: CPU=1 runs the local-cpu profile's tiny config instead (no init, no wheels).
@@ -23,7 +23,7 @@ fi
 export PYTHONUNBUFFERED=1
 cases=("$@")
 [ ${#cases[@]} -eq 0 ] && cases=(1 all)
-sets=()  # the profile's steps (init's: the family's 3 + 10), unless STEPS or WARMUP say
+sets=()  # the profile's steps (init's: the family's 2 + 5), unless STEPS or WARMUP say
 [ -n "${STEPS:-}" ] && sets+=(--cluster-set "llama8b.steps=$STEPS")
 [ -n "${WARMUP:-}" ] && sets+=(--cluster-set "llama8b.warmup_steps=$WARMUP")
 [ -n "${SEQ:-}" ] && sets+=(--cluster-set "llama8b.seq_len=$SEQ")

@@ -4,6 +4,7 @@ runs the full grid), and the verdicts' rules one at a time."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import math
@@ -757,6 +758,28 @@ def test_a_pair_of_the_levels_sample_is_weighed_against_the_level_without_their_
     assert apart not in scale.sample
     assert iso.weigh([inside], scale, clearing=True) < iso.weigh([apart], scale, clearing=True) < 0
     assert iso.weigh([inside], scale) == iso.weigh([apart], scale)
+
+
+def test_the_level_s_own_sample_weighed_to_clear_is_no_evidence_either_way() -> None:
+    """Weighed to clear, the pairs the level is the median of share all of its error: what is left of their
+    variance is rounding, which cleared a node with a log-likelihood ratio of -1e13 where it came out positive
+    (and with none where it came out negative)."""
+    iso = Isolation(4, 0.5)
+    first = iso.next_round()
+    assert first is not None
+    repeats = [FAST * f for f in (1.3, 0.8, 1.1, 0.9, 1.0)]
+    rows = [{"a": a, "b": b, "gbps": FAST, "repeats_gbps": repeats} for step in first.steps for a, b in step]
+    iso.record(first, {"pairs": rows})
+    scale = iso.status().scale
+    sample = sorted(scale.sample, key=lambda p: (p.a, p.b))
+    count = sum(len(scale.noise.trim(p).kept) for p in sample)
+    own = sum(len(scale.noise.trim(p).kept) * scale.noise.of(p) ** 2 for p in sample) / count**2
+    shared = 2 * scale.sigma**2 / count  # every pair weighed is in the sample
+    for rounding in (1e-12, 0.0, -1e-12):
+        level = dataclasses.replace(scale, level_var=shared - own + own * rounding)
+        assert iso.weigh(sample, level, clearing=True) == 0.0
+    # a pair of the sample weighed alone keeps the part of its error the rest of the sample holds
+    assert iso.weigh(sample[:1], scale, clearing=True) < 0
 
 
 def test_a_node_is_called_noisy_only_where_its_own_noise_is_above_the_rests() -> None:

@@ -169,7 +169,7 @@ def earlier_isolation(run: ClusterRun) -> Isolation | None:
 
 
 def _isolation(found: Search) -> Isolation:
-    """The internode family's isolation, as its rounds gave it (``INTERNODE.isolation``)."""
+    """The internode family's isolation, as its rounds gave it (``INTERNODE.behaviour.isolation``)."""
     assert isinstance(found, Isolation), type(found).__name__
     return found
 

@@ -265,7 +265,8 @@ HOST_LINKS: tuple[FigureName, ...] = ("h2d_gbps", "d2h_gbps")  # measured togeth
 
 def run(ctx: Ctx) -> ComputeResult:
     cfg = section(ctx.spec, "compute", ComputeConfig)
-    # a re-measure (families/compute.py, REMEASURE) names the figures it wants again; the first run measures them all
+    # a re-measure (families/compute/__init__.py, REMEASURE) names the figures it wants again; the first run
+    # measures them all
     only = set(cfg.get("figures") or [*MEASURES, *HOST_LINKS])
     row, found = identity(ctx), dict[FigureName, Measured]()
     if only & set(HOST_LINKS):  # first: a job staged beside the probe imports once they are measured

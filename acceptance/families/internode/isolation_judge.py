@@ -34,6 +34,18 @@ from acceptance.families.internode.isolation_records import (
 from acceptance.families.internode.isolation_records import by_node as per_node
 from acceptance.families.internode.pair_statistics import OUTLIER_Z, trimmed
 
+# what is left of the pairs' own variance, at most, where their error and the level's cancel
+CANCELLED = 1e-9
+
+
+def against_level(log_ratio: float, own_var: float, level_var: float, effect: float) -> float:
+    """The log-likelihood ratio of pairs' mean against the level (``stats.llr``), at the pairs' own variance
+    and the level's part of it. Where the two cancel (the pairs are the level's own sample, weighed to clear),
+    their difference from the level cancels too: what is left is rounding, no evidence either way."""
+    if own_var + level_var <= CANCELLED * own_var:
+        return 0.0
+    return stats.llr(log_ratio, own_var + level_var, effect)
+
 
 @dataclass
 class Judge:
@@ -222,7 +234,7 @@ class Judge:
         if not count:
             return 0.0
         level_var = scale.level_var - 2 * scale.sigma**2 * shared * clearing / count / max(len(scale.sample), 1)
-        return stats.llr(total / count - scale.level, variance / count**2 + level_var, scale.effect)
+        return against_level(total / count - scale.level, variance / count**2, level_var, scale.effect)
 
     def _verdict(self, p: PairFigure, scale: Scale) -> Judged:
         """One pair against the level: slow, flapping (two outliers or more in its repeats: the pair, not
