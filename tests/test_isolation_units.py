@@ -19,7 +19,7 @@ from acceptance.families import connectivity as links
 from acceptance.families.connectivity import Link
 from acceptance.families.internode.isolation import MAX_PAIR_ROUNDS, MESSAGE_NAMES, Isolation, PairFigure, Round
 from acceptance.families.internode.isolation_flapping import flapping_nodes
-from acceptance.families.internode.isolation_records import Noise
+from acceptance.families.internode.isolation_records import Noise, Scale
 from acceptance.families.internode.pair_statistics import trimmed
 from tests import bench_isolation_replay as bench
 
@@ -743,16 +743,21 @@ def test_the_levels_error_is_shared_by_the_pairs_of_its_own_sample(seed: int) ->
     assert iso.culprits == sorted(cluster.bad), iso.message()
 
 
-def test_a_pair_of_the_levels_sample_is_weighed_against_the_level_without_their_shared_error() -> None:
-    """The same readings weigh more for "healthy" where they are in the level's sample and are to clear a node:
-    their difference from the level does not carry the error the two share. Never to name one."""
+def _four_healthy_nodes_one_round() -> tuple[Isolation, Scale]:
+    """Four healthy nodes after round 1, every pair reading the same noisy repeats: the judge and its scale."""
     iso = Isolation(4, 0.5)
     first = iso.next_round()
     assert first is not None
     repeats = [FAST * f for f in (1.3, 0.8, 1.1, 0.9, 1.0)]
     rows = [{"a": a, "b": b, "gbps": FAST, "repeats_gbps": repeats} for step in first.steps for a, b in step]
     iso.record(first, {"pairs": rows})
-    scale = iso.status().scale
+    return iso, iso.status().scale
+
+
+def test_a_pair_of_the_levels_sample_is_weighed_against_the_level_without_their_shared_error() -> None:
+    """The same readings weigh more for "healthy" where they are in the level's sample and are to clear a node:
+    their difference from the level does not carry the error the two share. Never to name one."""
+    iso, scale = _four_healthy_nodes_one_round()
     inside = next(iter(scale.sample))
     apart = PairFigure(inside.a, inside.b, inside.figures, round=9)
     assert apart not in scale.sample
@@ -764,13 +769,7 @@ def test_the_level_s_own_sample_weighed_to_clear_is_no_evidence_either_way() -> 
     """Weighed to clear, the pairs the level is the median of share all of its error: what is left of their
     variance is rounding, which cleared a node with a log-likelihood ratio of -1e13 where it came out positive
     (and with none where it came out negative)."""
-    iso = Isolation(4, 0.5)
-    first = iso.next_round()
-    assert first is not None
-    repeats = [FAST * f for f in (1.3, 0.8, 1.1, 0.9, 1.0)]
-    rows = [{"a": a, "b": b, "gbps": FAST, "repeats_gbps": repeats} for step in first.steps for a, b in step]
-    iso.record(first, {"pairs": rows})
-    scale = iso.status().scale
+    iso, scale = _four_healthy_nodes_one_round()
     sample = sorted(scale.sample, key=lambda p: (p.a, p.b))
     count = sum(len(scale.noise.trim(p).kept) for p in sample)
     own = sum(len(scale.noise.trim(p).kept) * scale.noise.of(p) ** 2 for p in sample) / count**2
