@@ -145,6 +145,25 @@ def test_the_mfu_skips_where_the_profile_sets_no_peak_and_else_names_its_referen
     assert with_peak["llama8b.fsdp.loss_ratio"].detail.startswith("loss 12.0000 at the first step, 11.0000 at step 2")
 
 
+@pytest.mark.parametrize(
+    ("strategy", "every", "said"),
+    [
+        ("fsdp", True, "x 16 accumulated, gradients reduced at each micro-batch, compile"),
+        ("fsdp", False, "x 16 accumulated, gradients reduced at the last micro-batch, compile"),
+        ("zero3", False, "x 16 accumulated, compile"),
+    ],
+)
+def test_the_figures_say_the_accumulation_and_where_fsdp_reduced(strategy: str, every: bool, said: str) -> None:
+    """A figure held against a public one says how its step was made: the micro-batches accumulated, and for
+    FSDP2 where the gradients were reduced (the probe's setup records it; ZeRO-3 reduces as it goes)."""
+    run = _run() | {"strategy": strategy}
+    run["setup"] = {"seq_len": 8192, "micro_batch": 1, "grad_accum": 16, "steps": 5, "sync_every_micro_batch": every}
+    tokens = llama8b_rules.strategy_figures(strategy, run, Llama8b(), "none")[
+        f"llama8b.{strategy}.tokens_per_s_per_gpu"
+    ]
+    assert f"seq 8192, micro-batch 1 {said} False, on 1 rank(s)" in tokens.detail
+
+
 @pytest.mark.parametrize(("every", "expected"), [(True, [True, True, True]), (False, [False, False, True])])
 def test_fsdp_reduces_each_micro_batch_where_the_section_says(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, every: bool, expected: list[bool]

@@ -141,10 +141,15 @@ def layers_text(shape: JSONObject) -> str:
 
 def _workload(run: Run) -> str:
     setup = run["setup"]
+    # FSDP2 reduces where the section says (ZeRO-3 each micro-batch's, as it goes): a public figure's choice
+    reduced = ""
+    if run["strategy"] == "fsdp":
+        every = setup.get("sync_every_micro_batch")
+        reduced = f", gradients reduced at {'each micro-batch' if every else 'the last micro-batch'}"
     return (
         f"{run['strategy']} {run['model']}, {layers_text(run['model_shape'])}, {run['precision']}, seq "
-        f"{setup['seq_len']}, micro-batch {setup['micro_batch']}, compile {run['compile']}, on {run['world_size']} "
-        f"rank(s) ({run['device_name']})"
+        f"{setup['seq_len']}, micro-batch {setup['micro_batch']} x {setup.get('grad_accum', 1)} accumulated"
+        f"{reduced}, compile {run['compile']}, on {run['world_size']} rank(s) ({run['device_name']})"
     )
 
 

@@ -285,7 +285,11 @@ def common(ctx: Ctx, name: str) -> StrategyResult:
         "world_size": ctx.world_size,
         "device_name": torch.cuda.get_device_name(ctx.device) if ctx.is_cuda else "cpu",
         "torch_version": torch.__version__,
-        "setup": {k: t[k] for k in ("seq_len", "micro_batch", "grad_accum", "warmup_steps", "steps", "lr", "seed")},
+        "setup": {
+            **{k: t[k] for k in ("seq_len", "micro_batch", "grad_accum", "warmup_steps", "steps", "lr", "seed")},
+            # where FSDP2 reduces the gradients: each micro-batch's, or the last one's only (a public figure's way)
+            "sync_every_micro_batch": bool(t.get("sync_every_micro_batch", False)),
+        },
     }
 
 
