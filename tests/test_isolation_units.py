@@ -22,7 +22,7 @@ from acceptance.families.internode.isolation import MAX_PAIR_ROUNDS, MESSAGE_NAM
 from acceptance.families.internode.isolation_flapping import flapping_nodes
 from acceptance.families.internode.isolation_judge import censored, one_node_share
 from acceptance.families.internode.isolation_records import Noise, Scale
-from acceptance.families.internode.pair_statistics import trimmed
+from acceptance.families.internode.pair_statistics import median_variance, trimmed
 from tests import bench_isolation_replay as bench
 
 FAST, SLOW = 10.0, 0.3  # GB/s of a healthy pair and of one through the slow node
@@ -848,3 +848,12 @@ def test_a_node_is_not_named_on_a_slow_path_and_a_chance_low_level() -> None:
     assert cluster.paths == {frozenset((0, 2)): 0.2}
     iso = bench.replay(cluster, 0.5)
     assert iso.culprits == [], iso.message()
+
+
+def test_the_median_s_variance_factors_are_those_of_normal_samples() -> None:
+    """The level's error where it is a median of a few census pairs: Teichroew's factors, drawn again."""
+    rng = np.random.default_rng(38000003)
+    for k in range(1, 13):
+        drawn = float(np.median(rng.standard_normal((200_000, k)), axis=1).var() * k)
+        assert median_variance(k) == pytest.approx(drawn, rel=0.02), k
+    assert median_variance(1000) == math.pi / 2

@@ -187,10 +187,9 @@ class Judge:
         """ln of a healthy pair's GB/s and the variance of that estimate: the median of the census pairs
         (each its readings' mean, outliers aside), leaving out those decisively slow (at ``effect``) against
         a first median (a fault, not a sample of the level). ``robust``: where one node's pairs can be half
-        the sample or more (two census pairs at 4 or 5 nodes; the one pair at 2 or 3), a slow node sets that
-        median itself, halfway between its pairs and the healthy ones; the reference is then the median of
-        the pairs left once as many of the slowest as one node holds are set aside (a fault only slows a
-        pair, so the faster pairs are the healthy ones), with its own error in the test."""
+        the sample or more, a slow node sets that median itself, halfway between its pairs and the healthy
+        ones; the reference is then the median of the pairs left once ``one_node_share`` of the slowest are
+        set aside (a fault only slows a pair), with its own error in the test."""
         sample = [(p, noise.trim(p)) for p in self.census_sample()]
         sample = [(p, t) for p, t in sample if t.kept]
         if not sample:
@@ -210,7 +209,8 @@ class Judge:
         pairs = frozenset(p for (p, _), keep in zip(by_mean, chosen, strict=True) if keep)
         middle = statistics.median(x for x, _ in kept)
         if len(kept) <= 2 or one_node_share(list(pairs)):
-            return middle, sigma**2 / statistics.fmean(n for _, n in kept) / len(kept), pairs
+            factor = stats.median_variance(len(kept))  # of a median of k means, against their mean's
+            return middle, factor * sigma**2 / statistics.fmean(n for _, n in kept) / len(kept), pairs
         # many pairs, no node's the most of them: their readings' mean, censored as ``weigh`` censors a node's,
         # about their median; a median stays put where a share of the readings falls far below (congestion,
         # retransmits) and a node's mean does not: every healthy node would lean slow against it
