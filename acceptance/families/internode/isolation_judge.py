@@ -241,17 +241,17 @@ class Judge:
 
     def weigh(self, pairs: Sequence[PairFigure], scale: Scale, clearing: bool = False) -> float:
         """The log-likelihood ratio "slow" against "healthy" of these pairs: their readings' mean (outliers
-        aside) against the level, each reading at its pair's noise; +inf when one is broken. ``clearing``: less
-        the level's error its pairs in the level's sample share (at 4 nodes most of a healthy node's: nobody was
-        cleared at 60% noise); never to name: a median moves with its lowest pair by less than that share."""
+        aside, each ``censored`` at its pair's noise) against the level; +inf when one is broken. ``clearing``:
+        less the level's error its pairs in the level's sample share (at 4 nodes most of a healthy node's)."""
         if any(p.broken for p in pairs):
             return math.inf
         total, count, variance, shared = 0.0, 0, 0.0, 0
         for p in pairs:
-            kept, sigma = scale.noise.trim(p).kept, scale.noise.of(p)
-            total += censored_sum(kept, scale.level, scale.effect, sigma)
-            count += len(kept)
-            variance += len(kept) * sigma**2
+            t, sigma = scale.noise.trim(p), scale.noise.of(p)
+            # a pair that flaps reads slow some of the time: its readings far off are the fault, weighed in full
+            total += censored_sum(t.kept, scale.level, scale.effect, math.inf if t.flaps else sigma)
+            count += len(t.kept)
+            variance += len(t.kept) * sigma**2
             shared += p in scale.sample
         if not count:
             return 0.0
