@@ -27,9 +27,12 @@ The decision, per pair and per node, in log space (a slowdown is a ratio):
   pair; at 3 nodes every pair), leaving out those decisively slow against a first median; never a
   maximum, which grows with the number of noisy pairs. Where the slow hypothesis in use is milder than
   ``fraction``, the pairs slow at it are left out too, and where one node's pairs can be half the sample
-  (two pairs at 4 or 5 nodes) against the faster pairs instead of a median that node sets itself. Its
-  own error (the variance of a median) enters every test below, since every pair is compared with the
-  same level;
+  (two pairs at 4 or 5 nodes) against the faster pairs instead of a median that node sets itself; where
+  no node holds half, the kept pairs' censored readings' mean about their median (a median stays put
+  where a share of readings falls far below, a node's mean does not). Its own error enters every test
+  below, since every pair is compared with the same level;
+* every reading weighed censored within ``HUBER_K`` noises beyond either hypothesis (Huber's censored
+  probability ratio test): one reading far below weighs as one very slow reading, not as several;
 * the slow hypothesis: the mildest slowdown two witness pairs tell apart at this noise (``Scale``), no
   milder than ``mild`` and no bolder than ``fraction`` (the profile's ``slow_pair_fraction``);
 * each pair: Wald's sequential probability ratio test between "healthy" (its level) and "slow" (at the
@@ -47,7 +50,8 @@ The decision, per pair and per node, in log space (a slowdown is a ratio):
   cluster: Bonferroni over the N nodes), and without its strongest partner the rest still passes
   ``log((1 - BETA) / WITNESS_ALPHA)`` on its own: two independent witnesses, so one bad path or partner
   convicts nobody (at 3 nodes that rest, one pair, passes the node's threshold: it alone tells the node
-  from a slow path to its other partner);
+  from a slow path to its other partner; so does it where the strongest partner's pairs alone pass the
+  paths' threshold);
 * a slow pair of two cleared nodes, each fast with two other partners, is their path, not either node,
   named within the paths' own budget (``PATH_ALPHA`` over the node pairs tested), on two rounds'
   readings (a disturbance does not repeat), and only where it also

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
@@ -16,6 +17,7 @@ from acceptance.families.internode.isolation_noise import noisy_nodes
 from acceptance.families.internode.isolation_records import (
     ALPHA,
     BETA,
+    HUBER_K,
     MILD,
     PATH_ALPHA,
     REPEATS,
@@ -36,6 +38,29 @@ from acceptance.families.internode.pair_statistics import OUTLIER_Z, trimmed
 
 # what is left of the pairs' own variance, at most, where their error and the level's cancel
 CANCELLED = 1e-9
+
+
+def censored(log_ratio: float, effect: float, sigma: float) -> float:
+    """A reading's log ratio to the level, held within ``HUBER_K`` noises beyond either hypothesis (healthy
+    at 0, slow at ``effect``): Huber's censored test, where one reading far off weighs as one reading."""
+    reach = HUBER_K * sigma
+    return min(max(log_ratio, min(effect, 0.0) - reach), reach)
+
+
+def censored_sum(logs: Sequence[float], level: float, effect: float, sigma: float) -> float:
+    """The sum of ``censored`` log ratios of these readings to ``level`` (the tests' inner loop)."""
+    reach = HUBER_K * sigma
+    low, high = level + min(effect, 0.0) - reach, level + reach
+    return sum(low if x < low else high if x > high else x for x in logs) - level * len(logs)
+
+
+def one_node_share(pairs: Sequence[PairFigure]) -> int:
+    """How many of these pairs to set aside, slowest first, before their median is a healthy pair's: as many as
+    one node holds, where it holds half of them or more (two census pairs at 4 or 5 nodes, the one pair at 2 or
+    3), since that node, slow, would set their median itself; a fault only slows a pair. 0 otherwise."""
+    held = Counter(n for p in pairs for n in (p.a, p.b))
+    most = max(held.values(), default=0)
+    return min(most, len(pairs) - 1) if 2 * most >= len(pairs) else 0
 
 
 def against_level(log_ratio: float, own_var: float, level_var: float, effect: float) -> float:
@@ -162,10 +187,9 @@ class Judge:
         """ln of a healthy pair's GB/s and the variance of that estimate: the median of the census pairs
         (each its readings' mean, outliers aside), leaving out those decisively slow (at ``effect``) against
         a first median (a fault, not a sample of the level). ``robust``: where one node's pairs can be half
-        the sample or more (two census pairs at 4 or 5 nodes; the one pair at 2 or 3), a slow node sets that
-        median itself, halfway between its pairs and the healthy ones; the reference is then the median of
-        the pairs left once as many of the slowest as one node holds are set aside (a fault only slows a
-        pair, so the faster pairs are the healthy ones), with its own error in the test."""
+        the sample or more, a slow node sets that median itself, halfway between its pairs and the healthy
+        ones; the reference is then the median of the pairs left once ``one_node_share`` of the slowest are
+        set aside (a fault only slows a pair), with its own error in the test."""
         sample = [(p, noise.trim(p)) for p in self.census_sample()]
         sample = [(p, t) for p, t in sample if t.kept]
         if not sample:
@@ -173,27 +197,25 @@ class Judge:
         sigma = noise.sigma
         means = sorted(((t.mean, len(t.kept)) for _, t in sample), reverse=True)
         by_mean = sorted(sample, key=lambda found: -found[1].mean)
-        upper = means
-        if robust:
-            held: dict[int, int] = {}
-            for p, _ in sample:
-                for n in (p.a, p.b):
-                    held[n] = held.get(n, 0) + 1
-            most = max(held.values())
-            if 2 * most >= len(means):
-                upper = means[: max(len(means) - most, 1)]
+        aside = one_node_share([p for p, _ in sample]) if robust else 0
+        upper = means[: len(means) - aside]
         first = statistics.median(x for x, _ in upper)
         # the reference's own error where it rests on a few pairs (the census median's is small beside a pair's)
-        ref_var = sigma**2 / statistics.fmean(n for _, n in upper) / len(upper) if upper is not means else 0.0
+        ref_var = sigma**2 / statistics.fmean(n for _, n in upper) / len(upper) if aside else 0.0
         chosen = [stats.llr(x - first, sigma**2 / n + ref_var, effect) < self.witness_llr for x, n in means]
         kept = [m for m, keep in zip(means, chosen, strict=True) if keep]
         if not kept:
             return first, sigma**2 / statistics.fmean(n for _, n in upper) / len(upper), frozenset()
-        readings = statistics.fmean(n for _, n in kept)
-        # the variance of a median of k means: pi / 2 of the mean's for many, the mean's itself for 1 or 2
-        factor = math.pi / 2 if len(kept) > 2 else 1.0
         pairs = frozenset(p for (p, _), keep in zip(by_mean, chosen, strict=True) if keep)
-        return statistics.median(x for x, _ in kept), factor * sigma**2 / readings / len(kept), pairs
+        middle = statistics.median(x for x, _ in kept)
+        if len(kept) <= 2 or one_node_share(list(pairs)):
+            factor = stats.median_variance(len(kept))  # of a median of k means, against their mean's
+            return middle, factor * sigma**2 / statistics.fmean(n for _, n in kept) / len(kept), pairs
+        # many pairs, no node's the most of them: their readings' mean, censored as ``weigh`` censors a node's,
+        # about their median; a median stays put where a share of the readings falls far below (congestion,
+        # retransmits) and a node's mean does not: every healthy node would lean slow against it
+        readings = [x for p in pairs for x in noise.trim(p).kept]
+        return middle + censored_sum(readings, middle, effect, sigma) / len(readings), sigma**2 / len(readings), pairs
 
     def _scale(self) -> Scale:
         """The noise, the level and the slow hypothesis: the mildest slowdown a node's two witness pairs can
@@ -219,22 +241,22 @@ class Judge:
 
     def weigh(self, pairs: Sequence[PairFigure], scale: Scale, clearing: bool = False) -> float:
         """The log-likelihood ratio "slow" against "healthy" of these pairs: their readings' mean (outliers
-        aside) against the level, each reading at its pair's noise; +inf when one is broken. ``clearing``: less
-        the level's error its pairs in the level's sample share (at 4 nodes most of a healthy node's: nobody was
-        cleared at 60% noise); never to name: a median moves with its lowest pair by less than that share."""
+        aside, each ``censored`` at its pair's noise) against the level; +inf when one is broken. ``clearing``:
+        less the level's error its pairs in the level's sample share (at 4 nodes most of a healthy node's)."""
         if any(p.broken for p in pairs):
             return math.inf
         total, count, variance, shared = 0.0, 0, 0.0, 0
         for p in pairs:
-            kept = scale.noise.trim(p).kept
-            total += sum(kept)
-            count += len(kept)
-            variance += len(kept) * scale.noise.of(p) ** 2
+            t, sigma = scale.noise.trim(p), scale.noise.of(p)
+            # a pair that flaps reads slow some of the time: its readings far off are the fault, weighed in full
+            total += censored_sum(t.kept, scale.level, scale.effect, math.inf if t.flaps else sigma)
+            count += len(t.kept)
+            variance += len(t.kept) * sigma**2
             shared += p in scale.sample
         if not count:
             return 0.0
         level_var = scale.level_var - 2 * scale.sigma**2 * shared * clearing / count / max(len(scale.sample), 1)
-        return against_level(total / count - scale.level, variance / count**2, level_var, scale.effect)
+        return against_level(total / count, variance / count**2, level_var, scale.effect)
 
     def _verdict(self, p: PairFigure, scale: Scale) -> Judged:
         """One pair against the level: slow, flapping (two outliers or more in its repeats: the pair, not
@@ -266,8 +288,11 @@ class Judge:
             self.weigh([p for q, found in per_partner.items() if q != partner for p in found], scale)
             for partner in per_partner
         )
-        # at 3 nodes the pair left is all that tells a slow node from a slow path to that partner: the node's budget
-        enough = self.name_llr if self.nodes == 3 else self.witness_llr
+        # the rest must pass the node's own budget where it alone tells a slow node from a slow path to its
+        # strongest partner: at 3 nodes (one pair left), and where that partner's pairs alone pass the paths'
+        alone = max(self.weigh(found, scale) for found in per_partner.values())
+        paths = self.path_llr(len({frozenset((p.a, p.b)) for p in self.pairs}))
+        enough = self.name_llr if self.nodes == 3 or alone >= paths else self.witness_llr
         if self.weigh(every, scale) < self.name_llr or rest < enough:
             return None
         return sorted(q for q, found in per_partner.items() if self.weigh(found, scale) > 0)

@@ -39,6 +39,12 @@ PATH_ALPHA = 0.001
 BETA = 0.01
 # a node's evidence without its strongest witness must still say "slow" on its own at this error rate
 WITNESS_ALPHA = 0.05
+# a reading counts at most this many noises beyond either hypothesis (the slow one below, the healthy one
+# above): Huber's censored probability ratio test (P. J. Huber, "A robust version of the probability ratio
+# test", Ann. Math. Statist. 36 (1965) 1753-1758), whose error rates hold when a share of the readings is
+# far off, as congestion and retransmits put them on real fabrics; at 2 a normal reading is censored about
+# once in 40, and one reading far below can no longer outweigh ten healthy ones
+HUBER_K = 2.0
 # the least noise assumed per reading (5%): timed windows of a healthy collective vary by a few percent,
 # and a figure closer than this to the level is no fault worth a node
 SIGMA_FLOOR = 0.05
