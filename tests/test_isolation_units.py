@@ -20,7 +20,7 @@ from acceptance.families import connectivity as links
 from acceptance.families.connectivity import Link
 from acceptance.families.internode.isolation import MAX_PAIR_ROUNDS, MESSAGE_NAMES, Isolation, PairFigure, Round
 from acceptance.families.internode.isolation_flapping import flapping_nodes
-from acceptance.families.internode.isolation_judge import censored, one_node_share
+from acceptance.families.internode.isolation_judge import censored_sum, one_node_share
 from acceptance.families.internode.isolation_records import Noise, Scale
 from acceptance.families.internode.pair_statistics import median_variance, trimmed
 from tests import bench_isolation_replay as bench
@@ -797,10 +797,11 @@ def test_a_node_is_called_noisy_only_where_its_own_noise_is_above_the_rests() ->
 def test_a_reading_far_off_weighs_as_one_at_two_noises_beyond_either_hypothesis() -> None:
     """Huber's censored test: a reading at 0.05x of the level counts as one at the slow hypothesis less two
     noises, one far above as one two noises above healthy; readings between keep their own weight."""
-    effect, sigma = math.log(0.5), 0.6
-    assert censored(math.log(0.05), effect, sigma) == pytest.approx(effect - 2 * sigma)
-    assert censored(3.0, effect, sigma) == pytest.approx(2 * sigma)
-    assert censored(-0.3, effect, sigma) == -0.3
+    effect, sigma, level = math.log(0.5), 0.6, 2.3
+    assert censored_sum([level + math.log(0.05)], level, effect, sigma) == pytest.approx(effect - 2 * sigma)
+    assert censored_sum([level + 3.0], level, effect, sigma) == pytest.approx(2 * sigma)
+    assert censored_sum([level - 0.3, level + 0.1], level, effect, sigma) == pytest.approx(-0.2)
+    assert censored_sum([level - 3.0], level, effect, math.inf) == pytest.approx(-3.0)  # a pair that flaps
     # the pairs' mean weighed: one retransmit no longer outweighs four healthy readings of the pair
     iso, scale = _four_healthy_nodes_one_round()
     pair = sorted(scale.sample, key=lambda p: (p.a, p.b))[0]

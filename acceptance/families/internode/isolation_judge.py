@@ -40,15 +40,10 @@ from acceptance.families.internode.pair_statistics import OUTLIER_Z, trimmed
 CANCELLED = 1e-9
 
 
-def censored(log_ratio: float, effect: float, sigma: float) -> float:
-    """A reading's log ratio to the level, held within ``HUBER_K`` noises beyond either hypothesis (healthy
-    at 0, slow at ``effect``): Huber's censored test, where one reading far off weighs as one reading."""
-    reach = HUBER_K * sigma
-    return min(max(log_ratio, min(effect, 0.0) - reach), reach)
-
-
 def censored_sum(logs: Sequence[float], level: float, effect: float, sigma: float) -> float:
-    """The sum of ``censored`` log ratios of these readings to ``level`` (the tests' inner loop)."""
+    """The sum of these readings' log ratios to ``level``, each held within ``HUBER_K`` noises beyond either
+    hypothesis (healthy at 0, slow at ``effect``): Huber's censored test, where one reading far off weighs as
+    one very slow reading (the tests' inner loop)."""
     reach = HUBER_K * sigma
     low, high = level + min(effect, 0.0) - reach, level + reach
     return sum(low if x < low else high if x > high else x for x in logs) - level * len(logs)
@@ -241,7 +236,7 @@ class Judge:
 
     def weigh(self, pairs: Sequence[PairFigure], scale: Scale, clearing: bool = False) -> float:
         """The log-likelihood ratio "slow" against "healthy" of these pairs: their readings' mean (outliers
-        aside, each ``censored`` at its pair's noise) against the level; +inf when one is broken. ``clearing``:
+        aside, each censored at its pair's noise) against the level; +inf when one is broken. ``clearing``:
         less the level's error its pairs in the level's sample share (at 4 nodes most of a healthy node's)."""
         if any(p.broken for p in pairs):
             return math.inf
