@@ -209,7 +209,7 @@ class Judge:
         # many pairs, no node's the most of them: their readings' mean, censored as ``weigh`` censors a node's,
         # about their median; a median stays put where a share of the readings falls far below (congestion,
         # retransmits) and a node's mean does not: every healthy node would lean slow against it
-        readings = [x for p in pairs for x in noise.trim(p).kept]
+        readings = [x for (_, t), keep in zip(by_mean, chosen, strict=True) if keep for x in t.kept]
         return middle + censored_sum(readings, middle, effect, sigma) / len(readings), sigma**2 / len(readings), pairs
 
     def _scale(self) -> Scale:
@@ -272,7 +272,7 @@ class Judge:
         )
         return Judged(p, t.mean - scale.level, llr, verdict, t.outliers)
 
-    def _witnessed(self, per_partner: Mapping[int, list[PairFigure]], scale: Scale) -> list[int] | None:
+    def _witnessed(self, per_partner: Mapping[int, list[PairFigure]], scale: Scale, paths: float) -> list[int] | None:
         """The cleared partners that witness a node slow, or None when it is not to be named: two witnesses
         (without its strongest partner the rest still says "slow" on its own: one bad path convicts
         nobody), and all of it passes the node's share of the error budget."""
@@ -284,13 +284,12 @@ class Judge:
             for partner in per_partner
         )
         # the rest must pass the node's own budget where it alone tells a slow node from a slow path to its
-        # strongest partner: at 3 nodes (one pair left), and where that partner's pairs alone pass the paths'
-        alone = max(self.weigh(found, scale) for found in per_partner.values())
-        paths = self.path_llr(len({frozenset((p.a, p.b)) for p in self.pairs}))
-        enough = self.name_llr if self.nodes == 3 or alone >= paths else self.witness_llr
+        # strongest partner: at 3 nodes (one pair left), and where that partner's pairs alone pass ``paths``
+        weights = {q: self.weigh(found, scale) for q, found in per_partner.items()}
+        enough = self.name_llr if self.nodes == 3 or max(weights.values()) >= paths else self.witness_llr
         if self.weigh(every, scale) < self.name_llr or rest < enough:
             return None
-        return sorted(q for q, found in per_partner.items() if self.weigh(found, scale) > 0)
+        return sorted(q for q, weight in weights.items() if weight > 0)
 
     def _cleared(self, judged: list[Judged], scale: Scale) -> set[int]:
         """The nodes shown healthy: in a fast pair, or all their pairs together (flapping ones aside) say
@@ -346,13 +345,14 @@ class Judge:
         cleared = self._cleared(judged, scale)
         measured = {n for p in self.pairs for n in (p.a, p.b)}
         by_node = per_node(judged)
+        path_llr = self.path_llr(len({frozenset((p.a, p.b)) for p in self.pairs}))
         witnesses: dict[int, list[int]] = {}
         for node in sorted(measured - cleared):
             per_partner: dict[int, list[PairFigure]] = {}
             for j in by_node[node]:
                 if j.pair.other(node) in cleared:
                     per_partner.setdefault(j.pair.other(node), []).append(j.pair)
-            found = self._witnessed(per_partner, scale)
+            found = self._witnessed(per_partner, scale, path_llr)
             if found is not None:
                 witnesses[node] = found
         per_path: dict[Pair, list[Judged]] = {}
@@ -373,7 +373,6 @@ class Judge:
             and any(j.verdict == "slow" for j in found)
             and all(j.verdict in ("slow", "undecided") for j in found)
         }
-        path_llr = self.path_llr(len(per_path))
         confirmed = {n for n, others in fast_with.items() if len(others) >= 2}
         named_paths = [
             key
